@@ -1,0 +1,46 @@
+/*
+ * gridtrain/comm.h - collectives and waits: the one place where gridtrain's
+ * layers, optimizer and trainer talk to MPI during training.
+ *
+ * Waiting: MPICH busy-polls inside blocking calls, so a rank waiting in an
+ * all-reduce steals a core from ranks that compute whenever ranks outnumber
+ * cores. Every wait on a request goes through gt_comm_wait, which in
+ * GT_WAIT_YIELD mode loops MPI_Test + a short sleep instead of spinning.
+ * The trainer picks the mode once ([parallel] wait).
+ */
+#ifndef GRIDTRAIN_COMM_H
+#define GRIDTRAIN_COMM_H
+
+#include <mpi.h>
+#include <stddef.h>
+
+typedef enum { GT_WAIT_BUSY = 0, GT_WAIT_YIELD = 1 } gt_wait_mode;
+
+/* Set / get how this process waits for MPI requests (process-wide). */
+void gt_comm_set_wait_mode(gt_wait_mode mode);
+gt_wait_mode gt_comm_get_wait_mode(void);
+
+/* Complete one request / n requests according to the wait mode.
+ * Not collective by itself (completes what the caller started). */
+int gt_comm_wait(MPI_Request *req);
+int gt_comm_waitall(int n, MPI_Request reqs[]);
+
+/* In-place all-reduce of n floats (any n; split into pieces of at most
+ * 16 MiB, at most two in flight). Collective on comm. */
+int gt_allreduce_f32(float *buf, size_t n, MPI_Op op, MPI_Comm comm);
+
+/* In-place all-reduce of n doubles (small payloads). Collective on comm. */
+int gt_allreduce_f64(double *buf, int n, MPI_Op op, MPI_Comm comm);
+
+/* Barrier that honours the wait mode. Collective on comm. */
+int gt_barrier(MPI_Comm comm);
+
+/* Agree on an error. Collective on comm: every rank passes its local status;
+ * if any rank failed, the lowest failing rank's code and message become
+ * every rank's current error, marked collective (so rank 0 alone prints it
+ * and every rank exits cleanly), and that code is returned everywhere.
+ * Returns GT_SUCCESS when every rank passed GT_SUCCESS. Blocking; for
+ * set-up phases, not for the training loop. */
+int gt_error_agree(int status, MPI_Comm comm);
+
+#endif /* GRIDTRAIN_COMM_H */

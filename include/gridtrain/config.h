@@ -1,0 +1,97 @@
+/*
+ * gridtrain/config.h - the input deck: an INI file parsed with inih, plus
+ * "section.key=value" overrides from the command line.
+ *
+ * Precedence: command line over deck over built-in defaults. Every key is
+ * described once in a table (name, type, range or choices, default, help);
+ * parsing, validation, the resolved-configuration table, the deck text stored
+ * in checkpoints and `gridtrain train --help` all come from that table.
+ * Unknown sections and keys, malformed lines, values out of range and
+ * duplicate keys are GT_ERR_INPUT errors naming the key and what is accepted.
+ */
+#ifndef GRIDTRAIN_CONFIG_H
+#define GRIDTRAIN_CONFIG_H
+
+#include <mpi.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdio.h>
+
+#define GT_PATH_MAX 1024
+#define GT_NAME_MAX 32
+#define GT_CONFIG_MAX_KEYS 64
+
+/* Where a value came from. */
+typedef enum { GT_FROM_DEFAULT = 0, GT_FROM_DECK, GT_FROM_CLI } gt_config_origin;
+
+typedef struct gt_config {
+  struct {
+    long steps;                  /* optimizer steps to run */
+    unsigned long long seed;     /* initial weights and data order */
+    long log_every;              /* console line every N steps */
+    char metrics[GT_PATH_MAX];   /* JSON-lines file, "" for none */
+    long eval_every;             /* validation loss every N steps, 0 = off */
+    long eval_batches;           /* global batches per validation */
+  } run;
+  struct {
+    long dp, pp, tp; /* 0 means auto */
+  } grid;
+  struct {
+    char type[GT_NAME_MAX];
+    long layers, heads, dim, seq_len, vocab;
+  } model;
+  struct {
+    char train[GT_PATH_MAX]; /* FILE.h5 or FILE.h5:/dataset */
+    char val[GT_PATH_MAX];   /* "" for none */
+    long batch;              /* global batch, sequences */
+    long microbatches;       /* per DP rank and step */
+  } data;
+  struct {
+    double lr, min_lr;
+    long warmup;
+    double weight_decay, beta1, beta2, eps, grad_clip;
+  } optim;
+  struct {
+    char device[GT_NAME_MAX];
+    long threads; /* 0 means auto */
+  } backend;
+  struct {
+    char wait[GT_NAME_MAX]; /* auto | busy | yield */
+  } parallel;
+
+  char deck_path[GT_PATH_MAX];                 /* "" when no deck */
+  unsigned char origin[GT_CONFIG_MAX_KEYS];    /* gt_config_origin per key */
+} gt_config;
+
+/* Fill every key with its default. Keys without a default (data.train) are
+ * left empty and must be set before gt_config_check_required passes. */
+void gt_config_defaults(gt_config *cfg);
+
+/* Parse deck text (INI) and then the overrides ("section.key=value"), on top
+ * of whatever cfg holds. source names the text in messages ("x.in").
+ * Not collective. Returns GT_ERR_INPUT with a one-line message on the first
+ * problem. */
+int gt_config_parse(gt_config *cfg, const char *text, const char *source,
+                    int noverrides, char *const overrides[]);
+
+/* Fail with GT_ERR_INPUT if a required key is unset. */
+int gt_config_check_required(const gt_config *cfg);
+
+/* Collective on comm: rank 0 reads deck_path (NULL: no deck) and broadcasts
+ * its text; every rank applies defaults, the text and the overrides in the
+ * same way, so every rank gets the same result or the same error (marked
+ * collective). */
+int gt_config_load(gt_config *cfg, const char *deck_path, int noverrides,
+                   char *const overrides[], MPI_Comm comm);
+
+/* Write the resolved configuration as an INI deck (every key, with its value).
+ * Returns the length written, like snprintf. */
+int gt_config_to_ini(const gt_config *cfg, char *buf, size_t size);
+
+/* Print the resolved configuration as a table: key, value, origin. */
+void gt_config_print_table(const gt_config *cfg, FILE *out);
+
+/* Print every key with its type, default and help (for --help). */
+void gt_config_print_keys(FILE *out);
+
+#endif /* GRIDTRAIN_CONFIG_H */

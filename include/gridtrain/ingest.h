@@ -1,0 +1,23 @@
+/*
+ * gridtrain/ingest.h - turn raw text into an HDF5 token dataset.
+ *
+ * Byte-level tokenizer: every byte of the UTF-8 input is one token
+ * (vocab_size 256, stored as uint8). The output file has
+ *   /train/tokens, /val/tokens   1-D uint8, chunked, Fletcher32 checksums
+ *   attributes on / and on both datasets: vocab_size, tokenizer = "bytes"
+ *   attributes on /: sources (file names), source_bytes (bytes per file),
+ *   val_fraction, train_tokens, val_tokens, created_by
+ * Of each input file, the last val_fraction of its bytes go to /val/tokens
+ * and the rest to /train/tokens, so both splits see every source.
+ */
+#ifndef GRIDTRAIN_INGEST_H
+#define GRIDTRAIN_INGEST_H
+
+/* Not collective (run by one process). Writes out_path atomically (to a
+ * temporary name, then renamed). GT_ERR_INPUT for a missing, unreadable or
+ * empty input, a val_fraction outside [0, 0.5], or an output that cannot be
+ * created. */
+int gt_ingest_text(int nfiles, char *const files[], const char *out_path,
+                   double val_fraction);
+
+#endif /* GRIDTRAIN_INGEST_H */

@@ -1,0 +1,53 @@
+/*
+ * gridtrain/metrics.h - what a training step reports, on the console (rank 0,
+ * one compact key:value line) and as JSON lines for tools.
+ *
+ * JSON keys of a step record: step, loss, lr, grad_norm, step_ms,
+ * tokens_per_s, compute_ms, comm_ms, data_ms, and val_loss when the step
+ * evaluated. A final record has "summary": true with run totals.
+ */
+#ifndef GRIDTRAIN_METRICS_H
+#define GRIDTRAIN_METRICS_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+typedef struct gt_step_stats {
+  long step;            /* 0-based */
+  double loss;          /* mean token loss of the global batch */
+  double val_loss;      /* NaN when not evaluated this step */
+  double lr;
+  double grad_norm;     /* before clipping */
+  double step_ms;
+  double tokens_per_s;  /* global tokens of the step / step time */
+  double compute_ms, comm_ms, data_ms; /* this rank's split of the step */
+} gt_step_stats;
+
+typedef struct gt_run_summary {
+  long steps;
+  double tokens;
+  double seconds;
+  double tokens_per_s;
+  double model_tflops;  /* model FLOP/s, all ranks, in TFLOP/s */
+  double final_loss;
+  double final_val_loss; /* NaN when never evaluated */
+} gt_run_summary;
+
+typedef struct gt_metrics gt_metrics;
+
+/* Open the JSON-lines file (truncating it); path "" or NULL: no file. Call on
+ * the rank that reports (rank 0). GT_ERR_INPUT when it cannot be created. */
+int gt_metrics_open(const char *path, gt_metrics **m);
+int gt_metrics_close(gt_metrics **m);
+
+/* Append one step record (flushed). m may be NULL. */
+int gt_metrics_write_step(gt_metrics *m, const gt_step_stats *s);
+int gt_metrics_write_summary(gt_metrics *m, const gt_run_summary *s);
+
+/* The console line of a step:
+ * "step 10/200 | loss 3.4521 | val 3.5012 | lr 1.00e-03 | gnorm 1.234 |
+ *  412.3 ms | 9934 tok/s | compute 91% comm 8% data 1%" */
+void gt_metrics_format_step(const gt_step_stats *s, long total_steps, char *buf,
+                            size_t size);
+
+#endif /* GRIDTRAIN_METRICS_H */

@@ -1,0 +1,44 @@
+/*
+ * gridtrain/optim.h - AdamW with decoupled weight decay, the learning-rate
+ * schedule, and global gradient-norm clipping.
+ *
+ * Schedule (0-based step s of `steps`): linear warm-up lr * (s+1) / warmup
+ * for s < warmup, then cosine decay from lr to min_lr:
+ *     min_lr + (lr - min_lr) * (1 + cos(pi * (s - warmup) / (steps - warmup))) / 2
+ * Clipping (as torch.nn.utils.clip_grad_norm_): gradients are multiplied by
+ * min(1, grad_clip / (norm + 1e-6)); grad_clip = 0 turns it off.
+ * The moments m and v are fp32 buffers parallel to the parameters.
+ */
+#ifndef GRIDTRAIN_OPTIM_H
+#define GRIDTRAIN_OPTIM_H
+
+#include "gridtrain/params.h"
+
+typedef struct gt_adamw_config {
+  double lr, min_lr;
+  long warmup, steps;
+  double weight_decay, beta1, beta2, eps, grad_clip;
+} gt_adamw_config;
+
+typedef struct gt_adamw gt_adamw;
+
+/* Learning rate at 0-based step s. */
+double gt_lr_at(const gt_adamw_config *cfg, long s);
+
+/* Multiplier for the gradients given their global norm. */
+double gt_clip_scale(const gt_adamw_config *cfg, double grad_norm);
+
+/* Create the optimizer for params (moments allocated and zeroed on the
+ * params' backend). Not collective. */
+int gt_adamw_create(gt_params *params, const gt_adamw_config *cfg, gt_adamw **opt);
+int gt_adamw_destroy(gt_adamw **opt);
+
+/* One update at 0-based step s with learning rate lr, the gradients first
+ * multiplied by grad_scale (clipping). Bias correction uses t = s + 1. */
+int gt_adamw_step(gt_adamw *opt, long s, double lr, double grad_scale);
+
+/* The moment buffers (device, params->numel each), for checkpoints. */
+float *gt_adamw_m(gt_adamw *opt);
+float *gt_adamw_v(gt_adamw *opt);
+
+#endif /* GRIDTRAIN_OPTIM_H */

@@ -1,0 +1,84 @@
+/*
+ * backend.c - choose a backend by name.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "build_config.h"
+#include "cpu/cpu_backends.h"
+#include "gridtrain/backend.h"
+#include "gridtrain/cuda_info.h"
+#include "gridtrain/error.h"
+
+#ifdef HAVE_OPENBLAS_GET_CONFIG
+char *openblas_get_config(void);
+#endif
+#ifdef HAVE_OPENBLAS_GET_PARALLEL
+int openblas_get_parallel(void);
+#endif
+
+int gt_backend_create(const char *name, int threads, gt_backend **be)
+{
+  GT_CHECK(threads >= 1, GT_ERR_INPUT, "backend threads must be >= 1 (got %d)", threads);
+  const gt_backend_ops *ops = NULL;
+  const char *canonical = NULL;
+  if (strcmp(name, "cpu") == 0) {
+    ops = &gt_cpu_ops;
+    canonical = "cpu";
+  } else if (strcmp(name, "cpu-ref") == 0) {
+    ops = &gt_cpu_ref_ops;
+    canonical = "cpu-ref";
+  } else if (strcmp(name, "cuda") == 0) {
+    if (!gt_cuda_built())
+      return GT_ERROR(GT_ERR_INPUT,
+                      "[backend] device = cuda: this gridtrain was built without CUDA; "
+                      "reconfigure with --with-cuda=DIR (or use device = cpu)");
+    return GT_ERROR(GT_ERR_INPUT,
+                    "[backend] device = cuda: the CUDA backend is not part of gridtrain %s "
+                    "yet (CUDA is detected, kernels come later); use device = cpu",
+                    PACKAGE_VERSION);
+  } else {
+    return GT_ERROR(GT_ERR_INPUT, "unknown backend '%s'; expected one of cpu, cpu-ref, cuda",
+                    name);
+  }
+  gt_backend *b = calloc(1, sizeof *b);
+  GT_CHECK_ALLOC(b, sizeof *b);
+  b->ops = ops;
+  b->name = canonical;
+  b->device = GT_HOST;
+  b->threads = threads;
+  int status = gt_cpu_setup(b);
+  if (status != GT_SUCCESS) {
+    free(b);
+    return gt_error_push(status, __FILE__, __LINE__, __func__);
+  }
+  *be = b;
+  return GT_SUCCESS;
+}
+
+int gt_backend_destroy(gt_backend **be)
+{
+  free(*be);
+  *be = NULL;
+  return GT_SUCCESS;
+}
+
+const char *gt_backend_blas_info(void)
+{
+  static char info[256];
+  const char *config = "";
+  const char *mode = "";
+#ifdef HAVE_OPENBLAS_GET_CONFIG
+  config = openblas_get_config();
+#endif
+#ifdef HAVE_OPENBLAS_GET_PARALLEL
+  switch (openblas_get_parallel()) {
+  case 0: mode = ", sequential"; break;
+  case 1: mode = ", pthreads"; break;
+  case 2: mode = ", OpenMP"; break;
+  }
+#endif
+  snprintf(info, sizeof info, "%s%s", config[0] ? config : GT_BUILD_BLAS, mode);
+  return info;
+}

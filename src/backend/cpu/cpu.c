@@ -1,0 +1,524 @@
+/*
+ * cpu.c - the fast host backend: OpenBLAS sgemm for every matrix product,
+ * OpenMP over rows (or column blocks, where rows would race) for the rest.
+ *
+ * Determinism: every reduction has a fixed partition and a fixed order for a
+ * given thread count, so a run repeats bit for bit (restarts rely on it).
+ * Reductions accumulate in double where fp32 would lose digits (statistics,
+ * bias and LayerNorm gradients, loss sums).
+ */
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "build_config.h"
+#include "cpu_backends.h"
+#include "gridtrain/error.h"
+
+#define GT_LN_EPS 1e-5f
+#define GT_GELU_K 0.7978845608028654f /* sqrt(2/pi) */
+#define GT_COL_BLOCK 256              /* columns per task in column-parallel sums */
+
+#ifdef HAVE_OPENBLAS_GET_PARALLEL
+int openblas_get_parallel(void);
+#endif
+#ifdef HAVE_OPENBLAS_SET_NUM_THREADS
+void openblas_set_num_threads(int num_threads);
+#endif
+
+/* True when OpenBLAS is the OpenMP build: called inside our parallel regions
+ * it runs on the calling thread alone. The pthread build needs its thread
+ * count forced to 1 around such regions. */
+static bool gt_blas_is_openmp;
+
+static void gt_blas_threads(int n)
+{
+#ifdef HAVE_OPENBLAS_SET_NUM_THREADS
+  openblas_set_num_threads(n);
+#else
+  (void)n;
+#endif
+}
+
+// ---- scalar helpers that vectorise ----------------------------------------------------
+
+/* exp(x) for float, accurate to about 1 ulp, in a form GCC vectorises (no
+ * libm call): x = n ln2 + r, |r| <= ln2/2, e^r by a degree-6 polynomial. */
+static inline float gt_expf(float x)
+{
+  x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+  const float shifter = 12582912.0f; /* 1.5 * 2^23: rounds to nearest */
+  float n = (x * 1.44269504088896341f + shifter) - shifter;
+  float r = x - n * 0.693145751953125f;
+  r = r - n * 1.428606765330187045e-06f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  union {
+    int32_t i;
+    float f;
+  } scale = {.i = ((int32_t)n + 127) << 23};
+  return p * scale.f;
+}
+
+/* tanh(u) = 1 - 2 / (exp(2u) + 1), saturating cleanly at both ends. */
+static inline float gt_tanhf(float u)
+{
+  return 1.0f - 2.0f / (gt_expf(2.0f * u) + 1.0f);
+}
+
+// ---- dense algebra ------------------------------------------------------------------
+
+static int cpu_matmul(gt_backend *be, bool ta, bool tb, int m, int n, int k, float alpha,
+                      const float *a, int lda, const float *b, int ldb, float beta,
+                      float *c, int ldc)
+{
+  (void)be;
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+              m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  return GT_SUCCESS;
+}
+
+static int cpu_linear_forward(gt_backend *be, float *out, const float *in, const float *w,
+                              const float *bias, int N, int C, int OC)
+{
+  (void)be;
+  if (bias) {
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++)
+      memcpy(out + (size_t)i * OC, bias, sizeof(float) * (size_t)OC);
+  }
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, in, C, w, C,
+              bias ? 1.0f : 0.0f, out, OC);
+  return GT_SUCCESS;
+}
+
+/* db(OC) += column sums of dy(N, OC), by column blocks (race-free, fixed order). */
+static void gt_column_sums_add(float *db, const float *dy, int N, int OC)
+{
+  int nblocks = (OC + GT_COL_BLOCK - 1) / GT_COL_BLOCK;
+#pragma omp parallel for schedule(static)
+  for (int blk = 0; blk < nblocks; blk++) {
+    int c0 = blk * GT_COL_BLOCK, nc = OC - c0 < GT_COL_BLOCK ? OC - c0 : GT_COL_BLOCK;
+    double acc[GT_COL_BLOCK] = {0};
+    for (int i = 0; i < N; i++) {
+      const float *row = dy + (size_t)i * OC + c0;
+#pragma omp simd
+      for (int c = 0; c < nc; c++)
+        acc[c] += row[c];
+    }
+    for (int c = 0; c < nc; c++)
+      db[c0 + c] += (float)acc[c];
+  }
+}
+
+static int cpu_linear_backward(gt_backend *be, float *din, float *dw, float *dbias,
+                               const float *dout, const float *in, const float *w, int N,
+                               int C, int OC)
+{
+  (void)be;
+  if (din)
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, w, C,
+                0.0f, din, C);
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, in, C, 1.0f,
+              dw, C);
+  if (dbias)
+    gt_column_sums_add(dbias, dout, N, OC);
+  return GT_SUCCESS;
+}
+
+// ---- normalisation and activations ------------------------------------------------
+
+static int cpu_layernorm_forward(gt_backend *be, float *out, float *mean, float *rstd,
+                                 const float *in, const float *w, const float *b, int N,
+                                 int C)
+{
+  (void)be;
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < N; i++) {
+    const float *x = in + (size_t)i * C;
+    float *y = out + (size_t)i * C;
+    double s = 0;
+#pragma omp simd reduction(+ : s)
+    for (int c = 0; c < C; c++)
+      s += x[c];
+    float m = (float)(s / C);
+    double v = 0;
+#pragma omp simd reduction(+ : v)
+    for (int c = 0; c < C; c++)
+      v += (double)((x[c] - m) * (x[c] - m));
+    float r = (float)(1.0 / sqrt(v / C + GT_LN_EPS));
+#pragma omp simd
+    for (int c = 0; c < C; c++)
+      y[c] = (x[c] - m) * r * w[c] + b[c];
+    mean[i] = m;
+    rstd[i] = r;
+  }
+  return GT_SUCCESS;
+}
+
+static int cpu_layernorm_backward(gt_backend *be, float *din, float *dw, float *db,
+                                  const float *dout, const float *in, const float *w,
+                                  const float *mean, const float *rstd, int N, int C)
+{
+  (void)be;
+  /* din by rows */
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < N; i++) {
+    const float *x = in + (size_t)i * C, *dy = dout + (size_t)i * C;
+    float *dx = din + (size_t)i * C;
+    const float m = mean[i], r = rstd[i];
+    double s1 = 0, s2 = 0;
+#pragma omp simd reduction(+ : s1, s2)
+    for (int c = 0; c < C; c++) {
+      float dxhat = dy[c] * w[c];
+      s1 += dxhat;
+      s2 += dxhat * ((x[c] - m) * r);
+    }
+    const float mean_dxhat = (float)(s1 / C), mean_dxhat_xhat = (float)(s2 / C);
+#pragma omp simd
+    for (int c = 0; c < C; c++) {
+      float xhat = (x[c] - m) * r;
+      dx[c] += r * (dy[c] * w[c] - mean_dxhat - xhat * mean_dxhat_xhat);
+    }
+  }
+  /* dw, db by column blocks */
+  int nblocks = (C + GT_COL_BLOCK - 1) / GT_COL_BLOCK;
+#pragma omp parallel for schedule(static)
+  for (int blk = 0; blk < nblocks; blk++) {
+    int c0 = blk * GT_COL_BLOCK, nc = C - c0 < GT_COL_BLOCK ? C - c0 : GT_COL_BLOCK;
+    double aw[GT_COL_BLOCK] = {0}, ab[GT_COL_BLOCK] = {0};
+    for (int i = 0; i < N; i++) {
+      const float *x = in + (size_t)i * C + c0, *dy = dout + (size_t)i * C + c0;
+      const float m = mean[i], r = rstd[i];
+#pragma omp simd
+      for (int c = 0; c < nc; c++) {
+        aw[c] += dy[c] * ((x[c] - m) * r);
+        ab[c] += dy[c];
+      }
+    }
+    for (int c = 0; c < nc; c++) {
+      dw[c0 + c] += (float)aw[c];
+      db[c0 + c] += (float)ab[c];
+    }
+  }
+  return GT_SUCCESS;
+}
+
+static int cpu_gelu_forward(gt_backend *be, float *out, const float *in, size_t n)
+{
+  (void)be;
+#pragma omp parallel for simd schedule(static)
+  for (size_t i = 0; i < n; i++) {
+    float x = in[i];
+    out[i] = 0.5f * x * (1.0f + gt_tanhf(GT_GELU_K * (x + 0.044715f * x * x * x)));
+  }
+  return GT_SUCCESS;
+}
+
+static int cpu_gelu_backward(gt_backend *be, float *din, const float *in, const float *dout,
+                             size_t n)
+{
+  (void)be;
+#pragma omp parallel for simd schedule(static)
+  for (size_t i = 0; i < n; i++) {
+    float x = in[i];
+    float t = gt_tanhf(GT_GELU_K * (x + 0.044715f * x * x * x));
+    float d = 0.5f * (1.0f + t) +
+              0.5f * x * (1.0f - t * t) * GT_GELU_K * (1.0f + 3.0f * 0.044715f * x * x);
+    din[i] = d * dout[i];
+  }
+  return GT_SUCCESS;
+}
+
+static int cpu_add(gt_backend *be, float *out, const float *a, const float *b, size_t n)
+{
+  (void)be;
+#pragma omp parallel for simd schedule(static)
+  for (size_t i = 0; i < n; i++)
+    out[i] = a[i] + b[i];
+  return GT_SUCCESS;
+}
+
+// ---- attention -------------------------------------------------------------------------
+
+/* Softmax of row t of a causal score matrix (entries 0..t valid), in place;
+ * the entries after t become 0. */
+static inline void gt_causal_softmax_row(float *s, int t, int T)
+{
+  float mx = -INFINITY;
+  for (int u = 0; u <= t; u++)
+    mx = s[u] > mx ? s[u] : mx;
+  double z = 0;
+#pragma omp simd reduction(+ : z)
+  for (int u = 0; u <= t; u++) {
+    float e = gt_expf(s[u] - mx);
+    s[u] = e;
+    z += e;
+  }
+  const float inv = (float)(1.0 / z);
+#pragma omp simd
+  for (int u = 0; u <= t; u++)
+    s[u] *= inv;
+  for (int u = t + 1; u < T; u++)
+    s[u] = 0.0f;
+}
+
+/* The (batch, head) loops below run each sgemm on one OpenMP thread. */
+static void gt_blas_pin(gt_backend *be, bool single)
+{
+  if (!gt_blas_is_openmp)
+    gt_blas_threads(single ? 1 : be->threads);
+}
+
+static int cpu_attention_forward(gt_backend *be, float *out, float *att, const float *qkv,
+                                 int B, int T, int H, int hs)
+{
+  const int C = H * hs, C3 = 3 * C;
+  const float scale = 1.0f / sqrtf((float)hs);
+  gt_blas_pin(be, true);
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int bh = 0; bh < B * H; bh++) {
+    const int b = bh / H, h = bh % H;
+    const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs;
+    const float *k = q + C, *v = q + 2 * C;
+    float *s = att + ((size_t)b * H + h) * T * T;
+    float *o = out + (size_t)b * T * C + (size_t)h * hs;
+    /* s(T,T) = scale * q k^T, then causal softmax, then o(T,hs) = s v */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, C3, k, C3, 0.0f,
+                s, T);
+    for (int t = 0; t < T; t++)
+      gt_causal_softmax_row(s + (size_t)t * T, t, T);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, s, T, v, C3, 0.0f,
+                o, C);
+  }
+  gt_blas_pin(be, false);
+  return GT_SUCCESS;
+}
+
+static int cpu_attention_backward(gt_backend *be, float *dqkv, float *datt,
+                                  const float *dout, const float *qkv, const float *att,
+                                  int B, int T, int H, int hs)
+{
+  const int C = H * hs, C3 = 3 * C;
+  const float scale = 1.0f / sqrtf((float)hs);
+  gt_blas_pin(be, true);
+#pragma omp parallel for schedule(dynamic, 1)
+  for (int bh = 0; bh < B * H; bh++) {
+    const int b = bh / H, h = bh % H;
+    const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs;
+    const float *k = q + C, *v = q + 2 * C;
+    const float *p = att + ((size_t)b * H + h) * T * T;
+    const float *dy = dout + (size_t)b * T * C + (size_t)h * hs;
+    float *ds = datt + ((size_t)b * H + h) * T * T;
+    float *dq = dqkv + (size_t)b * T * C3 + (size_t)h * hs;
+    float *dk = dq + C, *dv = dq + 2 * C;
+    /* dp = dy v^T; ds = p * (dp - rowsum(p * dp)) * scale */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, dy, C, v, C3, 0.0f,
+                ds, T);
+    for (int t = 0; t < T; t++) {
+      float *dsr = ds + (size_t)t * T;
+      const float *pr = p + (size_t)t * T;
+      double dot = 0;
+#pragma omp simd reduction(+ : dot)
+      for (int u = 0; u <= t; u++)
+        dot += pr[u] * dsr[u];
+      const float fdot = (float)dot;
+#pragma omp simd
+      for (int u = 0; u <= t; u++)
+        dsr[u] = pr[u] * (dsr[u] - fdot) * scale;
+      for (int u = t + 1; u < T; u++)
+        dsr[u] = 0.0f;
+    }
+    /* dq = ds k; dk = ds^T q; dv = p^T dy */
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, ds, T, k, C3, 0.0f,
+                dq, C3);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, ds, T, q, C3, 0.0f,
+                dk, C3);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, p, T, dy, C, 0.0f, dv,
+                C3);
+  }
+  gt_blas_pin(be, false);
+  return GT_SUCCESS;
+}
+
+// ---- embeddings and loss ------------------------------------------------------------------
+
+static int cpu_embedding_forward(gt_backend *be, float *out, const int32_t *tokens,
+                                 const float *wte, const float *wpe, int B, int T, int C)
+{
+  (void)be;
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < B * T; i++) {
+    const float *e = wte + (size_t)tokens[i] * C, *p = wpe + (size_t)(i % T) * C;
+    float *o = out + (size_t)i * C;
+#pragma omp simd
+    for (int c = 0; c < C; c++)
+      o[c] = e[c] + p[c];
+  }
+  return GT_SUCCESS;
+}
+
+static int cpu_embedding_backward(gt_backend *be, float *dwte, float *dwpe,
+                                  const float *dout, const int32_t *tokens, int B, int T,
+                                  int C)
+{
+  (void)be;
+  /* Rows of dwte collide (repeated tokens): split the columns instead. */
+  int nblocks = (C + GT_COL_BLOCK - 1) / GT_COL_BLOCK;
+#pragma omp parallel for schedule(static)
+  for (int blk = 0; blk < nblocks; blk++) {
+    int c0 = blk * GT_COL_BLOCK, nc = C - c0 < GT_COL_BLOCK ? C - c0 : GT_COL_BLOCK;
+    for (int i = 0; i < B * T; i++) {
+      const float *d = dout + (size_t)i * C + c0;
+      float *e = dwte + (size_t)tokens[i] * C + c0;
+#pragma omp simd
+      for (int c = 0; c < nc; c++)
+        e[c] += d[c];
+    }
+  }
+#pragma omp parallel for schedule(static)
+  for (int t = 0; t < T; t++) {
+    float *p = dwpe + (size_t)t * C;
+    for (int b = 0; b < B; b++) {
+      const float *d = dout + ((size_t)b * T + t) * C;
+#pragma omp simd
+      for (int c = 0; c < C; c++)
+        p[c] += d[c];
+    }
+  }
+  return GT_SUCCESS;
+}
+
+static int cpu_crossentropy(gt_backend *be, float *losses, float *logits,
+                            const int32_t *targets, int N, int V, int Vp, float grad_scale)
+{
+  (void)be;
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < N; i++) {
+    float *l = logits + (size_t)i * Vp;
+    const int y = targets[i];
+    float mx = -INFINITY;
+    for (int j = 0; j < V; j++)
+      mx = l[j] > mx ? l[j] : mx;
+    double z = 0;
+    if (grad_scale != 0.0f) {
+      const float ly = l[y];
+#pragma omp simd reduction(+ : z)
+      for (int j = 0; j < V; j++) {
+        float e = gt_expf(l[j] - mx);
+        l[j] = e;
+        z += e;
+      }
+      losses[i] = (float)(log(z) + mx - ly);
+      const float s = (float)(grad_scale / z);
+#pragma omp simd
+      for (int j = 0; j < V; j++)
+        l[j] *= s;
+      l[y] -= grad_scale;
+      for (int j = V; j < Vp; j++)
+        l[j] = 0.0f;
+    } else {
+#pragma omp simd reduction(+ : z)
+      for (int j = 0; j < V; j++)
+        z += gt_expf(l[j] - mx);
+      losses[i] = (float)(log(z) + mx - l[y]);
+    }
+  }
+  return GT_SUCCESS;
+}
+
+// ---- optimizer and reductions ---------------------------------------------------------------
+
+static int cpu_adamw(gt_backend *be, float *p, const float *g, float *m, float *v, size_t n,
+                     float lr, float beta1, float beta2, float eps, float weight_decay,
+                     float bc1, float bc2, float grad_scale)
+{
+  (void)be;
+  const float inv_bc1 = 1.0f / bc1, inv_sqrt_bc2 = 1.0f / sqrtf(bc2);
+#pragma omp parallel for simd schedule(static)
+  for (size_t i = 0; i < n; i++) {
+    float gi = g[i] * grad_scale;
+    float mi = beta1 * m[i] + (1.0f - beta1) * gi;
+    float vi = beta2 * v[i] + (1.0f - beta2) * gi * gi;
+    m[i] = mi;
+    v[i] = vi;
+    p[i] -= lr * (mi * inv_bc1 / (sqrtf(vi) * inv_sqrt_bc2 + eps) + weight_decay * p[i]);
+  }
+  return GT_SUCCESS;
+}
+
+static int cpu_sumsq(gt_backend *be, const float *x, size_t n, double *result)
+{
+  /* Fixed split into be->threads contiguous parts, summed in order. */
+  enum { GT_MAX_PARTS = 256 };
+  double part[GT_MAX_PARTS] = {0};
+  int nparts = be->threads < GT_MAX_PARTS ? be->threads : GT_MAX_PARTS;
+#pragma omp parallel for schedule(static, 1) num_threads(nparts)
+  for (int t = 0; t < nparts; t++) {
+    size_t lo = n * (size_t)t / (size_t)nparts, hi = n * (size_t)(t + 1) / (size_t)nparts;
+    double s = 0;
+#pragma omp simd reduction(+ : s)
+    for (size_t i = lo; i < hi; i++)
+      s += (double)x[i] * x[i];
+    part[t] = s;
+  }
+  double s = 0;
+  for (int t = 0; t < nparts; t++)
+    s += part[t];
+  *result = s;
+  return GT_SUCCESS;
+}
+
+static int cpu_scale(gt_backend *be, float *x, size_t n, float alpha)
+{
+  (void)be;
+#pragma omp parallel for simd schedule(static)
+  for (size_t i = 0; i < n; i++)
+    x[i] *= alpha;
+  return GT_SUCCESS;
+}
+
+// ---- set-up ------------------------------------------------------------------------------------
+
+int gt_cpu_setup(gt_backend *be)
+{
+  omp_set_num_threads(be->threads);
+  gt_blas_threads(be->threads);
+#ifdef HAVE_OPENBLAS_GET_PARALLEL
+  gt_blas_is_openmp = openblas_get_parallel() == 2;
+#endif
+  return GT_SUCCESS;
+}
+
+const gt_backend_ops gt_cpu_ops = {
+  .alloc = gt_host_alloc,
+  .free = gt_host_free,
+  .zero = gt_host_zero,
+  .upload = gt_host_copy,
+  .download = gt_host_copy,
+  .copy = gt_host_copy,
+  .sync = gt_host_sync,
+  .matmul = cpu_matmul,
+  .linear_forward = cpu_linear_forward,
+  .linear_backward = cpu_linear_backward,
+  .layernorm_forward = cpu_layernorm_forward,
+  .layernorm_backward = cpu_layernorm_backward,
+  .gelu_forward = cpu_gelu_forward,
+  .gelu_backward = cpu_gelu_backward,
+  .add = cpu_add,
+  .attention_forward = cpu_attention_forward,
+  .attention_backward = cpu_attention_backward,
+  .embedding_forward = cpu_embedding_forward,
+  .embedding_backward = cpu_embedding_backward,
+  .crossentropy = cpu_crossentropy,
+  .adamw = cpu_adamw,
+  .sumsq = cpu_sumsq,
+  .scale = cpu_scale,
+};

@@ -1,0 +1,19 @@
+/*
+ * cli.h - the subcommands of the gridtrain program (internal to src/cli).
+ *
+ * Each subcommand gets argv with argv[0] = its own name ("train", "ingest")
+ * and the world communicator (MPI is initialised, errors return). It returns
+ * a gt_err status; on failure the message is on the error stack and, when
+ * every rank knows the same error, it is marked collective (see
+ * gt_error_agree). main() prints and turns the status into the exit code.
+ * "--help" prints the subcommand's usage on rank 0 and returns GT_SUCCESS.
+ */
+#ifndef GT_CLI_H
+#define GT_CLI_H
+
+#include <mpi.h>
+
+int gt_cmd_train(int argc, char **argv, MPI_Comm world);
+int gt_cmd_ingest(int argc, char **argv, MPI_Comm world);
+
+#endif /* GT_CLI_H */

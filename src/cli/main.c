@@ -1,0 +1,124 @@
+/*
+ * main.c - the gridtrain program: MPI set-up, subcommand dispatch, and the
+ * one place where an error becomes a message and an exit status.
+ */
+#include <hdf5.h>
+#include <malloc.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "build_config.h"
+#include "cli.h"
+#include "gridtrain/backend.h"
+#include "gridtrain/cuda_info.h"
+#include "gridtrain/error.h"
+#include "gridtrain/log.h"
+#include "gridtrain/version.h"
+
+const char *gt_version(void) { return PACKAGE_VERSION; }
+
+void gt_build_info(char *buf, unsigned long size)
+{
+  char mpi[MPI_MAX_LIBRARY_VERSION_STRING] = "";
+  int len = 0;
+  MPI_Get_library_version(mpi, &len);
+  char *nl = strchr(mpi, '\n');
+  if (nl)
+    *nl = '\0';
+  char cuda[256];
+  gt_cuda_describe(cuda, sizeof cuda);
+  snprintf(buf, size,
+           "  MPI   : %s\n"
+           "  HDF5  : %s (parallel)\n"
+           "  BLAS  : %s\n"
+           "  CUDA  : %s\n",
+           mpi, GT_BUILD_HDF5, gt_backend_blas_info(), cuda);
+}
+
+static void gt_usage(void)
+{
+  if (gt_log_rank() != 0)
+    return;
+  printf("usage: gridtrain COMMAND [ARGS]\n"
+         "\n"
+         "gridtrain trains neural networks on MPI ranks with data, pipeline and tensor\n"
+         "parallelism. Launch it with mpiexec or srun.\n"
+         "\n"
+         "Commands:\n"
+         "  train DECK [section.key=value ...]   train the model of an input deck\n"
+         "  ingest text IN... -o OUT.h5          make an HDF5 token dataset from text\n"
+         "\n"
+         "Options:\n"
+         "  -h, --help       this help ('gridtrain COMMAND --help' for a command)\n"
+         "  -V, --version    version and build information\n"
+         "\n"
+         "Exit status: 0 success, 2 bad input, 1 other errors.\n");
+}
+
+static int gt_dispatch(int argc, char **argv, MPI_Comm world)
+{
+  if (argc < 2) {
+    gt_usage();
+    gt_error_set(GT_ERR_INPUT, __FILE__, __LINE__, __func__,
+                 "missing command; see 'gridtrain --help'");
+    gt_error_set_collective(true);
+    return GT_ERR_INPUT;
+  }
+  const char *cmd = argv[1];
+  if (strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "help") == 0) {
+    gt_usage();
+    return GT_SUCCESS;
+  }
+  if (strcmp(cmd, "-V") == 0 || strcmp(cmd, "--version") == 0) {
+    char info[2048];
+    gt_build_info(info, sizeof info);
+    gt_info("gridtrain %s\n%s", gt_version(), info);
+    return GT_SUCCESS;
+  }
+  if (strcmp(cmd, "train") == 0)
+    return gt_cmd_train(argc - 1, argv + 1, world);
+  if (strcmp(cmd, "ingest") == 0)
+    return gt_cmd_ingest(argc - 1, argv + 1, world);
+  gt_error_set(GT_ERR_INPUT, __FILE__, __LINE__, __func__,
+               "unknown command '%s'; commands: train, ingest (see 'gridtrain --help')", cmd);
+  gt_error_set_collective(true);
+  return GT_ERR_INPUT;
+}
+
+int main(int argc, char **argv)
+{
+  /* Large collectives: keep glibc from mapping and unmapping MPI's temporary
+   * buffers on every call (PLATFORM.md: 8x on a 64 MiB all-reduce). */
+  mallopt(M_MMAP_MAX, 0);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+
+  int provided;
+  if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+    fprintf(stderr, "gridtrain: error: MPI_Init_thread failed\n");
+    return 1;
+  }
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  gt_log_init(rank);
+  H5Eset_auto2(H5E_DEFAULT, NULL, NULL); /* HDF5 errors come back through GT_CALL_HDF5 */
+
+  int status = gt_dispatch(argc, argv, MPI_COMM_WORLD);
+  if (status == GT_SUCCESS) {
+    MPI_Finalize();
+    return 0;
+  }
+  int code = gt_error_exit_code(status);
+  if (gt_error_is_collective()) {
+    /* Every rank knows this error: rank 0 reports it, all exit cleanly. */
+    if (rank == 0)
+      gt_error_print(-1);
+    MPI_Finalize();
+    return code;
+  }
+  /* Only this rank knows: report and take the job down, so no rank hangs. */
+  gt_error_print(rank);
+  MPI_Abort(MPI_COMM_WORLD, code);
+  return code;
+}

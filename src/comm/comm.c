@@ -1,0 +1,119 @@
+/*
+ * comm.c - waits that yield when ranks outnumber cores, chunked all-reduce,
+ * and error agreement across ranks.
+ */
+#include "gridtrain/comm.h"
+
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "gridtrain/error.h"
+
+static gt_wait_mode gt_wait_current = GT_WAIT_BUSY;
+
+void gt_comm_set_wait_mode(gt_wait_mode mode) { gt_wait_current = mode; }
+gt_wait_mode gt_comm_get_wait_mode(void) { return gt_wait_current; }
+
+// ---- waits ------------------------------------------------------------------
+
+/* Sleep long enough to give the core away, short enough to react quickly.
+ * (PLATFORM.md: MPI_Test + 1-20 us sleeps were 17-35x faster than MPICH's
+ * busy polling at 4-8 ranks on 2 cores.) */
+static void gt_short_sleep(void)
+{
+  struct timespec ts = {0, 10000};
+  nanosleep(&ts, NULL);
+}
+
+int gt_comm_wait(MPI_Request *req)
+{
+  if (gt_wait_current == GT_WAIT_BUSY) {
+    GT_CALL_MPI(MPI_Wait(req, MPI_STATUS_IGNORE));
+    return GT_SUCCESS;
+  }
+  for (;;) {
+    int done = 0;
+    GT_CALL_MPI(MPI_Test(req, &done, MPI_STATUS_IGNORE));
+    if (done)
+      return GT_SUCCESS;
+    gt_short_sleep();
+  }
+}
+
+int gt_comm_waitall(int n, MPI_Request reqs[])
+{
+  /* One at a time: completes the same set, and each wait honours the mode. */
+  for (int i = 0; i < n; i++)
+    GT_CALL(gt_comm_wait(&reqs[i]));
+  return GT_SUCCESS;
+}
+
+// ---- collectives ------------------------------------------------------------
+
+#define GT_ALLREDUCE_CHUNK ((size_t)4 << 20) /* floats: 16 MiB */
+
+int gt_allreduce_f32(float *buf, size_t n, MPI_Op op, MPI_Comm comm)
+{
+  MPI_Request reqs[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+  size_t nchunks = (n + GT_ALLREDUCE_CHUNK - 1) / GT_ALLREDUCE_CHUNK;
+  for (size_t c = 0; c < nchunks; c++) {
+    size_t off = c * GT_ALLREDUCE_CHUNK;
+    size_t len = n - off < GT_ALLREDUCE_CHUNK ? n - off : GT_ALLREDUCE_CHUNK;
+    MPI_Request *slot = &reqs[c % 2];
+    if (*slot != MPI_REQUEST_NULL)
+      GT_CALL(gt_comm_wait(slot));
+    GT_CALL_MPI(MPI_Iallreduce(MPI_IN_PLACE, buf + off, (int)len, MPI_FLOAT, op, comm, slot));
+  }
+  GT_CALL(gt_comm_waitall(2, reqs));
+  return GT_SUCCESS;
+}
+
+int gt_allreduce_f64(double *buf, int n, MPI_Op op, MPI_Comm comm)
+{
+  MPI_Request req;
+  GT_CALL_MPI(MPI_Iallreduce(MPI_IN_PLACE, buf, n, MPI_DOUBLE, op, comm, &req));
+  GT_CALL(gt_comm_wait(&req));
+  return GT_SUCCESS;
+}
+
+int gt_barrier(MPI_Comm comm)
+{
+  MPI_Request req;
+  GT_CALL_MPI(MPI_Ibarrier(comm, &req));
+  GT_CALL(gt_comm_wait(&req));
+  return GT_SUCCESS;
+}
+
+// ---- error agreement ----------------------------------------------------------
+
+int gt_error_agree(int status, MPI_Comm comm)
+{
+  int rank, size;
+  GT_CALL_MPI(MPI_Comm_rank(comm, &rank));
+  GT_CALL_MPI(MPI_Comm_size(comm, &size));
+  int mine = status != GT_SUCCESS ? rank : size, first;
+  GT_CALL_MPI(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm));
+  if (first == size)
+    return GT_SUCCESS;
+  struct {
+    int code;
+    char message[1024];
+    char origin[256];
+  } msg;
+  memset(&msg, 0, sizeof msg);
+  if (rank == first) {
+    msg.code = status;
+    snprintf(msg.message, sizeof msg.message, "%s", gt_error_message());
+    snprintf(msg.origin, sizeof msg.origin, "%s", gt_error_origin());
+  }
+  GT_CALL_MPI(MPI_Bcast(&msg, (int)sizeof msg, MPI_BYTE, first, comm));
+  if (rank != first) {
+    char origin[300];
+    gt_error_set(msg.code, __FILE__, __LINE__, __func__, "%s", msg.message);
+    snprintf(origin, sizeof origin, "rank %d, %s", first, msg.origin);
+    gt_error_set_origin(origin);
+  }
+  gt_error_set_collective(true);
+  return msg.code;
+}

@@ -1,0 +1,578 @@
+/*
+ * config.c - input deck parsing (inih) and the table of every key.
+ */
+#include "gridtrain/config.h"
+
+#include <errno.h>
+#include <ini.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gridtrain/comm.h"
+#include "gridtrain/error.h"
+
+typedef enum {
+  GT_KEY_INT,      /* long in [min, max] */
+  GT_KEY_INT_AUTO, /* long in [min, max] or "auto" (stored as 0) */
+  GT_KEY_U64,      /* unsigned long long */
+  GT_KEY_REAL,     /* finite double in [min, max] */
+  GT_KEY_STRING,   /* char[size] */
+  GT_KEY_ENUM      /* char[size], one of choices ("a|b|c") */
+} gt_key_type;
+
+typedef struct {
+  const char *section;
+  const char *name;
+  gt_key_type type;
+  size_t offset;
+  size_t size;
+  double min, max;
+  const char *choices;
+  const char *defval; /* NULL: required */
+  const char *help;
+} gt_key;
+
+#define GT_OFF(member) offsetof(gt_config, member), sizeof(((gt_config *)0)->member)
+
+static const gt_key gt_keys[] = {
+  {"run", "steps", GT_KEY_INT, GT_OFF(run.steps), 0, 1e12, NULL, "100",
+   "optimizer steps to run"},
+  {"run", "seed", GT_KEY_U64, GT_OFF(run.seed), 0, 0, NULL, "1337",
+   "seed of the initial weights and of the data order"},
+  {"run", "log_every", GT_KEY_INT, GT_OFF(run.log_every), 1, 1e12, NULL, "10",
+   "print a log line every N steps (and at the first and last step)"},
+  {"run", "metrics", GT_KEY_STRING, GT_OFF(run.metrics), 0, 0, NULL, "",
+   "JSON-lines file written by rank 0, one record per step; empty for none"},
+  {"run", "eval_every", GT_KEY_INT, GT_OFF(run.eval_every), 0, 1e12, NULL, "0",
+   "validation loss every N steps and at the end; 0 turns it off"},
+  {"run", "eval_batches", GT_KEY_INT, GT_OFF(run.eval_batches), 1, 1e6, NULL, "4",
+   "global batches of the validation set per evaluation"},
+
+  {"grid", "dp", GT_KEY_INT_AUTO, GT_OFF(grid.dp), 1, 1e6, NULL, "auto",
+   "data-parallel size; auto takes what the world size leaves"},
+  {"grid", "pp", GT_KEY_INT_AUTO, GT_OFF(grid.pp), 1, 1e6, NULL, "1",
+   "pipeline-parallel size (stages)"},
+  {"grid", "tp", GT_KEY_INT_AUTO, GT_OFF(grid.tp), 1, 1e6, NULL, "1",
+   "tensor-parallel size"},
+
+  {"model", "type", GT_KEY_ENUM, GT_OFF(model.type), 0, 0, "gpt", "gpt",
+   "model family"},
+  {"model", "layers", GT_KEY_INT, GT_OFF(model.layers), 1, 1024, NULL, "4",
+   "transformer blocks"},
+  {"model", "heads", GT_KEY_INT, GT_OFF(model.heads), 1, 1024, NULL, "4",
+   "attention heads (must divide dim)"},
+  {"model", "dim", GT_KEY_INT, GT_OFF(model.dim), 1, 65536, NULL, "128",
+   "embedding width"},
+  {"model", "seq_len", GT_KEY_INT, GT_OFF(model.seq_len), 1, 1048576, NULL, "128",
+   "tokens per sequence (context length)"},
+  {"model", "vocab", GT_KEY_INT, GT_OFF(model.vocab), 2, 16777216, NULL, "256",
+   "vocabulary size (256 for byte-level data)"},
+
+  {"data", "train", GT_KEY_STRING, GT_OFF(data.train), 0, 0, NULL, NULL,
+   "training data: FILE.h5 or FILE.h5:/dataset (default dataset /train/tokens, "
+   "else /tokens)"},
+  {"data", "val", GT_KEY_STRING, GT_OFF(data.val), 0, 0, NULL, "",
+   "validation data: FILE.h5 or FILE.h5:/dataset (default /val/tokens); empty "
+   "for none"},
+  {"data", "batch", GT_KEY_INT, GT_OFF(data.batch), 1, 1e9, NULL, "16",
+   "global batch in sequences (split over dp ranks and micro-batches)"},
+  {"data", "microbatches", GT_KEY_INT, GT_OFF(data.microbatches), 1, 1e6, NULL, "1",
+   "micro-batches per step on each dp rank (gradient accumulation)"},
+
+  {"optim", "lr", GT_KEY_REAL, GT_OFF(optim.lr), 0, 10, NULL, "1e-3",
+   "peak learning rate"},
+  {"optim", "min_lr", GT_KEY_REAL, GT_OFF(optim.min_lr), 0, 10, NULL, "1e-4",
+   "learning rate at the end of the cosine decay"},
+  {"optim", "warmup", GT_KEY_INT, GT_OFF(optim.warmup), 0, 1e12, NULL, "10",
+   "steps of linear warm-up"},
+  {"optim", "weight_decay", GT_KEY_REAL, GT_OFF(optim.weight_decay), 0, 10, NULL,
+   "0.1", "decoupled weight decay (matrices and embeddings only)"},
+  {"optim", "beta1", GT_KEY_REAL, GT_OFF(optim.beta1), 0, 0.999999999, NULL, "0.9",
+   "AdamW first-moment decay"},
+  {"optim", "beta2", GT_KEY_REAL, GT_OFF(optim.beta2), 0, 0.999999999, NULL, "0.95",
+   "AdamW second-moment decay"},
+  {"optim", "eps", GT_KEY_REAL, GT_OFF(optim.eps), 1e-30, 1, NULL, "1e-8",
+   "AdamW epsilon"},
+  {"optim", "grad_clip", GT_KEY_REAL, GT_OFF(optim.grad_clip), 0, 1e9, NULL, "1.0",
+   "clip the global gradient norm to this value; 0 turns clipping off"},
+
+  {"backend", "device", GT_KEY_ENUM, GT_OFF(backend.device), 0, 0, "cpu|cuda",
+   "cpu", "compute backend"},
+  {"backend", "threads", GT_KEY_INT_AUTO, GT_OFF(backend.threads), 1, 4096, NULL,
+   "auto", "OpenMP/BLAS threads per rank; auto: OMP_NUM_THREADS, else cores "
+   "per node / ranks per node"},
+
+  {"parallel", "wait", GT_KEY_ENUM, GT_OFF(parallel.wait), 0, 0,
+   "auto|busy|yield", "auto",
+   "how ranks wait for MPI: yield sleeps between tests (for more ranks than "
+   "cores), busy spins in MPI, auto picks yield when oversubscribed"},
+};
+
+#define GT_NKEYS ((int)(sizeof gt_keys / sizeof gt_keys[0]))
+_Static_assert(sizeof gt_keys / sizeof gt_keys[0] <= GT_CONFIG_MAX_KEYS,
+               "raise GT_CONFIG_MAX_KEYS");
+
+// ---- key lookup and value parsing -------------------------------------------
+
+static bool gt_section_exists(const char *section)
+{
+  for (int i = 0; i < GT_NKEYS; i++)
+    if (strcmp(gt_keys[i].section, section) == 0)
+      return true;
+  return false;
+}
+
+static int gt_find_key(const char *section, const char *name)
+{
+  for (int i = 0; i < GT_NKEYS; i++)
+    if (strcmp(gt_keys[i].section, section) == 0 && strcmp(gt_keys[i].name, name) == 0)
+      return i;
+  return -1;
+}
+
+/* "run, grid, model, ..." (each section once, in table order). */
+static void gt_list_sections(char *buf, size_t size)
+{
+  buf[0] = '\0';
+  for (int i = 0; i < GT_NKEYS; i++) {
+    bool seen = false;
+    for (int j = 0; j < i; j++)
+      if (strcmp(gt_keys[i].section, gt_keys[j].section) == 0)
+        seen = true;
+    if (seen)
+      continue;
+    size_t len = strlen(buf);
+    snprintf(buf + len, size - len, "%s%s", len ? ", " : "", gt_keys[i].section);
+  }
+}
+
+static void gt_list_keys(const char *section, char *buf, size_t size)
+{
+  buf[0] = '\0';
+  for (int i = 0; i < GT_NKEYS; i++) {
+    if (strcmp(gt_keys[i].section, section) != 0)
+      continue;
+    size_t len = strlen(buf);
+    snprintf(buf + len, size - len, "%s%s", len ? ", " : "", gt_keys[i].name);
+  }
+}
+
+/* Description of what a key accepts, for messages and --help. */
+static void gt_key_accepts(const gt_key *k, char *buf, size_t size)
+{
+  switch (k->type) {
+  case GT_KEY_INT:
+    snprintf(buf, size, "an integer in [%.0f, %.0f]", k->min, k->max);
+    break;
+  case GT_KEY_INT_AUTO:
+    snprintf(buf, size, "'auto' or an integer in [%.0f, %.0f]", k->min, k->max);
+    break;
+  case GT_KEY_U64:
+    snprintf(buf, size, "an integer in [0, %llu]", (unsigned long long)UINT64_MAX);
+    break;
+  case GT_KEY_REAL:
+    snprintf(buf, size, "a number in [%g, %g]", k->min, k->max);
+    break;
+  case GT_KEY_STRING:
+    snprintf(buf, size, "a string of at most %zu characters", k->size - 1);
+    break;
+  case GT_KEY_ENUM: {
+    char choices[256];
+    snprintf(choices, sizeof choices, "%s", k->choices);
+    for (char *p = choices; *p; p++)
+      if (*p == '|')
+        *p = ',';
+    char *out = buf;
+    size_t left = size;
+    int n = snprintf(out, left, "one of ");
+    out += n;
+    left -= (size_t)n;
+    for (const char *p = choices; *p && left > 2; p++) {
+      if (*p == ',') {
+        *out++ = ',';
+        *out++ = ' ';
+        left -= 2;
+      } else {
+        *out++ = *p;
+        left--;
+      }
+    }
+    *out = '\0';
+    break;
+  }
+  }
+}
+
+static bool gt_parse_long(const char *s, long *out)
+{
+  char *end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (errno || end == s || *end != '\0')
+    return false;
+  *out = v;
+  return true;
+}
+
+/* Store value into cfg for key k; false if it is not acceptable. */
+static bool gt_key_store(const gt_key *k, gt_config *cfg, const char *value)
+{
+  char *dst = (char *)cfg + k->offset;
+  switch (k->type) {
+  case GT_KEY_INT:
+  case GT_KEY_INT_AUTO: {
+    long v;
+    if (k->type == GT_KEY_INT_AUTO && strcmp(value, "auto") == 0) {
+      *(long *)dst = 0;
+      return true;
+    }
+    if (!gt_parse_long(value, &v) || v < (long)k->min || v > (long)k->max)
+      return false;
+    *(long *)dst = v;
+    return true;
+  }
+  case GT_KEY_U64: {
+    char *end;
+    errno = 0;
+    if (value[0] == '-' || value[0] == '\0')
+      return false;
+    unsigned long long v = strtoull(value, &end, 10);
+    if (errno || *end != '\0')
+      return false;
+    *(unsigned long long *)dst = v;
+    return true;
+  }
+  case GT_KEY_REAL: {
+    char *end;
+    errno = 0;
+    double v = strtod(value, &end);
+    if (errno || end == value || *end != '\0' || !isfinite(v) || v < k->min ||
+        v > k->max)
+      return false;
+    *(double *)dst = v;
+    return true;
+  }
+  case GT_KEY_STRING:
+    if (strlen(value) >= k->size)
+      return false;
+    memcpy(dst, value, strlen(value) + 1);
+    return true;
+  case GT_KEY_ENUM: {
+    size_t len = strlen(value);
+    for (const char *p = k->choices; *p;) {
+      const char *bar = strchr(p, '|');
+      size_t n = bar ? (size_t)(bar - p) : strlen(p);
+      if (n == len && strncmp(p, value, n) == 0) {
+        memcpy(dst, value, len + 1);
+        return true;
+      }
+      p += n + (bar ? 1 : 0);
+    }
+    return false;
+  }
+  }
+  return false;
+}
+
+static void gt_key_format(const gt_key *k, const gt_config *cfg, char *buf, size_t size)
+{
+  const char *src = (const char *)cfg + k->offset;
+  switch (k->type) {
+  case GT_KEY_INT: snprintf(buf, size, "%ld", *(const long *)src); break;
+  case GT_KEY_INT_AUTO:
+    if (*(const long *)src == 0)
+      snprintf(buf, size, "auto");
+    else
+      snprintf(buf, size, "%ld", *(const long *)src);
+    break;
+  case GT_KEY_U64: snprintf(buf, size, "%llu", *(const unsigned long long *)src); break;
+  case GT_KEY_REAL: snprintf(buf, size, "%.9g", *(const double *)src); break;
+  case GT_KEY_STRING:
+  case GT_KEY_ENUM: snprintf(buf, size, "%s", src); break;
+  }
+}
+
+// ---- parsing ----------------------------------------------------------------
+
+typedef struct {
+  gt_config *cfg;
+  const char *source;     /* file name or "command line" */
+  const char *text;       /* deck text being read */
+  size_t pos;             /* reader position in text */
+  int line;               /* line number of the last line handed to inih */
+  int set_line[GT_NKEYS]; /* line where each key was set in this text, 0 if not */
+  int status;             /* first error */
+  gt_config_origin origin;
+} gt_parse_ctx;
+
+static int gt_apply(gt_parse_ctx *ctx, const char *section, const char *name,
+                    const char *value, const char *where)
+{
+  char list[512], accepts[256];
+  if (section[0] == '\0')
+    return GT_ERROR(GT_ERR_INPUT, "%s: key '%s' is outside any section; put it under one of [%s]",
+                    where, name, (gt_list_sections(list, sizeof list), list));
+  if (!gt_section_exists(section)) {
+    gt_list_sections(list, sizeof list);
+    return GT_ERROR(GT_ERR_INPUT, "%s: unknown section [%s]; valid sections: %s", where,
+                    section, list);
+  }
+  int i = gt_find_key(section, name);
+  if (i < 0) {
+    gt_list_keys(section, list, sizeof list);
+    return GT_ERROR(GT_ERR_INPUT, "%s: unknown key '%s' in [%s]; valid keys: %s", where,
+                    name, section, list);
+  }
+  if (ctx->origin == GT_FROM_DECK) {
+    if (ctx->set_line[i])
+      return GT_ERROR(GT_ERR_INPUT, "%s: [%s] %s is set twice (first on line %d)", where,
+                      section, name, ctx->set_line[i]);
+    ctx->set_line[i] = ctx->line;
+  }
+  if (!gt_key_store(&gt_keys[i], ctx->cfg, value)) {
+    gt_key_accepts(&gt_keys[i], accepts, sizeof accepts);
+    return GT_ERROR(GT_ERR_INPUT, "%s: [%s] %s = '%s' is not valid; expected %s", where,
+                    section, name, value, accepts);
+  }
+  ctx->cfg->origin[i] = (unsigned char)ctx->origin;
+  return GT_SUCCESS;
+}
+
+static int gt_ini_handler(void *user, const char *section, const char *name,
+                          const char *value)
+{
+  gt_parse_ctx *ctx = user;
+  if (ctx->status != GT_SUCCESS)
+    return 0;
+  char where[GT_PATH_MAX + 32];
+  snprintf(where, sizeof where, "%s:%d", ctx->source, ctx->line);
+  ctx->status = gt_apply(ctx, section, name, value, where);
+  return ctx->status == GT_SUCCESS;
+}
+
+#define GT_INI_LINE_MAX 200 /* inih's default INI_MAX_LINE */
+
+/* inih reader over a string that counts lines and rejects over-long ones. */
+static char *gt_ini_reader(char *str, int num, void *stream)
+{
+  gt_parse_ctx *ctx = stream;
+  const char *text = ctx->text + ctx->pos;
+  if (*text == '\0' || ctx->status != GT_SUCCESS)
+    return NULL;
+  const char *nl = strchr(text, '\n');
+  size_t len = nl ? (size_t)(nl - text) + 1 : strlen(text);
+  ctx->line++;
+  if (len >= (size_t)num) {
+    char where[GT_PATH_MAX + 32];
+    snprintf(where, sizeof where, "%s:%d", ctx->source, ctx->line);
+    ctx->status = GT_ERROR(GT_ERR_INPUT, "%s: line is longer than %d characters", where,
+                           num - 2);
+    return NULL;
+  }
+  memcpy(str, text, len);
+  str[len] = '\0';
+  ctx->pos += len;
+  return str;
+}
+
+void gt_config_defaults(gt_config *cfg)
+{
+  memset(cfg, 0, sizeof *cfg);
+  for (int i = 0; i < GT_NKEYS; i++) {
+    if (gt_keys[i].defval && !gt_key_store(&gt_keys[i], cfg, gt_keys[i].defval)) {
+      fprintf(stderr, "gridtrain: internal error: bad default for [%s] %s\n",
+              gt_keys[i].section, gt_keys[i].name);
+      abort();
+    }
+    cfg->origin[i] = GT_FROM_DEFAULT;
+  }
+}
+
+int gt_config_parse(gt_config *cfg, const char *text, const char *source,
+                    int noverrides, char *const overrides[])
+{
+  gt_parse_ctx ctx;
+  memset(&ctx, 0, sizeof ctx);
+  ctx.cfg = cfg;
+  if (text) {
+    ctx.source = source ? source : "deck";
+    ctx.text = text;
+    ctx.origin = GT_FROM_DECK;
+    int rc = ini_parse_stream(gt_ini_reader, &ctx, gt_ini_handler, &ctx);
+    GT_CALL(ctx.status);
+    if (rc != 0)
+      return GT_ERROR(GT_ERR_INPUT,
+                      "%s:%d: cannot parse this line; expected '[section]', "
+                      "'key = value' or a comment starting with ';' or '#'",
+                      ctx.source, rc > 0 ? rc : ctx.line);
+  }
+  ctx.origin = GT_FROM_CLI;
+  for (int i = 0; i < noverrides; i++) {
+    const char *arg = overrides[i];
+    const char *dot = strchr(arg, '.');
+    const char *eq = strchr(arg, '=');
+    if (!dot || !eq || dot > eq || dot == arg || eq == dot + 1)
+      return GT_ERROR(GT_ERR_INPUT,
+                      "command line: '%s' is not of the form section.key=value "
+                      "(for example model.layers=6)",
+                      arg);
+    char section[64], name[64];
+    size_t ns = (size_t)(dot - arg), nk = (size_t)(eq - dot - 1);
+    if (ns >= sizeof section || nk >= sizeof name)
+      return GT_ERROR(GT_ERR_INPUT, "command line: '%s': section or key too long", arg);
+    memcpy(section, arg, ns);
+    section[ns] = '\0';
+    memcpy(name, dot + 1, nk);
+    name[nk] = '\0';
+    char where[96];
+    snprintf(where, sizeof where, "command line");
+    GT_CALL(gt_apply(&ctx, section, name, eq + 1, where));
+  }
+  return GT_SUCCESS;
+}
+
+int gt_config_check_required(const gt_config *cfg)
+{
+  for (int i = 0; i < GT_NKEYS; i++) {
+    const gt_key *k = &gt_keys[i];
+    if (k->defval == NULL && ((const char *)cfg + k->offset)[0] == '\0')
+      return GT_ERROR(GT_ERR_INPUT, "%s: [%s] %s is required (%s)",
+                      cfg->deck_path[0] ? cfg->deck_path : "configuration",
+                      k->section, k->name, k->help);
+  }
+  return GT_SUCCESS;
+}
+
+// ---- collective load --------------------------------------------------------
+
+static int gt_read_text_file(const char *path, char **text_out)
+{
+  FILE *f = fopen(path, "rb");
+  GT_CHECK(f != NULL, GT_ERR_INPUT, "cannot open input deck '%s': %s", path,
+           strerror(errno));
+  size_t cap = 4096, len = 0;
+  char *text = malloc(cap);
+  if (!text) {
+    fclose(f);
+    GT_CHECK_ALLOC(text, cap);
+  }
+  for (;;) {
+    if (len + 1 >= cap) {
+      char *grown = realloc(text, cap * 2);
+      if (!grown) {
+        free(text);
+        fclose(f);
+        GT_CHECK_ALLOC(grown, cap * 2);
+      }
+      text = grown;
+      cap *= 2;
+    }
+    size_t n = fread(text + len, 1, cap - 1 - len, f);
+    len += n;
+    if (n == 0)
+      break;
+  }
+  int failed = ferror(f);
+  fclose(f);
+  text[len] = '\0';
+  if (failed || strlen(text) != len) {
+    free(text);
+    GT_CHECK(!failed, GT_ERR_INPUT, "cannot read input deck '%s'", path);
+    return GT_ERROR(GT_ERR_INPUT, "input deck '%s' contains a NUL byte; is it a text file?",
+                    path);
+  }
+  *text_out = text;
+  return GT_SUCCESS;
+}
+
+int gt_config_load(gt_config *cfg, const char *deck_path, int noverrides,
+                   char *const overrides[], MPI_Comm comm)
+{
+  int rank;
+  GT_CALL_MPI(MPI_Comm_rank(comm, &rank));
+  gt_config_defaults(cfg);
+  char *text = NULL;
+  long long len = 0;
+  int status = GT_SUCCESS;
+  if (deck_path) {
+    if (rank == 0) {
+      status = gt_read_text_file(deck_path, &text);
+      if (status == GT_SUCCESS)
+        len = (long long)strlen(text);
+    }
+    GT_CALL(gt_error_agree(status, comm));
+    GT_CALL_MPI(MPI_Bcast(&len, 1, MPI_LONG_LONG, 0, comm));
+    if (rank != 0) {
+      text = malloc((size_t)len + 1);
+      GT_CHECK_ALLOC(text, len + 1);
+    }
+    GT_CALL_MPI(MPI_Bcast(text, (int)len + 1, MPI_CHAR, 0, comm));
+    snprintf(cfg->deck_path, sizeof cfg->deck_path, "%s", deck_path);
+  }
+  /* Every rank parses the same bytes, so every rank reaches the same verdict. */
+  status = gt_config_parse(cfg, text, deck_path, noverrides, overrides);
+  if (status == GT_SUCCESS)
+    status = gt_config_check_required(cfg);
+  free(text);
+  if (status != GT_SUCCESS)
+    gt_error_set_collective(true);
+  return status;
+}
+
+// ---- output -----------------------------------------------------------------
+
+int gt_config_to_ini(const gt_config *cfg, char *buf, size_t size)
+{
+  size_t len = 0;
+  const char *section = "";
+  char value[GT_PATH_MAX];
+  buf[0] = '\0';
+  for (int i = 0; i < GT_NKEYS; i++) {
+    const gt_key *k = &gt_keys[i];
+    gt_key_format(k, cfg, value, sizeof value);
+    int n;
+    if (strcmp(section, k->section) != 0) {
+      n = snprintf(buf + len, len < size ? size - len : 0, "%s[%s]\n",
+                   i ? "\n" : "", k->section);
+      len += (size_t)n;
+      section = k->section;
+    }
+    n = snprintf(buf + len, len < size ? size - len : 0, "%s = %s\n", k->name, value);
+    len += (size_t)n;
+  }
+  return (int)len;
+}
+
+void gt_config_print_table(const gt_config *cfg, FILE *out)
+{
+  static const char *origin_name[] = {"default", "deck", "command line"};
+  char key[80], value[GT_PATH_MAX];
+  fprintf(out, "  %-24s %-32s %s\n", "key", "value", "from");
+  for (int i = 0; i < GT_NKEYS; i++) {
+    const gt_key *k = &gt_keys[i];
+    snprintf(key, sizeof key, "%s.%s", k->section, k->name);
+    gt_key_format(k, cfg, value, sizeof value);
+    fprintf(out, "  %-24s %-32s %s\n", key, value[0] ? value : "(none)",
+            origin_name[cfg->origin[i] <= GT_FROM_CLI ? cfg->origin[i] : 0]);
+  }
+}
+
+void gt_config_print_keys(FILE *out)
+{
+  const char *section = "";
+  char accepts[256], key[80];
+  for (int i = 0; i < GT_NKEYS; i++) {
+    const gt_key *k = &gt_keys[i];
+    if (strcmp(section, k->section) != 0) {
+      fprintf(out, "\n  [%s]\n", k->section);
+      section = k->section;
+    }
+    gt_key_accepts(k, accepts, sizeof accepts);
+    snprintf(key, sizeof key, "%s.%s", k->section, k->name);
+    fprintf(out, "    %-22s %s\n", key, k->help);
+    fprintf(out, "    %-22s   accepts %s; default: %s\n", "", accepts,
+            k->defval ? (k->defval[0] ? k->defval : "(empty)") : "(required)");
+  }
+}

@@ -1,0 +1,192 @@
+/*
+ * error.c - the per-rank error stack behind GT_CALL / GT_CHECK, and the
+ * translation of MPI and HDF5 errors into it.
+ */
+#include "gridtrain/error.h"
+
+#include <hdf5.h>
+#include <mpi.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define GT_ERROR_MSG_MAX 1024
+#define GT_ERROR_FRAMES 32
+
+typedef struct {
+  const char *file;
+  const char *func;
+  int line;
+} gt_frame;
+
+static struct {
+  int code;
+  bool collective;
+  char message[GT_ERROR_MSG_MAX];
+  char origin[256];
+  int nframes;
+  gt_frame frames[GT_ERROR_FRAMES];
+} gt_err_state;
+
+// ----------------------------------------------------------------------------
+
+int gt_error_exit_code(int code)
+{
+  switch (code) {
+  case GT_SUCCESS: return 0;
+  case GT_ERR_INPUT: return 2;
+  case GT_ERR_REQUEUE: return 3;
+  default: return 1;
+  }
+}
+
+const char *gt_error_name(int code)
+{
+  switch (code) {
+  case GT_SUCCESS: return "success";
+  case GT_ERR_INPUT: return "input";
+  case GT_ERR_REQUEUE: return "requeue";
+  case GT_ERR_SYSTEM: return "system";
+  case GT_ERR_MPI: return "mpi";
+  case GT_ERR_HDF5: return "hdf5";
+  case GT_ERR_BLAS: return "blas";
+  case GT_ERR_DEVICE: return "device";
+  case GT_ERR_NUMERIC: return "numeric";
+  case GT_ERR_INTERNAL: return "internal";
+  default: return "unknown";
+  }
+}
+
+static void gt_add_frame(const char *file, int line, const char *func)
+{
+  if (gt_err_state.nframes < GT_ERROR_FRAMES) {
+    gt_frame *f = &gt_err_state.frames[gt_err_state.nframes++];
+    f->file = file;
+    f->line = line;
+    f->func = func;
+  }
+}
+
+static int gt_error_vset(int code, const char *file, int line, const char *func,
+                         const char *fmt, va_list ap)
+{
+  gt_err_state.code = code;
+  gt_err_state.collective = false;
+  gt_err_state.nframes = 0;
+  vsnprintf(gt_err_state.message, sizeof gt_err_state.message, fmt, ap);
+  snprintf(gt_err_state.origin, sizeof gt_err_state.origin, "%s:%d (%s)", file,
+           line, func);
+  gt_add_frame(file, line, func);
+  return code;
+}
+
+int gt_error_set(int code, const char *file, int line, const char *func,
+                 const char *fmt, ...)
+{
+  va_list ap;
+  va_start(ap, fmt);
+  gt_error_vset(code, file, line, func, fmt, ap);
+  va_end(ap);
+  return code;
+}
+
+int gt_error_push(int code, const char *file, int line, const char *func)
+{
+  if (gt_err_state.code == GT_SUCCESS) {
+    /* A failure that did not go through gt_error_set (a bug): keep a trace. */
+    gt_error_set(code, file, line, func, "%s error with no message",
+                 gt_error_name(code));
+    return code;
+  }
+  gt_add_frame(file, line, func);
+  return code;
+}
+
+const char *gt_error_message(void) { return gt_err_state.message; }
+const char *gt_error_origin(void) { return gt_err_state.origin; }
+int gt_error_code(void) { return gt_err_state.code; }
+void gt_error_set_origin(const char *origin)
+{
+  snprintf(gt_err_state.origin, sizeof gt_err_state.origin, "%s", origin);
+}
+
+void gt_error_set_collective(bool collective) { gt_err_state.collective = collective; }
+bool gt_error_is_collective(void) { return gt_err_state.collective; }
+
+void gt_error_clear(void)
+{
+  gt_err_state.code = GT_SUCCESS;
+  gt_err_state.collective = false;
+  gt_err_state.message[0] = '\0';
+  gt_err_state.origin[0] = '\0';
+  gt_err_state.nframes = 0;
+}
+
+void gt_error_print(int rank)
+{
+  char prefix[64];
+  if (rank < 0)
+    snprintf(prefix, sizeof prefix, "gridtrain: error: ");
+  else
+    snprintf(prefix, sizeof prefix, "gridtrain: rank %d: error: ", rank);
+  if (gt_err_state.code == GT_ERR_INPUT || gt_err_state.origin[0] == '\0')
+    fprintf(stderr, "%s%s\n", prefix, gt_err_state.message);
+  else
+    fprintf(stderr, "%s%s [at %s]\n", prefix, gt_err_state.message,
+            gt_err_state.origin);
+  const char *trace = getenv("GT_TRACE");
+  if (trace && trace[0] == '1')
+    for (int i = 0; i < gt_err_state.nframes; i++)
+      fprintf(stderr, "  #%d %s:%d (%s)\n", i, gt_err_state.frames[i].file,
+              gt_err_state.frames[i].line, gt_err_state.frames[i].func);
+  fflush(stderr);
+}
+
+// ---- foreign errors ---------------------------------------------------------
+
+int gt_error_mpi(int mpi_code, const char *call, const char *file, int line,
+                 const char *func)
+{
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(mpi_code, text, &len) != MPI_SUCCESS)
+    snprintf(text, sizeof text, "MPI error code %d", mpi_code);
+  text[len < MPI_MAX_ERROR_STRING ? len : MPI_MAX_ERROR_STRING - 1] = '\0';
+  /* MPICH error strings can run over several lines: keep the first. */
+  char *nl = strchr(text, '\n');
+  if (nl)
+    *nl = '\0';
+  return gt_error_set(GT_ERR_MPI, file, line, func, "%s failed: %s", call, text);
+}
+
+typedef struct {
+  char desc[512];
+  char major[128];
+  char minor[128];
+} gt_h5_walk_data;
+
+static herr_t gt_h5_walk(unsigned n, const H5E_error2_t *err, void *data)
+{
+  gt_h5_walk_data *w = data;
+  /* The walk goes from the innermost frame outward; keep the innermost one
+   * that has a description. */
+  if (n == 0 || w->desc[0] == '\0') {
+    if (err->desc)
+      snprintf(w->desc, sizeof w->desc, "%s", err->desc);
+    H5Eget_msg(err->maj_num, NULL, w->major, sizeof w->major);
+    H5Eget_msg(err->min_num, NULL, w->minor, sizeof w->minor);
+  }
+  return 0;
+}
+
+int gt_error_hdf5(const char *call, const char *file, int line, const char *func)
+{
+  gt_h5_walk_data w = {{0}, {0}, {0}};
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, gt_h5_walk, &w);
+  H5Eclear2(H5E_DEFAULT);
+  if (w.desc[0] || w.minor[0])
+    return gt_error_set(GT_ERR_HDF5, file, line, func, "%s failed: %s (%s)",
+                        call, w.desc[0] ? w.desc : w.major, w.minor);
+  return gt_error_set(GT_ERR_HDF5, file, line, func, "%s failed", call);
+}

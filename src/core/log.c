@@ -1,0 +1,45 @@
+/*
+ * log.c - rank-aware printing (rank 0 prints, others stay quiet).
+ */
+#include "gridtrain/log.h"
+
+#include <stdarg.h>
+
+static int gt_world_rank;
+
+void gt_log_init(int world_rank) { gt_world_rank = world_rank; }
+int gt_log_rank(void) { return gt_world_rank; }
+
+void gt_info(const char *fmt, ...)
+{
+  if (gt_world_rank != 0)
+    return;
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(stdout, fmt, ap);
+  va_end(ap);
+  fflush(stdout);
+}
+
+void gt_warn(const char *fmt, ...)
+{
+  if (gt_world_rank != 0)
+    return;
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("gridtrain: warning: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  fputc('\n', stderr);
+  va_end(ap);
+  fflush(stderr);
+}
+
+void gt_rank_print(const char *fmt, ...)
+{
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "[rank %d] ", gt_world_rank);
+  vfprintf(stderr, fmt, ap);
+  va_end(ap);
+  fflush(stderr);
+}

@@ -1,0 +1,113 @@
+/*
+ * metrics.c - console lines and JSON-lines records of training steps.
+ */
+#include "gridtrain/metrics.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gridtrain/error.h"
+
+struct gt_metrics {
+  FILE *file;
+  char path[1024];
+};
+
+int gt_metrics_open(const char *path, gt_metrics **m)
+{
+  *m = NULL;
+  if (!path || !path[0])
+    return GT_SUCCESS;
+  FILE *f = fopen(path, "w");
+  GT_CHECK(f != NULL, GT_ERR_INPUT, "cannot create the metrics file '%s' ([run] metrics): %s",
+           path, strerror(errno));
+  gt_metrics *mm = calloc(1, sizeof *mm);
+  if (!mm) {
+    fclose(f);
+    GT_CHECK_ALLOC(mm, sizeof *mm);
+  }
+  mm->file = f;
+  snprintf(mm->path, sizeof mm->path, "%s", path);
+  *m = mm;
+  return GT_SUCCESS;
+}
+
+int gt_metrics_close(gt_metrics **m)
+{
+  gt_metrics *mm = *m;
+  if (!mm)
+    return GT_SUCCESS;
+  int rc = fclose(mm->file);
+  char path[1024];
+  snprintf(path, sizeof path, "%s", mm->path);
+  free(mm);
+  *m = NULL;
+  GT_CHECK(rc == 0, GT_ERR_SYSTEM, "cannot write the metrics file '%s': %s", path,
+           strerror(errno));
+  return GT_SUCCESS;
+}
+
+/* JSON has no NaN: write null. */
+static void gt_json_num(FILE *f, const char *key, double v, bool comma)
+{
+  if (isfinite(v))
+    fprintf(f, "%s\"%s\":%.9g", comma ? "," : "", key, v);
+  else
+    fprintf(f, "%s\"%s\":null", comma ? "," : "", key);
+}
+
+int gt_metrics_write_step(gt_metrics *m, const gt_step_stats *s)
+{
+  if (!m)
+    return GT_SUCCESS;
+  FILE *f = m->file;
+  fprintf(f, "{\"step\":%ld", s->step);
+  gt_json_num(f, "loss", s->loss, true);
+  if (!isnan(s->val_loss))
+    gt_json_num(f, "val_loss", s->val_loss, true);
+  gt_json_num(f, "lr", s->lr, true);
+  gt_json_num(f, "grad_norm", s->grad_norm, true);
+  gt_json_num(f, "step_ms", s->step_ms, true);
+  gt_json_num(f, "tokens_per_s", s->tokens_per_s, true);
+  gt_json_num(f, "compute_ms", s->compute_ms, true);
+  gt_json_num(f, "comm_ms", s->comm_ms, true);
+  gt_json_num(f, "data_ms", s->data_ms, true);
+  fprintf(f, "}\n");
+  GT_CHECK(fflush(f) == 0, GT_ERR_SYSTEM, "cannot write the metrics file '%s': %s", m->path,
+           strerror(errno));
+  return GT_SUCCESS;
+}
+
+int gt_metrics_write_summary(gt_metrics *m, const gt_run_summary *s)
+{
+  if (!m)
+    return GT_SUCCESS;
+  FILE *f = m->file;
+  fprintf(f, "{\"summary\":true,\"steps\":%ld", s->steps);
+  gt_json_num(f, "tokens", s->tokens, true);
+  gt_json_num(f, "seconds", s->seconds, true);
+  gt_json_num(f, "tokens_per_s", s->tokens_per_s, true);
+  gt_json_num(f, "model_tflops", s->model_tflops, true);
+  gt_json_num(f, "final_loss", s->final_loss, true);
+  gt_json_num(f, "final_val_loss", s->final_val_loss, true);
+  fprintf(f, "}\n");
+  GT_CHECK(fflush(f) == 0, GT_ERR_SYSTEM, "cannot write the metrics file '%s': %s", m->path,
+           strerror(errno));
+  return GT_SUCCESS;
+}
+
+void gt_metrics_format_step(const gt_step_stats *s, long total_steps, char *buf, size_t size)
+{
+  char val[32] = "";
+  if (!isnan(s->val_loss))
+    snprintf(val, sizeof val, " | val %.4f", s->val_loss);
+  double ms = s->step_ms > 0 ? s->step_ms : 1;
+  snprintf(buf, size,
+           "step %ld/%ld | loss %.4f%s | lr %.2e | gnorm %.3f | %.1f ms | %.0f tok/s | "
+           "compute %.0f%% comm %.0f%% data %.0f%%",
+           s->step, total_steps, s->loss, val, s->lr, s->grad_norm, s->step_ms,
+           s->tokens_per_s, 100 * s->compute_ms / ms, 100 * s->comm_ms / ms,
+           100 * s->data_ms / ms);
+}

@@ -1,0 +1,84 @@
+/*
+ * tests/test_util.h - helpers shared by the C tests: deterministic random
+ * arrays, norm-wise relative error, MPI start-up.
+ */
+#ifndef GT_TESTS_UTIL_H
+#define GT_TESTS_UTIL_H
+
+#include <math.h>
+#include <mpi.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gridtrain/error.h"
+#include "gridtrain/log.h"
+#include "tap.h"
+
+/* Uniform in [lo, hi) from a tiny LCG (tests only). */
+static inline void tu_fill(float *x, size_t n, uint64_t seed, float lo, float hi)
+{
+  uint64_t s = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+  for (size_t i = 0; i < n; i++) {
+    s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+    x[i] = lo + (hi - lo) * (float)((s >> 40) * 0x1.0p-24);
+  }
+}
+
+static inline void tu_fill_int(int32_t *x, size_t n, uint64_t seed, int32_t upper)
+{
+  uint64_t s = seed * 2862933555777941757ULL + 3037000493ULL;
+  for (size_t i = 0; i < n; i++) {
+    s = s * 2862933555777941757ULL + 3037000493ULL;
+    x[i] = (int32_t)((s >> 33) % (uint64_t)upper);
+  }
+}
+
+/* ||a - b|| / ||b|| (||b|| floored at 1e-30). */
+static inline double tu_rel_err(const float *a, const float *b, size_t n)
+{
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; i++) {
+    double d = (double)a[i] - b[i];
+    num += d * d;
+    den += (double)b[i] * b[i];
+  }
+  return sqrt(num) / fmax(sqrt(den), 1e-30);
+}
+
+static inline float *tu_alloc(size_t n)
+{
+  float *p = calloc(n ? n : 1, sizeof(float));
+  if (!p)
+    abort();
+  return p;
+}
+
+static inline float *tu_copy(const float *x, size_t n)
+{
+  float *p = tu_alloc(n);
+  memcpy(p, x, n * sizeof(float));
+  return p;
+}
+
+/* MPI_Init, error handler, log rank; TAP output on rank 0 only. */
+static inline int tu_mpi_init(int *argc, char ***argv)
+{
+  int provided, rank;
+  MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided);
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  gt_log_init(rank);
+  tap_init(rank == 0);
+  return rank;
+}
+
+/* Report a gridtrain error status as a failed TAP line; true when ok. */
+static inline bool tu_ok_status(int status, const char *what)
+{
+  if (status != GT_SUCCESS)
+    tap_diag("%s: %s", what, gt_error_message());
+  return tap_ok(status == GT_SUCCESS, "%s", what);
+}
+
+#endif /* GT_TESTS_UTIL_H */
