@@ -304,6 +304,7 @@ typedef struct {
   int line;               /* line number of the last line handed to inih */
   int set_line[GT_NKEYS]; /* line where each key was set in this text, 0 if not */
   int status;             /* first error */
+  int error_line;         /* line of that error */
   gt_config_origin origin;
 } gt_parse_ctx;
 
@@ -349,6 +350,8 @@ static int gt_ini_handler(void *user, const char *section, const char *name,
   char where[GT_PATH_MAX + 32];
   snprintf(where, sizeof where, "%s:%d", ctx->source, ctx->line);
   ctx->status = gt_apply(ctx, section, name, value, where);
+  if (ctx->status != GT_SUCCESS)
+    ctx->error_line = ctx->line;
   return ctx->status == GT_SUCCESS;
 }
 
@@ -369,6 +372,7 @@ static char *gt_ini_reader(char *str, int num, void *stream)
     snprintf(where, sizeof where, "%s:%d", ctx->source, ctx->line);
     ctx->status = GT_ERROR(GT_ERR_INPUT, "%s: line is longer than %d characters", where,
                            num - 2);
+    ctx->error_line = ctx->line;
     return NULL;
   }
   memcpy(str, text, len);
@@ -401,7 +405,10 @@ int gt_config_parse(gt_config *cfg, const char *text, const char *source,
     ctx.text = text;
     ctx.origin = GT_FROM_DECK;
     int rc = ini_parse_stream(gt_ini_reader, &ctx, gt_ini_handler, &ctx);
-    GT_CALL(ctx.status);
+    /* inih reports the first bad line; ours may come later (a key after a
+     * broken section header): the earlier problem is the real one. */
+    if (ctx.status != GT_SUCCESS && !(rc > 0 && rc < ctx.error_line))
+      return ctx.status;
     if (rc != 0)
       return GT_ERROR(GT_ERR_INPUT,
                       "%s:%d: cannot parse this line; expected '[section]', "

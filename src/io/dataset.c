@@ -1,0 +1,312 @@
+/*
+ * dataset.c - token datasets in HDF5: opening a spec collectively with the
+ * MPI-IO driver, validating it the same way on every rank, and independent
+ * reads of sequences of T+1 tokens into int32 memory.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "gridtrain/comm.h"
+#include "gridtrain/data.h"
+#include "gridtrain/error.h"
+#include "h5util.h"
+
+/* The HDF5 objects a dataset holds; the file comes first so that
+ * gt_h5_close_all closes it last. */
+enum { GT_DS_FILE, GT_DS_DSET, GT_DS_FSPACE, GT_DS_MSPACE, GT_DS_TYPE, GT_DS_N };
+
+struct gt_dataset {
+  hid_t ids[GT_DS_N];
+  int mem_len;        /* elements in ids[GT_DS_MSPACE] (T+1 of the last read) */
+  char *name;         /* "FILE:/path" */
+  long long ntokens;
+  long vocab;
+};
+
+// ---- opening ----------------------------------------------------------------
+
+/* "FILE" or "FILE:/path": split at the last ':' only when a '/' follows it,
+ * so that file names with colons still work. *file is a malloc'd copy; *dpath
+ * points into it (NULL when the spec names no dataset). */
+static int gt_dataset_parse_spec(const char *spec, char **file, const char **dpath)
+{
+  *dpath = NULL;
+  *file = strdup(spec);
+  GT_CHECK_ALLOC(*file, strlen(spec) + 1);
+  char *colon = strrchr(*file, ':');
+  if (colon && colon[1] == '/') {
+    *colon = '\0';
+    *dpath = colon + 1;
+  }
+  GT_CHECK((*file)[0] != '\0', GT_ERR_INPUT,
+           "dataset '%s' names no file; write it as FILE.h5 or FILE.h5:/path", spec);
+  return GT_SUCCESS;
+}
+
+/* Rank 0, before the collective open: a clear message for the common
+ * mistakes (missing file, no permission, not HDF5). */
+static int gt_dataset_check_file(const char *file)
+{
+  struct stat st;
+  int fd = open(file, O_RDONLY);
+  if (fd < 0)
+    return GT_ERROR(GT_ERR_INPUT, "cannot open dataset file '%s': %s", file,
+                    strerror(errno));
+  int rc = fstat(fd, &st);
+  int err = errno;
+  close(fd);
+  GT_CHECK(rc == 0, GT_ERR_INPUT, "cannot open dataset file '%s': %s", file, strerror(err));
+  GT_CHECK(!S_ISDIR(st.st_mode), GT_ERR_INPUT,
+           "cannot open dataset file '%s': %s", file, strerror(EISDIR));
+  htri_t is_hdf5 = H5Fis_hdf5(file);
+  if (is_hdf5 < 0)
+    H5Eclear2(H5E_DEFAULT);
+  GT_CHECK(is_hdf5 > 0, GT_ERR_INPUT,
+           "'%s' is not an HDF5 file; make one with 'gridtrain ingest text'", file);
+  return GT_SUCCESS;
+}
+
+typedef enum { GT_OBJ_MISSING, GT_OBJ_DATASET, GT_OBJ_OTHER } gt_obj_kind;
+
+/* Open the dataset at path if it exists; *id stays invalid otherwise. Each
+ * link on the path is checked in turn (H5Lexists fails, rather than answers
+ * no, when a parent group is missing). */
+static int gt_dataset_find(hid_t file, const char *path, gt_obj_kind *kind, hid_t *id)
+{
+  *kind = GT_OBJ_MISSING;
+  size_t len = strlen(path);
+  char *prefix = malloc(len + 1);
+  GT_CHECK_ALLOC(prefix, len + 1);
+  memcpy(prefix, path, len + 1);
+  htri_t exists = 1;
+  for (size_t i = 1; i <= len && exists > 0; i++) {
+    if (prefix[i] != '/' && prefix[i] != '\0')
+      continue;
+    if (prefix[i - 1] == '/') /* empty component: "//" or a trailing '/' */
+      continue;
+    char saved = prefix[i];
+    prefix[i] = '\0';
+    exists = H5Lexists(file, prefix, H5P_DEFAULT);
+    prefix[i] = saved;
+  }
+  free(prefix);
+  GT_CALL_HDF5(exists);
+  if (!exists || len == 0 || strcmp(path, "/") == 0)
+    return GT_SUCCESS;
+
+  GT_H5_ID(*id, H5Oopen(file, path, H5P_DEFAULT));
+  H5I_type_t type;
+  GT_CALL_HDF5(type = H5Iget_type(*id));
+  if (type == H5I_DATASET) {
+    *kind = GT_OBJ_DATASET;
+  } else {
+    *kind = GT_OBJ_OTHER;
+    GT_CALL(gt_h5_close(id));
+  }
+  return GT_SUCCESS;
+}
+
+static int gt_dataset_set_name(gt_dataset *ds, const char *file, const char *dpath)
+{
+  size_t size = strlen(file) + strlen(dpath) + 2;
+  ds->name = malloc(size);
+  GT_CHECK_ALLOC(ds->name, size);
+  snprintf(ds->name, size, "%s:%s", file, dpath);
+  return GT_SUCCESS;
+}
+
+/* Every rank: open the file and the dataset and validate them. The file is
+ * the same everywhere, so every rank reaches the same verdict. */
+static int gt_dataset_open_local(gt_dataset *ds, const char *file, const char *dpath,
+                                 const char *default_dset, MPI_Comm comm)
+{
+  hid_t *ids = ds->ids;
+  GT_CALL(gt_h5_open_mpio(file, H5F_ACC_RDONLY, comm, &ids[GT_DS_FILE]));
+
+  gt_obj_kind kind = GT_OBJ_MISSING;
+  if (dpath) {
+    GT_CALL(gt_dataset_find(ids[GT_DS_FILE], dpath, &kind, &ids[GT_DS_DSET]));
+    GT_CHECK(kind != GT_OBJ_MISSING, GT_ERR_INPUT,
+             "'%s' has no dataset '%s'; list its contents with 'h5ls -r %s'",
+             file, dpath, file);
+    GT_CHECK(kind == GT_OBJ_DATASET, GT_ERR_INPUT,
+             "'%s:%s' is not a dataset (a group?); name a dataset as '%s:/path'",
+             file, dpath, file);
+  } else {
+    const char *tried[2];
+    int ntried = 0;
+    if (default_dset && default_dset[0] && strcmp(default_dset, "/tokens") != 0)
+      tried[ntried++] = default_dset;
+    tried[ntried++] = "/tokens";
+    for (int i = 0; i < ntried && kind != GT_OBJ_DATASET; i++) {
+      GT_CALL(gt_dataset_find(ids[GT_DS_FILE], tried[i], &kind, &ids[GT_DS_DSET]));
+      dpath = tried[i];
+    }
+    if (ntried == 2)
+      GT_CHECK(kind == GT_OBJ_DATASET, GT_ERR_INPUT,
+               "'%s' has no dataset '%s' or '/tokens'; name one as '%s:/path' "
+               "('h5ls -r %s' lists them)", file, tried[0], file, file);
+    GT_CHECK(kind == GT_OBJ_DATASET, GT_ERR_INPUT,
+             "'%s' has no dataset '/tokens'; name one as '%s:/path' "
+             "('h5ls -r %s' lists them)", file, file, file);
+  }
+  GT_CALL(gt_dataset_set_name(ds, file, dpath));
+
+  GT_H5_ID(ids[GT_DS_FSPACE], H5Dget_space(ids[GT_DS_DSET]));
+  int ndims;
+  GT_CALL_HDF5(ndims = H5Sget_simple_extent_ndims(ids[GT_DS_FSPACE]));
+  GT_CHECK(ndims == 1, GT_ERR_INPUT,
+           "'%s' has %d dimensions; token data must be a 1-D dataset", ds->name, ndims);
+  hsize_t ntokens = 0;
+  GT_CALL_HDF5(H5Sget_simple_extent_dims(ids[GT_DS_FSPACE], &ntokens, NULL));
+
+  GT_H5_ID(ids[GT_DS_TYPE], H5Dget_type(ids[GT_DS_DSET]));
+  H5T_class_t cls;
+  GT_CALL_HDF5(cls = H5Tget_class(ids[GT_DS_TYPE]));
+  GT_CALL(gt_h5_close(&ids[GT_DS_TYPE]));
+  GT_CHECK(cls == H5T_INTEGER, GT_ERR_INPUT,
+           "'%s' does not hold integers; token data must be an integer dataset", ds->name);
+
+  bool found = false;
+  long long vocab = 0;
+  GT_CALL(gt_h5_read_attr_i64(ids[GT_DS_DSET], "vocab_size", ds->name, &found, &vocab));
+  if (!found) /* a file id stands for its root group */
+    GT_CALL(gt_h5_read_attr_i64(ids[GT_DS_FILE], "vocab_size", file, &found, &vocab));
+  GT_CHECK(found, GT_ERR_INPUT,
+           "'%s' has no vocab_size attribute (on the dataset or the root group); "
+           "add one, or make the file with 'gridtrain ingest text'", ds->name);
+  GT_CHECK(vocab >= 1 && vocab <= INT32_MAX, GT_ERR_INPUT,
+           "'%s' has vocab_size %lld; it must be in [1, %d]", ds->name, vocab, INT32_MAX);
+  GT_CHECK(ntokens >= 2, GT_ERR_INPUT,
+           "'%s' has %llu tokens; a dataset needs at least 2", ds->name,
+           (unsigned long long)ntokens);
+  ds->ntokens = (long long)ntokens;
+  ds->vocab = (long)vocab;
+  return GT_SUCCESS;
+}
+
+static int gt_dataset_alloc(gt_dataset **ds)
+{
+  *ds = calloc(1, sizeof **ds);
+  GT_CHECK_ALLOC(*ds, sizeof **ds);
+  for (int i = 0; i < GT_DS_N; i++)
+    (*ds)->ids[i] = H5I_INVALID_HID;
+  return GT_SUCCESS;
+}
+
+static int gt_dataset_free(gt_dataset *ds, int status)
+{
+  status = gt_h5_close_all(status, GT_DS_N, ds->ids);
+  free(ds->name);
+  free(ds);
+  return status;
+}
+
+int gt_dataset_open(const char *spec, const char *default_dset, MPI_Comm comm,
+                    gt_dataset **out)
+{
+  GT_ASSERT(spec != NULL && out != NULL);
+  *out = NULL;
+  int rank;
+  GT_CALL_MPI(MPI_Comm_rank(comm, &rank));
+
+  char *file = NULL;
+  const char *dpath = NULL;
+  gt_dataset *ds = NULL;
+  int status = gt_h5_quiet();
+  if (status == GT_SUCCESS)
+    status = gt_dataset_parse_spec(spec, &file, &dpath);
+  if (status == GT_SUCCESS && rank == 0)
+    status = gt_dataset_check_file(file);
+  status = gt_error_agree(status, comm);
+  if (status == GT_SUCCESS) {
+    status = gt_dataset_alloc(&ds);
+    if (status == GT_SUCCESS)
+      status = gt_dataset_open_local(ds, file, dpath, default_dset, comm);
+    /* A failure on one rank alone must not leave the others waiting. */
+    status = gt_error_agree(status, comm);
+  }
+  free(file);
+  if (status != GT_SUCCESS) {
+    if (ds)
+      gt_dataset_free(ds, status);
+    return gt_error_push(status, __FILE__, __LINE__, __func__);
+  }
+  *out = ds;
+  return GT_SUCCESS;
+}
+
+int gt_dataset_close(gt_dataset **ds)
+{
+  if (!ds || !*ds)
+    return GT_SUCCESS;
+  gt_dataset *victim = *ds;
+  *ds = NULL;
+  GT_CALL(gt_dataset_free(victim, GT_SUCCESS));
+  return GT_SUCCESS;
+}
+
+// ---- queries ----------------------------------------------------------------
+
+const char *gt_dataset_name(const gt_dataset *ds) { return ds->name; }
+long long gt_dataset_ntokens(const gt_dataset *ds) { return ds->ntokens; }
+long gt_dataset_vocab(const gt_dataset *ds) { return ds->vocab; }
+
+long long gt_dataset_nseq(const gt_dataset *ds, int T)
+{
+  return T >= 1 ? (ds->ntokens - 1) / T : 0;
+}
+
+// ---- reading ------------------------------------------------------------------
+
+int gt_dataset_read_samples(gt_dataset *ds, int T, bool shuffle,
+                            unsigned long long seed, long long first, int count,
+                            long vocab_limit, int32_t *out)
+{
+  GT_ASSERT(ds != NULL && out != NULL && T >= 1 && T < INT_MAX && first >= 0 && count >= 0);
+  const long long nseq = gt_dataset_nseq(ds, T);
+  GT_CHECK(nseq >= 1, GT_ERR_INPUT,
+           "'%s' has %lld tokens, too few for one sequence of %d; use a shorter "
+           "sequence length or more data", ds->name, ds->ntokens, T + 1);
+  hid_t *ids = ds->ids;
+  const int len = T + 1;
+  if (ds->mem_len != len) {
+    hsize_t dims = (hsize_t)len;
+    GT_CALL(gt_h5_close(&ids[GT_DS_MSPACE]));
+    ds->mem_len = 0;
+    GT_H5_ID(ids[GT_DS_MSPACE], H5Screate_simple(1, &dims, NULL));
+    ds->mem_len = len;
+  }
+
+  for (int i = 0; i < count; i++) {
+    const long long g = first + i;
+    const long long s = shuffle ? gt_order_sequence(seed, nseq, g) : g % nseq;
+    hsize_t start = (hsize_t)s * (hsize_t)T, n = (hsize_t)len;
+    int32_t *row = out + (size_t)i * (size_t)len;
+    GT_CALL_HDF5(H5Sselect_hyperslab(ids[GT_DS_FSPACE], H5S_SELECT_SET, &start, NULL, &n, NULL));
+    if (H5Dread(ids[GT_DS_DSET], H5T_NATIVE_INT32, ids[GT_DS_MSPACE], ids[GT_DS_FSPACE],
+                H5P_DEFAULT, row) < 0) {
+      /* Name the data and keep HDF5's reason (a checksum error, an I/O error). */
+      char why[640];
+      gt_error_hdf5("H5Dread", __FILE__, __LINE__, __func__);
+      snprintf(why, sizeof why, "%s", gt_error_message());
+      return GT_ERROR(GT_ERR_HDF5,
+                      "cannot read tokens [%llu, %llu) of '%s': %s; if the file is "
+                      "damaged, make it again with 'gridtrain ingest'",
+                      (unsigned long long)start, (unsigned long long)(start + n),
+                      ds->name, why);
+    }
+    for (int t = 0; t < len; t++)
+      GT_CHECK(row[t] >= 0 && row[t] < vocab_limit, GT_ERR_INPUT,
+               "'%s' holds token %d at position %llu, outside the model's vocabulary "
+               "[0, %ld); use data made for this vocabulary or raise vocab_size",
+               ds->name, (int)row[t], (unsigned long long)(start + (hsize_t)t), vocab_limit);
+  }
+  return GT_SUCCESS;
+}

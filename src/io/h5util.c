@@ -1,0 +1,203 @@
+/*
+ * h5util.c - HDF5 helpers for the io module: quiet errors, closing objects
+ * of any kind on every path, MPI-IO file access, typed attributes.
+ */
+#include "h5util.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gridtrain/error.h"
+
+/* Chunk cache of each dataset in files opened with MPI-IO (HDF5's default
+ * is 1 MiB): 8 MiB holds 128 chunks of 64 Ki tokens, so random sequence
+ * reads of a corpus up to that size (the KJV is 4.4 MB) decompress and
+ * checksum each chunk once. Slots: a prime, ~100 per chunk held, as HDF5
+ * advises against hash collisions. */
+#define GT_H5_CACHE_BYTES ((size_t)8 << 20)
+#define GT_H5_CACHE_SLOTS 12799
+
+// ---- errors and closing ------------------------------------------------------
+
+int gt_h5_quiet(void)
+{
+  GT_CALL_HDF5(H5Eset_auto2(H5E_DEFAULT, NULL, NULL));
+  return GT_SUCCESS;
+}
+
+static herr_t gt_h5_close_raw(hid_t id)
+{
+  switch (H5Iget_type(id)) {
+  case H5I_FILE: return H5Fclose(id);
+  case H5I_GROUP: return H5Gclose(id);
+  case H5I_DATASET: return H5Dclose(id);
+  case H5I_DATASPACE: return H5Sclose(id);
+  case H5I_DATATYPE: return H5Tclose(id);
+  case H5I_ATTR: return H5Aclose(id);
+  case H5I_GENPROP_LST: return H5Pclose(id);
+  case H5I_BADID: return -1;
+  default: return H5Idec_ref(id) < 0 ? -1 : 0;
+  }
+}
+
+int gt_h5_close(hid_t *id)
+{
+  hid_t victim = *id;
+  *id = H5I_INVALID_HID;
+  if (victim < 0)
+    return GT_SUCCESS;
+  GT_CALL_HDF5(gt_h5_close_raw(victim));
+  return GT_SUCCESS;
+}
+
+int gt_h5_close_all(int status, int n, hid_t ids[])
+{
+  for (int i = n - 1; i >= 0; i--) {
+    if (status == GT_SUCCESS) {
+      int closed = gt_h5_close(&ids[i]);
+      if (closed != GT_SUCCESS)
+        status = gt_error_push(closed, __FILE__, __LINE__, __func__);
+    } else if (ids[i] >= 0) {
+      /* Already failing: release what we can, keep the first error. */
+      if (gt_h5_close_raw(ids[i]) < 0)
+        H5Eclear2(H5E_DEFAULT);
+      ids[i] = H5I_INVALID_HID;
+    }
+  }
+  return status;
+}
+
+// ---- files ----------------------------------------------------------------------
+
+static int gt_h5_open_mpio_in(const char *path, unsigned flags, MPI_Comm comm,
+                              hid_t *file, hid_t *fapl)
+{
+  GT_H5_ID(*fapl, H5Pcreate(H5P_FILE_ACCESS));
+  GT_CALL_HDF5(H5Pset_fapl_mpio(*fapl, comm, MPI_INFO_NULL));
+  GT_CALL_HDF5(H5Pset_cache(*fapl, 0, GT_H5_CACHE_SLOTS, GT_H5_CACHE_BYTES, 0.75));
+  GT_H5_ID(*file, H5Fopen(path, flags, *fapl));
+  return GT_SUCCESS;
+}
+
+int gt_h5_open_mpio(const char *path, unsigned flags, MPI_Comm comm, hid_t *file)
+{
+  /* ROMIO reads "name:" at the start of a path as a file-system prefix (ufs:,
+   * nfs:, lustre:): a path with a colon names the generic Unix driver
+   * explicitly, so that the colon stays part of the file name. */
+  char *prefixed = NULL;
+  if (strchr(path, ':')) {
+    size_t size = strlen(path) + sizeof "ufs:";
+    prefixed = malloc(size);
+    GT_CHECK_ALLOC(prefixed, size);
+    snprintf(prefixed, size, "ufs:%s", path);
+  }
+  hid_t fapl = H5I_INVALID_HID;
+  *file = H5I_INVALID_HID;
+  int status = gt_h5_open_mpio_in(prefixed ? prefixed : path, flags, comm, file, &fapl);
+  free(prefixed);
+  GT_CALL(gt_h5_close_all(status, 1, &fapl));
+  return GT_SUCCESS;
+}
+
+// ---- attributes -------------------------------------------------------------------
+
+enum { GT_AID_ATTR, GT_AID_SPACE, GT_AID_TYPE, GT_AID_N };
+
+static int gt_h5_read_attr_i64_in(hid_t obj, const char *name, const char *what,
+                                  bool *found, long long *value, hid_t ids[])
+{
+  htri_t exists;
+  GT_CALL_HDF5(exists = H5Aexists(obj, name));
+  *found = false;
+  if (!exists)
+    return GT_SUCCESS;
+  GT_H5_ID(ids[GT_AID_ATTR], H5Aopen(obj, name, H5P_DEFAULT));
+  GT_H5_ID(ids[GT_AID_TYPE], H5Aget_type(ids[GT_AID_ATTR]));
+  GT_H5_ID(ids[GT_AID_SPACE], H5Aget_space(ids[GT_AID_ATTR]));
+  H5T_class_t cls;
+  hssize_t npoints;
+  GT_CALL_HDF5(cls = H5Tget_class(ids[GT_AID_TYPE]));
+  GT_CALL_HDF5(npoints = H5Sget_simple_extent_npoints(ids[GT_AID_SPACE]));
+  GT_CHECK(cls == H5T_INTEGER && npoints == 1, GT_ERR_INPUT,
+           "attribute '%s' of %s is not one integer; write it as a scalar integer",
+           name, what);
+  long long v = 0;
+  GT_CALL_HDF5(H5Aread(ids[GT_AID_ATTR], H5T_NATIVE_LLONG, &v));
+  *value = v;
+  *found = true;
+  return GT_SUCCESS;
+}
+
+int gt_h5_read_attr_i64(hid_t obj, const char *name, const char *what,
+                        bool *found, long long *value)
+{
+  hid_t ids[GT_AID_N] = {H5I_INVALID_HID, H5I_INVALID_HID, H5I_INVALID_HID};
+  int status = gt_h5_read_attr_i64_in(obj, name, what, found, value, ids);
+  GT_CALL(gt_h5_close_all(status, GT_AID_N, ids));
+  return GT_SUCCESS;
+}
+
+/* n < 0: scalar. ftype H5I_INVALID_HID means a variable-length UTF-8
+ * string, used as both file and memory type. */
+static int gt_h5_attr_put_in(hid_t obj, const char *name, hid_t ftype, hid_t mtype,
+                             long long n, const void *buf, hid_t ids[])
+{
+  if (ftype == H5I_INVALID_HID) {
+    GT_H5_ID(ids[GT_AID_TYPE], H5Tcopy(H5T_C_S1));
+    GT_CALL_HDF5(H5Tset_size(ids[GT_AID_TYPE], H5T_VARIABLE));
+    GT_CALL_HDF5(H5Tset_cset(ids[GT_AID_TYPE], H5T_CSET_UTF8));
+    ftype = mtype = ids[GT_AID_TYPE];
+  }
+  if (n < 0) {
+    GT_H5_ID(ids[GT_AID_SPACE], H5Screate(H5S_SCALAR));
+  } else {
+    hsize_t dims = (hsize_t)n;
+    GT_H5_ID(ids[GT_AID_SPACE], H5Screate_simple(1, &dims, NULL));
+  }
+  GT_H5_ID(ids[GT_AID_ATTR],
+           H5Acreate2(obj, name, ftype, ids[GT_AID_SPACE], H5P_DEFAULT, H5P_DEFAULT));
+  GT_CALL_HDF5(H5Awrite(ids[GT_AID_ATTR], mtype, buf));
+  return GT_SUCCESS;
+}
+
+static int gt_h5_attr_put(hid_t obj, const char *name, hid_t ftype, hid_t mtype,
+                          long long n, const void *buf)
+{
+  hid_t ids[GT_AID_N] = {H5I_INVALID_HID, H5I_INVALID_HID, H5I_INVALID_HID};
+  int status = gt_h5_attr_put_in(obj, name, ftype, mtype, n, buf, ids);
+  GT_CALL(gt_h5_close_all(status, GT_AID_N, ids));
+  return GT_SUCCESS;
+}
+
+int gt_h5_write_attr_i64(hid_t obj, const char *name, long long value)
+{
+  GT_CALL(gt_h5_attr_put(obj, name, H5T_STD_I64LE, H5T_NATIVE_LLONG, -1, &value));
+  return GT_SUCCESS;
+}
+
+int gt_h5_write_attr_f64(hid_t obj, const char *name, double value)
+{
+  GT_CALL(gt_h5_attr_put(obj, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, -1, &value));
+  return GT_SUCCESS;
+}
+
+int gt_h5_write_attr_str(hid_t obj, const char *name, const char *value)
+{
+  GT_CALL(gt_h5_attr_put(obj, name, H5I_INVALID_HID, H5I_INVALID_HID, -1, &value));
+  return GT_SUCCESS;
+}
+
+int gt_h5_write_attr_strs(hid_t obj, const char *name, int n, const char *const values[])
+{
+  GT_ASSERT(n >= 0);
+  GT_CALL(gt_h5_attr_put(obj, name, H5I_INVALID_HID, H5I_INVALID_HID, n, values));
+  return GT_SUCCESS;
+}
+
+int gt_h5_write_attr_u64s(hid_t obj, const char *name, int n, const uint64_t values[])
+{
+  GT_ASSERT(n >= 0);
+  GT_CALL(gt_h5_attr_put(obj, name, H5T_STD_U64LE, H5T_NATIVE_UINT64, n, values));
+  return GT_SUCCESS;
+}

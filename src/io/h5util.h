@@ -1,0 +1,55 @@
+/*
+ * h5util.h - small HDF5 helpers shared by the io module (internal).
+ *
+ * Ownership pattern: a function that holds several HDF5 objects keeps their
+ * ids in a local array initialised to H5I_INVALID_HID, does its work in a
+ * helper that stores each id there as it opens it (GT_H5_ID / GT_CALL_HDF5
+ * return early on failure), and then hands the array to gt_h5_close_all,
+ * which closes whatever was opened on every path.
+ */
+#ifndef GT_IO_H5UTIL_H
+#define GT_IO_H5UTIL_H
+
+#include <hdf5.h>
+#include <mpi.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Turn off HDF5's automatic printing of its error stack (process-wide):
+ * errors reach us through GT_CALL_HDF5 instead. Not collective. */
+int gt_h5_quiet(void);
+
+/* Close one object of any kind (file, group, dataset, dataspace, datatype,
+ * attribute, property list); an invalid id is skipped. *id becomes
+ * H5I_INVALID_HID either way. */
+int gt_h5_close(hid_t *id);
+
+/* Close ids[n-1] down to ids[0] (so put the file first) after work that
+ * returned `status`. Returns status when it is an error (then close failures
+ * are dropped and the first error stays on the stack), else the first close
+ * failure, else GT_SUCCESS. */
+int gt_h5_close_all(int status, int n, hid_t ids[]);
+
+/* Open an existing file with the MPI-IO driver on comm (flags: H5F_ACC_RDONLY
+ * or H5F_ACC_RDWR), with an 8 MiB chunk cache per dataset for random reads.
+ * path is a plain file name, colons included (ROMIO file-system prefixes such
+ * as "lustre:" are not interpreted). Collective on comm. */
+int gt_h5_open_mpio(const char *path, unsigned flags, MPI_Comm comm, hid_t *file);
+
+/* Read an integer attribute (any integer type, one element) of obj. *found is
+ * false (and *value untouched) when obj has no such attribute. An attribute
+ * that is not one integer is GT_ERR_INPUT naming `what` (the object, for the
+ * message). Not collective. */
+int gt_h5_read_attr_i64(hid_t obj, const char *name, const char *what,
+                        bool *found, long long *value);
+
+/* Create scalar attributes of obj: int64, double, UTF-8 string. */
+int gt_h5_write_attr_i64(hid_t obj, const char *name, long long value);
+int gt_h5_write_attr_f64(hid_t obj, const char *name, double value);
+int gt_h5_write_attr_str(hid_t obj, const char *name, const char *value);
+
+/* Create 1-D attributes of obj with n elements: UTF-8 strings, uint64. */
+int gt_h5_write_attr_strs(hid_t obj, const char *name, int n, const char *const values[]);
+int gt_h5_write_attr_u64s(hid_t obj, const char *name, int n, const uint64_t values[]);
+
+#endif /* GT_IO_H5UTIL_H */
