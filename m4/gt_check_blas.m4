@@ -49,7 +49,7 @@ AC_DEFUN([GT_CHECK_BLAS], [
     [AC_MSG_RESULT([yes])],
     [AC_MSG_RESULT([no])
      AC_MSG_ERROR([cannot link cblas_sgemm with $BLAS_LIBS])])
-  AC_CHECK_FUNCS([openblas_set_num_threads openblas_get_parallel openblas_get_config])
+  AC_CHECK_FUNCS([openblas_set_num_threads openblas_get_parallel openblas_get_config openblas_get_corename])
   CPPFLAGS=$gt_save_CPPFLAGS
   LIBS=$gt_save_LIBS
   gt_blas_summary="$gt_blas_module${gt_blas_pc_path:+ (OpenMP build)} in ${gt_blas_libdir:-default path}"

@@ -127,7 +127,11 @@ int gt_backend_create(const char *name, int threads, gt_backend **be);
 /* Free the backend and set *be to NULL. */
 int gt_backend_destroy(gt_backend **be);
 
-/* Describe the BLAS in use ("OpenBLAS 0.3.21 (OpenMP) Haswell"). */
+/* Describe the BLAS in use ("OpenBLAS 0.3.21 ... (core SkylakeX), OpenMP"). */
 const char *gt_backend_blas_info(void);
+
+/* A warning when the BLAS runs kernels far below what the CPU can do (OpenBLAS
+ * falling back to generic kernels on a CPU model it does not know), else NULL. */
+const char *gt_backend_blas_warning(void);
 
 #endif /* GRIDTRAIN_BACKEND_H */

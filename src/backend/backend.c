@@ -17,6 +17,9 @@ char *openblas_get_config(void);
 #ifdef HAVE_OPENBLAS_GET_PARALLEL
 int openblas_get_parallel(void);
 #endif
+#ifdef HAVE_OPENBLAS_GET_CORENAME
+char *openblas_get_corename(void);
+#endif
 
 int gt_backend_create(const char *name, int threads, gt_backend **be)
 {
@@ -64,6 +67,30 @@ int gt_backend_destroy(gt_backend **be)
   return GT_SUCCESS;
 }
 
+const char *gt_backend_blas_warning(void)
+{
+#ifdef HAVE_OPENBLAS_GET_CORENAME
+  /* OpenBLAS 0.3.21 falls back to pre-AVX kernels on CPUs it does not know. */
+  static const char *generic[] = {"Prescott", "Core2", "Katmai", "Coppermine", "Northwood",
+                                  "Banias", "Atom", "Nehalem", "Dunnington", "Penryn"};
+  const char *core = openblas_get_corename();
+  bool is_generic = false;
+  for (size_t i = 0; i < sizeof generic / sizeof generic[0]; i++)
+    is_generic = is_generic || strcmp(core, generic[i]) == 0;
+  __builtin_cpu_init();
+  if (is_generic && __builtin_cpu_supports("avx2")) {
+    static char msg[320];
+    snprintf(msg, sizeof msg,
+             "OpenBLAS uses its generic %s kernels although this CPU has %s; matrix "
+             "products run several times slower. Set OPENBLAS_CORETYPE=%s",
+             core, __builtin_cpu_supports("avx512f") ? "AVX-512" : "AVX2",
+             __builtin_cpu_supports("avx512f") ? "SkylakeX" : "Haswell");
+    return msg;
+  }
+#endif
+  return NULL;
+}
+
 const char *gt_backend_blas_info(void)
 {
   static char info[256];
@@ -71,6 +98,11 @@ const char *gt_backend_blas_info(void)
   const char *mode = "";
 #ifdef HAVE_OPENBLAS_GET_CONFIG
   config = openblas_get_config();
+#endif
+#ifdef HAVE_OPENBLAS_GET_CORENAME
+  char with_core[200];
+  snprintf(with_core, sizeof with_core, "%s (core %s)", config, openblas_get_corename());
+  config = with_core;
 #endif
 #ifdef HAVE_OPENBLAS_GET_PARALLEL
   switch (openblas_get_parallel()) {

@@ -32,82 +32,83 @@ typedef struct {
   const char *choices;
   const char *defval; /* NULL: required */
   const char *help;
+  bool min_open, max_open; /* GT_KEY_REAL: exclude the bound itself */
 } gt_key;
 
 #define GT_OFF(member) offsetof(gt_config, member), sizeof(((gt_config *)0)->member)
 
 static const gt_key gt_keys[] = {
   {"run", "steps", GT_KEY_INT, GT_OFF(run.steps), 0, 1e12, NULL, "100",
-   "optimizer steps to run"},
+   "optimizer steps to run", false, false},
   {"run", "seed", GT_KEY_U64, GT_OFF(run.seed), 0, 0, NULL, "1337",
-   "seed of the initial weights and of the data order"},
+   "seed of the initial weights and of the data order", false, false},
   {"run", "log_every", GT_KEY_INT, GT_OFF(run.log_every), 1, 1e12, NULL, "10",
-   "print a log line every N steps (and at the first and last step)"},
+   "print a log line every N steps (and at the first and last step)", false, false},
   {"run", "metrics", GT_KEY_STRING, GT_OFF(run.metrics), 0, 0, NULL, "",
-   "JSON-lines file written by rank 0, one record per step; empty for none"},
+   "JSON-lines file written by rank 0, one record per step; empty for none", false, false},
   {"run", "eval_every", GT_KEY_INT, GT_OFF(run.eval_every), 0, 1e12, NULL, "0",
-   "validation loss every N steps and at the end; 0 turns it off"},
+   "validation loss every N steps and at the end; 0 turns it off", false, false},
   {"run", "eval_batches", GT_KEY_INT, GT_OFF(run.eval_batches), 1, 1e6, NULL, "4",
-   "global batches of the validation set per evaluation"},
+   "global batches of the validation set per evaluation", false, false},
 
   {"grid", "dp", GT_KEY_INT_AUTO, GT_OFF(grid.dp), 1, 1e6, NULL, "auto",
-   "data-parallel size; auto takes what the world size leaves"},
+   "data-parallel size; auto takes what the world size leaves", false, false},
   {"grid", "pp", GT_KEY_INT_AUTO, GT_OFF(grid.pp), 1, 1e6, NULL, "1",
-   "pipeline-parallel size (stages)"},
+   "pipeline-parallel size (stages)", false, false},
   {"grid", "tp", GT_KEY_INT_AUTO, GT_OFF(grid.tp), 1, 1e6, NULL, "1",
-   "tensor-parallel size"},
+   "tensor-parallel size", false, false},
 
   {"model", "type", GT_KEY_ENUM, GT_OFF(model.type), 0, 0, "gpt", "gpt",
-   "model family"},
+   "model family", false, false},
   {"model", "layers", GT_KEY_INT, GT_OFF(model.layers), 1, 1024, NULL, "4",
-   "transformer blocks"},
+   "transformer blocks", false, false},
   {"model", "heads", GT_KEY_INT, GT_OFF(model.heads), 1, 1024, NULL, "4",
-   "attention heads (must divide dim)"},
+   "attention heads (must divide dim)", false, false},
   {"model", "dim", GT_KEY_INT, GT_OFF(model.dim), 1, 65536, NULL, "128",
-   "embedding width"},
+   "embedding width", false, false},
   {"model", "seq_len", GT_KEY_INT, GT_OFF(model.seq_len), 1, 1048576, NULL, "128",
-   "tokens per sequence (context length)"},
+   "tokens per sequence (context length)", false, false},
   {"model", "vocab", GT_KEY_INT, GT_OFF(model.vocab), 2, 16777216, NULL, "256",
-   "vocabulary size (256 for byte-level data)"},
+   "vocabulary size (256 for byte-level data)", false, false},
 
   {"data", "train", GT_KEY_STRING, GT_OFF(data.train), 0, 0, NULL, NULL,
    "training data: FILE.h5 or FILE.h5:/dataset (default dataset /train/tokens, "
-   "else /tokens)"},
+   "else /tokens)", false, false},
   {"data", "val", GT_KEY_STRING, GT_OFF(data.val), 0, 0, NULL, "",
    "validation data: FILE.h5 or FILE.h5:/dataset (default /val/tokens); empty "
-   "for none"},
+   "for none", false, false},
   {"data", "batch", GT_KEY_INT, GT_OFF(data.batch), 1, 1e9, NULL, "16",
-   "global batch in sequences (split over dp ranks and micro-batches)"},
+   "global batch in sequences (split over dp ranks and micro-batches)", false, false},
   {"data", "microbatches", GT_KEY_INT, GT_OFF(data.microbatches), 1, 1e6, NULL, "1",
-   "micro-batches per step on each dp rank (gradient accumulation)"},
+   "micro-batches per step on each dp rank (gradient accumulation)", false, false},
 
   {"optim", "lr", GT_KEY_REAL, GT_OFF(optim.lr), 0, 10, NULL, "1e-3",
-   "peak learning rate"},
+   "peak learning rate", false, false},
   {"optim", "min_lr", GT_KEY_REAL, GT_OFF(optim.min_lr), 0, 10, NULL, "1e-4",
-   "learning rate at the end of the cosine decay"},
+   "learning rate at the end of the cosine decay", false, false},
   {"optim", "warmup", GT_KEY_INT, GT_OFF(optim.warmup), 0, 1e12, NULL, "10",
-   "steps of linear warm-up"},
+   "steps of linear warm-up", false, false},
   {"optim", "weight_decay", GT_KEY_REAL, GT_OFF(optim.weight_decay), 0, 10, NULL,
-   "0.1", "decoupled weight decay (matrices and embeddings only)"},
-  {"optim", "beta1", GT_KEY_REAL, GT_OFF(optim.beta1), 0, 0.999999999, NULL, "0.9",
-   "AdamW first-moment decay"},
-  {"optim", "beta2", GT_KEY_REAL, GT_OFF(optim.beta2), 0, 0.999999999, NULL, "0.95",
-   "AdamW second-moment decay"},
-  {"optim", "eps", GT_KEY_REAL, GT_OFF(optim.eps), 1e-30, 1, NULL, "1e-8",
-   "AdamW epsilon"},
+   "0.1", "decoupled weight decay (matrices and embeddings only)", false, false},
+  {"optim", "beta1", GT_KEY_REAL, GT_OFF(optim.beta1), 0, 1, NULL, "0.9",
+   "AdamW first-moment decay", false, true},
+  {"optim", "beta2", GT_KEY_REAL, GT_OFF(optim.beta2), 0, 1, NULL, "0.95",
+   "AdamW second-moment decay", false, true},
+  {"optim", "eps", GT_KEY_REAL, GT_OFF(optim.eps), 0, 1, NULL, "1e-8",
+   "AdamW epsilon", true, false},
   {"optim", "grad_clip", GT_KEY_REAL, GT_OFF(optim.grad_clip), 0, 1e9, NULL, "1.0",
-   "clip the global gradient norm to this value; 0 turns clipping off"},
+   "clip the global gradient norm to this value; 0 turns clipping off", false, false},
 
   {"backend", "device", GT_KEY_ENUM, GT_OFF(backend.device), 0, 0, "cpu|cuda",
-   "cpu", "compute backend"},
+   "cpu", "compute backend", false, false},
   {"backend", "threads", GT_KEY_INT_AUTO, GT_OFF(backend.threads), 1, 4096, NULL,
    "auto", "OpenMP/BLAS threads per rank; auto: OMP_NUM_THREADS, else cores "
-   "per node / ranks per node"},
+   "per node / ranks per node", false, false},
 
   {"parallel", "wait", GT_KEY_ENUM, GT_OFF(parallel.wait), 0, 0,
    "auto|busy|yield", "auto",
    "how ranks wait for MPI: yield sleeps between tests (for more ranks than "
-   "cores), busy spins in MPI, auto picks yield when oversubscribed"},
+   "cores), busy spins in MPI, auto picks yield when oversubscribed", false, false},
 };
 
 #define GT_NKEYS ((int)(sizeof gt_keys / sizeof gt_keys[0]))
@@ -173,7 +174,8 @@ static void gt_key_accepts(const gt_key *k, char *buf, size_t size)
     snprintf(buf, size, "an integer in [0, %llu]", (unsigned long long)UINT64_MAX);
     break;
   case GT_KEY_REAL:
-    snprintf(buf, size, "a number in [%g, %g]", k->min, k->max);
+    snprintf(buf, size, "a number in %c%g, %g%c", k->min_open ? '(' : '[', k->min, k->max,
+             k->max_open ? ')' : ']');
     break;
   case GT_KEY_STRING:
     snprintf(buf, size, "a string of at most %zu characters", k->size - 1);
@@ -249,7 +251,7 @@ static bool gt_key_store(const gt_key *k, gt_config *cfg, const char *value)
     errno = 0;
     double v = strtod(value, &end);
     if (errno || end == value || *end != '\0' || !isfinite(v) || v < k->min ||
-        v > k->max)
+        v > k->max || (k->min_open && v == k->min) || (k->max_open && v == k->max))
       return false;
     *(double *)dst = v;
     return true;

@@ -115,6 +115,8 @@ static void gt_print_setup(const gt_trainer *tr)
           gt_dataset_ntokens(tr->train), gt_dataset_vocab(tr->train),
           tr->val ? "; val " : "", tr->val ? gt_dataset_name(tr->val) : "");
   gt_info("gridtrain: backend %s, BLAS %s\n", tr->be->name, gt_backend_blas_info());
+  if (gt_backend_blas_warning())
+    gt_warn("%s", gt_backend_blas_warning());
 }
 
 int gt_trainer_create(const gt_config *cfg, MPI_Comm world, bool quiet, gt_trainer **trainer)

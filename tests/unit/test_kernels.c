@@ -227,6 +227,8 @@ int main(int argc, char **argv)
   test_gelu(1001);
   test_attention(2, 13, 3, 8);
   test_attention(3, 32, 4, 16);
+  test_attention(1, 70, 2, 72); /* head size past one 64-wide block, ragged T */
+  test_attention(2, 64, 3, 64);
   test_embedding(3, 11, 300, 37);
   test_crossentropy(19, 67, 67);
   test_crossentropy(7, 61, 64);

@@ -15,23 +15,17 @@
 
 #include "build_config.h"
 #include "cpu_backends.h"
+#include "cpu_simd.h"
 #include "gridtrain/error.h"
 
 #define GT_LN_EPS 1e-5f
 #define GT_GELU_K 0.7978845608028654f /* sqrt(2/pi) */
 #define GT_COL_BLOCK 256              /* columns per task in column-parallel sums */
 
-#ifdef HAVE_OPENBLAS_GET_PARALLEL
-int openblas_get_parallel(void);
-#endif
 #ifdef HAVE_OPENBLAS_SET_NUM_THREADS
 void openblas_set_num_threads(int num_threads);
 #endif
 
-/* True when OpenBLAS is the OpenMP build: called inside our parallel regions
- * it runs on the calling thread alone. The pthread build needs its thread
- * count forced to 1 around such regions. */
-static bool gt_blas_is_openmp;
 
 static void gt_blas_threads(int n)
 {
@@ -40,37 +34,6 @@ static void gt_blas_threads(int n)
 #else
   (void)n;
 #endif
-}
-
-// ---- scalar helpers that vectorise ----------------------------------------------------
-
-/* exp(x) for float, accurate to about 1 ulp, in a form GCC vectorises (no
- * libm call): x = n ln2 + r, |r| <= ln2/2, e^r by a degree-6 polynomial. */
-static inline float gt_expf(float x)
-{
-  x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
-  const float shifter = 12582912.0f; /* 1.5 * 2^23: rounds to nearest */
-  float n = (x * 1.44269504088896341f + shifter) - shifter;
-  float r = x - n * 0.693145751953125f;
-  r = r - n * 1.428606765330187045e-06f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
-  union {
-    int32_t i;
-    float f;
-  } scale = {.i = ((int32_t)n + 127) << 23};
-  return p * scale.f;
-}
-
-/* tanh(u) = 1 - 2 / (exp(2u) + 1), saturating cleanly at both ends. */
-static inline float gt_tanhf(float u)
-{
-  return 1.0f - 2.0f / (gt_expf(2.0f * u) + 1.0f);
 }
 
 // ---- dense algebra ------------------------------------------------------------------
@@ -246,108 +209,6 @@ static int cpu_add(gt_backend *be, float *out, const float *a, const float *b, s
   return GT_SUCCESS;
 }
 
-// ---- attention -------------------------------------------------------------------------
-
-/* Softmax of row t of a causal score matrix (entries 0..t valid), in place;
- * the entries after t become 0. */
-static inline void gt_causal_softmax_row(float *s, int t, int T)
-{
-  float mx = -INFINITY;
-  for (int u = 0; u <= t; u++)
-    mx = s[u] > mx ? s[u] : mx;
-  double z = 0;
-#pragma omp simd reduction(+ : z)
-  for (int u = 0; u <= t; u++) {
-    float e = gt_expf(s[u] - mx);
-    s[u] = e;
-    z += e;
-  }
-  const float inv = (float)(1.0 / z);
-#pragma omp simd
-  for (int u = 0; u <= t; u++)
-    s[u] *= inv;
-  for (int u = t + 1; u < T; u++)
-    s[u] = 0.0f;
-}
-
-/* The (batch, head) loops below run each sgemm on one OpenMP thread. */
-static void gt_blas_pin(gt_backend *be, bool single)
-{
-  if (!gt_blas_is_openmp)
-    gt_blas_threads(single ? 1 : be->threads);
-}
-
-static int cpu_attention_forward(gt_backend *be, float *out, float *att, const float *qkv,
-                                 int B, int T, int H, int hs)
-{
-  const int C = H * hs, C3 = 3 * C;
-  const float scale = 1.0f / sqrtf((float)hs);
-  gt_blas_pin(be, true);
-#pragma omp parallel for schedule(dynamic, 1)
-  for (int bh = 0; bh < B * H; bh++) {
-    const int b = bh / H, h = bh % H;
-    const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs;
-    const float *k = q + C, *v = q + 2 * C;
-    float *s = att + ((size_t)b * H + h) * T * T;
-    float *o = out + (size_t)b * T * C + (size_t)h * hs;
-    /* s(T,T) = scale * q k^T, then causal softmax, then o(T,hs) = s v */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, C3, k, C3, 0.0f,
-                s, T);
-    for (int t = 0; t < T; t++)
-      gt_causal_softmax_row(s + (size_t)t * T, t, T);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, s, T, v, C3, 0.0f,
-                o, C);
-  }
-  gt_blas_pin(be, false);
-  return GT_SUCCESS;
-}
-
-static int cpu_attention_backward(gt_backend *be, float *dqkv, float *datt,
-                                  const float *dout, const float *qkv, const float *att,
-                                  int B, int T, int H, int hs)
-{
-  const int C = H * hs, C3 = 3 * C;
-  const float scale = 1.0f / sqrtf((float)hs);
-  gt_blas_pin(be, true);
-#pragma omp parallel for schedule(dynamic, 1)
-  for (int bh = 0; bh < B * H; bh++) {
-    const int b = bh / H, h = bh % H;
-    const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs;
-    const float *k = q + C, *v = q + 2 * C;
-    const float *p = att + ((size_t)b * H + h) * T * T;
-    const float *dy = dout + (size_t)b * T * C + (size_t)h * hs;
-    float *ds = datt + ((size_t)b * H + h) * T * T;
-    float *dq = dqkv + (size_t)b * T * C3 + (size_t)h * hs;
-    float *dk = dq + C, *dv = dq + 2 * C;
-    /* dp = dy v^T; ds = p * (dp - rowsum(p * dp)) * scale */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, dy, C, v, C3, 0.0f,
-                ds, T);
-    for (int t = 0; t < T; t++) {
-      float *dsr = ds + (size_t)t * T;
-      const float *pr = p + (size_t)t * T;
-      double dot = 0;
-#pragma omp simd reduction(+ : dot)
-      for (int u = 0; u <= t; u++)
-        dot += pr[u] * dsr[u];
-      const float fdot = (float)dot;
-#pragma omp simd
-      for (int u = 0; u <= t; u++)
-        dsr[u] = pr[u] * (dsr[u] - fdot) * scale;
-      for (int u = t + 1; u < T; u++)
-        dsr[u] = 0.0f;
-    }
-    /* dq = ds k; dk = ds^T q; dv = p^T dy */
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, ds, T, k, C3, 0.0f,
-                dq, C3);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, ds, T, q, C3, 0.0f,
-                dk, C3);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, p, T, dy, C, 0.0f, dv,
-                C3);
-  }
-  gt_blas_pin(be, false);
-  return GT_SUCCESS;
-}
-
 // ---- embeddings and loss ------------------------------------------------------------------
 
 static int cpu_embedding_forward(gt_backend *be, float *out, const int32_t *tokens,
@@ -491,9 +352,6 @@ int gt_cpu_setup(gt_backend *be)
 {
   omp_set_num_threads(be->threads);
   gt_blas_threads(be->threads);
-#ifdef HAVE_OPENBLAS_GET_PARALLEL
-  gt_blas_is_openmp = openblas_get_parallel() == 2;
-#endif
   return GT_SUCCESS;
 }
 
@@ -513,8 +371,8 @@ const gt_backend_ops gt_cpu_ops = {
   .gelu_forward = cpu_gelu_forward,
   .gelu_backward = cpu_gelu_backward,
   .add = cpu_add,
-  .attention_forward = cpu_attention_forward,
-  .attention_backward = cpu_attention_backward,
+  .attention_forward = gt_cpu_attention_forward,
+  .attention_backward = gt_cpu_attention_backward,
   .embedding_forward = cpu_embedding_forward,
   .embedding_backward = cpu_embedding_backward,
   .crossentropy = cpu_crossentropy,

@@ -17,6 +17,12 @@ int gt_host_zero(gt_backend *be, void *ptr, size_t bytes);
 int gt_host_copy(gt_backend *be, void *dst, const void *src, size_t bytes);
 int gt_host_sync(gt_backend *be);
 
+/* Causal attention of the fast backend (cpu_attention.c). */
+int gt_cpu_attention_forward(gt_backend *be, float *out, float *att, const float *qkv, int B,
+                             int T, int H, int hs);
+int gt_cpu_attention_backward(gt_backend *be, float *dqkv, float *datt, const float *dout,
+                              const float *qkv, const float *att, int B, int T, int H, int hs);
+
 /* Prepare the fast CPU backend (thread counts of OpenMP and BLAS). */
 int gt_cpu_setup(gt_backend *be);
 

@@ -1,0 +1,85 @@
+/*
+ * cpu_simd.h - scalar math in forms that GCC vectorises (no libm calls),
+ * shared by the fast CPU kernels (internal to src/backend/cpu).
+ */
+#ifndef GT_CPU_SIMD_H
+#define GT_CPU_SIMD_H
+
+#include <stdint.h>
+
+/* exp(x) for float, accurate to about 1 ulp: x = n ln2 + r, |r| <= ln2/2,
+ * e^r by a degree-6 polynomial, 2^n by building the exponent bits. */
+static inline float gt_expf(float x)
+{
+  x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
+  const float shifter = 12582912.0f; /* 1.5 * 2^23: rounds to nearest */
+  float n = (x * 1.44269504088896341f + shifter) - shifter;
+  float r = x - n * 0.693145751953125f;
+  r = r - n * 1.428606765330187045e-06f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  union {
+    int32_t i;
+    float f;
+  } scale = {.i = ((int32_t)n + 127) << 23};
+  return p * scale.f;
+}
+
+/* tanh(u) = 1 - 2 / (exp(2u) + 1), saturating cleanly at both ends. */
+static inline float gt_tanhf(float u) { return 1.0f - 2.0f / (gt_expf(2.0f * u) + 1.0f); }
+
+/* ---- 16-float vectors (one AVX-512 register; two AVX2, four SSE ones) ---- */
+
+typedef float gt_v16 __attribute__((vector_size(64), aligned(4)));
+typedef int32_t gt_i16 __attribute__((vector_size(64), aligned(4)));
+
+static inline gt_v16 gt_v16_splat(float x) { return (gt_v16){0} + x; }
+
+/* Lane-wise select: m ? a : b, m from a vector comparison (-1 or 0). */
+static inline gt_v16 gt_v16_select(gt_i16 m, gt_v16 a, gt_v16 b)
+{
+  return (gt_v16)((m & (gt_i16)a) | (~m & (gt_i16)b));
+}
+
+/* gt_expf on 16 lanes, the same arithmetic as the scalar version. */
+static inline gt_v16 gt_v16_exp(gt_v16 x)
+{
+  x = gt_v16_select(x < -87.0f, gt_v16_splat(-87.0f), x);
+  x = gt_v16_select(x > 88.0f, gt_v16_splat(88.0f), x);
+  const float shifter = 12582912.0f;
+  gt_v16 n = (x * 1.44269504088896341f + shifter) - shifter;
+  gt_v16 r = x - n * 0.693145751953125f;
+  r = r - n * 1.428606765330187045e-06f;
+  gt_v16 p = gt_v16_splat(1.9875691500e-4f);
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  gt_i16 bits = (__builtin_convertvector(n, gt_i16) + 127) << 23;
+  return p * (gt_v16)bits;
+}
+
+static inline float gt_v16_sum(gt_v16 v)
+{
+  float s = 0;
+  for (int i = 0; i < 16; i++)
+    s += v[i];
+  return s;
+}
+
+static inline float gt_v16_max(gt_v16 v)
+{
+  float m = v[0];
+  for (int i = 1; i < 16; i++)
+    m = v[i] > m ? v[i] : m;
+  return m;
+}
+
+#endif /* GT_CPU_SIMD_H */

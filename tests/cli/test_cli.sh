@@ -1,0 +1,77 @@
+#!/bin/sh
+# test_cli.sh - the command line: help and version texts, and a real
+# 4-rank training run whose console lines and JSON-lines metrics carry what
+# the README promises.
+. "$GT_SRCDIR/tests/lib.sh"
+
+"$GT_BIN" --help >"$GT_TMP/help" 2>&1
+ok $? "gridtrain --help exits 0"
+grep -q "train DECK" "$GT_TMP/help" && grep -q "ingest text" "$GT_TMP/help"
+ok $? "--help lists the train and ingest commands"
+
+"$GT_BIN" --version >"$GT_TMP/version" 2>&1
+ok $? "gridtrain --version exits 0"
+grep -q "^gridtrain [0-9]" "$GT_TMP/version" && grep -q "MPI" "$GT_TMP/version" &&
+  grep -q "HDF5" "$GT_TMP/version" && grep -q "BLAS" "$GT_TMP/version" && grep -q "CUDA" "$GT_TMP/version"
+ok $? "--version names the version, MPI, HDF5, BLAS and CUDA"
+
+"$GT_BIN" train --help >"$GT_TMP/train-help" 2>&1
+ok $? "gridtrain train --help exits 0"
+missing=""
+for key in run.steps run.seed run.log_every run.metrics grid.dp grid.pp grid.tp model.type \
+  model.layers model.heads model.dim model.seq_len model.vocab data.train data.val data.batch \
+  data.microbatches optim.lr optim.min_lr optim.warmup optim.weight_decay optim.beta1 \
+  optim.beta2 optim.grad_clip backend.device backend.threads; do
+  grep -q "^    $key " "$GT_TMP/train-help" || missing="$missing $key"
+done
+[ -z "$missing" ]
+ok $? "train --help documents every deck key${missing:+ (missing:$missing)}"
+
+"$GT_BIN" ingest --help >"$GT_TMP/ingest-help" 2>&1 && grep -q -- "--val-fraction" "$GT_TMP/ingest-help"
+ok $? "gridtrain ingest --help exits 0 and documents --val-fraction"
+
+"$GT_BIN" >/dev/null 2>&1
+[ $? -eq 2 ]
+ok $? "no command: exit status 2"
+
+# ---- a real run: 4 ranks (oversubscribed here), dp = 4, with evaluation
+data="$GT_TMP/genesis.h5"
+make_dataset "$data" 0.1 || bail "cannot make the dataset"
+run_mpi 4 300 "$GT_BIN" train "$GT_SRCDIR/tests/decks/tiny.in" data.train="$data" \
+  data.val="$data" run.eval_every=5 run.steps=10 run.log_every=5 \
+  run.metrics="$GT_TMP/m.jsonl" >"$GT_TMP/run.out" 2>"$GT_TMP/run.err"
+status=$?
+ok $status "4-rank training run exits 0"
+[ $status -eq 0 ] || sed 's/^/# /' "$GT_TMP/run.err"
+grep -q "^  model.layers  *2  *deck" "$GT_TMP/run.out" &&
+  grep -q "^  data.train .*command line" "$GT_TMP/run.out"
+ok $? "rank 0 prints the resolved configuration with the origin of each value"
+grep -q "layout dp=4 x pp=1 x tp=1 on 4 ranks" "$GT_TMP/run.out"
+ok $? "rank 0 prints the layout"
+[ "$(grep '^step ' "$GT_TMP/run.out" | cut -d' ' -f2 | tr '\n' ' ')" = "0/10 4/10 5/10 9/10 " ]
+ok $? "log lines at steps 0 and 5 (log_every), 4 and 9 (evaluations), 9 (last)"
+grep -E -q '^step 4/10 \| loss [0-9.]+ \| val [0-9.]+ \| lr [0-9.e+-]+ \| gnorm [0-9.]+ \| [0-9.]+ ms \| [0-9]+ tok/s \| compute [0-9]+% comm [0-9]+% data [0-9]+%$' "$GT_TMP/run.out"
+ok $? "log line format: step, loss, val, lr, gnorm, ms, tok/s, time split"
+grep -q "^gridtrain: done: 10 steps" "$GT_TMP/run.out" && grep -q "dp.allreduce" "$GT_TMP/run.out"
+ok $? "final summary line and the timing table"
+"$PYTHON_REF" - "$GT_TMP/m.jsonl" <<'PY'
+import json, math, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+steps = [r for r in rows if not r.get("summary")]
+summary = [r for r in rows if r.get("summary")]
+need = {"step", "loss", "lr", "grad_norm", "step_ms", "tokens_per_s", "compute_ms", "comm_ms", "data_ms"}
+assert len(steps) == 10, len(steps)
+assert [r["step"] for r in steps] == list(range(10))
+for r in steps:
+    assert need <= r.keys(), need - r.keys()
+    assert all(math.isfinite(r[k]) for k in need)
+    assert r["step_ms"] > 0 and r["tokens_per_s"] > 0
+assert [("val_loss" in r) for r in steps] == [False] * 4 + [True] + [False] * 4 + [True]
+assert len(summary) == 1 and summary[0]["steps"] == 10
+PY
+ok $? "metrics file: 10 step records with every key, val_loss at steps 4 and 9, one summary"
+# (a warning about the BLAS kernels may appear on machines OpenBLAS misdetects)
+[ -z "$(grep -v -e '^$' -e '^gridtrain: warning: OpenBLAS' "$GT_TMP/run.err")" ]
+ok $? "nothing else on stderr"
+
+done_testing

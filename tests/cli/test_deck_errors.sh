@@ -1,0 +1,86 @@
+#!/bin/sh
+# test_deck_errors.sh - every kind of bad input to `gridtrain train`, on 4
+# ranks: exit status 2, exactly one "gridtrain: error:" line (from rank 0)
+# that names the problem, and no hang (each run has a time limit).
+. "$GT_SRCDIR/tests/lib.sh"
+
+data="$GT_TMP/genesis.h5"
+make_dataset "$data" 0.1 || bail "cannot make the dataset"
+deck="$GT_SRCDIR/tests/decks/tiny.in"
+printf 'not an HDF5 file\n' >"$GT_TMP/text.h5"
+
+# expect DESCRIPTION NEEDLE ARGS...: run on 4 ranks, check status 2 and one
+# error line containing NEEDLE.
+expect() {
+  desc=$1
+  needle=$2
+  shift 2
+  run_mpi 4 120 "$GT_BIN" "$@" >"$GT_TMP/out" 2>"$GT_TMP/err"
+  status=$?
+  lines=$(grep -c '^gridtrain: error:' "$GT_TMP/err")
+  found=$(grep '^gridtrain: error:' "$GT_TMP/err" | grep -cF -- "$needle")
+  if [ $status -eq 2 ] && [ "$lines" -eq 1 ] && [ "$found" -eq 1 ]; then
+    ok 0 "$desc"
+  else
+    ok 1 "$desc"
+    diag "exit status $status (want 2; 124 means it hung), $lines error lines (want 1)," \
+      "wanted: $needle"
+    sed 's/^/# stderr: /' "$GT_TMP/err" | head -n 8
+  fi
+}
+
+bad="$GT_TMP/bad.in"
+# deck_with LINES...: a copy of the tiny deck with extra lines appended
+deck_with() {
+  cp "$deck" "$bad"
+  for line in "$@"; do printf '%s\n' "$line" >>"$bad"; done
+}
+
+expect "missing deck file" "cannot open input deck '$GT_TMP/nope.in'" \
+  train "$GT_TMP/nope.in"
+deck_with "[modle]" "layers = 2"
+expect "unknown section" "unknown section [modle]; valid sections: run, grid" train "$bad" data.train="$data"
+deck_with "[model]" "head = 4"
+expect "unknown key" "unknown key 'head' in [model]; valid keys: type, layers, heads" train "$bad" data.train="$data"
+deck_with "[optim]" "beta1 = fast"
+expect "not a number" "[optim] beta1 = 'fast' is not valid; expected a number in [0, 1)" train "$bad" data.train="$data"
+expect "value out of range" "[model] layers = '5000' is not valid; expected an integer in [1, 1024]" \
+  train "$deck" data.train="$data" model.layers=5000
+expect "unknown choice" "[backend] device = 'gpu' is not valid; expected one of cpu, cuda" \
+  train "$deck" data.train="$data" backend.device=gpu
+deck_with "[run]" "steps = 3"
+expect "key set twice" "[run] steps is set twice (first on line 4)" train "$bad" data.train="$data"
+expect "malformed override" "'model-layers=2' is not of the form section.key=value" \
+  train "$deck" data.train="$data" model-layers=2
+expect "override of an unknown key" "command line: unknown key 'lrate' in [optim]" \
+  train "$deck" data.train="$data" optim.lrate=1
+expect "required key missing" "[data] train is required" train "$deck"
+expect "layout does not match the world" "layout dp=3 x pp=1 x tp=1 needs 3 ranks but the job has 4" \
+  train "$deck" data.train="$data" grid.dp=3
+expect "tp does not divide heads" "tp=4 does not divide [model] heads=6; choose tp in {1, 2, 3, 6}" \
+  train "$deck" data.train="$data" model.heads=6 model.dim=96 grid.dp=1 grid.tp=4
+expect "more stages than layers" "pp=4 pipeline stages need at least 4 layers but [model] layers=2" \
+  train "$deck" data.train="$data" grid.dp=1 grid.pp=4
+expect "batch does not split" "[data] batch=10 does not split over dp=4 x microbatches=1" \
+  train "$deck" data.train="$data" data.batch=10
+expect "pipeline parallelism not yet supported" "pipeline parallelism is not yet supported" \
+  train "$deck" data.train="$data" grid.dp=2 grid.pp=2
+expect "missing dataset file" "cannot open dataset file '$GT_TMP/none.h5'" \
+  train "$deck" data.train="$GT_TMP/none.h5"
+expect "dataset is not HDF5" "'$GT_TMP/text.h5' is not an HDF5 file" \
+  train "$deck" data.train="$GT_TMP/text.h5"
+expect "no such dataset in the file" "/nothing" train "$deck" data.train="$data:/nothing"
+expect "dataset vocab larger than the model's" "has vocab_size 256 but [model] vocab = 100" \
+  train "$deck" data.train="$data" model.vocab=100
+expect "dataset too short for one batch" "fewer than one batch of 100000" \
+  train "$deck" data.train="$data" data.batch=100000
+expect "evaluation without validation data" "[run] eval_every = 5 needs a validation set" \
+  train "$deck" data.train="$data" run.eval_every=5
+expect "CUDA backend not available" "device = cuda" \
+  train "$deck" data.train="$data" backend.device=cuda
+expect "metrics file cannot be created" "cannot create the metrics file '$GT_TMP/no/dir/m.jsonl'" \
+  train "$deck" data.train="$data" run.metrics="$GT_TMP/no/dir/m.jsonl"
+expect "train without a deck" "train: missing input deck" train
+expect "unknown command" "unknown command 'trian'" trian "$deck"
+
+done_testing

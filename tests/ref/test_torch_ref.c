@@ -1,0 +1,272 @@
+/*
+ * test_torch_ref.c - the whole GPT against an independent PyTorch reference.
+ *
+ * The test writes initial weights, hyper-parameters and a batch to HDF5;
+ * tests/ref/gpt_ref.py computes, in float64 with torch, the loss, every
+ * parameter gradient, the global gradient norm and the weights after one
+ * clipped AdamW step. The C results (fp32, both host backends) must match:
+ * loss within 1e-6 relative, each tensor within 1e-5 relative (norm-wise).
+ *
+ * gt-test: ranks=1
+ */
+#include <hdf5.h>
+#include <stdio.h>
+#include <sys/stat.h>
+
+#include "../test_util.h"
+#include "gridtrain/gpt.h"
+#include "gridtrain/optim.h"
+
+#define B 3
+#define T 12
+static const gt_gpt_shape shape = {2, 4, 32, 16, 67}; /* layers heads dim max_seq vocab */
+static const gt_adamw_config hp = {.lr = 1e-3, .min_lr = 1e-3, .warmup = 0, .steps = 1,
+                                   .weight_decay = 0.1, .beta1 = 0.9, .beta2 = 0.95,
+                                   .eps = 1e-8, .grad_clip = 0.5};
+
+static void attr_long(hid_t f, const char *name, long long v)
+{
+  hid_t s = H5Screate(H5S_SCALAR);
+  hid_t a = H5Acreate2(f, name, H5T_NATIVE_LLONG, s, H5P_DEFAULT, H5P_DEFAULT);
+  H5Awrite(a, H5T_NATIVE_LLONG, &v);
+  H5Aclose(a);
+  H5Sclose(s);
+}
+
+static void attr_double(hid_t f, const char *name, double v)
+{
+  hid_t s = H5Screate(H5S_SCALAR);
+  hid_t a = H5Acreate2(f, name, H5T_NATIVE_DOUBLE, s, H5P_DEFAULT, H5P_DEFAULT);
+  H5Awrite(a, H5T_NATIVE_DOUBLE, &v);
+  H5Aclose(a);
+  H5Sclose(s);
+}
+
+static int write_dataset(hid_t loc, const char *name, hid_t type, int ndim, const long *shp,
+                         const void *data)
+{
+  hsize_t dims[4];
+  for (int i = 0; i < ndim; i++)
+    dims[i] = (hsize_t)shp[i];
+  hid_t s = H5Screate_simple(ndim, dims, NULL);
+  hid_t d = H5Dcreate2(loc, name, type, s, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  herr_t rc = d < 0 ? -1 : H5Dwrite(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data);
+  if (d >= 0)
+    H5Dclose(d);
+  H5Sclose(s);
+  return rc < 0 ? -1 : 0;
+}
+
+/* Read a float64 dataset into a float array of n elements; -1 on failure. */
+static int read_f64(hid_t f, const char *path, float *out, size_t n)
+{
+  hid_t d = H5Dopen2(f, path, H5P_DEFAULT);
+  if (d < 0)
+    return -1;
+  hid_t s = H5Dget_space(d);
+  hssize_t count = H5Sget_simple_extent_npoints(s);
+  double *buf = malloc(sizeof(double) * n);
+  int rc = -1;
+  if (count == (hssize_t)n && H5Dread(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) >= 0) {
+    for (size_t i = 0; i < n; i++)
+      out[i] = (float)buf[i];
+    rc = 0;
+  }
+  free(buf);
+  H5Sclose(s);
+  H5Dclose(d);
+  return rc;
+}
+
+static double read_scalar(hid_t f, const char *path)
+{
+  double v = NAN;
+  hid_t d = H5Dopen2(f, path, H5P_DEFAULT);
+  if (d >= 0) {
+    if (H5Dread(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, &v) < 0)
+      v = NAN;
+    H5Dclose(d);
+  }
+  return v;
+}
+
+static int write_input(const char *path, gt_params *p, const int32_t *tok, const int32_t *tgt)
+{
+  hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  if (f < 0)
+    return -1;
+  attr_long(f, "layers", shape.layers);
+  attr_long(f, "heads", shape.heads);
+  attr_long(f, "dim", shape.dim);
+  attr_long(f, "seq_len", shape.max_seq);
+  attr_long(f, "vocab", shape.vocab);
+  attr_double(f, "lr", hp.lr);
+  attr_double(f, "beta1", hp.beta1);
+  attr_double(f, "beta2", hp.beta2);
+  attr_double(f, "eps", hp.eps);
+  attr_double(f, "weight_decay", hp.weight_decay);
+  attr_double(f, "grad_clip", hp.grad_clip);
+  hid_t gp = H5Gcreate2(f, "params", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  hid_t gb = H5Gcreate2(f, "batch", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+  int rc = 0;
+  for (int i = 0; i < p->count; i++)
+    rc |= write_dataset(gp, p->list[i].name, H5T_NATIVE_FLOAT, p->list[i].value.ndim,
+                        p->list[i].value.shape, p->list[i].value.data);
+  const long bt[2] = {B, T};
+  rc |= write_dataset(gb, "tokens", H5T_NATIVE_INT32, 2, bt, tok);
+  rc |= write_dataset(gb, "targets", H5T_NATIVE_INT32, 2, bt, tgt);
+  H5Gclose(gp);
+  H5Gclose(gb);
+  H5Fclose(f);
+  return rc;
+}
+
+/* One backend: forward, backward, norm, clipped AdamW; compare with ref. */
+static void check_backend(const char *backend, const char *ref_path, const float *init_values,
+                          const int32_t *tok, const int32_t *tgt)
+{
+  gt_backend *be;
+  gt_gpt *m;
+  if (gt_backend_create(backend, 2, &be) || gt_gpt_create(be, &shape, B, T, &m)) {
+    tap_ok(false, "[%s] set-up: %s", backend, gt_error_message());
+    return;
+  }
+  gt_params *p = gt_gpt_params(m);
+  memcpy(p->values, init_values, p->numel * sizeof(float));
+  hid_t f = H5Fopen(ref_path, H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (f < 0) {
+    tap_ok(false, "[%s] open the reference %s", backend, ref_path);
+    return;
+  }
+  const double ref_loss = read_scalar(f, "/loss"), ref_norm = read_scalar(f, "/grad_norm");
+  double loss_sum;
+  gt_params_zero_grads(p);
+  gt_gpt_forward(m, tok, tgt, B, T, 1.0f / (B * T), &loss_sum);
+  gt_gpt_backward(m);
+  double loss = loss_sum / (B * T);
+  tap_ok(fabs(loss - ref_loss) <= 1e-6 * fabs(ref_loss), "[%s] loss %.9f vs torch %.9f (rel %.1e)",
+         backend, loss, ref_loss, fabs(loss - ref_loss) / fabs(ref_loss));
+
+  double worst = 0;
+  const char *worst_name = "";
+  int bad = 0;
+  char path[128];
+  for (int i = 0; i < p->count; i++) {
+    gt_param *t = &p->list[i];
+    float *ref = tu_alloc(t->numel);
+    snprintf(path, sizeof path, "/grads/%s", t->name);
+    double e = read_f64(f, path, ref, t->numel) == 0 ? tu_rel_err(t->grad.data, ref, t->numel) : 1;
+    if (e > 1e-5) {
+      bad++;
+      tap_diag("[%s] gradient of %s: relative error %.2e", backend, t->name, e);
+    }
+    if (e > worst) {
+      worst = e;
+      worst_name = t->name;
+    }
+    free(ref);
+  }
+  tap_ok(bad == 0, "[%s] all %d parameter gradients within 1e-5 of torch (worst %.1e, %s)",
+         backend, p->count, worst, worst_name);
+
+  double sumsq;
+  be->ops->sumsq(be, p->grads, p->numel, &sumsq);
+  double norm = sqrt(sumsq);
+  tap_ok(fabs(norm - ref_norm) <= 1e-5 * ref_norm, "[%s] gradient norm %.7f vs torch %.7f",
+         backend, norm, ref_norm);
+  double scale = gt_clip_scale(&hp, norm);
+  if (!tap_ok(scale < 1.0, "[%s] clipping is active in this test (scale %.3f)", backend, scale))
+    tap_diag("raise the test's gradients or lower its grad_clip");
+
+  gt_adamw *opt;
+  gt_adamw_create(p, &hp, &opt);
+  gt_adamw_step(opt, 0, hp.lr, scale);
+  bad = 0;
+  worst = 0;
+  for (int i = 0; i < p->count; i++) {
+    gt_param *t = &p->list[i];
+    float *ref = tu_alloc(t->numel);
+    snprintf(path, sizeof path, "/params_after/%s", t->name);
+    /* Compare the update, not the weights: weights hide small update errors. */
+    const float *before = init_values + t->offset;
+    float *upd_c = tu_alloc(t->numel), *upd_ref = tu_alloc(t->numel);
+    double e = 1;
+    if (read_f64(f, path, ref, t->numel) == 0) {
+      for (size_t j = 0; j < t->numel; j++) {
+        upd_c[j] = ((float *)t->value.data)[j] - before[j];
+        upd_ref[j] = ref[j] - before[j];
+      }
+      double ew = tu_rel_err(t->value.data, ref, t->numel);
+      double eu = tu_rel_err(upd_c, upd_ref, t->numel);
+      e = fmax(ew, eu * 1e-2); /* updates are ~lr: rounding of w - w0 dominates */
+      if (ew > 1e-5 || eu > 1e-3)
+        tap_diag("[%s] %s after AdamW: weights rel err %.2e, update rel err %.2e", backend,
+                 t->name, ew, eu);
+      bad += ew > 1e-5 || eu > 1e-3;
+    }
+    worst = fmax(worst, e);
+    free(ref), free(upd_c), free(upd_ref);
+  }
+  tap_ok(bad == 0, "[%s] weights after one clipped AdamW step within 1e-5 of torch "
+                   "(updates within 1e-3)", backend);
+  H5Fclose(f);
+  gt_adamw_destroy(&opt);
+  gt_gpt_destroy(&m);
+  gt_backend_destroy(&be);
+}
+
+int main(int argc, char **argv)
+{
+  tu_mpi_init(&argc, &argv);
+  H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+  const char *src = getenv("GT_SRCDIR"), *build = getenv("GT_BUILDDIR");
+  const char *python = getenv("PYTHON_REF") ? getenv("PYTHON_REF") : "/usr/bin/python3";
+  if (!src || !build)
+    return tap_bail("run through make check (GT_SRCDIR, GT_BUILDDIR unset)");
+  char dir[700], in[800], out[800], cmd[3000];
+  snprintf(dir, sizeof dir, "%s/tests/tmp/test_torch_ref", build);
+  snprintf(in, sizeof in, "%s/in.h5", dir);
+  snprintf(out, sizeof out, "%s/ref.h5", dir);
+  snprintf(cmd, sizeof cmd, "mkdir -p '%s'", dir);
+  if (system(cmd) != 0)
+    return tap_bail("cannot create %s", dir);
+
+  /* Weights: GPT-2 initialisation from a seed, then biases and LayerNorm
+   * parameters made non-trivial so that their gradients are tested too. */
+  gt_backend *be;
+  gt_gpt *m;
+  if (gt_backend_create("cpu", 2, &be) || gt_gpt_create(be, &shape, B, T, &m))
+    return tap_bail("%s", gt_error_message());
+  gt_gpt_init(m, 2024);
+  gt_params *p = gt_gpt_params(m);
+  for (int i = 0; i < p->count; i++) {
+    gt_param *t = &p->list[i];
+    if (strstr(t->name, "bias"))
+      tu_fill(t->value.data, t->numel, 500 + (uint64_t)i, -0.1f, 0.1f);
+    else if (strstr(t->name, "ln_"))
+      tu_fill(t->value.data, t->numel, 500 + (uint64_t)i, 0.8f, 1.2f);
+  }
+  int32_t tok[B * T], tgt[B * T];
+  tu_fill_int(tok, B * T, 11, shape.vocab);
+  tu_fill_int(tgt, B * T, 12, shape.vocab);
+  if (write_input(in, p, tok, tgt) != 0)
+    return tap_bail("cannot write %s", in);
+  float *init = tu_copy(p->values, p->numel);
+  gt_gpt_destroy(&m);
+  gt_backend_destroy(&be);
+
+  snprintf(cmd, sizeof cmd, "'%s' '%s/tests/ref/gpt_ref.py' '%s' '%s'", python, src, in, out);
+  int rc = system(cmd);
+  int status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  if (!tap_ok(status == 0, "torch reference computed (%s)", python)) {
+    tap_diag("'%s' failed with status %d%s", cmd, status,
+             status == 3 ? ": install python3-torch python3-h5py" : "");
+    return tap_done();
+  }
+  check_backend("cpu", out, init, tok, tgt);
+  check_backend("cpu-ref", out, init, tok, tgt);
+  free(init);
+  int result = tap_done();
+  MPI_Finalize();
+  return result;
+}
