@@ -45,9 +45,10 @@ typedef struct gt_backend_ops {
   int (*matmul)(gt_backend *be, bool ta, bool tb, int m, int n, int k, float alpha,
                 const float *a, int lda, const float *b, int ldb, float beta, float *c,
                 int ldc);
-  /* out(N,OC) = in(N,C) w(OC,C)^T + bias(OC); bias may be NULL. */
+  /* out(N,OC) = in(N,C) w(OC,C)^T + bias(OC) + residual(N,OC); bias and
+   * residual may be NULL; residual must not alias out. */
   int (*linear_forward)(gt_backend *be, float *out, const float *in, const float *w,
-                        const float *bias, int N, int C, int OC);
+                        const float *bias, const float *residual, int N, int C, int OC);
   /* din(N,C) = dout w (skipped when din is NULL); dw(OC,C) += dout^T in;
    * dbias(OC) += column sums of dout (skipped when NULL). */
   int (*linear_backward)(gt_backend *be, float *din, float *dw, float *dbias,

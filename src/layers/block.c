@@ -12,16 +12,14 @@ int gt_block_forward(gt_backend *be, const gt_block_weights *w, const gt_block_a
   const size_t nc = (size_t)N * C;
   GT_CALL(op->layernorm_forward(be, a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1_w, w->ln1_b,
                                 N, C));
-  GT_CALL(op->linear_forward(be, a->qkv, a->ln1, w->qkv_w, w->qkv_b, N, C, 3 * C));
+  GT_CALL(op->linear_forward(be, a->qkv, a->ln1, w->qkv_w, w->qkv_b, NULL, N, C, 3 * C));
   GT_CALL(op->attention_forward(be, a->atty, a->att, a->qkv, d.B, d.T, d.H, hs));
-  GT_CALL(op->linear_forward(be, a->res2, a->atty, w->proj_w, w->proj_b, N, C, C));
-  GT_CALL(op->add(be, a->res2, a->res2, x, nc));
+  GT_CALL(op->linear_forward(be, a->res2, a->atty, w->proj_w, w->proj_b, x, N, C, C));
   GT_CALL(op->layernorm_forward(be, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w->ln2_w,
                                 w->ln2_b, N, C));
-  GT_CALL(op->linear_forward(be, a->fc, a->ln2, w->fc_w, w->fc_b, N, C, 4 * C));
+  GT_CALL(op->linear_forward(be, a->fc, a->ln2, w->fc_w, w->fc_b, NULL, N, C, 4 * C));
   GT_CALL(op->gelu_forward(be, a->gelu, a->fc, 4 * nc));
-  GT_CALL(op->linear_forward(be, out, a->gelu, w->fcproj_w, w->fcproj_b, N, 4 * C, C));
-  GT_CALL(op->add(be, out, out, a->res2, nc));
+  GT_CALL(op->linear_forward(be, out, a->gelu, w->fcproj_w, w->fcproj_b, a->res2, N, 4 * C, C));
   return GT_SUCCESS;
 }
 

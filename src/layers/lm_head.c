@@ -11,7 +11,7 @@ int gt_lm_head_forward(gt_backend *be, const float *wte, const float *lnf_w,
 {
   const gt_backend_ops *op = be->ops;
   GT_CALL(op->layernorm_forward(be, a->lnf, a->lnf_mean, a->lnf_rstd, x, lnf_w, lnf_b, N, C));
-  GT_CALL(op->linear_forward(be, a->logits, a->lnf, wte, NULL, N, C, V));
+  GT_CALL(op->linear_forward(be, a->logits, a->lnf, wte, NULL, NULL, N, C, V));
   GT_CALL(op->crossentropy(be, a->losses, a->logits, targets, N, V, V, grad_scale));
   return GT_SUCCESS;
 }

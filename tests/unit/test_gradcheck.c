@@ -85,7 +85,7 @@ typedef struct {
 static double lin_loss(fd_case *c, gt_backend *be)
 {
   lin_ctx *l = c->ctx;
-  be->ops->linear_forward(be, l->y, c->x[0], c->x[1], c->x[2], l->N, l->C, l->OC);
+  be->ops->linear_forward(be, l->y, c->x[0], c->x[1], c->x[2], NULL, l->N, l->C, l->OC);
   return dot_r(l->y, l->r, (size_t)l->N * l->OC);
 }
 

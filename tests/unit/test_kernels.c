@@ -50,11 +50,17 @@ static void test_linear(int N, int C, int OC, bool bias)
   tu_fill(b, OC, 6, -1, 1);
   tu_fill(dout, (size_t)N * OC, 7, -1, 1);
   float *o1 = tu_alloc((size_t)N * OC), *o2 = tu_alloc((size_t)N * OC);
-  fast->ops->linear_forward(fast, o1, in, w, bias ? b : NULL, N, C, OC);
-  ref->ops->linear_forward(ref, o2, in, w, bias ? b : NULL, N, C, OC);
+  float *res = tu_alloc((size_t)N * OC);
+  tu_fill(res, (size_t)N * OC, 3, -1, 1);
   char what[80];
-  snprintf(what, sizeof what, "linear forward N=%d C=%d OC=%d bias=%d", N, C, OC, bias);
-  check(what, o1, o2, (size_t)N * OC);
+  for (int with_res = 0; with_res < 2; with_res++) {
+    fast->ops->linear_forward(fast, o1, in, w, bias ? b : NULL, with_res ? res : NULL, N, C, OC);
+    ref->ops->linear_forward(ref, o2, in, w, bias ? b : NULL, with_res ? res : NULL, N, C, OC);
+    snprintf(what, sizeof what, "linear forward N=%d C=%d OC=%d bias=%d residual=%d", N, C, OC,
+             bias, with_res);
+    check(what, o1, o2, (size_t)N * OC);
+  }
+  free(res);
   float *di1 = tu_alloc((size_t)N * C), *di2 = tu_alloc((size_t)N * C);
   float *dw1 = tu_alloc((size_t)OC * C), *dw2, *db1 = tu_alloc(OC), *db2;
   tu_fill(dw1, (size_t)OC * C, 8, -1, 1);

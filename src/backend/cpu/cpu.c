@@ -48,17 +48,29 @@ static int cpu_matmul(gt_backend *be, bool ta, bool tb, int m, int n, int k, flo
   return GT_SUCCESS;
 }
 
+/* The bias and the residual go into out first; sgemm then adds the product
+ * (beta = 1), so neither needs a pass of its own afterwards. */
 static int cpu_linear_forward(gt_backend *be, float *out, const float *in, const float *w,
-                              const float *bias, int N, int C, int OC)
+                              const float *bias, const float *residual, int N, int C, int OC)
 {
   (void)be;
-  if (bias) {
+  if (bias && residual) {
+#pragma omp parallel for schedule(static)
+    for (int i = 0; i < N; i++) {
+      float *o = out + (size_t)i * OC;
+      const float *r = residual + (size_t)i * OC;
+#pragma omp simd
+      for (int j = 0; j < OC; j++)
+        o[j] = r[j] + bias[j];
+    }
+  } else if (bias || residual) {
 #pragma omp parallel for schedule(static)
     for (int i = 0; i < N; i++)
-      memcpy(out + (size_t)i * OC, bias, sizeof(float) * (size_t)OC);
+      memcpy(out + (size_t)i * OC, bias ? bias : residual + (size_t)i * OC,
+             sizeof(float) * (size_t)OC);
   }
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, C, 1.0f, in, C, w, C,
-              bias ? 1.0f : 0.0f, out, OC);
+              bias || residual ? 1.0f : 0.0f, out, OC);
   return GT_SUCCESS;
 }
 

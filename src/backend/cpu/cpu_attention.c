@@ -246,13 +246,25 @@ static inline void gt_softmax_causal_row(float *s, int t, int T)
   (void)T;
 }
 
+/* Widths of one head's problem. */
+typedef struct {
+  int C, C3;    /* row strides of the attention output and of qkv */
+  int hsp, Tp;  /* padded head size and sequence length */
+  float scale;  /* 1 / sqrt(hs) */
+} gt_att_dims;
+
+static gt_att_dims gt_att_dims_of(int T, int H, int hs)
+{
+  return (gt_att_dims){H * hs, 3 * H * hs, gt_round_up(hs, GT_W), gt_round_up(T, GT_W),
+                       1.0f / sqrtf((float)hs)};
+}
+
 int gt_cpu_attention_forward(gt_backend *be, float *out, float *att, const float *qkv, int B,
                              int T, int H, int hs)
 {
   (void)be;
-  const int C = H * hs, C3 = 3 * C;
-  const int hsp = gt_round_up(hs, GT_W), Tp = gt_round_up(T, GT_W);
-  const float scale = 1.0f / sqrtf((float)hs);
+  const gt_att_dims g = gt_att_dims_of(T, H, hs);
+  const int C = g.C, C3 = g.C3, hsp = g.hsp, Tp = g.Tp;
   int failed = 0;
 #pragma omp parallel for schedule(dynamic, 1) reduction(| : failed)
   for (int bh = 0; bh < B * H; bh++) {
@@ -268,7 +280,7 @@ int gt_cpu_attention_forward(gt_backend *be, float *out, float *att, const float
     gt_pack_transposed(ktp, hsp, Tp, q + C, T, hs, C3);
     gt_pack_rows(vp, Tp, hsp, q + 2 * C, T, hs, C3);
     float *s = att + (size_t)bh * T * T;
-    gt_scores_lower(s, T, qp, ktp, hsp, Tp, scale);
+    gt_scores_lower(s, T, qp, ktp, hsp, Tp, g.scale);
     for (int t = 0; t < T; t++)
       gt_softmax_causal_row(s + (size_t)t * T, t, T);
     gt_mix_lower(out + (size_t)b * T * C + (size_t)h * hs, C, s, T, vp, hsp, hs);
@@ -281,9 +293,9 @@ int gt_cpu_attention_backward(gt_backend *be, float *dqkv, float *datt, const fl
                               const float *qkv, const float *att, int B, int T, int H, int hs)
 {
   (void)be;
-  const int C = H * hs, C3 = 3 * C;
-  const int hsp = gt_round_up(hs, GT_W), Tp = gt_round_up(T, GT_W);
-  const float scale = 1.0f / sqrtf((float)hs);
+  const gt_att_dims g = gt_att_dims_of(T, H, hs);
+  const int C = g.C, C3 = g.C3, hsp = g.hsp, Tp = g.Tp;
+  const float scale = g.scale;
   int failed = 0;
 #pragma omp parallel for schedule(dynamic, 1) reduction(| : failed)
   for (int bh = 0; bh < B * H; bh++) {

@@ -34,12 +34,12 @@ static int ref_matmul(gt_backend *be, bool ta, bool tb, int m, int n, int k, flo
 }
 
 static int ref_linear_forward(gt_backend *be, float *out, const float *in, const float *w,
-                              const float *bias, int N, int C, int OC)
+                              const float *bias, const float *residual, int N, int C, int OC)
 {
   (void)be;
   for (int i = 0; i < N; i++)
     for (int o = 0; o < OC; o++) {
-      double s = bias ? bias[o] : 0.0;
+      double s = (bias ? bias[o] : 0.0) + (residual ? residual[(size_t)i * OC + o] : 0.0);
       for (int c = 0; c < C; c++)
         s += (double)in[(size_t)i * C + c] * w[(size_t)o * C + c];
       out[(size_t)i * OC + o] = (float)s;

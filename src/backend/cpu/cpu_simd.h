@@ -8,20 +8,23 @@
 #include <stdint.h>
 
 /* exp(x) for float, accurate to about 1 ulp: x = n ln2 + r, |r| <= ln2/2,
- * e^r by a degree-6 polynomial, 2^n by building the exponent bits. */
+ * e^r = 1 + r + r^2 P(r) with P of degree 5 (Cephes coefficients), 2^n by
+ * building the exponent bits. */
+#define GT_EXP_SHIFTER 12582912.0f /* 1.5 * 2^23: (x + s) - s rounds to nearest */
+#define GT_EXP_LOG2E 1.44269504088896341f
+#define GT_EXP_LN2_HI 0.693145751953125f
+#define GT_EXP_LN2_LO 1.428606765330187045e-06f
+static const float gt_exp_poly[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
+                                     4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
+
 static inline float gt_expf(float x)
 {
   x = x < -87.0f ? -87.0f : (x > 88.0f ? 88.0f : x);
-  const float shifter = 12582912.0f; /* 1.5 * 2^23: rounds to nearest */
-  float n = (x * 1.44269504088896341f + shifter) - shifter;
-  float r = x - n * 0.693145751953125f;
-  r = r - n * 1.428606765330187045e-06f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
+  float n = (x * GT_EXP_LOG2E + GT_EXP_SHIFTER) - GT_EXP_SHIFTER;
+  float r = x - n * GT_EXP_LN2_HI - n * GT_EXP_LN2_LO;
+  float p = gt_exp_poly[0];
+  for (int k = 1; k < 6; k++)
+    p = p * r + gt_exp_poly[k];
   p = p * r * r + r + 1.0f;
   union {
     int32_t i;
@@ -51,16 +54,11 @@ static inline gt_v16 gt_v16_exp(gt_v16 x)
 {
   x = gt_v16_select(x < -87.0f, gt_v16_splat(-87.0f), x);
   x = gt_v16_select(x > 88.0f, gt_v16_splat(88.0f), x);
-  const float shifter = 12582912.0f;
-  gt_v16 n = (x * 1.44269504088896341f + shifter) - shifter;
-  gt_v16 r = x - n * 0.693145751953125f;
-  r = r - n * 1.428606765330187045e-06f;
-  gt_v16 p = gt_v16_splat(1.9875691500e-4f);
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
+  gt_v16 n = (x * GT_EXP_LOG2E + GT_EXP_SHIFTER) - GT_EXP_SHIFTER;
+  gt_v16 r = x - n * GT_EXP_LN2_HI - n * GT_EXP_LN2_LO;
+  gt_v16 p = gt_v16_splat(gt_exp_poly[0]);
+  for (int k = 1; k < 6; k++)
+    p = p * r + gt_exp_poly[k];
   p = p * r * r + r + 1.0f;
   gt_i16 bits = (__builtin_convertvector(n, gt_i16) + 127) << 23;
   return p * (gt_v16)bits;
