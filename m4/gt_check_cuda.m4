@@ -16,13 +16,20 @@ AC_DEFUN([GT_CHECK_CUDA], [
     [gt_cuda_dir=$with_cuda])
   CUDA_CPPFLAGS=
   CUDA_LIBS=
+  # An explicit directory must hold the toolkit itself (not just something
+  # the default search paths happen to find).
+  AS_CASE([$with_cuda],
+    [no|yes|check], [gt_cuda_nvcc_path="$gt_cuda_dir/bin$PATH_SEPARATOR$PATH"],
+    [gt_cuda_nvcc_path="$gt_cuda_dir/bin"
+     AS_IF([test -f "$gt_cuda_dir/include/cuda_runtime_api.h"], [],
+       [AC_MSG_ERROR([--with-cuda=$with_cuda: $gt_cuda_dir/include/cuda_runtime_api.h not found; give the CUDA toolkit directory (for example /usr/local/cuda)])])])
   AS_IF([test -n "$gt_cuda_dir"], [
-    AC_PATH_PROG([NVCC], [nvcc], [none], [$gt_cuda_dir/bin$PATH_SEPARATOR$PATH])
+    AC_PATH_PROG([NVCC], [nvcc], [none], [$gt_cuda_nvcc_path])
     gt_cuda_libdir=$gt_cuda_dir/lib64
     gt_save_CPPFLAGS=$CPPFLAGS
     gt_save_LIBS=$LIBS
     CPPFLAGS="$CPPFLAGS -I$gt_cuda_dir/include"
-    LIBS="-L$gt_cuda_libdir -lcublasLt -lcublas -lcudart $LIBS"
+    LIBS="-L$gt_cuda_libdir -Wl,-rpath,$gt_cuda_libdir -lcublasLt -lcublas -lcudart $LIBS"
     AC_MSG_CHECKING([for CUDA runtime, cuBLAS and cuBLASLt in $gt_cuda_dir])
     AC_LINK_IFELSE([AC_LANG_PROGRAM([[#include <cuda_runtime_api.h>
                                      #include <cublas_v2.h>

@@ -29,7 +29,7 @@ AC_DEFUN([GT_CHECK_CUDNN], [
           gt_cudnn_libdir=$gt_dir/lib64
           AS_IF([test -d "$gt_cudnn_libdir"], [], [gt_cudnn_libdir=$gt_dir/lib])
           CUDNN_LIBS="-L$gt_cudnn_libdir -Wl,-rpath,$gt_cudnn_libdir -lcudnn"
-          gt_cudnn_version=`sed -n 's/^#define CUDNN_MAJOR *\([[0-9]]*\).*/\1/p; s/^#define CUDNN_MINOR *\([[0-9]]*\).*/.\1/p' "$gt_dir/include/cudnn_version.h" 2>/dev/null | tr -d '\n'`
+          gt_cudnn_version=`sed -n 's/^#define CUDNN_MAJOR *\(@<:@0-9@:>@*\).*/\1/p; s/^#define CUDNN_MINOR *\(@<:@0-9@:>@*\).*/.\1/p' "$gt_dir/include/cudnn_version.h" 2>/dev/null | tr -d '\n'`
           AC_DEFINE([GT_HAVE_CUDNN], [1], [Define to 1 when cuDNN is used])
           break
         ])
