@@ -91,6 +91,10 @@ int gt_config_to_ini(const gt_config *cfg, char *buf, size_t size);
 /* Print the resolved configuration as a table: key, value, origin. */
 void gt_config_print_table(const gt_config *cfg, FILE *out);
 
+/* One more row in the format of that table (for values resolved later:
+ * layout, threads, sizes). */
+void gt_config_print_row(FILE *out, const char *key, const char *value, const char *origin);
+
 /* Print every key with its type, default and help (for --help). */
 void gt_config_print_keys(FILE *out);
 

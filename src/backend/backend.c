@@ -94,23 +94,30 @@ const char *gt_backend_blas_warning(void)
 const char *gt_backend_blas_info(void)
 {
   static char info[256];
-  const char *config = "";
-  const char *mode = "";
+  char name[64] = "", core[64] = "", mode[32] = "";
 #ifdef HAVE_OPENBLAS_GET_CONFIG
-  config = openblas_get_config();
+  /* "OpenBLAS 0.3.21 NO_LAPACKE DYNAMIC_ARCH ...": keep the first two words */
+  const char *config = openblas_get_config();
+  int words = 0;
+  size_t n = 0;
+  for (const char *p = config; *p && n + 1 < sizeof name; p++) {
+    if (*p == ' ' && ++words == 2)
+      break;
+    name[n++] = *p;
+  }
+  name[n] = '\0';
 #endif
 #ifdef HAVE_OPENBLAS_GET_CORENAME
-  char with_core[200];
-  snprintf(with_core, sizeof with_core, "%s (core %s)", config, openblas_get_corename());
-  config = with_core;
+  snprintf(core, sizeof core, "core %s, ", openblas_get_corename());
 #endif
 #ifdef HAVE_OPENBLAS_GET_PARALLEL
-  switch (openblas_get_parallel()) {
-  case 0: mode = ", sequential"; break;
-  case 1: mode = ", pthreads"; break;
-  case 2: mode = ", OpenMP"; break;
-  }
+  static const char *modes[] = {"sequential", "pthreads", "OpenMP"};
+  int par = openblas_get_parallel();
+  snprintf(mode, sizeof mode, "%s", par >= 0 && par <= 2 ? modes[par] : "?");
 #endif
-  snprintf(info, sizeof info, "%s%s", config[0] ? config : GT_BUILD_BLAS, mode);
+  if (name[0])
+    snprintf(info, sizeof info, "%s (%s%s)", name, core, mode);
+  else
+    snprintf(info, sizeof info, "%s", GT_BUILD_BLAS);
   return info;
 }

@@ -98,15 +98,21 @@ int main(int argc, char **argv)
     fprintf(stderr, "gridtrain: error: MPI_Init_thread failed\n");
     return 1;
   }
-  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
   int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN) != MPI_SUCCESS ||
+      MPI_Comm_rank(MPI_COMM_WORLD, &rank) != MPI_SUCCESS) {
+    fprintf(stderr, "gridtrain: error: cannot set up MPI_COMM_WORLD\n");
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
   gt_log_init(rank);
   H5Eset_auto2(H5E_DEFAULT, NULL, NULL); /* HDF5 errors come back through GT_CALL_HDF5 */
 
   int status = gt_dispatch(argc, argv, MPI_COMM_WORLD);
   if (status == GT_SUCCESS) {
-    MPI_Finalize();
+    if (MPI_Finalize() != MPI_SUCCESS) {
+      fprintf(stderr, "gridtrain: rank %d: error: MPI_Finalize failed\n", rank);
+      return 1;
+    }
     return 0;
   }
   int code = gt_error_exit_code(status);

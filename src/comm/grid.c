@@ -193,10 +193,15 @@ int gt_grid_destroy(gt_grid **grid)
   if (!g)
     return GT_SUCCESS;
   MPI_Comm *comms[] = {&g->tp, &g->dp, &g->pp, &g->node, &g->world};
+  int first_error = MPI_SUCCESS;
   for (size_t i = 0; i < sizeof comms / sizeof comms[0]; i++)
-    if (*comms[i] != MPI_COMM_NULL)
-      MPI_Comm_free(comms[i]);
+    if (*comms[i] != MPI_COMM_NULL) {
+      int rc = MPI_Comm_free(comms[i]); /* free them all, report the first failure */
+      if (rc != MPI_SUCCESS && first_error == MPI_SUCCESS)
+        first_error = rc;
+    }
   free(g);
   *grid = NULL;
+  GT_CALL_MPI(first_error);
   return GT_SUCCESS;
 }

@@ -554,17 +554,22 @@ int gt_config_to_ini(const gt_config *cfg, char *buf, size_t size)
   return (int)len;
 }
 
+void gt_config_print_row(FILE *out, const char *key, const char *value, const char *origin)
+{
+  fprintf(out, "  %-24s %-32s %s\n", key, value[0] ? value : "(none)", origin);
+}
+
 void gt_config_print_table(const gt_config *cfg, FILE *out)
 {
   static const char *origin_name[] = {"default", "deck", "command line"};
   char key[80], value[GT_PATH_MAX];
-  fprintf(out, "  %-24s %-32s %s\n", "key", "value", "from");
+  gt_config_print_row(out, "key", "value", "from");
   for (int i = 0; i < GT_NKEYS; i++) {
     const gt_key *k = &gt_keys[i];
     snprintf(key, sizeof key, "%s.%s", k->section, k->name);
     gt_key_format(k, cfg, value, sizeof value);
-    fprintf(out, "  %-24s %-32s %s\n", key, value[0] ? value : "(none)",
-            origin_name[cfg->origin[i] <= GT_FROM_CLI ? cfg->origin[i] : 0]);
+    gt_config_print_row(out, key, value,
+                        origin_name[cfg->origin[i] <= GT_FROM_CLI ? cfg->origin[i] : 0]);
   }
 }
 

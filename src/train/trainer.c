@@ -3,6 +3,8 @@
  */
 #include "gridtrain/trainer.h"
 
+#include "build_config.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -87,34 +89,52 @@ static void gt_format_bytes(double bytes, char *buf, size_t size)
   snprintf(buf, size, "%.1f %s", bytes, unit[u]);
 }
 
+/* Rank 0: the configuration and what was resolved from it, as one table. */
 static void gt_print_setup(const gt_trainer *tr)
 {
   const gt_grid *g = tr->grid;
   const gt_config *cfg = &tr->cfg;
+  if (g->world_rank != 0)
+    return;
   gt_gpt_shape shape = {(int)cfg->model.layers, (int)cfg->model.heads, (int)cfg->model.dim,
                         (int)cfg->model.seq_len, (int)cfg->model.vocab};
-  char act[32], par[32];
+  char act[32], par[32], v[GT_PATH_MAX + 64];
   gt_format_bytes((double)gt_gpt_activation_bytes(tr->model), act, sizeof act);
   gt_format_bytes(4.0 * 4.0 * (double)gt_trainer_params((gt_trainer *)tr)->numel, par,
                   sizeof par);
-  gt_info("gridtrain: configuration (%s)\n", cfg->deck_path[0] ? cfg->deck_path : "defaults");
-  if (g->world_rank == 0)
-    gt_config_print_table(cfg, stdout);
-  gt_info("gridtrain: layout dp=%d x pp=%d x tp=%d on %d ranks (%d per node, %d cores per "
-          "node); %d thread%s per rank; MPI waits %s\n",
-          g->dp_size, g->pp_size, g->tp_size, g->world_size, g->node_size, g->node_cores,
-          tr->threads, tr->threads == 1 ? "" : "s",
-          gt_comm_get_wait_mode() == GT_WAIT_YIELD ? "yield (oversubscribed)" : "busy-poll");
-  gt_info("gridtrain: model gpt %.2fM parameters; per rank: parameters + gradients + AdamW "
-          "%s, activations %s (micro-batch %d x %d)\n",
-          (double)gt_gpt_param_count(&shape) / 1e6, par, act, tr->B_micro, tr->T);
-  gt_info("gridtrain: batch %d sequences x %d tokens = %d tokens per step; %d per dp rank in "
-          "%d micro-batch%s\n",
-          tr->B, tr->T, tr->B * tr->T, tr->B_rank, tr->M, tr->M == 1 ? "" : "es");
-  gt_info("gridtrain: train %s (%lld tokens, vocab %ld)%s%s\n", gt_dataset_name(tr->train),
-          gt_dataset_ntokens(tr->train), gt_dataset_vocab(tr->train),
-          tr->val ? "; val " : "", tr->val ? gt_dataset_name(tr->val) : "");
-  gt_info("gridtrain: backend %s, BLAS %s\n", tr->be->name, gt_backend_blas_info());
+  printf("gridtrain %s: configuration (%s) and layout\n", PACKAGE_VERSION,
+         cfg->deck_path[0] ? cfg->deck_path : "defaults");
+  gt_config_print_table(cfg, stdout);
+  snprintf(v, sizeof v, "dp=%d x pp=%d x tp=%d", g->dp_size, g->pp_size, g->tp_size);
+  gt_config_print_row(stdout, "layout", v, "resolved");
+  snprintf(v, sizeof v, "%d (%d per node, %d cores per node)", g->world_size, g->node_size,
+           g->node_cores);
+  gt_config_print_row(stdout, "ranks", v, "resolved");
+  snprintf(v, sizeof v, "%d", tr->threads);
+  gt_config_print_row(stdout, "threads per rank", v, "resolved");
+  gt_config_print_row(stdout, "mpi waits",
+                      gt_comm_get_wait_mode() == GT_WAIT_YIELD ? "yield (oversubscribed)"
+                                                               : "busy-poll",
+                      "resolved");
+  snprintf(v, sizeof v, "%.2fM (%s with grads and AdamW)",
+           (double)gt_gpt_param_count(&shape) / 1e6, par);
+  gt_config_print_row(stdout, "parameters", v, "per rank");
+  snprintf(v, sizeof v, "%s (micro-batch %d x %d)", act, tr->B_micro, tr->T);
+  gt_config_print_row(stdout, "activations", v, "per rank");
+  snprintf(v, sizeof v, "%d tokens = %d x %d; %d seq per dp rank in %d micro-batch%s",
+           tr->B * tr->T, tr->B, tr->T, tr->B_rank, tr->M, tr->M == 1 ? "" : "es");
+  gt_config_print_row(stdout, "step", v, "resolved");
+  snprintf(v, sizeof v, "%s (%lld tokens, vocab %ld)", gt_dataset_name(tr->train),
+           gt_dataset_ntokens(tr->train), gt_dataset_vocab(tr->train));
+  gt_config_print_row(stdout, "train data", v, "file");
+  if (tr->val) {
+    snprintf(v, sizeof v, "%s (%lld tokens)", gt_dataset_name(tr->val),
+             gt_dataset_ntokens(tr->val));
+    gt_config_print_row(stdout, "val data", v, "file");
+  }
+  snprintf(v, sizeof v, "%s; BLAS %s", tr->be->name, gt_backend_blas_info());
+  gt_config_print_row(stdout, "backend", v, "resolved");
+  fflush(stdout);
   if (gt_backend_blas_warning())
     gt_warn("%s", gt_backend_blas_warning());
 }

@@ -46,8 +46,9 @@ ok $status "4-rank training run exits 0"
 grep -q "^  model.layers  *2  *deck" "$GT_TMP/run.out" &&
   grep -q "^  data.train .*command line" "$GT_TMP/run.out"
 ok $? "rank 0 prints the resolved configuration with the origin of each value"
-grep -q "layout dp=4 x pp=1 x tp=1 on 4 ranks" "$GT_TMP/run.out"
-ok $? "rank 0 prints the layout"
+grep -q "^  layout  *dp=4 x pp=1 x tp=1  *resolved" "$GT_TMP/run.out" &&
+  grep -q "^  ranks  *4 (4 per node" "$GT_TMP/run.out"
+ok $? "rank 0 prints the layout in the same table"
 [ "$(grep '^step ' "$GT_TMP/run.out" | cut -d' ' -f2 | tr '\n' ' ')" = "0/10 4/10 5/10 9/10 " ]
 ok $? "log lines at steps 0 and 5 (log_every), 4 and 9 (evaluations), 9 (last)"
 grep -E -q '^step 4/10 \| loss [0-9.]+ \| val [0-9.]+ \| lr [0-9.e+-]+ \| gnorm [0-9.]+ \| [0-9.]+ ms \| [0-9]+ tok/s \| compute [0-9]+% comm [0-9]+% data [0-9]+%$' "$GT_TMP/run.out"

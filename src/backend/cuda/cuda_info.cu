@@ -24,8 +24,13 @@ extern "C" int gt_cuda_device_count(void)
 extern "C" void gt_cuda_describe(char *buf, size_t size)
 {
   int rt = 0, n = 0;
-  cudaRuntimeGetVersion(&rt);
-  cudaError_t err = cudaGetDeviceCount(&n);
+  cudaError_t err = cudaRuntimeGetVersion(&rt);
+  if (err != cudaSuccess) {
+    snprintf(buf, size, "CUDA runtime unusable: %s", cudaGetErrorString(err));
+    cudaGetLastError();
+    return;
+  }
+  err = cudaGetDeviceCount(&n);
   if (err != cudaSuccess) {
     snprintf(buf, size, "CUDA runtime %d.%d, 0 devices: %s", rt / 1000, (rt % 1000) / 10,
              cudaGetErrorString(err));
