@@ -10,31 +10,9 @@
 
 #include "build_config.h"
 #include "cli.h"
-#include "gridtrain/backend.h"
-#include "gridtrain/cuda_info.h"
 #include "gridtrain/error.h"
 #include "gridtrain/log.h"
 #include "gridtrain/version.h"
-
-const char *gt_version(void) { return PACKAGE_VERSION; }
-
-void gt_build_info(char *buf, unsigned long size)
-{
-  char mpi[MPI_MAX_LIBRARY_VERSION_STRING] = "";
-  int len = 0;
-  MPI_Get_library_version(mpi, &len);
-  char *nl = strchr(mpi, '\n');
-  if (nl)
-    *nl = '\0';
-  char cuda[256];
-  gt_cuda_describe(cuda, sizeof cuda);
-  snprintf(buf, size,
-           "  MPI   : %s\n"
-           "  HDF5  : %s (parallel)\n"
-           "  BLAS  : %s\n"
-           "  CUDA  : %s\n",
-           mpi, GT_BUILD_HDF5, gt_backend_blas_info(), cuda);
-}
 
 static void gt_usage(void)
 {
