@@ -163,6 +163,14 @@ expect_error "no kind" "ingest needs the kind of input"
 # ---- Fletcher32 catches corruption -----------------------------------------------------------
 cp "$T/g.h5" "$T/corrupt.h5" && "$PYTHON_REF" "$T/corrupt.py" "$T/corrupt.h5"
 ok $? "a flipped byte in a chunk makes the read fail (Fletcher32)"
+# training on the damaged file stops with the checksum error (the rank that
+# reads the chunk reports it and takes the job down: no hang, no silent data)
+run_mpi 2 120 "$GT_BIN" train "$GT_SRCDIR/tests/decks/tiny.in" data.train="$T/corrupt.h5" \
+  run.steps=60 >"$T/out" 2>"$T/err"
+rc=$?
+[ "$rc" -ne 0 ] && [ "$rc" -ne 124 ] && grep -q "Fletcher32 checksum" "$T/err" &&
+  grep -q "make it again with 'gridtrain ingest'" "$T/err"
+ok $? "training on a corrupted dataset stops with the checksum error (exit $rc)"
 
 # ---- on 2 ranks: rank 0 writes, once ---------------------------------------------------------
 run_mpi 2 60 "$GT_BIN" ingest text "$TEXT" -o "$T/mpi.h5" --val-fraction 0.1 \
