@@ -259,33 +259,91 @@ static gt_att_dims gt_att_dims_of(int T, int H, int hs)
                        1.0f / sqrtf((float)hs)};
 }
 
+/* What one (batch, head) task needs; filled by the caller. */
+typedef struct {
+  gt_att_dims g;
+  int T, H, hs;
+  float *out, *att, *dqkv, *datt;
+  const float *qkv, *dout, *patt;
+} gt_att_job;
+
+/* Run task(job, b, h, scratch) for every (batch, head) pair on the OpenMP
+ * threads, each with nfloats of thread-private scratch. */
+static int gt_for_each_head(const gt_att_job *job, int B, size_t nfloats,
+                            void (*task)(const gt_att_job *, int, int, float *))
+{
+  int failed = 0;
+#pragma omp parallel for schedule(dynamic, 1) reduction(| : failed)
+  for (int bh = 0; bh < B * job->H; bh++) {
+    float *scratch = gt_scratch(nfloats);
+    if (scratch)
+      task(job, bh / job->H, bh % job->H, scratch);
+    else
+      failed = 1;
+  }
+  GT_CHECK(!failed, GT_ERR_SYSTEM, "out of memory for attention scratch (%zu floats per thread)",
+           nfloats);
+  return GT_SUCCESS;
+}
+
+static void gt_attention_forward_head(const gt_att_job *j, int b, int h, float *qp)
+{
+  const int T = j->T, hs = j->hs, C = j->g.C, C3 = j->g.C3, hsp = j->g.hsp, Tp = j->g.Tp;
+  float *ktp = qp + (size_t)Tp * hsp, *vp = ktp + (size_t)Tp * hsp;
+  const float *q = j->qkv + (size_t)b * T * C3 + (size_t)h * hs;
+  gt_pack_rows(qp, Tp, hsp, q, T, hs, C3);
+  gt_pack_transposed(ktp, hsp, Tp, q + C, T, hs, C3);
+  gt_pack_rows(vp, Tp, hsp, q + 2 * C, T, hs, C3);
+  float *s = j->att + ((size_t)b * j->H + h) * T * T;
+  gt_scores_lower(s, T, qp, ktp, hsp, Tp, j->g.scale);
+  for (int t = 0; t < T; t++)
+    gt_softmax_causal_row(s + (size_t)t * T, t, T);
+  gt_mix_lower(j->out + (size_t)b * T * C + (size_t)h * hs, C, s, T, vp, hsp, hs);
+}
+
+static void gt_attention_backward_head(const gt_att_job *j, int b, int h, float *dyp)
+{
+  const int T = j->T, hs = j->hs, C = j->g.C, C3 = j->g.C3, hsp = j->g.hsp, Tp = j->g.Tp;
+  float *vtp = dyp + (size_t)Tp * hsp, *qp = vtp + (size_t)Tp * hsp;
+  float *kp = qp + (size_t)Tp * hsp;
+  const float *q = j->qkv + (size_t)b * T * C3 + (size_t)h * hs;
+  const float *dy = j->dout + (size_t)b * T * C + (size_t)h * hs;
+  gt_pack_rows(dyp, Tp, hsp, dy, T, hs, C);
+  gt_pack_transposed(vtp, hsp, Tp, q + 2 * C, T, hs, C3);
+  gt_pack_rows(qp, Tp, hsp, q, T, hs, C3);
+  gt_pack_rows(kp, Tp, hsp, q + C, T, hs, C3);
+  const size_t off = ((size_t)b * j->H + h) * T * T;
+  const float *p = j->patt + off;
+  float *ds = j->datt + off;
+  /* dp = dy v^T (lower triangle); ds = p * (dp - rowsum(p * dp)) * scale */
+  gt_scores_lower(ds, T, dyp, vtp, hsp, Tp, 1.0f);
+  for (int t = 0; t < T; t++) {
+    float *dsr = ds + (size_t)t * T;
+    const float *pr = p + (size_t)t * T;
+    /* entries past t: p = 0 and dp = 0, so whole vectors are safe */
+    const int n = gt_round_up(t + 1, GT_W) < T ? gt_round_up(t + 1, GT_W) : T;
+    float dot = 0;
+#pragma omp simd reduction(+ : dot)
+    for (int u = 0; u < n; u++)
+      dot += pr[u] * dsr[u];
+#pragma omp simd
+    for (int u = 0; u < n; u++)
+      dsr[u] = pr[u] * (dsr[u] - dot) * j->g.scale;
+  }
+  float *dq = j->dqkv + (size_t)b * T * C3 + (size_t)h * hs;
+  gt_mix_lower(dq, C3, ds, T, kp, hsp, hs);           /* dq = ds k */
+  gt_mix_lower_t(dq + C, C3, ds, T, qp, hsp, hs);     /* dk = ds^T q */
+  gt_mix_lower_t(dq + 2 * C, C3, p, T, dyp, hsp, hs); /* dv = p^T dy */
+}
+
 int gt_cpu_attention_forward(gt_backend *be, float *out, float *att, const float *qkv, int B,
                              int T, int H, int hs)
 {
   (void)be;
-  const gt_att_dims g = gt_att_dims_of(T, H, hs);
-  const int C = g.C, C3 = g.C3, hsp = g.hsp, Tp = g.Tp;
-  int failed = 0;
-#pragma omp parallel for schedule(dynamic, 1) reduction(| : failed)
-  for (int bh = 0; bh < B * H; bh++) {
-    const int b = bh / H, h = bh % H;
-    float *qp = gt_scratch((size_t)3 * Tp * hsp);
-    if (!qp) {
-      failed = 1;
-      continue;
-    }
-    float *ktp = qp + (size_t)Tp * hsp, *vp = ktp + (size_t)Tp * hsp;
-    const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs;
-    gt_pack_rows(qp, Tp, hsp, q, T, hs, C3);
-    gt_pack_transposed(ktp, hsp, Tp, q + C, T, hs, C3);
-    gt_pack_rows(vp, Tp, hsp, q + 2 * C, T, hs, C3);
-    float *s = att + (size_t)bh * T * T;
-    gt_scores_lower(s, T, qp, ktp, hsp, Tp, g.scale);
-    for (int t = 0; t < T; t++)
-      gt_softmax_causal_row(s + (size_t)t * T, t, T);
-    gt_mix_lower(out + (size_t)b * T * C + (size_t)h * hs, C, s, T, vp, hsp, hs);
-  }
-  GT_CHECK(!failed, GT_ERR_SYSTEM, "out of memory for attention scratch");
+  gt_att_job job = {.g = gt_att_dims_of(T, H, hs), .T = T, .H = H, .hs = hs, .out = out,
+                    .att = att, .qkv = qkv};
+  GT_CALL(gt_for_each_head(&job, B, (size_t)3 * job.g.Tp * job.g.hsp,
+                           gt_attention_forward_head));
   return GT_SUCCESS;
 }
 
@@ -293,48 +351,9 @@ int gt_cpu_attention_backward(gt_backend *be, float *dqkv, float *datt, const fl
                               const float *qkv, const float *att, int B, int T, int H, int hs)
 {
   (void)be;
-  const gt_att_dims g = gt_att_dims_of(T, H, hs);
-  const int C = g.C, C3 = g.C3, hsp = g.hsp, Tp = g.Tp;
-  const float scale = g.scale;
-  int failed = 0;
-#pragma omp parallel for schedule(dynamic, 1) reduction(| : failed)
-  for (int bh = 0; bh < B * H; bh++) {
-    const int b = bh / H, h = bh % H;
-    float *dyp = gt_scratch((size_t)4 * Tp * hsp);
-    if (!dyp) {
-      failed = 1;
-      continue;
-    }
-    float *vtp = dyp + (size_t)Tp * hsp, *qp = vtp + (size_t)Tp * hsp;
-    float *kp = qp + (size_t)Tp * hsp;
-    const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs;
-    const float *dy = dout + (size_t)b * T * C + (size_t)h * hs;
-    gt_pack_rows(dyp, Tp, hsp, dy, T, hs, C);
-    gt_pack_transposed(vtp, hsp, Tp, q + 2 * C, T, hs, C3);
-    gt_pack_rows(qp, Tp, hsp, q, T, hs, C3);
-    gt_pack_rows(kp, Tp, hsp, q + C, T, hs, C3);
-    const float *p = att + (size_t)bh * T * T;
-    float *ds = datt + (size_t)bh * T * T;
-    /* dp = dy v^T (lower triangle); ds = p * (dp - rowsum(p * dp)) * scale */
-    gt_scores_lower(ds, T, dyp, vtp, hsp, Tp, 1.0f);
-    for (int t = 0; t < T; t++) {
-      float *dsr = ds + (size_t)t * T;
-      const float *pr = p + (size_t)t * T;
-      /* entries past t: p = 0 and dp = 0, so whole vectors are safe */
-      const int n = gt_round_up(t + 1, GT_W) < T ? gt_round_up(t + 1, GT_W) : T;
-      float dot = 0;
-#pragma omp simd reduction(+ : dot)
-      for (int u = 0; u < n; u++)
-        dot += pr[u] * dsr[u];
-#pragma omp simd
-      for (int u = 0; u < n; u++)
-        dsr[u] = pr[u] * (dsr[u] - dot) * scale;
-    }
-    float *dq = dqkv + (size_t)b * T * C3 + (size_t)h * hs;
-    gt_mix_lower(dq, C3, ds, T, kp, hsp, hs);           /* dq = ds k */
-    gt_mix_lower_t(dq + C, C3, ds, T, qp, hsp, hs);     /* dk = ds^T q */
-    gt_mix_lower_t(dq + 2 * C, C3, p, T, dyp, hsp, hs); /* dv = p^T dy */
-  }
-  GT_CHECK(!failed, GT_ERR_SYSTEM, "out of memory for attention scratch");
+  gt_att_job job = {.g = gt_att_dims_of(T, H, hs), .T = T, .H = H, .hs = hs, .dqkv = dqkv,
+                    .datt = datt, .qkv = qkv, .dout = dout, .patt = att};
+  GT_CALL(gt_for_each_head(&job, B, (size_t)4 * job.g.Tp * job.g.hsp,
+                           gt_attention_backward_head));
   return GT_SUCCESS;
 }
