@@ -7,6 +7,7 @@
 #include <mpi.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include "build_config.h"
 #include "cli.h"
@@ -101,8 +102,13 @@ int main(int argc, char **argv)
     MPI_Finalize();
     return code;
   }
-  /* Only this rank knows: report and take the job down, so no rank hangs. */
+  /* Only this rank knows: report and take the job down, so no rank hangs.
+   * The launcher forwards our stderr through a pipe and stops reading once
+   * the abort arrives, so give the message a moment to get through first
+   * (without it about 1 run in 30 lost the line). */
   gt_error_print(rank);
+  struct timespec pause = {0, 300 * 1000 * 1000};
+  nanosleep(&pause, NULL);
   MPI_Abort(MPI_COMM_WORLD, code);
   return code;
 }
