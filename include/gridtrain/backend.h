@@ -68,8 +68,6 @@ typedef struct gt_backend_ops {
   /* din = gelu'(in) * dout ("="). */
   int (*gelu_backward)(gt_backend *be, float *din, const float *in, const float *dout,
                        size_t n);
-  /* out = a + b ("="; out may alias a or b). */
-  int (*add)(gt_backend *be, float *out, const float *a, const float *b, size_t n);
 
   /* ---- attention ---- */
   /* Causal self-attention over H heads of size hs. qkv (B,T,3,H,hs) holds
@@ -107,8 +105,6 @@ typedef struct gt_backend_ops {
                float bc1, float bc2, float grad_scale);
   /* *result (host) = sum of x^2, accumulated in double, deterministic. */
   int (*sumsq)(gt_backend *be, const float *x, size_t n, double *result);
-  /* x *= alpha */
-  int (*scale)(gt_backend *be, float *x, size_t n, float alpha);
 } gt_backend_ops;
 
 struct gt_backend {

@@ -51,11 +51,10 @@ int gt_error_set(int code, const char *file, int line, const char *func,
 /* Add a frame to the current error's trace and return code. */
 int gt_error_push(int code, const char *file, int line, const char *func);
 
-/* The current error's message (empty string when none), its origin
- * ("src/x.c:12 (func)") and its code. */
+/* The current error's message (empty string when none) and its origin
+ * ("src/x.c:12 (func)"). */
 const char *gt_error_message(void);
 const char *gt_error_origin(void);
-int gt_error_code(void);
 
 /* Replace the origin of the current error (used when an error is copied
  * from another rank: "rank 3, src/x.c:12 (f)"). */

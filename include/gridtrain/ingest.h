@@ -13,11 +13,17 @@
 #ifndef GRIDTRAIN_INGEST_H
 #define GRIDTRAIN_INGEST_H
 
+/* Tokens written to each split. */
+typedef struct gt_ingest_counts {
+  long long train_tokens, val_tokens;
+} gt_ingest_counts;
+
 /* Not collective (run by one process). Writes out_path atomically (to a
- * temporary name, then renamed). GT_ERR_INPUT for a missing, unreadable or
- * empty input, a val_fraction outside [0, 0.5], or an output that cannot be
+ * temporary name, then renamed) and, when counts is not NULL, reports the
+ * tokens of each split. GT_ERR_INPUT for a missing, unreadable or empty
+ * input, a val_fraction outside [0, 0.5], or an output that cannot be
  * created. */
 int gt_ingest_text(int nfiles, char *const files[], const char *out_path,
-                   double val_fraction);
+                   double val_fraction, gt_ingest_counts *counts);
 
 #endif /* GRIDTRAIN_INGEST_H */

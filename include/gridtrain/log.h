@@ -2,8 +2,7 @@
  * gridtrain/log.h - rank-aware printing.
  *
  * gt_log_init() records this process's world rank once; afterwards
- * gt_info()/gt_warn() print on rank 0 only, gt_rank_print() on every rank with
- * a "[rank R]" prefix. None of these functions is collective.
+ * gt_info()/gt_warn() print on rank 0 only. Neither is collective.
  */
 #ifndef GRIDTRAIN_LOG_H
 #define GRIDTRAIN_LOG_H
@@ -21,8 +20,5 @@ void gt_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Rank 0 only: "gridtrain: warning: ..." to stderr. */
 void gt_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-/* Every rank: "[rank R] ..." to stderr. */
-void gt_rank_print(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 #endif /* GRIDTRAIN_LOG_H */

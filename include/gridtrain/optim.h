@@ -37,8 +37,4 @@ int gt_adamw_destroy(gt_adamw **opt);
  * multiplied by grad_scale (clipping). Bias correction uses t = s + 1. */
 int gt_adamw_step(gt_adamw *opt, long s, double lr, double grad_scale);
 
-/* The moment buffers (device, params->numel each), for checkpoints. */
-float *gt_adamw_m(gt_adamw *opt);
-float *gt_adamw_v(gt_adamw *opt);
-
 #endif /* GRIDTRAIN_OPTIM_H */

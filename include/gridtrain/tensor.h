@@ -9,7 +9,6 @@
 #define GRIDTRAIN_TENSOR_H
 
 #include <stdbool.h>
-#include <stddef.h>
 
 #define GT_TENSOR_MAX_DIMS 4
 
@@ -24,17 +23,5 @@ typedef struct gt_tensor {
   void *data;
   bool owner;
 } gt_tensor;
-
-/* Bytes per element. */
-size_t gt_dtype_size(gt_dtype dtype);
-
-/* "f32", "bf16", "f16", "i32". */
-const char *gt_dtype_name(gt_dtype dtype);
-
-/* Product of the shape (1 for ndim == 0). */
-long gt_tensor_numel(const gt_tensor *t);
-
-/* Format the shape as "(768, 3072)". */
-void gt_tensor_shape_str(const gt_tensor *t, char *buf, size_t size);
 
 #endif /* GRIDTRAIN_TENSOR_H */

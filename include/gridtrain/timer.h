@@ -36,9 +36,6 @@ double gt_events_step_seconds(gt_event_kind kind);
 /* Start a new step: per-step sums go back to zero (run totals stay). */
 void gt_events_step_reset(void);
 
-/* Forget every event (tests; a new run in the same process). */
-void gt_events_clear(void);
-
 /* Collective on comm: rank 0 prints, for every event, the run total in
  * seconds as min / avg / max over the ranks of comm, and its share of
  * wall_seconds. Every rank must have registered the same events in the same

@@ -41,9 +41,7 @@ int gt_trainer_evaluate(gt_trainer *tr, double *val_loss);
  * the final summary line and the timing table. */
 int gt_trainer_run(gt_trainer *tr);
 
-/* Accessors (not collective). */
+/* The model's parameters (not collective). */
 gt_params *gt_trainer_params(gt_trainer *tr);
-const gt_grid *gt_trainer_grid(const gt_trainer *tr);
-long gt_trainer_next_step(const gt_trainer *tr);
 
 #endif /* GRIDTRAIN_TRAINER_H */

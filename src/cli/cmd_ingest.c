@@ -8,7 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../io/h5util.h"
 #include "cli.h"
 #include "gridtrain/comm.h"
 #include "gridtrain/error.h"
@@ -119,17 +118,9 @@ static int gt_ingest_parse(int argc, char **argv, gt_ingest_args *a)
 
 // ---- summary ----------------------------------------------------------------------
 
-/* Read the counts back from the file just written: the summary then also
- * says that the file opens the way training will open it. */
-static int gt_ingest_summary_in(const gt_ingest_args *a, hid_t *file)
+/* Rank 0's one line about what was written. */
+static void gt_ingest_summary(const gt_ingest_args *a, const gt_ingest_counts *n)
 {
-  long long ntrain = 0, nval = 0;
-  bool has_train = false, has_val = false;
-  GT_CALL(gt_h5_open_mpio(a->out, H5F_ACC_RDONLY, MPI_COMM_SELF, file));
-  GT_CALL(gt_h5_read_attr_i64(*file, "train_tokens", a->out, &has_train, &ntrain));
-  GT_CALL(gt_h5_read_attr_i64(*file, "val_tokens", a->out, &has_val, &nval));
-  GT_ASSERT(has_train && has_val);
-
   char list[512] = "";
   size_t used = 0;
   for (int i = 0; i < a->ninputs && i < GT_INGEST_LISTED && used < sizeof list; i++)
@@ -139,17 +130,8 @@ static int gt_ingest_summary_in(const gt_ingest_args *a, hid_t *file)
     snprintf(list + used, sizeof list - used, ", ... (%d more)",
              a->ninputs - GT_INGEST_LISTED);
   gt_info("ingest: wrote %s: %lld train + %lld val tokens (bytes, vocab 256) from %d "
-          "source%s: %s\n", a->out, ntrain, nval, a->ninputs, a->ninputs == 1 ? "" : "s",
-          list);
-  return GT_SUCCESS;
-}
-
-static int gt_ingest_summary(const gt_ingest_args *a)
-{
-  hid_t file = H5I_INVALID_HID;
-  int status = gt_ingest_summary_in(a, &file);
-  GT_CALL(gt_h5_close_all(status, 1, &file));
-  return GT_SUCCESS;
+          "source%s: %s\n", a->out, n->train_tokens, n->val_tokens, a->ninputs,
+          a->ninputs == 1 ? "" : "s", list);
 }
 
 // ----------------------------------------------------------------------------
@@ -163,9 +145,10 @@ static int gt_ingest_run(int argc, char **argv)
   if (status == GT_SUCCESS && a.help) {
     gt_info("%s", gt_ingest_usage);
   } else if (status == GT_SUCCESS) {
-    status = gt_ingest_text(a.ninputs, a.inputs, a.out, a.val_fraction);
+    gt_ingest_counts n;
+    status = gt_ingest_text(a.ninputs, a.inputs, a.out, a.val_fraction, &n);
     if (status == GT_SUCCESS)
-      status = gt_ingest_summary(&a);
+      gt_ingest_summary(&a, &n);
   }
   free(a.inputs);
   GT_CALL(status);

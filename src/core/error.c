@@ -105,7 +105,6 @@ int gt_error_push(int code, const char *file, int line, const char *func)
 
 const char *gt_error_message(void) { return gt_err_state.message; }
 const char *gt_error_origin(void) { return gt_err_state.origin; }
-int gt_error_code(void) { return gt_err_state.code; }
 void gt_error_set_origin(const char *origin)
 {
   snprintf(gt_err_state.origin, sizeof gt_err_state.origin, "%s", origin);

@@ -33,13 +33,3 @@ void gt_warn(const char *fmt, ...)
   va_end(ap);
   fflush(stderr);
 }
-
-void gt_rank_print(const char *fmt, ...)
-{
-  va_list ap;
-  va_start(ap, fmt);
-  fprintf(stderr, "[rank %d] ", gt_world_rank);
-  vfprintf(stderr, fmt, ap);
-  va_end(ap);
-  fflush(stderr);
-}

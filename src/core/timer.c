@@ -68,8 +68,6 @@ void gt_events_step_reset(void)
     gt_events[i].step = 0;
 }
 
-void gt_events_clear(void) { gt_nevents = 0; }
-
 int gt_events_report(MPI_Comm comm, double wall_seconds, FILE *out)
 {
   static const char *kind_name[GT_EV_NKINDS] = {"compute", "comm", "data", "other"};

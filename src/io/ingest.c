@@ -245,7 +245,7 @@ static int gt_ingest_write(const char *tmp, int n, const gt_source *src,
 // ----------------------------------------------------------------------------
 
 int gt_ingest_text(int nfiles, char *const files[], const char *out_path,
-                   double val_fraction)
+                   double val_fraction, gt_ingest_counts *counts)
 {
   GT_CHECK(nfiles >= 1, GT_ERR_INPUT, "no input files; name at least one text file");
   GT_CHECK(out_path != NULL && out_path[0] != '\0', GT_ERR_INPUT,
@@ -281,6 +281,13 @@ int gt_ingest_text(int nfiles, char *const files[], const char *out_path,
     status = GT_ERROR(GT_ERR_INPUT, "cannot create '%s': %s", out_path, strerror(errno));
   if (status != GT_SUCCESS && tmp)
     unlink(tmp);
+  if (status == GT_SUCCESS && counts) {
+    *counts = (gt_ingest_counts){0, 0};
+    for (int i = 0; i < nfiles; i++) {
+      counts->train_tokens += src[i].train;
+      counts->val_tokens += src[i].val;
+    }
+  }
   free(tmp);
   free(buf);
   free(src);

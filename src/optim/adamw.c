@@ -91,6 +91,3 @@ int gt_adamw_step(gt_adamw *o, long s, double lr, double grad_scale)
   }
   return GT_SUCCESS;
 }
-
-float *gt_adamw_m(gt_adamw *o) { return o->m; }
-float *gt_adamw_v(gt_adamw *o) { return o->v; }

@@ -235,8 +235,6 @@ int gt_trainer_destroy(gt_trainer **trainer)
 }
 
 gt_params *gt_trainer_params(gt_trainer *tr) { return gt_gpt_params(tr->model); }
-const gt_grid *gt_trainer_grid(const gt_trainer *tr) { return tr->grid; }
-long gt_trainer_next_step(const gt_trainer *tr) { return tr->step; }
 
 // ---- one step ----------------------------------------------------------------------------
 

@@ -77,7 +77,7 @@ int main(int argc, char **argv)
     if (system(cmd) != 0)
       return tap_bail("cannot create %s", dir);
     char *files[1] = {text};
-    st = gt_ingest_text(1, files, dataset, 0.0);
+    st = gt_ingest_text(1, files, dataset, 0.0, NULL);
   }
   MPI_Bcast(&st, 1, MPI_INT, 0, MPI_COMM_WORLD);
   if (st != GT_SUCCESS)

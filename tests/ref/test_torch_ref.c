@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <sys/stat.h>
 
+#include "../../src/io/h5util.h"
 #include "../test_util.h"
 #include "gridtrain/gpt.h"
 #include "gridtrain/optim.h"
@@ -23,24 +24,6 @@ static const gt_gpt_shape shape = {2, 4, 32, 16, 67}; /* layers heads dim max_se
 static const gt_adamw_config hp = {.lr = 1e-3, .min_lr = 1e-3, .warmup = 0, .steps = 1,
                                    .weight_decay = 0.1, .beta1 = 0.9, .beta2 = 0.95,
                                    .eps = 1e-8, .grad_clip = 0.5};
-
-static void attr_long(hid_t f, const char *name, long long v)
-{
-  hid_t s = H5Screate(H5S_SCALAR);
-  hid_t a = H5Acreate2(f, name, H5T_NATIVE_LLONG, s, H5P_DEFAULT, H5P_DEFAULT);
-  H5Awrite(a, H5T_NATIVE_LLONG, &v);
-  H5Aclose(a);
-  H5Sclose(s);
-}
-
-static void attr_double(hid_t f, const char *name, double v)
-{
-  hid_t s = H5Screate(H5S_SCALAR);
-  hid_t a = H5Acreate2(f, name, H5T_NATIVE_DOUBLE, s, H5P_DEFAULT, H5P_DEFAULT);
-  H5Awrite(a, H5T_NATIVE_DOUBLE, &v);
-  H5Aclose(a);
-  H5Sclose(s);
-}
 
 static int write_dataset(hid_t loc, const char *name, hid_t type, int ndim, const long *shp,
                          const void *data)
@@ -95,20 +78,19 @@ static int write_input(const char *path, gt_params *p, const int32_t *tok, const
   hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
   if (f < 0)
     return -1;
-  attr_long(f, "layers", shape.layers);
-  attr_long(f, "heads", shape.heads);
-  attr_long(f, "dim", shape.dim);
-  attr_long(f, "seq_len", shape.max_seq);
-  attr_long(f, "vocab", shape.vocab);
-  attr_double(f, "lr", hp.lr);
-  attr_double(f, "beta1", hp.beta1);
-  attr_double(f, "beta2", hp.beta2);
-  attr_double(f, "eps", hp.eps);
-  attr_double(f, "weight_decay", hp.weight_decay);
-  attr_double(f, "grad_clip", hp.grad_clip);
+  int rc = gt_h5_write_attr_i64(f, "layers", shape.layers);
+  rc |= gt_h5_write_attr_i64(f, "heads", shape.heads);
+  rc |= gt_h5_write_attr_i64(f, "dim", shape.dim);
+  rc |= gt_h5_write_attr_i64(f, "seq_len", shape.max_seq);
+  rc |= gt_h5_write_attr_i64(f, "vocab", shape.vocab);
+  rc |= gt_h5_write_attr_f64(f, "lr", hp.lr);
+  rc |= gt_h5_write_attr_f64(f, "beta1", hp.beta1);
+  rc |= gt_h5_write_attr_f64(f, "beta2", hp.beta2);
+  rc |= gt_h5_write_attr_f64(f, "eps", hp.eps);
+  rc |= gt_h5_write_attr_f64(f, "weight_decay", hp.weight_decay);
+  rc |= gt_h5_write_attr_f64(f, "grad_clip", hp.grad_clip);
   hid_t gp = H5Gcreate2(f, "params", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
   hid_t gb = H5Gcreate2(f, "batch", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-  int rc = 0;
   for (int i = 0; i < p->count; i++)
     rc |= write_dataset(gp, p->list[i].name, H5T_NATIVE_FLOAT, p->list[i].value.ndim,
                         p->list[i].value.shape, p->list[i].value.data);

@@ -214,7 +214,7 @@ static void test_dataset(void)
     return;
   }
   char *files[] = {txt};
-  int st = gt_ingest_text(1, files, h5, 0.1);
+  int st = gt_ingest_text(1, files, h5, 0.1, NULL);
   if (!tap_ok(st == GT_SUCCESS, "gt_ingest_text writes %s", h5)) {
     tap_diag("%s", gt_error_message());
     return;
@@ -276,7 +276,7 @@ static void test_dataset(void)
   free(out);
 
   /* A colon in the file name is not a dataset path. */
-  st = gt_ingest_text(1, files, colon, 0.0);
+  st = gt_ingest_text(1, files, colon, 0.0, NULL);
   tap_ok(st == GT_SUCCESS, "ingest with val_fraction 0 to '%s'", colon);
   st = gt_dataset_open(colon, "/train/tokens", MPI_COMM_WORLD, &ds);
   tap_ok(st == GT_SUCCESS && gt_dataset_ntokens(ds) == (long long)n,
@@ -305,11 +305,11 @@ static void test_dataset(void)
   st = gt_dataset_open(spec, NULL, MPI_COMM_WORLD, &ds);
   tap_ok(input_error(st, "is not a dataset"), "a group is not a dataset");
 
-  st = gt_ingest_text(1, (char *[]){empty}, zero, 0.1);
+  st = gt_ingest_text(1, (char *[]){empty}, zero, 0.1, NULL);
   tap_ok(st == GT_ERR_INPUT && strstr(gt_error_message(), "is empty"),
          "ingest refuses an empty input: %s", gt_error_message());
   gt_error_clear();
-  st = gt_ingest_text(1, files, zero, 0.6);
+  st = gt_ingest_text(1, files, zero, 0.6, NULL);
   tap_ok(st == GT_ERR_INPUT, "ingest refuses val_fraction 0.6: %s", gt_error_message());
   gt_error_clear();
   struct stat sb;

@@ -212,15 +212,6 @@ static int cpu_gelu_backward(gt_backend *be, float *din, const float *in, const 
   return GT_SUCCESS;
 }
 
-static int cpu_add(gt_backend *be, float *out, const float *a, const float *b, size_t n)
-{
-  (void)be;
-#pragma omp parallel for simd schedule(static)
-  for (size_t i = 0; i < n; i++)
-    out[i] = a[i] + b[i];
-  return GT_SUCCESS;
-}
-
 // ---- embeddings and loss ------------------------------------------------------------------
 
 static int cpu_embedding_forward(gt_backend *be, float *out, const int32_t *tokens,
@@ -349,15 +340,6 @@ static int cpu_sumsq(gt_backend *be, const float *x, size_t n, double *result)
   return GT_SUCCESS;
 }
 
-static int cpu_scale(gt_backend *be, float *x, size_t n, float alpha)
-{
-  (void)be;
-#pragma omp parallel for simd schedule(static)
-  for (size_t i = 0; i < n; i++)
-    x[i] *= alpha;
-  return GT_SUCCESS;
-}
-
 // ---- set-up ------------------------------------------------------------------------------------
 
 int gt_cpu_setup(gt_backend *be)
@@ -382,7 +364,6 @@ const gt_backend_ops gt_cpu_ops = {
   .layernorm_backward = cpu_layernorm_backward,
   .gelu_forward = cpu_gelu_forward,
   .gelu_backward = cpu_gelu_backward,
-  .add = cpu_add,
   .attention_forward = gt_cpu_attention_forward,
   .attention_backward = gt_cpu_attention_backward,
   .embedding_forward = cpu_embedding_forward,
@@ -390,5 +371,4 @@ const gt_backend_ops gt_cpu_ops = {
   .crossentropy = cpu_crossentropy,
   .adamw = cpu_adamw,
   .sumsq = cpu_sumsq,
-  .scale = cpu_scale,
 };

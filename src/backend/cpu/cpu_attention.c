@@ -95,63 +95,53 @@ static inline void gt_store_row(float *c, const gt_v16 *acc, int c0, int nv, int
   }
 }
 
-/* c[t] = sum_u P[t][u] b[u] for u <= t (P lower triangular, row stride T);
- * b: T x hsp rows; c: rows of stride ldc, first hs columns written ("="). */
+/* One block of R output rows: c[r] = sum_{k in [k_lo, k_hi)} coef(r, k) b[k]
+ * with coef(r, k) = P[r * r_stride + k * k_stride]; b: rows of hsp floats;
+ * c: rows of stride ldc, first hs columns written ("="). */
+static void gt_mix_block(float *c, int ldc, const float *P, size_t r_stride, size_t k_stride,
+                         int R, int k_lo, int k_hi, const float *b, int hsp, int hs)
+{
+  for (int c0 = 0; c0 < hsp; c0 += GT_CM * GT_W) {
+    const int nv = (hsp - c0) / GT_W < GT_CM ? (hsp - c0) / GT_W : GT_CM;
+    gt_v16 acc[GT_RM][GT_CM];
+    for (int r = 0; r < GT_RM; r++)
+      for (int v = 0; v < GT_CM; v++)
+        acc[r][v] = (gt_v16){0};
+    for (int k = k_lo; k < k_hi; k++) {
+      gt_v16 bv[GT_CM];
+      for (int v = 0; v < GT_CM; v++)
+        bv[v] = v < nv ? gt_load(b + (size_t)k * hsp + c0 + v * GT_W) : (gt_v16){0};
+      const float *coef = P + (size_t)k * k_stride;
+      for (int r = 0; r < R; r++) {
+        const float p = coef[(size_t)r * r_stride];
+        for (int v = 0; v < GT_CM; v++)
+          acc[r][v] += p * bv[v];
+      }
+    }
+    for (int r = 0; r < R; r++)
+      gt_store_row(c + (size_t)r * ldc, acc[r], c0, nv, hs);
+  }
+}
+
+/* c[t] = sum_u P[t][u] b[u] for u <= t (P lower triangular, row stride T). */
 static void gt_mix_lower(float *c, int ldc, const float *P, int T, const float *b, int hsp,
                          int hs)
 {
   for (int t0 = 0; t0 < T; t0 += GT_RM) {
     const int R = T - t0 < GT_RM ? T - t0 : GT_RM;
-    const int u_end = t0 + R;
-    for (int c0 = 0; c0 < hsp; c0 += GT_CM * GT_W) {
-      const int nv = (hsp - c0) / GT_W < GT_CM ? (hsp - c0) / GT_W : GT_CM;
-      gt_v16 acc[GT_RM][GT_CM];
-      for (int r = 0; r < GT_RM; r++)
-        for (int v = 0; v < GT_CM; v++)
-          acc[r][v] = (gt_v16){0};
-      for (int u = 0; u < u_end; u++) {
-        gt_v16 bv[GT_CM];
-        for (int v = 0; v < GT_CM; v++)
-          bv[v] = v < nv ? gt_load(b + (size_t)u * hsp + c0 + v * GT_W) : (gt_v16){0};
-        for (int r = 0; r < R; r++) {
-          const float p = P[(size_t)(t0 + r) * T + u];
-          for (int v = 0; v < GT_CM; v++)
-            acc[r][v] += p * bv[v];
-        }
-      }
-      for (int r = 0; r < R; r++)
-        gt_store_row(c + (size_t)(t0 + r) * ldc, acc[r], c0, nv, hs);
-    }
+    gt_mix_block(c + (size_t)t0 * ldc, ldc, P + (size_t)t0 * T, (size_t)T, 1, R, 0, t0 + R, b,
+                 hsp, hs);
   }
 }
 
-/* c[u] = sum_t P[t][u] b[t] for t >= u (P lower triangular, row stride T):
- * the product with P^T without forming it. */
+/* c[u] = sum_t P[t][u] b[t] for t >= u: the product with P^T without forming
+ * it (entries of P above the diagonal are zero). */
 static void gt_mix_lower_t(float *c, int ldc, const float *P, int T, const float *b, int hsp,
                            int hs)
 {
   for (int u0 = 0; u0 < T; u0 += GT_RM) {
     const int R = T - u0 < GT_RM ? T - u0 : GT_RM;
-    for (int c0 = 0; c0 < hsp; c0 += GT_CM * GT_W) {
-      const int nv = (hsp - c0) / GT_W < GT_CM ? (hsp - c0) / GT_W : GT_CM;
-      gt_v16 acc[GT_RM][GT_CM];
-      for (int r = 0; r < GT_RM; r++)
-        for (int v = 0; v < GT_CM; v++)
-          acc[r][v] = (gt_v16){0};
-      for (int t = u0; t < T; t++) {
-        gt_v16 bv[GT_CM];
-        for (int v = 0; v < GT_CM; v++)
-          bv[v] = v < nv ? gt_load(b + (size_t)t * hsp + c0 + v * GT_W) : (gt_v16){0};
-        const float *prow = P + (size_t)t * T + u0;
-        for (int r = 0; r < R; r++) {
-          const float p = prow[r]; /* zero when u0 + r > t */
-          for (int v = 0; v < GT_CM; v++)
-            acc[r][v] += p * bv[v];
-        }
-      }
-      for (int r = 0; r < R; r++)
-        gt_store_row(c + (size_t)(u0 + r) * ldc, acc[r], c0, nv, hs);
-    }
+    gt_mix_block(c + (size_t)u0 * ldc, ldc, P + u0, 1, (size_t)T, R, u0, T, b, hsp, hs);
   }
 }
 
@@ -212,9 +202,8 @@ static float *gt_scratch(size_t n)
 
 /* Softmax of row t of a causal score matrix, in place: entries 0..t are
  * scores, the rest zero and staying zero. Whole vectors, lanes past t
- * masked; the row (length T, padded to Tp in the scratch-free layout) is
- * read and written only up to min(T, round_up(t + 1, 16)). */
-static inline void gt_softmax_causal_row(float *s, int t, int T)
+ * masked; only entries 0..t are read or written. */
+static inline void gt_softmax_causal_row(float *s, int t)
 {
   const int nfull = (t + 1) / GT_W * GT_W; /* vectors with every lane valid */
   const int tail = t + 1 - nfull;          /* valid lanes of the last vector */
@@ -243,7 +232,6 @@ static inline void gt_softmax_causal_row(float *s, int t, int T)
   last *= inv;
   gt_store(tmp, last);
   memcpy(s + nfull, tmp, sizeof(float) * (size_t)tail);
-  (void)T;
 }
 
 /* Widths of one head's problem. */
@@ -297,7 +285,7 @@ static void gt_attention_forward_head(const gt_att_job *j, int b, int h, float *
   float *s = j->att + ((size_t)b * j->H + h) * T * T;
   gt_scores_lower(s, T, qp, ktp, hsp, Tp, j->g.scale);
   for (int t = 0; t < T; t++)
-    gt_softmax_causal_row(s + (size_t)t * T, t, T);
+    gt_softmax_causal_row(s + (size_t)t * T, t);
   gt_mix_lower(j->out + (size_t)b * T * C + (size_t)h * hs, C, s, T, vp, hsp, hs);
 }
 

@@ -152,14 +152,6 @@ static int ref_gelu_backward(gt_backend *be, float *din, const float *in, const 
   return GT_SUCCESS;
 }
 
-static int ref_add(gt_backend *be, float *out, const float *a, const float *b, size_t n)
-{
-  (void)be;
-  for (size_t i = 0; i < n; i++)
-    out[i] = a[i] + b[i];
-  return GT_SUCCESS;
-}
-
 // ---- attention ----------------------------------------------------------------------
 
 static int ref_attention_forward(gt_backend *be, float *out, float *att, const float *qkv,
@@ -328,14 +320,6 @@ static int ref_sumsq(gt_backend *be, const float *x, size_t n, double *result)
   return GT_SUCCESS;
 }
 
-static int ref_scale(gt_backend *be, float *x, size_t n, float alpha)
-{
-  (void)be;
-  for (size_t i = 0; i < n; i++)
-    x[i] *= alpha;
-  return GT_SUCCESS;
-}
-
 const gt_backend_ops gt_cpu_ref_ops = {
   .alloc = gt_host_alloc,
   .free = gt_host_free,
@@ -351,7 +335,6 @@ const gt_backend_ops gt_cpu_ref_ops = {
   .layernorm_backward = ref_layernorm_backward,
   .gelu_forward = ref_gelu_forward,
   .gelu_backward = ref_gelu_backward,
-  .add = ref_add,
   .attention_forward = ref_attention_forward,
   .attention_backward = ref_attention_backward,
   .embedding_forward = ref_embedding_forward,
@@ -359,5 +342,4 @@ const gt_backend_ops gt_cpu_ref_ops = {
   .crossentropy = ref_crossentropy,
   .adamw = ref_adamw,
   .sumsq = ref_sumsq,
-  .scale = ref_scale,
 };
