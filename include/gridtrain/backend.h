@@ -81,20 +81,40 @@ typedef struct gt_backend_ops {
                             const float *qkv, const float *att, int B, int T, int H,
                             int hs);
 
-  /* ---- embeddings and loss ---- */
-  /* out(B*T,C) = wte[tokens] + wpe[t]; tokens (B,T) int32 on the device. */
+  /* ---- embeddings and loss (vocabulary-parallel) ----
+   * A rank may hold only the rows [v0, v0 + nv) of the token embedding
+   * (tensor parallelism splits the vocabulary); with one shard v0 = 0 and
+   * nv = V. */
+  /* out(B*T,C) "=" wte[tokens - v0] for tokens in [v0, v0 + nv), 0 for other
+   * tokens, plus wpe[t] when wpe is not NULL. tokens (B,T) int32 on the
+   * device; wte holds the nv rows of this shard. */
   int (*embedding_forward)(gt_backend *be, float *out, const int32_t *tokens,
-                           const float *wte, const float *wpe, int B, int T, int C);
-  /* dwte += scatter of dout by token, dwpe += sum of dout over the batch. */
+                           const float *wte, const float *wpe, int B, int T, int C,
+                           int v0, int nv);
+  /* dwte += scatter of dout by token (tokens in [v0, v0 + nv) only, into row
+   * token - v0); dwpe += sum of dout over the batch (skipped when NULL). */
   int (*embedding_backward)(gt_backend *be, float *dwte, float *dwpe, const float *dout,
-                            const int32_t *tokens, int B, int T, int C);
-  /* Softmax cross-entropy over rows of logits (N, Vp) of which the first V
-   * columns are real (the rest padding, ignored). losses(N) "=" gets
-   * -log softmax(logits)[target]. When grad_scale != 0 the logits are
-   * overwritten by dlogits = (softmax - onehot(target)) * grad_scale (and 0 in
-   * the padding). */
-  int (*crossentropy)(gt_backend *be, float *losses, float *logits,
-                      const int32_t *targets, int N, int V, int Vp, float grad_scale);
+                            const int32_t *tokens, int B, int T, int C, int v0, int nv);
+  /* Softmax cross-entropy in two halves so that the vocabulary may be split
+   * over P shards (no rank holds full logits). This shard's logits are
+   * (N, ld): column j < nv is vocabulary entry v0 + j, columns nv..ld-1 are
+   * padding and ignored.
+   * xent_partial: stats (N,3) "=" per row {m, s, t}: m = max of the nv
+   * columns, s = sum of exp(logit - m) over them, t = the logit of the
+   * target when the target is in [v0, v0 + nv), else 0. */
+  int (*xent_partial)(gt_backend *be, float *stats, const float *logits,
+                      const int32_t *targets, int N, int nv, int ld, int v0);
+  /* xent_finish: stats holds the (P, N, 3) partial stats of every shard in
+   * shard order. Per row, M = max_r m_r, S = sum_r s_r exp(m_r - M) and
+   * Tg = sum_r t_r, both summed in shard order r = 0..P-1, and
+   * losses(N) "=" log(S) + M - Tg (= -log softmax[target]). When
+   * grad_scale != 0 this shard's logits are overwritten by
+   * dlogits = (exp(logit - M) / S - [column is the target]) * grad_scale,
+   * and 0 in the padding columns. Identical stats give identical losses on
+   * every shard. */
+  int (*xent_finish)(gt_backend *be, float *losses, float *logits, const float *stats,
+                     int P, const int32_t *targets, int N, int nv, int ld, int v0,
+                     float grad_scale);
 
   /* ---- optimizer and reductions ---- */
   /* AdamW on n elements: g' = g * grad_scale; m = b1 m + (1-b1) g';

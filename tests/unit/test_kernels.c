@@ -2,7 +2,9 @@
  * test_kernels.c - the fast cpu backend against the cpu-ref backend, kernel
  * by kernel, forward and backward, on odd shapes (edges of column blocks,
  * heads, rows). Tolerance: norm-wise relative error <= 2e-6 (fp32 sums in a
- * different order against double sums).
+ * different order against double sums). The vocabulary-parallel embedding and
+ * cross-entropy are also run split over P shards, with the unsplit result as
+ * the expected one.
  *
  * gt-test: ranks=1
  */
@@ -163,35 +165,216 @@ static void test_embedding(int B, int T, int C, int V)
   tu_fill(wpe, (size_t)T * C, 24, -1, 1);
   tu_fill(dy, n, 25, -1, 1);
   float *o1 = tu_alloc(n), *o2 = tu_alloc(n);
-  fast->ops->embedding_forward(fast, o1, tok, wte, wpe, B, T, C);
-  ref->ops->embedding_forward(ref, o2, tok, wte, wpe, B, T, C);
+  fast->ops->embedding_forward(fast, o1, tok, wte, wpe, B, T, C, 0, V);
+  ref->ops->embedding_forward(ref, o2, tok, wte, wpe, B, T, C, 0, V);
   check("embedding forward", o1, o2, n);
   float *e1 = tu_copy(wte, (size_t)V * C), *e2 = tu_copy(wte, (size_t)V * C);
   float *p1 = tu_copy(wpe, (size_t)T * C), *p2 = tu_copy(wpe, (size_t)T * C);
-  fast->ops->embedding_backward(fast, e1, p1, dy, tok, B, T, C);
-  ref->ops->embedding_backward(ref, e2, p2, dy, tok, B, T, C);
+  fast->ops->embedding_backward(fast, e1, p1, dy, tok, B, T, C, 0, V);
+  ref->ops->embedding_backward(ref, e2, p2, dy, tok, B, T, C, 0, V);
   check("embedding backward dwte (+=, repeated tokens)", e1, e2, (size_t)V * C);
   check("embedding backward dwpe (+=)", p1, p2, (size_t)T * C);
   free(tok), free(wte), free(wpe), free(dy), free(o1), free(o2), free(e1), free(e2);
   free(p1), free(p2);
 }
 
-static void test_crossentropy(int N, int V, int Vp)
+/* Vocabulary split over P shards of w = ceil(V/P) rows (the last one
+ * shorter), against loops in this test: the sum of the shards' forward
+ * outputs (wpe on shard 0 only) is the whole embedding; each shard's backward
+ * adds exactly its rows of the whole dwte and writes nowhere else (guard rows
+ * around each shard's buffer). tok_upper < V leaves the last shards without
+ * any token. */
+static void test_embedding_split(gt_backend *be, int B, int T, int C, int V, int P,
+                                 int tok_upper)
 {
-  size_t n = (size_t)N * Vp;
+  const int N = B * T, w = (V + P - 1) / P;
+  const size_t n = (size_t)N * C, cs = (size_t)C;
+  int32_t *tok = malloc(sizeof(int32_t) * (size_t)N);
+  tu_fill_int(tok, N, 32, tok_upper);
+  float *wte = tu_alloc((size_t)V * C), *wpe = tu_alloc((size_t)T * C), *dy = tu_alloc(n);
+  float *dwte0 = tu_alloc((size_t)V * C), *dwpe0 = tu_alloc((size_t)T * C);
+  tu_fill(wte, (size_t)V * C, 33, -1, 1);
+  tu_fill(wpe, (size_t)T * C, 34, -1, 1);
+  tu_fill(dy, n, 35, -1, 1);
+  tu_fill(dwte0, (size_t)V * C, 36, -1, 1);
+  tu_fill(dwpe0, (size_t)T * C, 37, -1, 1);
+  /* expected, by plain loops */
+  float *want = tu_alloc(n), *want_dwte = tu_copy(dwte0, (size_t)V * C);
+  float *want_dwpe = tu_copy(dwpe0, (size_t)T * C);
+  for (int i = 0; i < N; i++)
+    for (int c = 0; c < C; c++) {
+      want[i * cs + c] = wte[tok[i] * cs + c] + wpe[(i % T) * cs + c];
+      want_dwte[tok[i] * cs + c] += dy[i * cs + c];
+      want_dwpe[(i % T) * cs + c] += dy[i * cs + c];
+    }
+  float *sum = tu_alloc(n), *out = tu_alloc(n), *dwpe = tu_copy(dwpe0, (size_t)T * C);
+  float *got_dwte = tu_alloc((size_t)V * C);
+  bool zeros_ok = true, guards_ok = true, untouched_ok = true;
+  for (int r = 0; r < P; r++) {
+    const int v0 = r * w, nv = V - v0 < w ? V - v0 : w;
+    /* forward: "=" output, so start from garbage */
+    float *shard = tu_copy(wte + v0 * cs, (size_t)nv * C);
+    tu_fill(out, n, 38 + (uint64_t)r, 100, 200);
+    be->ops->embedding_forward(be, out, tok, shard, r == 0 ? wpe : NULL, B, T, C, v0, nv);
+    for (size_t k = 0; k < n; k++)
+      sum[k] += out[k];
+    if (r > 0)
+      for (int i = 0; i < N; i++)
+        if (tok[i] < v0 || tok[i] >= v0 + nv)
+          for (int c = 0; c < C; c++)
+            zeros_ok = zeros_ok && out[i * cs + c] == 0.0f;
+    /* backward into nv rows between two guard rows */
+    float *buf = tu_alloc((size_t)(nv + 2) * C);
+    tu_fill(buf, (size_t)(nv + 2) * C, 39, -1, 1);
+    float *before = tu_copy(buf, (size_t)(nv + 2) * C);
+    memcpy(buf + cs, dwte0 + v0 * cs, (size_t)nv * C * sizeof(float));
+    be->ops->embedding_backward(be, buf + cs, r == 0 ? dwpe : NULL, dy, tok, B, T, C, v0, nv);
+    memcpy(got_dwte + v0 * cs, buf + cs, (size_t)nv * C * sizeof(float));
+    for (size_t c = 0; c < cs; c++) {
+      guards_ok = guards_ok && buf[c] == before[c];
+      guards_ok = guards_ok && buf[(nv + 1) * cs + c] == before[(nv + 1) * cs + c];
+    }
+    for (int row = 0; row < nv; row++) {
+      bool hit = false;
+      for (int i = 0; i < N; i++)
+        hit = hit || tok[i] == v0 + row;
+      if (!hit)
+        untouched_ok = untouched_ok && !memcmp(buf + (row + 1) * cs, dwte0 + (v0 + row) * cs,
+                                               cs * sizeof(float));
+    }
+    free(shard), free(buf), free(before);
+  }
+  char what[120];
+  snprintf(what, sizeof what, "embedding split [%s] V=%d P=%d tokens<%d: forward sum", be->name,
+           V, P, tok_upper);
+  check(what, sum, want, n);
+  tap_ok(zeros_ok, "embedding split [%s] tokens outside a shard give exact zeros (no wpe)",
+         be->name);
+  snprintf(what, sizeof what, "embedding split [%s] V=%d P=%d: dwte rows (+=)", be->name, V, P);
+  check(what, got_dwte, want_dwte, (size_t)V * C);
+  snprintf(what, sizeof what, "embedding split [%s] V=%d P=%d: dwpe on shard 0 (+=)", be->name,
+           V, P);
+  check(what, dwpe, want_dwpe, (size_t)T * C);
+  tap_ok(untouched_ok && guards_ok,
+         "embedding split [%s] rows without tokens and memory around shards untouched",
+         be->name);
+  free(tok), free(wte), free(wpe), free(dy), free(dwte0), free(dwpe0), free(want);
+  free(want_dwte), free(want_dwpe), free(sum), free(out), free(dwpe), free(got_dwte);
+}
+
+/* Fill the padding columns nv..ld-1 of (N,ld) with values that would show
+ * if a kernel read them (they would dominate the max and the sum). */
+static void pad_garbage(float *l, int N, int nv, int ld)
+{
+  for (int i = 0; i < N; i++)
+    for (int j = nv; j < ld; j++)
+      l[(size_t)i * ld + j] = (i + j) % 2 ? 60.0f : -60.0f;
+}
+
+static bool pad_zero(const float *l, int N, int nv, int ld)
+{
+  for (int i = 0; i < N; i++)
+    for (int j = nv; j < ld; j++)
+      if (l[(size_t)i * ld + j] != 0.0f)
+        return false;
+  return true;
+}
+
+/* One shard's loss: xent_partial then xent_finish with P = 1. */
+static void xent_one(gt_backend *be, float *losses, float *logits, float *stats,
+                     const int32_t *y, int N, int V, int ld, float grad_scale)
+{
+  be->ops->xent_partial(be, stats, logits, y, N, V, ld, 0);
+  be->ops->xent_finish(be, losses, logits, stats, 1, y, N, V, ld, 0, grad_scale);
+}
+
+static void test_xent(int N, int V, int ld)
+{
+  size_t n = (size_t)N * ld;
   float *l1 = tu_alloc(n), *l2, *s1 = tu_alloc(N), *s2 = tu_alloc(N);
+  float *st1 = tu_alloc(3 * (size_t)N), *st2 = tu_alloc(3 * (size_t)N);
   int32_t *y = malloc(sizeof(int32_t) * (size_t)N);
   tu_fill(l1, n, 26, -8, 8);
+  pad_garbage(l1, N, V, ld);
   tu_fill_int(y, N, 27, V);
   l2 = tu_copy(l1, n);
-  fast->ops->crossentropy(fast, s1, l1, y, N, V, Vp, 0.0f);
-  ref->ops->crossentropy(ref, s2, l2, y, N, V, Vp, 0.0f);
-  check("crossentropy losses (no gradient)", s1, s2, N);
-  fast->ops->crossentropy(fast, s1, l1, y, N, V, Vp, 0.25f);
-  ref->ops->crossentropy(ref, s2, l2, y, N, V, Vp, 0.25f);
-  check("crossentropy losses (with gradient)", s1, s2, N);
-  check("crossentropy dlogits (padding zeroed)", l1, l2, n);
-  free(l1), free(l2), free(s1), free(s2), free(y);
+  char what[96];
+  fast->ops->xent_partial(fast, st1, l1, y, N, V, ld, 0);
+  ref->ops->xent_partial(ref, st2, l2, y, N, V, ld, 0);
+  snprintf(what, sizeof what, "xent_partial stats N=%d V=%d ld=%d", N, V, ld);
+  check(what, st1, st2, 3 * (size_t)N);
+  xent_one(fast, s1, l1, st1, y, N, V, ld, 0.0f);
+  xent_one(ref, s2, l2, st2, y, N, V, ld, 0.0f);
+  snprintf(what, sizeof what, "xent losses P=1 N=%d V=%d ld=%d (no gradient)", N, V, ld);
+  check(what, s1, s2, N);
+  tap_ok(!memcmp(l1, l2, n * sizeof(float)), "xent without gradient leaves the logits alone");
+  xent_one(fast, s1, l1, st1, y, N, V, ld, 0.25f);
+  xent_one(ref, s2, l2, st2, y, N, V, ld, 0.25f);
+  snprintf(what, sizeof what, "xent losses P=1 N=%d V=%d ld=%d (with gradient)", N, V, ld);
+  check(what, s1, s2, N);
+  snprintf(what, sizeof what, "xent dlogits P=1 N=%d V=%d ld=%d", N, V, ld);
+  check(what, l1, l2, n);
+  tap_ok(pad_zero(l1, N, V, ld), "xent dlogits padding exactly 0 (ld - V = %d)", ld - V);
+  free(l1), free(l2), free(s1), free(s2), free(st1), free(st2), free(y);
+}
+
+/* The vocabulary split over P shards of w = ceil(V/P) columns with row
+ * stride ld >= w (the last shard has fewer real columns): every shard's
+ * losses and the concatenated gradient equal the unsplit cpu-ref result. */
+static void test_xent_split(gt_backend *be, int N, int V, int P, int ld)
+{
+  const int w = (V + P - 1) / P;
+  const float gs = 0.5f;
+  float *full = tu_alloc((size_t)N * V), *want_loss = tu_alloc(N);
+  float *st = tu_alloc(3 * (size_t)N * P), *loss = tu_alloc(N);
+  int32_t *y = malloc(sizeof(int32_t) * (size_t)N);
+  tu_fill(full, (size_t)N * V, 40, -6, 6);
+  tu_fill_int(y, N, 41, V);
+  /* targets on the first and last column of every shard, the rest random */
+  for (int r = 0; r < P && r * w < V && 2 * r + 1 < N; r++) {
+    y[2 * r] = r * w;
+    y[2 * r + 1] = (r + 1) * w < V ? (r + 1) * w - 1 : V - 1;
+  }
+  float *want_grad = tu_copy(full, (size_t)N * V);
+  xent_one(ref, want_loss, want_grad, st, y, N, V, V, gs);
+  float **shard = malloc(sizeof(float *) * (size_t)P);
+  for (int r = 0; r < P; r++) {
+    const int v0 = r * w, nv = V - v0 < w ? V - v0 : w;
+    if (nv < 0 || ld < nv)
+      abort();
+    shard[r] = tu_alloc((size_t)N * ld);
+    for (int i = 0; i < N; i++)
+      memcpy(shard[r] + (size_t)i * ld, full + (size_t)i * V + v0, sizeof(float) * (size_t)nv);
+    pad_garbage(shard[r], N, nv, ld);
+    be->ops->xent_partial(be, st + 3 * (size_t)N * r, shard[r], y, N, nv, ld, v0);
+  }
+  float *grad = tu_alloc((size_t)N * V), *loss0 = tu_alloc(N);
+  double worst = 0;
+  bool same = true, pad_ok = true;
+  for (int r = 0; r < P; r++) {
+    const int v0 = r * w, nv = V - v0 < w ? V - v0 : w;
+    be->ops->xent_finish(be, loss, shard[r], st, P, y, N, nv, ld, v0, gs);
+    for (int i = 0; i < N; i++) {
+      worst = fmax(worst, fabs((double)loss[i] - want_loss[i]) / fabs(want_loss[i]));
+      memcpy(grad + (size_t)i * V + v0, shard[r] + (size_t)i * ld, sizeof(float) * (size_t)nv);
+    }
+    if (r == 0)
+      memcpy(loss0, loss, sizeof(float) * (size_t)N);
+    same = same && !memcmp(loss0, loss, sizeof(float) * (size_t)N);
+    pad_ok = pad_ok && pad_zero(shard[r], N, nv, ld);
+  }
+  tap_ok(worst <= 1e-6, "xent split [%s] N=%d V=%d P=%d ld=%d: losses (max rel err %.2e)",
+         be->name, N, V, P, ld, worst);
+  tap_ok(same, "xent split [%s]: identical losses on every shard", be->name);
+  char what[96];
+  snprintf(what, sizeof what, "xent split [%s] N=%d V=%d P=%d ld=%d: dlogits", be->name, N, V, P,
+           ld);
+  check(what, grad, want_grad, (size_t)N * V);
+  tap_ok(pad_ok, "xent split [%s]: padding columns exactly 0", be->name);
+  for (int r = 0; r < P; r++)
+    free(shard[r]);
+  free(shard), free(full), free(want_loss), free(st), free(loss), free(y), free(want_grad);
+  free(grad), free(loss0);
 }
 
 static void test_adamw_sumsq(size_t n)
@@ -236,8 +419,19 @@ int main(int argc, char **argv)
   test_attention(1, 70, 2, 72); /* head size past one 64-wide block, ragged T */
   test_attention(2, 64, 3, 64);
   test_embedding(3, 11, 300, 37);
-  test_crossentropy(19, 67, 67);
-  test_crossentropy(7, 61, 64);
+  test_xent(19, 67, 67);
+  test_xent(7, 61, 64);
+  test_xent(33, 1000, 1024);
+  gt_backend *both[2] = {ref, fast};
+  for (int k = 0; k < 2; k++) {
+    test_embedding_split(both[k], 3, 11, 300, 37, 3, 37);
+    test_embedding_split(both[k], 2, 7, 24, 10, 4, 3); /* tokens in shard 0 only */
+    test_xent_split(both[k], 19, 67, 3, 23);  /* padding on the last shard only */
+    test_xent_split(both[k], 13, 61, 2, 32);  /* padding on every shard */
+    test_xent_split(both[k], 9, 10, 4, 3);    /* last shard: 1 real column */
+    test_xent_split(both[k], 8, 9, 4, 4);     /* last shard: no real column */
+    test_xent_split(both[k], 6, 1000, 3, 336);
+  }
   test_adamw_sumsq(100003);
   gt_backend_destroy(&fast);
   gt_backend_destroy(&ref);

@@ -212,88 +212,131 @@ static int cpu_gelu_backward(gt_backend *be, float *din, const float *in, const 
   return GT_SUCCESS;
 }
 
-// ---- embeddings and loss ------------------------------------------------------------------
+// ---- embeddings and loss (vocabulary-parallel) ------------------------------------------
 
+/* out(B*T,C): the shard's row of wte (or 0) plus wpe[t] (or nothing). */
 static int cpu_embedding_forward(gt_backend *be, float *out, const int32_t *tokens,
-                                 const float *wte, const float *wpe, int B, int T, int C)
+                                 const float *wte, const float *wpe, int B, int T, int C,
+                                 int v0, int nv)
 {
   (void)be;
 #pragma omp parallel for schedule(static)
   for (int i = 0; i < B * T; i++) {
-    const float *e = wte + (size_t)tokens[i] * C, *p = wpe + (size_t)(i % T) * C;
+    const int row = tokens[i] - v0;
+    const float *e = row >= 0 && row < nv ? wte + (size_t)row * C : NULL;
+    const float *p = wpe ? wpe + (size_t)(i % T) * C : NULL;
     float *o = out + (size_t)i * C;
-#pragma omp simd
-    for (int c = 0; c < C; c++)
-      o[c] = e[c] + p[c];
-  }
-  return GT_SUCCESS;
-}
-
-static int cpu_embedding_backward(gt_backend *be, float *dwte, float *dwpe,
-                                  const float *dout, const int32_t *tokens, int B, int T,
-                                  int C)
-{
-  (void)be;
-  /* Rows of dwte collide (repeated tokens): split the columns instead. */
-  int nblocks = (C + GT_COL_BLOCK - 1) / GT_COL_BLOCK;
-#pragma omp parallel for schedule(static)
-  for (int blk = 0; blk < nblocks; blk++) {
-    int c0 = blk * GT_COL_BLOCK, nc = C - c0 < GT_COL_BLOCK ? C - c0 : GT_COL_BLOCK;
-    for (int i = 0; i < B * T; i++) {
-      const float *d = dout + (size_t)i * C + c0;
-      float *e = dwte + (size_t)tokens[i] * C + c0;
-#pragma omp simd
-      for (int c = 0; c < nc; c++)
-        e[c] += d[c];
-    }
-  }
-#pragma omp parallel for schedule(static)
-  for (int t = 0; t < T; t++) {
-    float *p = dwpe + (size_t)t * C;
-    for (int b = 0; b < B; b++) {
-      const float *d = dout + ((size_t)b * T + t) * C;
+    if (e && p) {
 #pragma omp simd
       for (int c = 0; c < C; c++)
-        p[c] += d[c];
+        o[c] = e[c] + p[c];
+    } else if (e || p) {
+      memcpy(o, e ? e : p, sizeof(float) * (size_t)C);
+    } else {
+      memset(o, 0, sizeof(float) * (size_t)C);
     }
   }
   return GT_SUCCESS;
 }
 
-static int cpu_crossentropy(gt_backend *be, float *losses, float *logits,
-                            const int32_t *targets, int N, int V, int Vp, float grad_scale)
+/* Rows of dwte collide (repeated tokens), so a task owns a range of the
+ * shard's rows and a block of columns; every task scans all tokens and adds
+ * those in its rows, in token order. Each element thus sums in token order
+ * whatever the thread count. */
+static int cpu_embedding_backward(gt_backend *be, float *dwte, float *dwpe,
+                                  const float *dout, const int32_t *tokens, int B, int T,
+                                  int C, int v0, int nv)
+{
+  const int N = B * T, nblocks = (C + GT_COL_BLOCK - 1) / GT_COL_BLOCK;
+  const int nparts = be->threads < nv ? be->threads : (nv > 0 ? nv : 1);
+#pragma omp parallel for collapse(2) schedule(static)
+  for (int part = 0; part < nparts; part++)
+    for (int blk = 0; blk < nblocks; blk++) {
+      const int r0 = (int)((int64_t)nv * part / nparts);
+      const int r1 = (int)((int64_t)nv * (part + 1) / nparts);
+      const int c0 = blk * GT_COL_BLOCK;
+      const int nc = C - c0 < GT_COL_BLOCK ? C - c0 : GT_COL_BLOCK;
+      for (int i = 0; i < N; i++) {
+        const int row = tokens[i] - v0;
+        if (row < r0 || row >= r1)
+          continue;
+        const float *d = dout + (size_t)i * C + c0;
+        float *e = dwte + (size_t)row * C + c0;
+#pragma omp simd
+        for (int c = 0; c < nc; c++)
+          e[c] += d[c];
+      }
+    }
+  if (dwpe) {
+#pragma omp parallel for schedule(static)
+    for (int t = 0; t < T; t++) {
+      float *p = dwpe + (size_t)t * C;
+      for (int b = 0; b < B; b++) {
+        const float *d = dout + ((size_t)b * T + t) * C;
+#pragma omp simd
+        for (int c = 0; c < C; c++)
+          p[c] += d[c];
+      }
+    }
+  }
+  return GT_SUCCESS;
+}
+
+/* logits (N,ld), nv real columns; stats (N,3) = {max, sum exp(l - max), target logit}. */
+static int cpu_xent_partial(gt_backend *be, float *stats, const float *logits,
+                            const int32_t *targets, int N, int nv, int ld, int v0)
 {
   (void)be;
 #pragma omp parallel for schedule(static)
   for (int i = 0; i < N; i++) {
-    float *l = logits + (size_t)i * Vp;
-    const int y = targets[i];
+    const float *l = logits + (size_t)i * ld;
     float mx = -INFINITY;
-    for (int j = 0; j < V; j++)
+#pragma omp simd reduction(max : mx)
+    for (int j = 0; j < nv; j++)
       mx = l[j] > mx ? l[j] : mx;
     double z = 0;
-    if (grad_scale != 0.0f) {
-      const float ly = l[y];
 #pragma omp simd reduction(+ : z)
-      for (int j = 0; j < V; j++) {
-        float e = gt_expf(l[j] - mx);
-        l[j] = e;
-        z += e;
-      }
-      losses[i] = (float)(log(z) + mx - ly);
-      const float s = (float)(grad_scale / z);
-#pragma omp simd
-      for (int j = 0; j < V; j++)
-        l[j] *= s;
-      l[y] -= grad_scale;
-      for (int j = V; j < Vp; j++)
-        l[j] = 0.0f;
-    } else {
-#pragma omp simd reduction(+ : z)
-      for (int j = 0; j < V; j++)
-        z += gt_expf(l[j] - mx);
-      losses[i] = (float)(log(z) + mx - l[y]);
+    for (int j = 0; j < nv; j++)
+      z += gt_expf(l[j] - mx);
+    const int y = targets[i] - v0;
+    stats[3 * (size_t)i] = mx;
+    stats[3 * (size_t)i + 1] = (float)z;
+    stats[3 * (size_t)i + 2] = y >= 0 && y < nv ? l[y] : 0.0f;
+  }
+  return GT_SUCCESS;
+}
+
+/* stats (P,N,3) of all shards -> losses (N); dlogits over this shard's (N,ld). */
+static int cpu_xent_finish(gt_backend *be, float *losses, float *logits, const float *stats,
+                           int P, const int32_t *targets, int N, int nv, int ld, int v0,
+                           float grad_scale)
+{
+  (void)be;
+  const size_t shard = 3 * (size_t)N;
+#pragma omp parallel for schedule(static)
+  for (int i = 0; i < N; i++) {
+    const float *st = stats + 3 * (size_t)i;
+    float mx = -INFINITY;
+    for (int r = 0; r < P; r++)
+      mx = st[r * shard] > mx ? st[r * shard] : mx;
+    double z = 0, tg = 0;
+    for (int r = 0; r < P; r++) {
+      z += st[r * shard + 1] * exp((double)st[r * shard] - mx);
+      tg += st[r * shard + 2];
     }
+    losses[i] = (float)(log(z) + mx - tg);
+    if (grad_scale == 0.0f)
+      continue;
+    float *l = logits + (size_t)i * ld;
+    const float s = (float)(grad_scale / z);
+#pragma omp simd
+    for (int j = 0; j < nv; j++)
+      l[j] = gt_expf(l[j] - mx) * s;
+    for (int j = nv; j < ld; j++)
+      l[j] = 0.0f;
+    const int y = targets[i] - v0;
+    if (y >= 0 && y < nv)
+      l[y] -= grad_scale;
   }
   return GT_SUCCESS;
 }
@@ -368,7 +411,8 @@ const gt_backend_ops gt_cpu_ops = {
   .attention_backward = gt_cpu_attention_backward,
   .embedding_forward = cpu_embedding_forward,
   .embedding_backward = cpu_embedding_backward,
-  .crossentropy = cpu_crossentropy,
+  .xent_partial = cpu_xent_partial,
+  .xent_finish = cpu_xent_finish,
   .adamw = cpu_adamw,
   .sumsq = cpu_sumsq,
 };

@@ -235,56 +235,90 @@ static int ref_attention_backward(gt_backend *be, float *dqkv, float *datt,
   return GT_SUCCESS;
 }
 
-// ---- embeddings and loss -------------------------------------------------------------
+// ---- embeddings and loss (vocabulary-parallel) --------------------------------------
 
 static int ref_embedding_forward(gt_backend *be, float *out, const int32_t *tokens,
-                                 const float *wte, const float *wpe, int B, int T, int C)
+                                 const float *wte, const float *wpe, int B, int T, int C,
+                                 int v0, int nv)
 {
   (void)be;
   for (int b = 0; b < B; b++)
     for (int t = 0; t < T; t++) {
-      const float *e = wte + (size_t)tokens[b * T + t] * C, *p = wpe + (size_t)t * C;
+      const int row = tokens[b * T + t] - v0;
+      const bool in_shard = row >= 0 && row < nv;
       float *o = out + ((size_t)b * T + t) * C;
-      for (int c = 0; c < C; c++)
-        o[c] = e[c] + p[c];
+      for (int c = 0; c < C; c++) {
+        double e = in_shard ? wte[(size_t)row * C + c] : 0.0;
+        double p = wpe ? wpe[(size_t)t * C + c] : 0.0;
+        o[c] = (float)(e + p);
+      }
     }
   return GT_SUCCESS;
 }
 
 static int ref_embedding_backward(gt_backend *be, float *dwte, float *dwpe,
                                   const float *dout, const int32_t *tokens, int B, int T,
-                                  int C)
+                                  int C, int v0, int nv)
 {
   (void)be;
   for (int b = 0; b < B; b++)
     for (int t = 0; t < T; t++) {
       const float *d = dout + ((size_t)b * T + t) * C;
-      float *e = dwte + (size_t)tokens[b * T + t] * C, *p = dwpe + (size_t)t * C;
-      for (int c = 0; c < C; c++) {
-        e[c] += d[c];
-        p[c] += d[c];
-      }
+      const int row = tokens[b * T + t] - v0;
+      if (row >= 0 && row < nv)
+        for (int c = 0; c < C; c++)
+          dwte[(size_t)row * C + c] += d[c];
+      if (dwpe)
+        for (int c = 0; c < C; c++)
+          dwpe[(size_t)t * C + c] += d[c];
     }
   return GT_SUCCESS;
 }
 
-static int ref_crossentropy(gt_backend *be, float *losses, float *logits,
-                            const int32_t *targets, int N, int V, int Vp, float grad_scale)
+static int ref_xent_partial(gt_backend *be, float *stats, const float *logits,
+                            const int32_t *targets, int N, int nv, int ld, int v0)
 {
   (void)be;
   for (int i = 0; i < N; i++) {
-    float *l = logits + (size_t)i * Vp;
+    const float *l = logits + (size_t)i * ld;
     double mx = -INFINITY, z = 0;
-    for (int j = 0; j < V; j++)
+    for (int j = 0; j < nv; j++)
       if (l[j] > mx)
         mx = l[j];
-    for (int j = 0; j < V; j++)
+    for (int j = 0; j < nv; j++)
       z += exp(l[j] - mx);
-    losses[i] = (float)(log(z) + mx - l[targets[i]]);
+    const int y = targets[i] - v0;
+    stats[3 * (size_t)i] = (float)mx;
+    stats[3 * (size_t)i + 1] = (float)z;
+    stats[3 * (size_t)i + 2] = y >= 0 && y < nv ? l[y] : 0.0f;
+  }
+  return GT_SUCCESS;
+}
+
+static int ref_xent_finish(gt_backend *be, float *losses, float *logits, const float *stats,
+                           int P, const int32_t *targets, int N, int nv, int ld, int v0,
+                           float grad_scale)
+{
+  (void)be;
+  for (int i = 0; i < N; i++) {
+    double mx = -INFINITY, z = 0, tg = 0;
+    for (int r = 0; r < P; r++) {
+      const float *st = stats + 3 * ((size_t)r * N + i);
+      if (st[0] > mx)
+        mx = st[0];
+    }
+    for (int r = 0; r < P; r++) {
+      const float *st = stats + 3 * ((size_t)r * N + i);
+      z += st[1] * exp(st[0] - mx);
+      tg += st[2];
+    }
+    losses[i] = (float)(log(z) + mx - tg);
     if (grad_scale != 0.0f) {
-      for (int j = 0; j < V; j++)
-        l[j] = (float)((exp(l[j] - mx) / z - (j == targets[i])) * grad_scale);
-      for (int j = V; j < Vp; j++)
+      float *l = logits + (size_t)i * ld;
+      const int y = targets[i] - v0;
+      for (int j = 0; j < nv; j++)
+        l[j] = (float)((exp(l[j] - mx) / z - (j == y)) * grad_scale);
+      for (int j = nv; j < ld; j++)
         l[j] = 0.0f;
     }
   }
@@ -339,7 +373,8 @@ const gt_backend_ops gt_cpu_ref_ops = {
   .attention_backward = ref_attention_backward,
   .embedding_forward = ref_embedding_forward,
   .embedding_backward = ref_embedding_backward,
-  .crossentropy = ref_crossentropy,
+  .xent_partial = ref_xent_partial,
+  .xent_finish = ref_xent_finish,
   .adamw = ref_adamw,
   .sumsq = ref_sumsq,
 };
