@@ -32,6 +32,37 @@ int gt_allreduce_f32(float *buf, size_t n, MPI_Op op, MPI_Comm comm);
 /* In-place all-reduce of n doubles (small payloads). Collective on comm. */
 int gt_allreduce_f64(double *buf, int n, MPI_Op op, MPI_Comm comm);
 
+/* Start an in-place all-reduce of n floats (one request, n < 2^31); finish
+ * it with gt_comm_wait. Collective on comm. */
+int gt_allreduce_f32_start(float *buf, size_t n, MPI_Op op, MPI_Comm comm, MPI_Request *req);
+
+/* True (1) in *done when the request has completed (MPI_Test). Calling this
+ * between pieces of work is what lets a non-blocking collective progress
+ * while the rank computes. */
+int gt_comm_test(MPI_Request *req, int *done);
+
+/* ---- groups: a communicator that layers use without touching MPI ----------
+ * The tensor-parallel group of a rank (and any other small group that
+ * layers reduce over). Every operation is a no-op copy when size == 1 and
+ * its time is recorded under the timer event `event` (-1: not timed). */
+typedef struct gt_group {
+  MPI_Comm comm; /* MPI_COMM_NULL when size == 1 is fine */
+  int rank, size;
+  int event;
+} gt_group;
+
+/* In-place sum of n floats over the group; every member gets the same bits. */
+int gt_group_allreduce_sum(const gt_group *g, float *buf, size_t n);
+
+/* recv (size, n) "=" every member's send (n) in rank order. */
+int gt_group_allgather(const gt_group *g, const float *send, float *recv, size_t n);
+
+/* ---- point to point (pipeline) -------------------------------------------- */
+/* Start sending / receiving n floats to / from rank peer of comm. */
+int gt_p2p_isend(const float *buf, size_t n, int peer, int tag, MPI_Comm comm,
+                 MPI_Request *req);
+int gt_p2p_irecv(float *buf, size_t n, int peer, int tag, MPI_Comm comm, MPI_Request *req);
+
 /* Barrier that honours the wait mode. Collective on comm. */
 int gt_barrier(MPI_Comm comm);
 

@@ -17,6 +17,7 @@ typedef enum {
   GT_EV_COMPUTE = 0,
   GT_EV_COMM,
   GT_EV_DATA,
+  GT_EV_IDLE,   /* waiting for work the schedule cannot give yet (bubble) */
   GT_EV_OTHER,
   GT_EV_NKINDS
 } gt_event_kind;
@@ -27,8 +28,14 @@ double gt_now(void);
 /* Id of the event named name (registered on first use with kind). */
 int gt_event(const char *name, gt_event_kind kind);
 
+/* Events nest: time is charged to the innermost open event only (an inner
+ * event pauses the one around it), so the per-step sums of all events add
+ * up to the time they cover. */
 void gt_event_begin(int id);
 void gt_event_end(int id);
+
+/* Seconds of the current step in one event. */
+double gt_event_step_seconds(int id);
 
 /* Seconds of the current step in events of a kind. */
 double gt_events_step_seconds(gt_event_kind kind);

@@ -4,11 +4,13 @@
  */
 #include "gridtrain/comm.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 
 #include "gridtrain/error.h"
+#include "gridtrain/timer.h"
 
 static gt_wait_mode gt_wait_current = GT_WAIT_BUSY;
 
@@ -69,11 +71,81 @@ int gt_allreduce_f32(float *buf, size_t n, MPI_Op op, MPI_Comm comm)
   return GT_SUCCESS;
 }
 
+int gt_allreduce_f32_start(float *buf, size_t n, MPI_Op op, MPI_Comm comm, MPI_Request *req)
+{
+  GT_ASSERT(n <= (size_t)INT_MAX);
+  GT_CALL_MPI(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, op, comm, req));
+  return GT_SUCCESS;
+}
+
+int gt_comm_test(MPI_Request *req, int *done)
+{
+  GT_CALL_MPI(MPI_Test(req, done, MPI_STATUS_IGNORE));
+  return GT_SUCCESS;
+}
+
 int gt_allreduce_f64(double *buf, int n, MPI_Op op, MPI_Comm comm)
 {
   MPI_Request req;
   GT_CALL_MPI(MPI_Iallreduce(MPI_IN_PLACE, buf, n, MPI_DOUBLE, op, comm, &req));
   GT_CALL(gt_comm_wait(&req));
+  return GT_SUCCESS;
+}
+
+// ---- groups -------------------------------------------------------------------
+
+int gt_group_allreduce_sum(const gt_group *g, float *buf, size_t n)
+{
+  if (g->size == 1)
+    return GT_SUCCESS;
+  if (g->event >= 0)
+    gt_event_begin(g->event);
+  int status = gt_allreduce_f32(buf, n, MPI_SUM, g->comm);
+  if (g->event >= 0)
+    gt_event_end(g->event);
+  GT_CALL(status);
+  return GT_SUCCESS;
+}
+
+static int gt_allgather_f32(const float *send, float *recv, size_t n, MPI_Comm comm)
+{
+  GT_ASSERT(n <= (size_t)INT_MAX);
+  MPI_Request req;
+  GT_CALL_MPI(MPI_Iallgather(send, (int)n, MPI_FLOAT, recv, (int)n, MPI_FLOAT, comm, &req));
+  GT_CALL(gt_comm_wait(&req));
+  return GT_SUCCESS;
+}
+
+int gt_group_allgather(const gt_group *g, const float *send, float *recv, size_t n)
+{
+  if (g->size == 1) {
+    if (recv != send)
+      memcpy(recv, send, n * sizeof(float));
+    return GT_SUCCESS;
+  }
+  if (g->event >= 0)
+    gt_event_begin(g->event);
+  int status = gt_allgather_f32(send, recv, n, g->comm);
+  if (g->event >= 0)
+    gt_event_end(g->event);
+  GT_CALL(status);
+  return GT_SUCCESS;
+}
+
+// ---- point to point -------------------------------------------------------------
+
+int gt_p2p_isend(const float *buf, size_t n, int peer, int tag, MPI_Comm comm,
+                 MPI_Request *req)
+{
+  GT_ASSERT(n <= (size_t)INT_MAX);
+  GT_CALL_MPI(MPI_Isend(buf, (int)n, MPI_FLOAT, peer, tag, comm, req));
+  return GT_SUCCESS;
+}
+
+int gt_p2p_irecv(float *buf, size_t n, int peer, int tag, MPI_Comm comm, MPI_Request *req)
+{
+  GT_ASSERT(n <= (size_t)INT_MAX);
+  GT_CALL_MPI(MPI_Irecv(buf, (int)n, MPI_FLOAT, peer, tag, comm, req));
   return GT_SUCCESS;
 }
 

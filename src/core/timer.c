@@ -22,6 +22,14 @@ typedef struct {
 static gt_event_rec gt_events[GT_MAX_EVENTS];
 static int gt_nevents;
 
+/* Open events, innermost last. An event that opens inside another pauses
+ * it: every second is charged to the innermost open event only, so the
+ * events of a step add up to the time they cover (tensor-parallel
+ * communication inside a forward is not counted as forward compute too). */
+#define GT_MAX_DEPTH 16
+static int gt_open[GT_MAX_DEPTH];
+static int gt_depth;
+
 double gt_now(void)
 {
   struct timespec ts;
@@ -43,15 +51,41 @@ int gt_event(const char *name, gt_event_kind kind)
   return gt_nevents++;
 }
 
-void gt_event_begin(int id) { gt_events[id].started = gt_now(); }
+static void gt_charge(int id, double now)
+{
+  double dt = now - gt_events[id].started;
+  gt_events[id].step += dt;
+  gt_events[id].total += dt;
+}
+
+void gt_event_begin(int id)
+{
+  double now = gt_now();
+  if (gt_depth > 0)
+    gt_charge(gt_open[gt_depth - 1], now);
+  if (gt_depth < GT_MAX_DEPTH)
+    gt_open[gt_depth++] = id;
+  gt_events[id].started = now;
+}
 
 void gt_event_end(int id)
 {
-  double dt = gt_now() - gt_events[id].started;
-  gt_events[id].step += dt;
-  gt_events[id].total += dt;
+  double now = gt_now();
+  gt_charge(id, now);
   gt_events[id].count++;
+  /* Close id (normally the innermost) and resume the event around it. */
+  for (int i = gt_depth - 1; i >= 0; i--)
+    if (gt_open[i] == id) {
+      for (int j = i; j + 1 < gt_depth; j++)
+        gt_open[j] = gt_open[j + 1];
+      gt_depth--;
+      break;
+    }
+  if (gt_depth > 0)
+    gt_events[gt_open[gt_depth - 1]].started = now;
 }
+
+double gt_event_step_seconds(int id) { return gt_events[id].step; }
 
 double gt_events_step_seconds(gt_event_kind kind)
 {
@@ -70,7 +104,7 @@ void gt_events_step_reset(void)
 
 int gt_events_report(MPI_Comm comm, double wall_seconds, FILE *out)
 {
-  static const char *kind_name[GT_EV_NKINDS] = {"compute", "comm", "data", "other"};
+  static const char *kind_name[GT_EV_NKINDS] = {"compute", "comm", "data", "idle", "other"};
   int rank, size;
   GT_CALL_MPI(MPI_Comm_rank(comm, &rank));
   GT_CALL_MPI(MPI_Comm_size(comm, &size));
