@@ -56,7 +56,11 @@ typedef struct gt_config {
     long threads; /* 0 means auto */
   } backend;
   struct {
-    char wait[GT_NAME_MAX]; /* auto | busy | yield */
+    char wait[GT_NAME_MAX];       /* auto | busy | yield */
+    char schedule[GT_NAME_MAX];   /* gpipe | 1f1b */
+    char stages[GT_PATH_MAX];     /* "" or blocks per stage "3,5" */
+    double bucket_mb;             /* DP bucket size, MiB (0: one bucket) */
+    char dp_overlap[GT_NAME_MAX]; /* on | off */
   } parallel;
 
   char deck_path[GT_PATH_MAX];                 /* "" when no deck */

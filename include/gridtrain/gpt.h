@@ -24,10 +24,12 @@
 #ifndef GRIDTRAIN_GPT_H
 #define GRIDTRAIN_GPT_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "gridtrain/backend.h"
+#include "gridtrain/comm.h"
 #include "gridtrain/params.h"
 
 typedef struct gt_gpt_shape {
@@ -36,32 +38,81 @@ typedef struct gt_gpt_shape {
 
 typedef struct gt_gpt gt_gpt;
 
-/* Create the model with activations for micro-batches of up to batch
- * sequences of up to seq tokens (seq <= max_seq). Not collective. */
-int gt_gpt_create(gt_backend *be, const gt_gpt_shape *shape, int batch, int seq,
-                  gt_gpt **model);
+/* The part of the model one rank holds: blocks [layer_begin, layer_end) of a
+ * pipeline stage, the token embedding on the first stage, final LayerNorm,
+ * head and loss on the last, each split over the tensor-parallel group tp
+ * (heads, MLP units and vocabulary rows; vocab padded to a multiple of the
+ * group size). With pp > 1 the last stage keeps its own copy of wte for the
+ * tied head (registered last, owner = false); the trainer sums the two
+ * copies' gradients. */
+typedef struct gt_gpt_part {
+  int layer_begin, layer_end;
+  bool first, last;
+  gt_group tp;
+} gt_gpt_part;
+
+/* The whole model on one rank (single stage, no tensor parallelism). */
+gt_gpt_part gt_gpt_whole(const gt_gpt_shape *shape);
+
+/* Called during backward when the parameters [first, first + count) of
+ * gt_gpt_params(m)->list have their final gradient for this micro-batch. */
+typedef struct gt_grad_hook {
+  int (*ready)(void *ctx, int first, int count);
+  void *ctx;
+} gt_grad_hook;
+
+/* Create this rank's part with activations for `slots` micro-batches in
+ * flight, each of up to batch sequences of up to seq tokens
+ * (seq <= max_seq). Not collective. */
+int gt_gpt_create(gt_backend *be, const gt_gpt_shape *shape, const gt_gpt_part *part,
+                  int batch, int seq, int slots, gt_gpt **model);
 
 int gt_gpt_destroy(gt_gpt **model);
 
 /* The parameter set (values, gradients, named views). */
 gt_params *gt_gpt_params(gt_gpt *m);
 
-/* Initialise the weights from seed (GPT-2 scheme above). */
+/* Initialise the weights from seed (GPT-2 scheme above), as slices of the
+ * logical tensors: the same model whatever the layout. */
 int gt_gpt_init(gt_gpt *m, uint64_t seed);
 
-/* Forward one micro-batch: tokens and targets are host arrays (B,T) int32.
- * *loss_sum (host) gets the sum of the B*T token losses. With grad_scale
- * != 0 the forward also prepares backward, for the loss
- * grad_scale * sum(token losses). */
-int gt_gpt_forward(gt_gpt *m, const int32_t *tokens, const int32_t *targets, int B, int T,
-                   float grad_scale, double *loss_sum);
+/* Forward one micro-batch in activation slot `slot`. tokens (first stage)
+ * and targets (last stage) are host arrays (B,T) int32; other stages read
+ * their input from gt_gpt_input(m, slot) and leave their output in
+ * gt_gpt_output(m, slot). On the last stage *loss_sum (host) gets the sum of
+ * the B*T token losses (0 elsewhere). With grad_scale != 0 the forward also
+ * prepares backward, for the loss grad_scale * sum(token losses).
+ * Collective on the tensor-parallel group. */
+int gt_gpt_forward(gt_gpt *m, int slot, const int32_t *tokens, const int32_t *targets, int B,
+                   int T, float grad_scale, double *loss_sum);
 
-/* Backward of the last forward (which had grad_scale != 0): gradients
- * accumulate ("+=") into gt_gpt_params(m)->grads. */
-int gt_gpt_backward(gt_gpt *m);
+/* Backward of the slot's forward (which had grad_scale != 0): gradients
+ * accumulate ("+=") into gt_gpt_params(m)->grads. On stages other than the
+ * last, gt_gpt_grad(m, slot) holds d(loss)/d(output) on entry; on every
+ * stage but the first it holds d(loss)/d(input) on return. hook may be
+ * NULL. Collective on the tensor-parallel group. */
+int gt_gpt_backward(gt_gpt *m, int slot, const gt_grad_hook *hook);
 
-/* Bytes of the activation and scratch buffer. */
+/* Device buffers (B*T, dim) of a slot: stage input, stage output, and the
+ * gradient travelling backward. */
+float *gt_gpt_input(gt_gpt *m, int slot);
+float *gt_gpt_output(gt_gpt *m, int slot);
+float *gt_gpt_grad(gt_gpt *m, int slot);
+
+/* Bytes of activations one slot keeps between forward and backward, and of
+ * the whole activation buffer (all slots and shared scratch). */
+size_t gt_gpt_slot_bytes(const gt_gpt *m);
 size_t gt_gpt_activation_bytes(const gt_gpt *m);
+
+/* Names and logical shapes of every parameter of the whole model, in
+ * registration order of a single-rank model: i in [0, count). */
+int gt_gpt_logical_count(const gt_gpt_shape *shape);
+void gt_gpt_logical_param(const gt_gpt_shape *shape, int i, char name[GT_PARAM_NAME_MAX],
+                          int *ndim, long dims[GT_TENSOR_MAX_DIMS]);
+
+/* Forward FLOPs per token of one block and of the head (for balancing
+ * pipeline stages). */
+void gt_gpt_stage_costs(const gt_gpt_shape *shape, int T, double *block, double *head);
 
 /* Training FLOPs per token (forward + backward) of this shape at sequence
  * length T: 6 * (matrix parameters incl. the tied head) + 12 * layers * dim * T

@@ -8,6 +8,8 @@
  *     tp   ranks with the same (pp, dp)  - tensor-parallel collectives
  *     dp   ranks with the same (pp, tp)  - gradient all-reduce
  *     pp   ranks with the same (dp, tp)  - pipeline sends and receives
+ *     embed  first and last stage of the same (dp, tp) when pp > 1 - the
+ *          tied embedding's gradient (MPI_COMM_NULL on other ranks)
  *     node ranks sharing memory (MPI_COMM_TYPE_SHARED) - GPU choice, threads
  * Every communicator is a duplicate or split of a duplicate of the world
  * communicator and returns MPI errors to the caller (MPI_ERRORS_RETURN).
@@ -20,7 +22,7 @@
 #include "gridtrain/config.h"
 
 typedef struct gt_grid {
-  MPI_Comm world, dp, pp, tp, node;
+  MPI_Comm world, dp, pp, tp, embed, node;
   int world_rank, world_size;
   int dp_rank, dp_size;
   int pp_rank, pp_size;
@@ -36,7 +38,8 @@ typedef struct gt_grid {
 int gt_grid_resolve(long dp, long pp, long tp, int world_size, int sizes[3]);
 
 /* Check a resolved layout against the model and the batch: heads divisible
- * by tp, layers >= pp, batch divisible by dp x microbatches. Not collective;
+ * by tp (and every vocabulary piece non-empty), layers >= pp, batch divisible
+ * by dp x microbatches. Not collective;
  * GT_ERR_INPUT with what to change. */
 int gt_grid_check_model(const gt_config *cfg, const int sizes[3]);
 

@@ -3,8 +3,10 @@
  * one compact key:value line) and as JSON lines for tools.
  *
  * JSON keys of a step record: step, loss, lr, grad_norm, step_ms,
- * tokens_per_s, compute_ms, comm_ms, data_ms, and val_loss when the step
- * evaluated. A final record has "summary": true with run totals.
+ * tokens_per_s, and rank 0's split of the step: compute_ms, comm_ms,
+ * data_ms, bubble_ms (by kind) and forward_ms, backward_ms, tp_comm_ms,
+ * pp_comm_ms, dp_exposed_ms, optimizer_ms (by event); val_loss when the
+ * step evaluated. A final record has "summary": true with run totals.
  */
 #ifndef GRIDTRAIN_METRICS_H
 #define GRIDTRAIN_METRICS_H
@@ -20,7 +22,8 @@ typedef struct gt_step_stats {
   double grad_norm;     /* before clipping */
   double step_ms;
   double tokens_per_s;  /* global tokens of the step / step time */
-  double compute_ms, comm_ms, data_ms; /* this rank's split of the step */
+  double compute_ms, comm_ms, data_ms, bubble_ms; /* this rank's split of the step */
+  double forward_ms, backward_ms, tp_comm_ms, pp_comm_ms, dp_exposed_ms, optimizer_ms;
 } gt_step_stats;
 
 typedef struct gt_run_summary {
@@ -46,7 +49,7 @@ int gt_metrics_write_summary(gt_metrics *m, const gt_run_summary *s);
 
 /* The console line of a step:
  * "step 10/200 | loss 3.4521 | val 3.5012 | lr 1.00e-03 | gnorm 1.234 |
- *  412.3 ms | 9934 tok/s | compute 91% comm 8% data 1%" */
+ *  412.3 ms | 9934 tok/s | compute 91% comm 8% bubble 0% data 1%" */
 void gt_metrics_format_step(const gt_step_stats *s, long total_steps, char *buf,
                             size_t size);
 

@@ -25,8 +25,27 @@
 
 typedef enum { GT_INIT_NORMAL = 0, GT_INIT_ZEROS, GT_INIT_ONES } gt_init_kind;
 
+/* How a rank's tensor relates to the logical (full) tensor of the same
+ * name. axis < 0: the rank holds the whole tensor (replicated). Otherwise
+ * the logical extent along axis is `blocks` equal blocks (3 for q, k, v);
+ * each block is split into `parts` pieces of ceil(block / parts) entries
+ * and this rank holds piece `index` of every block, side by side. Entries of
+ * a piece that fall past the end of its block are padding: zero, never
+ * updated by a gradient, not part of the logical tensor. */
+typedef struct gt_shard {
+  int axis, blocks, parts, index;
+} gt_shard;
+
+/* A replicated tensor. */
+#define GT_SHARD_NONE ((gt_shard){-1, 1, 1, 0})
+
 typedef struct gt_param {
   char name[GT_PARAM_NAME_MAX]; /* "h.3.attn.qkv.weight" */
+  int ndim;
+  long full_shape[GT_TENSOR_MAX_DIMS]; /* logical shape */
+  gt_shard shard;               /* this rank's part of it */
+  bool owner;                   /* this copy counts for norms and output (one
+                                   rank of those holding the same entries) */
   gt_tensor value;              /* view into the values buffer */
   gt_tensor grad;               /* view into the gradients buffer */
   size_t offset;                /* elements from the start of the buffers */
@@ -49,14 +68,30 @@ typedef struct gt_params {
 /* Create an empty set on backend be. Not collective. */
 int gt_params_create(gt_backend *be, gt_params **params);
 
-/* Add a tensor before finalize. ndim in 1..4. Names must be unique. */
-int gt_params_add(gt_params *p, const char *name, int ndim, const long *shape,
-                  gt_init_kind init, float init_std, bool decay);
+/* Add a tensor before finalize. ndim in 1..4. Names must be unique.
+ * full_shape is the logical shape; the rank holds the part named by shard
+ * (GT_SHARD_NONE: all of it) and owner says whether this copy is the one
+ * counted (see gt_param). */
+int gt_params_add(gt_params *p, const char *name, int ndim, const long *full_shape,
+                  gt_shard shard, bool owner, gt_init_kind init, float init_std,
+                  bool decay);
+
+/* Copy between a logical (full) host tensor and this rank's part of it:
+ * gt_param_extract fills local (numel entries, padding zero) from full;
+ * gt_param_insert writes local's real entries into their places in full
+ * and leaves the rest of full alone. Not collective. */
+void gt_param_extract(const gt_param *t, const float *full, float *local);
+void gt_param_insert(const gt_param *t, const float *local, float *full);
+
+/* Elements of the logical tensor. */
+size_t gt_param_full_numel(const gt_param *t);
 
 /* Allocate the buffers (64-byte aligned views) and zero the gradients. */
 int gt_params_finalize(gt_params *p);
 
-/* Fill every value from the seed (see above). */
+/* Fill every value from the seed (see above): each rank generates the
+ * logical tensor and keeps its part, so every layout starts from the same
+ * weights. */
 int gt_params_init(gt_params *p, uint64_t seed);
 
 /* Set every gradient to zero. */

@@ -2,17 +2,22 @@
  * gridtrain/trainer.h - the training loop: process grid, backend, model,
  * optimizer and data put together, one optimizer step at a time.
  *
- * A step on every rank: zero the gradients; for each of `microbatches`
- * micro-batches read this DP rank's sequences, forward, backward
- * (gradients accumulate, no communication); all-reduce the gradients over
- * dp (each rank's loss is scaled by 1/(global tokens), so the sum is the
- * gradient of the global mean loss); global norm, clipping, AdamW. Every DP
- * rank ends the step with bitwise-identical parameters.
+ * A step on every rank: zero the gradients; run this pipeline stage's
+ * schedule (GPipe or 1F1B) over `microbatches` micro-batches of this DP
+ * rank's sequences: forwards and backwards with activations and their
+ * gradients sent between stages, tensor-parallel collectives inside the
+ * layers, gradients accumulating without communication until the last
+ * micro-batch, whose backward starts the bucketed DP all-reduce (each rank's
+ * loss is scaled by 1/(global tokens), so the sum is the gradient of the
+ * global mean loss); sum the tied embedding's two copies (pp > 1); global
+ * norm over every parameter counted once, clipping, AdamW. Every DP rank
+ * ends the step with bitwise-identical parameters.
  */
 #ifndef GRIDTRAIN_TRAINER_H
 #define GRIDTRAIN_TRAINER_H
 
 #include <mpi.h>
+#include <stdio.h>
 
 #include "gridtrain/config.h"
 #include "gridtrain/grid.h"
@@ -41,7 +46,25 @@ int gt_trainer_evaluate(gt_trainer *tr, double *val_loss);
  * the final summary line and the timing table. */
 int gt_trainer_run(gt_trainer *tr);
 
-/* The model's parameters (not collective). */
+/* This rank's parameters (not collective). */
 gt_params *gt_trainer_params(gt_trainer *tr);
+
+/* The process grid (not collective). */
+const gt_grid *gt_trainer_grid(const gt_trainer *tr);
+
+/* The most micro-batches this rank held activations for at once in a step
+ * so far, and their bytes (not collective). */
+int gt_trainer_peak_activations(const gt_trainer *tr, int *microbatches, size_t *bytes);
+
+/* Collective on world: rank 0 prints every pipeline stage's peak
+ * activations. */
+int gt_trainer_report_activations(gt_trainer *tr, FILE *out);
+
+/* Collective on world: the whole model's parameters as full (unsharded)
+ * tensors, one after the other in the order of gt_gpt_logical_param, into
+ * full (world rank 0 only; other ranks may pass NULL). *numel gets the
+ * total (every rank). With full == NULL on rank 0 only the size is
+ * computed (not collective then). */
+int gt_trainer_gather_params(gt_trainer *tr, float *full, size_t *numel);
 
 #endif /* GRIDTRAIN_TRAINER_H */

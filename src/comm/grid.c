@@ -85,16 +85,13 @@ int gt_grid_check_model(const gt_config *cfg, const int sizes[3])
            "[data] batch=%ld does not split over dp=%d x microbatches=%ld; choose "
            "batch as a multiple of %ld",
            cfg->data.batch, dp, cfg->data.microbatches, per);
-  /* The transformer of this version runs pipeline and tensor parallelism as
-   * a single stage and a single shard. */
-  GT_CHECK(pp == 1, GT_ERR_INPUT,
-           "pp=%d: pipeline parallelism is not yet supported in this version; set "
-           "[grid] pp = 1",
-           pp);
-  GT_CHECK(tp == 1, GT_ERR_INPUT,
-           "tp=%d: tensor parallelism is not yet supported in this version; set "
-           "[grid] tp = 1",
-           tp);
+  /* The vocabulary is split into tp pieces of ceil(vocab / tp) rows (the
+   * last padded); every piece must hold at least one real row. */
+  long piece = (cfg->model.vocab + tp - 1) / tp;
+  GT_CHECK((long)(tp - 1) * piece < cfg->model.vocab, GT_ERR_INPUT,
+           "tp=%d leaves a tensor-parallel rank without vocabulary rows ([model] vocab=%ld); "
+           "choose a smaller tp",
+           tp, cfg->model.vocab);
   return GT_SUCCESS;
 }
 
@@ -145,6 +142,13 @@ static int gt_grid_split(gt_grid *g, MPI_Comm world, const int sizes[3])
                                 g->dp_rank, &g->dp));
   GT_CALL(gt_comm_split_checked(g->world, g->dp_rank * g->tp_size + g->tp_rank,
                                 g->pp_rank, &g->pp));
+  /* First and last stage of the same (dp, tp): the tied embedding. */
+  const bool ends = g->pp_size > 1 && (g->pp_rank == 0 || g->pp_rank == g->pp_size - 1);
+  GT_CALL_MPI(MPI_Comm_split(g->world, ends ? g->dp_rank * g->tp_size + g->tp_rank
+                                            : MPI_UNDEFINED,
+                             g->pp_rank, &g->embed));
+  if (g->embed != MPI_COMM_NULL)
+    GT_CALL_MPI(MPI_Comm_set_errhandler(g->embed, MPI_ERRORS_RETURN));
   GT_CALL_MPI(MPI_Comm_split_type(g->world, MPI_COMM_TYPE_SHARED, r, MPI_INFO_NULL,
                                   &g->node));
   GT_CALL_MPI(MPI_Comm_set_errhandler(g->node, MPI_ERRORS_RETURN));
@@ -177,7 +181,7 @@ int gt_grid_create(const gt_config *cfg, MPI_Comm world, gt_grid **grid)
   }
   gt_grid *g = calloc(1, sizeof *g);
   GT_CHECK_ALLOC(g, sizeof *g);
-  g->world = g->dp = g->pp = g->tp = g->node = MPI_COMM_NULL;
+  g->world = g->dp = g->pp = g->tp = g->embed = g->node = MPI_COMM_NULL;
   status = gt_grid_split(g, world, sizes);
   if (status != GT_SUCCESS) {
     gt_grid_destroy(&g);
@@ -192,7 +196,7 @@ int gt_grid_destroy(gt_grid **grid)
   gt_grid *g = *grid;
   if (!g)
     return GT_SUCCESS;
-  MPI_Comm *comms[] = {&g->tp, &g->dp, &g->pp, &g->node, &g->world};
+  MPI_Comm *comms[] = {&g->tp, &g->dp, &g->pp, &g->embed, &g->node, &g->world};
   int first_error = MPI_SUCCESS;
   for (size_t i = 0; i < sizeof comms / sizeof comms[0]; i++)
     if (*comms[i] != MPI_COMM_NULL) {

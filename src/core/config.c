@@ -109,6 +109,18 @@ static const gt_key gt_keys[] = {
    "auto|busy|yield", "auto",
    "how ranks wait for MPI: yield sleeps between tests (for more ranks than "
    "cores), busy spins in MPI, auto picks yield when oversubscribed", false, false},
+  {"parallel", "schedule", GT_KEY_ENUM, GT_OFF(parallel.schedule), 0, 0, "gpipe|1f1b",
+   "1f1b", "pipeline schedule: gpipe (all forwards, then all backwards) or 1f1b "
+   "(one forward, one backward; activations of at most pp micro-batches)", false, false},
+  {"parallel", "stages", GT_KEY_STRING, GT_OFF(parallel.stages), 0, 0, NULL, "",
+   "blocks per pipeline stage, e.g. 3,5; empty balances the cost (the last stage "
+   "also runs the LM head)", false, false},
+  {"parallel", "bucket_mb", GT_KEY_REAL, GT_OFF(parallel.bucket_mb), 0, 1e6, NULL, "25",
+   "data-parallel gradient bucket size in MiB; 0 puts every gradient in one bucket",
+   false, false},
+  {"parallel", "dp_overlap", GT_KEY_ENUM, GT_OFF(parallel.dp_overlap), 0, 0, "on|off", "on",
+   "start each bucket's all-reduce during the last micro-batch's backward (on) or "
+   "all of them after backward (off)", false, false},
 };
 
 #define GT_NKEYS ((int)(sizeof gt_keys / sizeof gt_keys[0]))

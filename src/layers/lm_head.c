@@ -1,29 +1,60 @@
 /*
  * lm_head.c - final LayerNorm, the LM head tied to the token embedding, and
- * the softmax cross-entropy loss.
+ * the vocabulary-parallel softmax cross-entropy.
  */
 #include "gridtrain/error.h"
 #include "gridtrain/layers.h"
 
 int gt_lm_head_forward(gt_backend *be, const float *wte, const float *lnf_w,
                        const float *lnf_b, const gt_head_acts *a, const float *x,
-                       const int32_t *targets, int N, int C, int V, float grad_scale)
+                       const int32_t *targets, float *stats_all, gt_head_dims d,
+                       float grad_scale)
 {
   const gt_backend_ops *op = be->ops;
-  GT_CALL(op->layernorm_forward(be, a->lnf, a->lnf_mean, a->lnf_rstd, x, lnf_w, lnf_b, N, C));
-  GT_CALL(op->linear_forward(be, a->logits, a->lnf, wte, NULL, NULL, N, C, V));
-  GT_CALL(op->crossentropy(be, a->losses, a->logits, targets, N, V, V, grad_scale));
+  const int P = d.tp ? d.tp->size : 1;
+  GT_CALL(op->layernorm_forward(be, a->lnf, a->lnf_mean, a->lnf_rstd, x, lnf_w, lnf_b, d.N,
+                                d.C));
+  GT_CALL(op->linear_forward(be, a->logits, a->lnf, wte, NULL, NULL, d.N, d.C, d.Vl));
+  GT_CALL(op->xent_partial(be, a->stats, a->logits, targets, d.N, d.nv, d.Vl, d.v0));
+  const float *stats = a->stats;
+  if (P > 1) {
+    GT_CALL(gt_group_allgather(d.tp, a->stats, stats_all, 3 * (size_t)d.N));
+    stats = stats_all;
+  }
+  GT_CALL(op->xent_finish(be, a->losses, a->logits, stats, P, targets, d.N, d.nv, d.Vl, d.v0,
+                          grad_scale));
   return GT_SUCCESS;
 }
 
 int gt_lm_head_backward(gt_backend *be, const float *wte, float *dwte, const float *lnf_w,
                         float *dlnf_w, float *dlnf_b, const gt_head_acts *a, const float *x,
-                        float *dx, float *dlnf, int N, int C, int V)
+                        float *dx, float *dlnf, gt_head_dims d)
 {
   const gt_backend_ops *op = be->ops;
-  GT_CALL(op->linear_backward(be, dlnf, dwte, NULL, a->logits, a->lnf, wte, N, C, V));
-  GT_CALL(op->zero(be, dx, sizeof(float) * (size_t)N * C));
+  GT_CALL(op->linear_backward(be, dlnf, dwte, NULL, a->logits, a->lnf, wte, d.N, d.C, d.Vl));
+  if (d.tp) /* each rank's dlnf covers its vocabulary rows only */
+    GT_CALL(gt_group_allreduce_sum(d.tp, dlnf, (size_t)d.N * d.C));
+  GT_CALL(op->zero(be, dx, sizeof(float) * (size_t)d.N * d.C));
   GT_CALL(op->layernorm_backward(be, dx, dlnf_w, dlnf_b, dlnf, x, lnf_w, a->lnf_mean,
-                                 a->lnf_rstd, N, C));
+                                 a->lnf_rstd, d.N, d.C));
+  return GT_SUCCESS;
+}
+
+int gt_embedding_forward(gt_backend *be, float *out, const int32_t *tokens, const float *wte,
+                         const float *wpe, int B, int T, int C, int v0, int nv,
+                         const gt_group *tp)
+{
+  const bool lead = !tp || tp->rank == 0;
+  GT_CALL(be->ops->embedding_forward(be, out, tokens, wte, lead ? wpe : NULL, B, T, C, v0,
+                                     nv));
+  if (tp)
+    GT_CALL(gt_group_allreduce_sum(tp, out, (size_t)B * T * C));
+  return GT_SUCCESS;
+}
+
+int gt_embedding_backward(gt_backend *be, float *dwte, float *dwpe, const float *dout,
+                          const int32_t *tokens, int B, int T, int C, int v0, int nv)
+{
+  GT_CALL(be->ops->embedding_backward(be, dwte, dwpe, dout, tokens, B, T, C, v0, nv));
   return GT_SUCCESS;
 }

@@ -1,6 +1,6 @@
 /*
- * gpt.c - the GPT model: parameter registry, activation layout, and the
- * forward / backward passes over the layers.
+ * gpt.c - the GPT model (or the part of it one rank holds): parameter
+ * registry, activation slots, and the forward / backward passes.
  */
 #include "gridtrain/gpt.h"
 
@@ -12,111 +12,223 @@
 #include "gridtrain/error.h"
 #include "gridtrain/layers.h"
 
+/* One micro-batch in flight: what forward keeps for backward. */
+typedef struct gt_gpt_slot {
+  float **resid;       /* nl+1 views (N,C): resid[0] stage input, resid[nl] output */
+  gt_block_acts *acts; /* nl */
+  gt_head_acts head;   /* last stage */
+  float *dgrad;        /* (N,C) gradient travelling backward */
+  int32_t *tokens, *targets; /* device (N) */
+  int B, T;
+  bool grad_ready;
+} gt_gpt_slot;
+
 struct gt_gpt {
   gt_backend *be;
   gt_gpt_shape shape;
+  gt_gpt_part part;
   int batch, seq; /* largest micro-batch */
+  int nl;         /* blocks on this rank */
+  int H;          /* heads on this rank */
+  int Vl, v0, nv; /* vocabulary rows here (with padding), first, real */
   gt_params *params;
 
   /* views into params (values and gradients) */
   float *wte, *wpe, *lnf_w, *lnf_b;
   float *dwte, *dwpe, *dlnf_w, *dlnf_b;
-  gt_block_weights *w, *g; /* per layer */
+  gt_block_weights *w, *g; /* per local block */
+  int p_wte, p_emb_count;  /* parameter indices: embedding (wte[, wpe]) */
+  int *p_block;            /* first of 12 per local block */
+  int p_head, p_head_count; /* ln_f (+ the wte copy on a last stage) */
 
-  /* activations and scratch: one device buffer */
+  /* activations: one device buffer, `nslots` slots and shared scratch */
   void *act_buffer;
-  size_t act_bytes;
-  float **resid;      /* layers+1 views (N,C): resid[0] embedding output */
-  gt_block_acts *acts; /* per layer */
-  gt_head_acts head;
+  size_t act_bytes, slot_bytes;
+  int nslots;
+  gt_gpt_slot *slots;
   gt_block_scratch scratch;
-  float *dres;         /* (N,C) */
-  int32_t *tokens, *targets; /* device (N) */
-  float *host_losses;  /* host (N) */
-
-  int last_B, last_T;  /* of the last forward with gradients */
-  bool grad_ready;
+  float *dlnf;      /* (N,C) */
+  float *stats_all; /* (tp, N, 3) */
+  float *host_losses; /* host (N) */
 };
 
-// ---- parameters ---------------------------------------------------------------------
+// ---- the logical parameters ----------------------------------------------------------
 
-static int gt_gpt_register(gt_gpt *m)
+typedef enum { GT_AT_EMBED, GT_AT_BLOCK, GT_AT_HEAD } gt_gpt_at;
+
+/* One logical parameter and how tensor parallelism splits it. */
+typedef struct {
+  char name[GT_PARAM_NAME_MAX];
+  int ndim;
+  long dims[2];
+  int axis, blocks; /* split over tp along axis (-1: replicated) */
+  gt_init_kind init;
+  float std;
+  bool decay;
+  gt_gpt_at at;
+  int layer;
+} gt_gpt_pdesc;
+
+#define GT_BLOCK_PARAMS 12
+
+int gt_gpt_logical_count(const gt_gpt_shape *s) { return 2 + GT_BLOCK_PARAMS * s->layers + 2; }
+
+static gt_gpt_pdesc gt_gpt_describe(const gt_gpt_shape *s, int i)
 {
-  const gt_gpt_shape *s = &m->shape;
   const long C = s->dim;
   const float std = 0.02f, std_res = 0.02f / sqrtf(2.0f * (float)s->layers);
-  gt_params *p = m->params;
-  char name[GT_PARAM_NAME_MAX];
-#define GT_ADD(nm, init, sd, decay, ...)                                                  \
-  do {                                                                                   \
-    const long shp_[] = {__VA_ARGS__};                                                   \
-    GT_CALL(gt_params_add(p, nm, (int)(sizeof shp_ / sizeof shp_[0]), shp_, init, sd,     \
-                          decay));                                                       \
-  } while (0)
-  GT_ADD("wte", GT_INIT_NORMAL, std, true, s->vocab, C);
-  GT_ADD("wpe", GT_INIT_NORMAL, std, true, s->max_seq, C);
-  for (int l = 0; l < s->layers; l++) {
-#define GT_ADD_L(suffix, init, sd, decay, ...)                                            \
-  do {                                                                                   \
-    snprintf(name, sizeof name, "h.%d.%s", l, suffix);                                   \
-    GT_ADD(name, init, sd, decay, __VA_ARGS__);                                          \
-  } while (0)
-    GT_ADD_L("ln_1.weight", GT_INIT_ONES, 0, false, C);
-    GT_ADD_L("ln_1.bias", GT_INIT_ZEROS, 0, false, C);
-    GT_ADD_L("attn.qkv.weight", GT_INIT_NORMAL, std, true, 3 * C, C);
-    GT_ADD_L("attn.qkv.bias", GT_INIT_ZEROS, 0, false, 3 * C);
-    GT_ADD_L("attn.proj.weight", GT_INIT_NORMAL, std_res, true, C, C);
-    GT_ADD_L("attn.proj.bias", GT_INIT_ZEROS, 0, false, C);
-    GT_ADD_L("ln_2.weight", GT_INIT_ONES, 0, false, C);
-    GT_ADD_L("ln_2.bias", GT_INIT_ZEROS, 0, false, C);
-    GT_ADD_L("mlp.fc.weight", GT_INIT_NORMAL, std, true, 4 * C, C);
-    GT_ADD_L("mlp.fc.bias", GT_INIT_ZEROS, 0, false, 4 * C);
-    GT_ADD_L("mlp.proj.weight", GT_INIT_NORMAL, std_res, true, C, 4 * C);
-    GT_ADD_L("mlp.proj.bias", GT_INIT_ZEROS, 0, false, C);
-#undef GT_ADD_L
+  gt_gpt_pdesc d = {.ndim = 1, .axis = -1, .blocks = 1, .init = GT_INIT_ZEROS, .layer = -1};
+  if (i < 2) {
+    d = (gt_gpt_pdesc){.ndim = 2, .axis = i == 0 ? 0 : -1, .blocks = 1,
+                       .init = GT_INIT_NORMAL, .std = std, .decay = true,
+                       .at = GT_AT_EMBED, .layer = -1};
+    snprintf(d.name, sizeof d.name, "%s", i == 0 ? "wte" : "wpe");
+    d.dims[0] = i == 0 ? s->vocab : s->max_seq;
+    d.dims[1] = C;
+    return d;
   }
-  GT_ADD("ln_f.weight", GT_INIT_ONES, 0, false, C);
-  GT_ADD("ln_f.bias", GT_INIT_ZEROS, 0, false, C);
-#undef GT_ADD
+  i -= 2;
+  if (i >= GT_BLOCK_PARAMS * s->layers) {
+    d.at = GT_AT_HEAD;
+    d.dims[0] = C;
+    d.init = i == GT_BLOCK_PARAMS * s->layers ? GT_INIT_ONES : GT_INIT_ZEROS;
+    snprintf(d.name, sizeof d.name, "%s", d.init == GT_INIT_ONES ? "ln_f.weight" : "ln_f.bias");
+    return d;
+  }
+  static const struct {
+    const char *suffix;
+    int ndim, rows, cols; /* in units of C */
+    int axis, blocks;
+    gt_init_kind init;
+    bool residual; /* residual projection: smaller init */
+  } blk[GT_BLOCK_PARAMS] = {
+    {"ln_1.weight", 1, 1, 0, -1, 1, GT_INIT_ONES, false},
+    {"ln_1.bias", 1, 1, 0, -1, 1, GT_INIT_ZEROS, false},
+    {"attn.qkv.weight", 2, 3, 1, 0, 3, GT_INIT_NORMAL, false},
+    {"attn.qkv.bias", 1, 3, 0, 0, 3, GT_INIT_ZEROS, false},
+    {"attn.proj.weight", 2, 1, 1, 1, 1, GT_INIT_NORMAL, true},
+    {"attn.proj.bias", 1, 1, 0, -1, 1, GT_INIT_ZEROS, false},
+    {"ln_2.weight", 1, 1, 0, -1, 1, GT_INIT_ONES, false},
+    {"ln_2.bias", 1, 1, 0, -1, 1, GT_INIT_ZEROS, false},
+    {"mlp.fc.weight", 2, 4, 1, 0, 1, GT_INIT_NORMAL, false},
+    {"mlp.fc.bias", 1, 4, 0, 0, 1, GT_INIT_ZEROS, false},
+    {"mlp.proj.weight", 2, 1, 4, 1, 1, GT_INIT_NORMAL, true},
+    {"mlp.proj.bias", 1, 1, 0, -1, 1, GT_INIT_ZEROS, false},
+  };
+  const int l = i / GT_BLOCK_PARAMS, k = i % GT_BLOCK_PARAMS;
+  snprintf(d.name, sizeof d.name, "h.%d.%s", l, blk[k].suffix);
+  d.ndim = blk[k].ndim;
+  d.dims[0] = blk[k].rows * C;
+  d.dims[1] = blk[k].cols * C;
+  d.axis = blk[k].axis;
+  d.blocks = blk[k].blocks;
+  d.init = blk[k].init;
+  d.std = blk[k].init == GT_INIT_NORMAL ? (blk[k].residual ? std_res : std) : 0.0f;
+  d.decay = d.ndim == 2;
+  d.at = GT_AT_BLOCK;
+  d.layer = l;
+  return d;
+}
+
+void gt_gpt_logical_param(const gt_gpt_shape *shape, int i, char name[GT_PARAM_NAME_MAX],
+                          int *ndim, long dims[GT_TENSOR_MAX_DIMS])
+{
+  gt_gpt_pdesc d = gt_gpt_describe(shape, i);
+  snprintf(name, GT_PARAM_NAME_MAX, "%s", d.name);
+  *ndim = d.ndim;
+  dims[0] = d.dims[0];
+  dims[1] = d.dims[1];
+}
+
+static int gt_gpt_add(gt_gpt *m, const gt_gpt_pdesc *d, bool owner_if_replicated,
+                      bool owner_if_split)
+{
+  const gt_group *tp = &m->part.tp;
+  gt_shard sh = d->axis < 0 || tp->size == 1
+                    ? GT_SHARD_NONE
+                    : (gt_shard){d->axis, d->blocks, tp->size, tp->rank};
+  bool owner = sh.axis < 0 ? owner_if_replicated : owner_if_split;
+  GT_CALL(gt_params_add(m->params, d->name, d->ndim, d->dims, sh, owner, d->init, d->std,
+                        d->decay));
   return GT_SUCCESS;
 }
 
-/* Point the per-layer weight structs at the parameter (or gradient) views. */
+/* This rank's parameters, in the order backward finishes them last-first:
+ * [wte, wpe] (first stage), 12 per block, [ln_f.weight, ln_f.bias] and, on
+ * a last stage that is not also the first, its copy of wte. */
+static int gt_gpt_register(gt_gpt *m)
+{
+  const gt_gpt_part *pt = &m->part;
+  const bool lead = pt->tp.rank == 0;
+  const int n = gt_gpt_logical_count(&m->shape);
+  gt_params *p = m->params;
+  for (int i = 0; i < n; i++) {
+    gt_gpt_pdesc d = gt_gpt_describe(&m->shape, i);
+    bool here = (d.at == GT_AT_EMBED && pt->first) || (d.at == GT_AT_HEAD && pt->last) ||
+                (d.at == GT_AT_BLOCK && d.layer >= pt->layer_begin && d.layer < pt->layer_end);
+    if (!here)
+      continue;
+    if (i == 0)
+      m->p_wte = p->count;
+    if (d.at == GT_AT_BLOCK && (i - 2) % GT_BLOCK_PARAMS == 0)
+      m->p_block[d.layer - pt->layer_begin] = p->count;
+    if (d.at == GT_AT_HEAD && d.init == GT_INIT_ONES)
+      m->p_head = p->count;
+    GT_CALL(gt_gpt_add(m, &d, lead, true));
+  }
+  m->p_emb_count = pt->first ? 2 : 0;
+  m->p_head_count = pt->last ? 2 : 0;
+  if (pt->last && !pt->first) {
+    gt_gpt_pdesc d = gt_gpt_describe(&m->shape, 0);
+    GT_CALL(gt_gpt_add(m, &d, false, false));
+    m->p_head_count = 3;
+  }
+  return GT_SUCCESS;
+}
+
+/* Point the per-block weight structs and the other views at the parameters. */
 static int gt_gpt_bind(gt_gpt *m)
 {
   gt_params *p = m->params;
-  /* Every tensor after wte, wpe comes in registration order: 12 per layer. */
-  GT_ASSERT(p->count == 2 + 12 * m->shape.layers + 2);
-  m->wte = p->list[0].value.data;
-  m->dwte = p->list[0].grad.data;
-  m->wpe = p->list[1].value.data;
-  m->dwpe = p->list[1].grad.data;
-  for (int l = 0; l < m->shape.layers; l++) {
-    gt_param *t = &p->list[2 + 12 * l];
-    float **wv[12] = {&m->w[l].ln1_w,  &m->w[l].ln1_b,    &m->w[l].qkv_w, &m->w[l].qkv_b,
-                      &m->w[l].proj_w, &m->w[l].proj_b,   &m->w[l].ln2_w, &m->w[l].ln2_b,
-                      &m->w[l].fc_w,   &m->w[l].fc_b,     &m->w[l].fcproj_w,
-                      &m->w[l].fcproj_b};
-    float **gv[12] = {&m->g[l].ln1_w,  &m->g[l].ln1_b,    &m->g[l].qkv_w, &m->g[l].qkv_b,
-                      &m->g[l].proj_w, &m->g[l].proj_b,   &m->g[l].ln2_w, &m->g[l].ln2_b,
-                      &m->g[l].fc_w,   &m->g[l].fc_b,     &m->g[l].fcproj_w,
-                      &m->g[l].fcproj_b};
-    for (int i = 0; i < 12; i++) {
+  if (m->part.first || m->part.last) {
+    gt_param *wte = gt_params_find(p, "wte");
+    GT_ASSERT(wte != NULL);
+    m->wte = wte->value.data;
+    m->dwte = wte->grad.data;
+  }
+  if (m->part.first) {
+    gt_param *wpe = gt_params_find(p, "wpe");
+    m->wpe = wpe->value.data;
+    m->dwpe = wpe->grad.data;
+  }
+  for (int l = 0; l < m->nl; l++) {
+    gt_param *t = &p->list[m->p_block[l]];
+    float **wv[GT_BLOCK_PARAMS] = {
+      &m->w[l].ln1_w, &m->w[l].ln1_b, &m->w[l].qkv_w, &m->w[l].qkv_b,
+      &m->w[l].proj_w, &m->w[l].proj_b, &m->w[l].ln2_w, &m->w[l].ln2_b,
+      &m->w[l].fc_w, &m->w[l].fc_b, &m->w[l].fcproj_w, &m->w[l].fcproj_b};
+    float **gv[GT_BLOCK_PARAMS] = {
+      &m->g[l].ln1_w, &m->g[l].ln1_b, &m->g[l].qkv_w, &m->g[l].qkv_b,
+      &m->g[l].proj_w, &m->g[l].proj_b, &m->g[l].ln2_w, &m->g[l].ln2_b,
+      &m->g[l].fc_w, &m->g[l].fc_b, &m->g[l].fcproj_w, &m->g[l].fcproj_b};
+    for (int i = 0; i < GT_BLOCK_PARAMS; i++) {
       *wv[i] = t[i].value.data;
       *gv[i] = t[i].grad.data;
     }
   }
-  gt_param *lnf = &p->list[2 + 12 * m->shape.layers];
-  m->lnf_w = lnf[0].value.data;
-  m->dlnf_w = lnf[0].grad.data;
-  m->lnf_b = lnf[1].value.data;
-  m->dlnf_b = lnf[1].grad.data;
+  if (m->part.last) {
+    gt_param *lnf = &p->list[m->p_head];
+    m->lnf_w = lnf[0].value.data;
+    m->dlnf_w = lnf[0].grad.data;
+    m->lnf_b = lnf[1].value.data;
+    m->dlnf_b = lnf[1].grad.data;
+  }
   return GT_SUCCESS;
 }
 
 // ---- activations ---------------------------------------------------------------------
 
-/* Lay out (count == NULL: measure) the activation buffer. */
+/* Lay out (base == NULL: measure) the activation buffer. */
 typedef struct {
   char *base;
   size_t off;
@@ -129,64 +241,104 @@ static void *gt_carve(gt_carver *c, size_t bytes)
   return p;
 }
 
-static void gt_gpt_layout(gt_gpt *m, gt_carver *c)
+static void gt_gpt_layout_slot(gt_gpt *m, gt_gpt_slot *sl, gt_carver *c)
 {
   const size_t B = (size_t)m->batch, T = (size_t)m->seq, N = B * T;
-  const size_t C = (size_t)m->shape.dim, H = (size_t)m->shape.heads;
-  const size_t V = (size_t)m->shape.vocab, F = sizeof(float);
-  for (int l = 0; l <= m->shape.layers; l++)
-    m->resid[l] = gt_carve(c, N * C * F);
-  for (int l = 0; l < m->shape.layers; l++) {
-    gt_block_acts *a = &m->acts[l];
+  const size_t C = (size_t)m->shape.dim, P = (size_t)m->part.tp.size, H = (size_t)m->H;
+  const size_t Cl = C / P, F4 = 4 * C / P, F = sizeof(float);
+  for (int l = 0; l <= m->nl; l++)
+    sl->resid[l] = gt_carve(c, N * C * F);
+  for (int l = 0; l < m->nl; l++) {
+    gt_block_acts *a = &sl->acts[l];
     a->ln1 = gt_carve(c, N * C * F);
     a->ln1_mean = gt_carve(c, N * F);
     a->ln1_rstd = gt_carve(c, N * F);
-    a->qkv = gt_carve(c, 3 * N * C * F);
+    a->qkv = gt_carve(c, 3 * N * Cl * F);
     a->att = gt_carve(c, B * H * T * T * F);
-    a->atty = gt_carve(c, N * C * F);
+    a->atty = gt_carve(c, N * Cl * F);
     a->res2 = gt_carve(c, N * C * F);
     a->ln2 = gt_carve(c, N * C * F);
     a->ln2_mean = gt_carve(c, N * F);
     a->ln2_rstd = gt_carve(c, N * F);
-    a->fc = gt_carve(c, 4 * N * C * F);
-    a->gelu = gt_carve(c, 4 * N * C * F);
+    a->fc = gt_carve(c, N * F4 * F);
+    a->gelu = gt_carve(c, N * F4 * F);
   }
-  m->head.lnf = gt_carve(c, N * C * F);
-  m->head.lnf_mean = gt_carve(c, N * F);
-  m->head.lnf_rstd = gt_carve(c, N * F);
-  m->head.logits = gt_carve(c, N * V * F);
-  m->head.losses = gt_carve(c, N * F);
+  if (m->part.last) {
+    sl->head.lnf = gt_carve(c, N * C * F);
+    sl->head.lnf_mean = gt_carve(c, N * F);
+    sl->head.lnf_rstd = gt_carve(c, N * F);
+    sl->head.logits = gt_carve(c, N * (size_t)m->Vl * F);
+    sl->head.losses = gt_carve(c, N * F);
+    sl->head.stats = gt_carve(c, 3 * N * F);
+  }
+  sl->dgrad = gt_carve(c, N * C * F);
+  sl->tokens = gt_carve(c, N * sizeof(int32_t));
+  sl->targets = gt_carve(c, N * sizeof(int32_t));
+}
+
+static void gt_gpt_layout(gt_gpt *m, gt_carver *c)
+{
+  const size_t B = (size_t)m->batch, T = (size_t)m->seq, N = B * T;
+  const size_t C = (size_t)m->shape.dim, P = (size_t)m->part.tp.size, H = (size_t)m->H;
+  const size_t Cl = C / P, F4 = 4 * C / P, F = sizeof(float);
+  size_t before = c->off;
+  gt_gpt_layout_slot(m, &m->slots[0], c);
+  m->slot_bytes = c->off - before;
+  for (int s = 1; s < m->nslots; s++)
+    gt_gpt_layout_slot(m, &m->slots[s], c);
   m->scratch.dln = gt_carve(c, N * C * F);
-  m->scratch.dqkv = gt_carve(c, 3 * N * C * F);
+  m->scratch.dqkv = gt_carve(c, 3 * N * Cl * F);
   m->scratch.datt = gt_carve(c, B * H * T * T * F);
-  m->scratch.datty = gt_carve(c, N * C * F);
-  m->scratch.dfc = gt_carve(c, 4 * N * C * F);
-  m->dres = gt_carve(c, N * C * F);
-  m->tokens = gt_carve(c, N * sizeof(int32_t));
-  m->targets = gt_carve(c, N * sizeof(int32_t));
+  m->scratch.datty = gt_carve(c, N * Cl * F);
+  m->scratch.dfc = gt_carve(c, N * F4 * F);
+  m->dlnf = gt_carve(c, N * C * F);
+  m->stats_all = gt_carve(c, 3 * N * P * F);
 }
 
 // ---- life cycle ----------------------------------------------------------------------------
 
-int gt_gpt_create(gt_backend *be, const gt_gpt_shape *shape, int batch, int seq,
-                  gt_gpt **model)
+gt_gpt_part gt_gpt_whole(const gt_gpt_shape *shape)
 {
-  GT_ASSERT(shape->dim % shape->heads == 0);
-  GT_ASSERT(seq >= 1 && seq <= shape->max_seq && batch >= 1);
+  gt_gpt_part p = {0, shape->layers, true, true, {MPI_COMM_NULL, 0, 1, -1}};
+  return p;
+}
+
+int gt_gpt_create(gt_backend *be, const gt_gpt_shape *shape, const gt_gpt_part *part,
+                  int batch, int seq, int slots, gt_gpt **model)
+{
+  const int P = part->tp.size;
+  GT_ASSERT(shape->dim % shape->heads == 0 && shape->heads % P == 0);
+  GT_ASSERT(seq >= 1 && seq <= shape->max_seq && batch >= 1 && slots >= 1);
+  GT_ASSERT(part->layer_begin >= 0 && part->layer_end <= shape->layers &&
+            part->layer_begin <= part->layer_end);
   gt_gpt *m = calloc(1, sizeof *m);
   GT_CHECK_ALLOC(m, sizeof *m);
   *model = m;
   m->be = be;
   m->shape = *shape;
+  m->part = *part;
   m->batch = batch;
   m->seq = seq;
-  const int L = shape->layers;
-  m->w = calloc((size_t)L, sizeof *m->w);
-  m->g = calloc((size_t)L, sizeof *m->g);
-  m->acts = calloc((size_t)L, sizeof *m->acts);
-  m->resid = calloc((size_t)L + 1, sizeof *m->resid);
+  m->nl = part->layer_end - part->layer_begin;
+  m->H = shape->heads / P;
+  m->Vl = (shape->vocab + P - 1) / P;
+  m->v0 = part->tp.rank * m->Vl;
+  m->nv = shape->vocab - m->v0 < m->Vl ? shape->vocab - m->v0 : m->Vl;
+  GT_ASSERT(m->nv >= 1);
+  m->nslots = slots;
+  const int nl = m->nl > 0 ? m->nl : 1;
+  m->w = calloc((size_t)nl, sizeof *m->w);
+  m->g = calloc((size_t)nl, sizeof *m->g);
+  m->p_block = calloc((size_t)nl, sizeof *m->p_block);
+  m->slots = calloc((size_t)slots, sizeof *m->slots);
   m->host_losses = malloc(sizeof(float) * (size_t)batch * seq);
-  if (!m->w || !m->g || !m->acts || !m->resid || !m->host_losses) {
+  bool ok = m->w && m->g && m->p_block && m->slots && m->host_losses;
+  for (int s = 0; ok && s < slots; s++) {
+    m->slots[s].acts = calloc((size_t)nl, sizeof *m->slots[s].acts);
+    m->slots[s].resid = calloc((size_t)m->nl + 1, sizeof *m->slots[s].resid);
+    ok = m->slots[s].acts && m->slots[s].resid;
+  }
+  if (!ok) {
     gt_gpt_destroy(model);
     return GT_ERROR(GT_ERR_SYSTEM, "out of memory creating the GPT");
   }
@@ -224,10 +376,14 @@ int gt_gpt_destroy(gt_gpt **model)
   if (m->act_buffer)
     m->be->ops->free(m->be, m->act_buffer);
   gt_params_destroy(&m->params);
+  for (int s = 0; m->slots && s < m->nslots; s++) {
+    free(m->slots[s].acts);
+    free(m->slots[s].resid);
+  }
+  free(m->slots);
   free(m->w);
   free(m->g);
-  free(m->acts);
-  free(m->resid);
+  free(m->p_block);
   free(m->host_losses);
   free(m);
   *model = NULL;
@@ -243,48 +399,84 @@ int gt_gpt_init(gt_gpt *m, uint64_t seed)
 }
 
 size_t gt_gpt_activation_bytes(const gt_gpt *m) { return m->act_bytes; }
+size_t gt_gpt_slot_bytes(const gt_gpt *m) { return m->slot_bytes; }
+float *gt_gpt_input(gt_gpt *m, int slot) { return m->slots[slot].resid[0]; }
+float *gt_gpt_output(gt_gpt *m, int slot) { return m->slots[slot].resid[m->nl]; }
+float *gt_gpt_grad(gt_gpt *m, int slot) { return m->slots[slot].dgrad; }
 
 // ---- forward and backward -----------------------------------------------------------------------
 
-int gt_gpt_forward(gt_gpt *m, const int32_t *tokens, const int32_t *targets, int B, int T,
-                   float grad_scale, double *loss_sum)
+static gt_head_dims gt_gpt_head_dims(const gt_gpt *m, int N)
+{
+  return (gt_head_dims){N, m->shape.dim, m->Vl, m->v0, m->nv, &m->part.tp};
+}
+
+int gt_gpt_forward(gt_gpt *m, int slot, const int32_t *tokens, const int32_t *targets, int B,
+                   int T, float grad_scale, double *loss_sum)
 {
   GT_ASSERT(B >= 1 && B <= m->batch && T >= 1 && T <= m->seq);
+  GT_ASSERT(slot >= 0 && slot < m->nslots);
   gt_backend *be = m->be;
-  const int N = B * T, C = m->shape.dim, V = m->shape.vocab;
-  const gt_layer_dims d = {B, T, C, m->shape.heads};
-  GT_CALL(be->ops->upload(be, m->tokens, tokens, sizeof(int32_t) * (size_t)N));
-  GT_CALL(be->ops->upload(be, m->targets, targets, sizeof(int32_t) * (size_t)N));
-  GT_CALL(be->ops->embedding_forward(be, m->resid[0], m->tokens, m->wte, m->wpe, B, T, C));
-  for (int l = 0; l < m->shape.layers; l++)
-    GT_CALL(gt_block_forward(be, &m->w[l], &m->acts[l], m->resid[l], m->resid[l + 1], d));
-  GT_CALL(gt_lm_head_forward(be, m->wte, m->lnf_w, m->lnf_b, &m->head,
-                             m->resid[m->shape.layers], m->targets, N, C, V, grad_scale));
-  GT_CALL(be->ops->download(be, m->host_losses, m->head.losses, sizeof(float) * (size_t)N));
-  double s = 0;
-  for (int i = 0; i < N; i++)
-    s += m->host_losses[i];
-  *loss_sum = s;
-  m->grad_ready = grad_scale != 0.0f;
-  m->last_B = B;
-  m->last_T = T;
+  gt_gpt_slot *sl = &m->slots[slot];
+  const int N = B * T, C = m->shape.dim;
+  const gt_layer_dims d = {B, T, C, m->H, &m->part.tp};
+  if (m->part.first) {
+    GT_CALL(be->ops->upload(be, sl->tokens, tokens, sizeof(int32_t) * (size_t)N));
+    GT_CALL(gt_embedding_forward(be, sl->resid[0], sl->tokens, m->wte, m->wpe, B, T, C, m->v0,
+                                 m->nv, &m->part.tp));
+  }
+  for (int l = 0; l < m->nl; l++)
+    GT_CALL(gt_block_forward(be, &m->w[l], &sl->acts[l], sl->resid[l], sl->resid[l + 1], d));
+  *loss_sum = 0;
+  if (m->part.last) {
+    GT_CALL(be->ops->upload(be, sl->targets, targets, sizeof(int32_t) * (size_t)N));
+    GT_CALL(gt_lm_head_forward(be, m->wte, m->lnf_w, m->lnf_b, &sl->head, sl->resid[m->nl],
+                               sl->targets, m->stats_all, gt_gpt_head_dims(m, N), grad_scale));
+    GT_CALL(be->ops->download(be, m->host_losses, sl->head.losses, sizeof(float) * (size_t)N));
+    double s = 0;
+    for (int i = 0; i < N; i++)
+      s += m->host_losses[i];
+    *loss_sum = s;
+  }
+  sl->grad_ready = grad_scale != 0.0f;
+  sl->B = B;
+  sl->T = T;
   return GT_SUCCESS;
 }
 
-int gt_gpt_backward(gt_gpt *m)
+static int gt_gpt_ready(const gt_grad_hook *hook, int first, int count)
 {
-  GT_CHECK(m->grad_ready, GT_ERR_INTERNAL,
+  if (hook && hook->ready && count > 0)
+    GT_CALL(hook->ready(hook->ctx, first, count));
+  return GT_SUCCESS;
+}
+
+int gt_gpt_backward(gt_gpt *m, int slot, const gt_grad_hook *hook)
+{
+  GT_ASSERT(slot >= 0 && slot < m->nslots);
+  gt_gpt_slot *sl = &m->slots[slot];
+  GT_CHECK(sl->grad_ready, GT_ERR_INTERNAL,
            "gt_gpt_backward needs a forward with grad_scale != 0 first");
   gt_backend *be = m->be;
-  const int B = m->last_B, T = m->last_T, N = B * T, C = m->shape.dim, L = m->shape.layers;
-  const gt_layer_dims d = {B, T, C, m->shape.heads};
-  GT_CALL(gt_lm_head_backward(be, m->wte, m->dwte, m->lnf_w, m->dlnf_w, m->dlnf_b, &m->head,
-                              m->resid[L], m->dres, m->scratch.dln, N, C, m->shape.vocab));
-  for (int l = L - 1; l >= 0; l--)
-    GT_CALL(gt_block_backward(be, &m->w[l], &m->g[l], &m->acts[l], m->resid[l], m->dres,
+  const int B = sl->B, T = sl->T, N = B * T, C = m->shape.dim;
+  const gt_layer_dims d = {B, T, C, m->H, &m->part.tp};
+  if (m->part.last) {
+    GT_CALL(gt_lm_head_backward(be, m->wte, m->dwte, m->lnf_w, m->dlnf_w, m->dlnf_b, &sl->head,
+                                sl->resid[m->nl], sl->dgrad, m->dlnf, gt_gpt_head_dims(m, N)));
+    /* ln_f is final; so is the wte copy of a last stage (pp > 1) */
+    GT_CALL(gt_gpt_ready(hook, m->p_head, m->p_head_count));
+  }
+  for (int l = m->nl - 1; l >= 0; l--) {
+    GT_CALL(gt_block_backward(be, &m->w[l], &m->g[l], &sl->acts[l], sl->resid[l], sl->dgrad,
                               &m->scratch, d));
-  GT_CALL(be->ops->embedding_backward(be, m->dwte, m->dwpe, m->dres, m->tokens, B, T, C));
-  m->grad_ready = false;
+    GT_CALL(gt_gpt_ready(hook, m->p_block[l], GT_BLOCK_PARAMS));
+  }
+  if (m->part.first) {
+    GT_CALL(gt_embedding_backward(be, m->dwte, m->dwpe, sl->dgrad, sl->tokens, B, T, C, m->v0,
+                                  m->nv));
+    GT_CALL(gt_gpt_ready(hook, 0, m->p_emb_count));
+  }
+  sl->grad_ready = false;
   return GT_SUCCESS;
 }
 
@@ -295,6 +487,13 @@ size_t gt_gpt_param_count(const gt_gpt_shape *s)
   const size_t C = (size_t)s->dim;
   return (size_t)s->vocab * C + (size_t)s->max_seq * C +
          (size_t)s->layers * (12 * C * C + 13 * C) + 2 * C;
+}
+
+void gt_gpt_stage_costs(const gt_gpt_shape *s, int T, double *block, double *head)
+{
+  const double C = s->dim;
+  *block = 24.0 * C * C + 4.0 * C * T;
+  *head = 2.0 * C * (double)s->vocab;
 }
 
 double gt_gpt_flops_per_token(const gt_gpt_shape *s, int T)

@@ -19,13 +19,24 @@ int gt_params_create(gt_backend *be, gt_params **params)
   return GT_SUCCESS;
 }
 
-int gt_params_add(gt_params *p, const char *name, int ndim, const long *shape,
-                  gt_init_kind init, float init_std, bool decay)
+/* Entries of the local tensor along the shard axis. */
+static long gt_shard_extent(long full, gt_shard sh)
+{
+  long block = full / sh.blocks;
+  return (long)sh.blocks * ((block + sh.parts - 1) / sh.parts);
+}
+
+int gt_params_add(gt_params *p, const char *name, int ndim, const long *full_shape,
+                  gt_shard shard, bool owner, gt_init_kind init, float init_std,
+                  bool decay)
 {
   GT_ASSERT(!p->finalized);
   GT_ASSERT(ndim >= 1 && ndim <= GT_TENSOR_MAX_DIMS);
   GT_ASSERT(strlen(name) < GT_PARAM_NAME_MAX);
   GT_ASSERT(gt_params_find(p, name) == NULL);
+  GT_ASSERT(shard.axis < ndim && shard.blocks >= 1 && shard.parts >= 1);
+  GT_ASSERT(shard.index >= 0 && shard.index < shard.parts);
+  GT_ASSERT(shard.axis < 0 || full_shape[shard.axis] % shard.blocks == 0);
   if (p->count == p->capacity) {
     int cap = p->capacity ? 2 * p->capacity : 32;
     gt_param *grown = realloc(p->list, sizeof *grown * (size_t)cap);
@@ -36,12 +47,17 @@ int gt_params_add(gt_params *p, const char *name, int ndim, const long *shape,
   gt_param *t = &p->list[p->count++];
   memset(t, 0, sizeof *t);
   snprintf(t->name, sizeof t->name, "%s", name);
+  t->ndim = ndim;
+  t->shard = shard;
+  t->owner = owner;
   t->value.ndim = ndim;
   t->numel = 1;
   for (int i = 0; i < ndim; i++) {
-    GT_ASSERT(shape[i] >= 1);
-    t->value.shape[i] = shape[i];
-    t->numel *= (size_t)shape[i];
+    GT_ASSERT(full_shape[i] >= 1);
+    t->full_shape[i] = full_shape[i];
+    t->value.shape[i] = i == shard.axis ? gt_shard_extent(full_shape[i], shard)
+                                        : full_shape[i];
+    t->numel *= (size_t)t->value.shape[i];
   }
   t->value.dtype = GT_F32;
   t->value.device = p->be->device;
@@ -50,6 +66,60 @@ int gt_params_add(gt_params *p, const char *name, int ndim, const long *shape,
   t->init_std = init_std;
   t->decay = decay;
   return GT_SUCCESS;
+}
+
+size_t gt_param_full_numel(const gt_param *t)
+{
+  size_t n = 1;
+  for (int i = 0; i < t->ndim; i++)
+    n *= (size_t)t->full_shape[i];
+  return n;
+}
+
+/* Walk the local tensor as (outer, axis, inner) and pair each local entry
+ * along the axis with its logical index (or -1 for padding). */
+static void gt_param_copy(const gt_param *t, float *local, float *full, bool to_full)
+{
+  if (t->shard.axis < 0) {
+    if (to_full)
+      memcpy(full, local, t->numel * sizeof(float));
+    else
+      memcpy(local, full, t->numel * sizeof(float));
+    return;
+  }
+  const int ax = t->shard.axis;
+  size_t outer = 1, inner = 1;
+  for (int i = 0; i < ax; i++)
+    outer *= (size_t)t->full_shape[i];
+  for (int i = ax + 1; i < t->ndim; i++)
+    inner *= (size_t)t->full_shape[i];
+  const long full_len = t->full_shape[ax], local_len = t->value.shape[ax];
+  const long block = full_len / t->shard.blocks, piece = local_len / t->shard.blocks;
+  for (size_t o = 0; o < outer; o++)
+    for (long j = 0; j < local_len; j++) {
+      long b = j / piece, k = t->shard.index * piece + j % piece;
+      float *lp = local + (o * (size_t)local_len + (size_t)j) * inner;
+      if (k >= block) { /* padding */
+        if (!to_full)
+          memset(lp, 0, inner * sizeof(float));
+        continue;
+      }
+      float *fp = full + (o * (size_t)full_len + (size_t)(b * block + k)) * inner;
+      if (to_full)
+        memcpy(fp, lp, inner * sizeof(float));
+      else
+        memcpy(lp, fp, inner * sizeof(float));
+    }
+}
+
+void gt_param_extract(const gt_param *t, const float *full, float *local)
+{
+  gt_param_copy(t, local, (float *)full, false);
+}
+
+void gt_param_insert(const gt_param *t, const float *local, float *full)
+{
+  gt_param_copy(t, (float *)local, full, true);
 }
 
 int gt_params_finalize(gt_params *p)
@@ -78,24 +148,29 @@ int gt_params_init(gt_params *p, uint64_t seed)
 {
   GT_ASSERT(p->finalized);
   size_t largest = 0;
-  for (int i = 0; i < p->count; i++)
-    largest = p->list[i].numel > largest ? p->list[i].numel : largest;
+  for (int i = 0; i < p->count; i++) {
+    size_t n = gt_param_full_numel(&p->list[i]) + p->list[i].numel;
+    largest = n > largest ? n : largest;
+  }
   float *host = malloc(largest * sizeof(float));
   GT_CHECK_ALLOC(host, largest * sizeof(float));
   int status = GT_SUCCESS;
   for (int i = 0; i < p->count && status == GT_SUCCESS; i++) {
     gt_param *t = &p->list[i];
+    const size_t full_n = gt_param_full_numel(t);
+    float *full = host, *local = host + full_n;
     switch (t->init) {
     case GT_INIT_NORMAL:
-      gt_rng_normal_fill(host, t->numel, gt_rng_stream(seed, t->name), 0, t->init_std);
+      gt_rng_normal_fill(full, full_n, gt_rng_stream(seed, t->name), 0, t->init_std);
       break;
-    case GT_INIT_ZEROS: memset(host, 0, t->numel * sizeof(float)); break;
+    case GT_INIT_ZEROS: memset(full, 0, full_n * sizeof(float)); break;
     case GT_INIT_ONES:
-      for (size_t j = 0; j < t->numel; j++)
-        host[j] = 1.0f;
+      for (size_t j = 0; j < full_n; j++)
+        full[j] = 1.0f;
       break;
     }
-    status = p->be->ops->upload(p->be, t->value.data, host, t->numel * sizeof(float));
+    gt_param_extract(t, full, local);
+    status = p->be->ops->upload(p->be, t->value.data, local, t->numel * sizeof(float));
   }
   free(host);
   GT_CALL(status);

@@ -74,6 +74,13 @@ int gt_metrics_write_step(gt_metrics *m, const gt_step_stats *s)
   gt_json_num(f, "compute_ms", s->compute_ms, true);
   gt_json_num(f, "comm_ms", s->comm_ms, true);
   gt_json_num(f, "data_ms", s->data_ms, true);
+  gt_json_num(f, "bubble_ms", s->bubble_ms, true);
+  gt_json_num(f, "forward_ms", s->forward_ms, true);
+  gt_json_num(f, "backward_ms", s->backward_ms, true);
+  gt_json_num(f, "tp_comm_ms", s->tp_comm_ms, true);
+  gt_json_num(f, "pp_comm_ms", s->pp_comm_ms, true);
+  gt_json_num(f, "dp_exposed_ms", s->dp_exposed_ms, true);
+  gt_json_num(f, "optimizer_ms", s->optimizer_ms, true);
   fprintf(f, "}\n");
   GT_CHECK(fflush(f) == 0, GT_ERR_SYSTEM, "cannot write the metrics file '%s': %s", m->path,
            strerror(errno));
@@ -106,8 +113,8 @@ void gt_metrics_format_step(const gt_step_stats *s, long total_steps, char *buf,
   double ms = s->step_ms > 0 ? s->step_ms : 1;
   snprintf(buf, size,
            "step %ld/%ld | loss %.4f%s | lr %.2e | gnorm %.3f | %.1f ms | %.0f tok/s | "
-           "compute %.0f%% comm %.0f%% data %.0f%%",
+           "compute %.0f%% comm %.0f%% bubble %.0f%% data %.0f%%",
            s->step, total_steps, s->loss, val, s->lr, s->grad_norm, s->step_ms,
            s->tokens_per_s, 100 * s->compute_ms / ms, 100 * s->comm_ms / ms,
-           100 * s->data_ms / ms);
+           100 * s->bubble_ms / ms, 100 * s->data_ms / ms);
 }

@@ -10,12 +10,14 @@
 #include <string.h>
 
 #include "gridtrain/backend.h"
+#include "gridtrain/buckets.h"
 #include "gridtrain/comm.h"
 #include "gridtrain/data.h"
 #include "gridtrain/error.h"
 #include "gridtrain/gpt.h"
 #include "gridtrain/log.h"
 #include "gridtrain/optim.h"
+#include "gridtrain/schedule.h"
 #include "gridtrain/timer.h"
 
 struct gt_trainer {
@@ -37,10 +39,27 @@ struct gt_trainer {
   long step;      /* next step to run */
   int32_t *window, *tokens, *targets; /* host (B_micro, T+1), (B_micro, T) x 2 */
 
+  /* pipeline */
+  gt_gpt_shape shape;
+  int *stage_first;       /* pp + 1: first block of every stage */
+  gt_schedule_kind schedule;
+  gt_pipe_op *ops;        /* 2 M operations of this stage */
+  int nslots;             /* micro-batches in flight at most */
+  MPI_Request *reqs;      /* 4 per slot: recv act, send act, recv grad, send grad */
+  int live, peak_live;    /* micro-batches holding activations */
+
+  /* data parallelism */
+  gt_buckets *buckets;
+  bool overlap;
+  gt_grad_hook hook;
+
   struct {
-    int data, forward, backward, zero, dp_allreduce, loss_allreduce, norm, optimizer, eval;
+    int data, forward, backward, zero, tp_comm, pp_comm, bubble, dp_exposed, tied, reduce,
+        norm, optimizer, eval;
   } ev;
 };
+
+enum { GT_REQ_RECV_ACT = 0, GT_REQ_SEND_ACT, GT_REQ_RECV_GRAD, GT_REQ_SEND_GRAD };
 
 /* Every rank reaches each set-up phase; a failure on any rank becomes the
  * same collective error on all of them. */
@@ -90,23 +109,29 @@ static void gt_format_bytes(double bytes, char *buf, size_t size)
 }
 
 /* Rank 0: the configuration and what was resolved from it, as one table. */
-static void gt_print_setup(const gt_trainer *tr)
+static void gt_print_setup(const gt_trainer *tr, size_t params_max, size_t act_max)
 {
   const gt_grid *g = tr->grid;
   const gt_config *cfg = &tr->cfg;
   if (g->world_rank != 0)
     return;
-  gt_gpt_shape shape = {(int)cfg->model.layers, (int)cfg->model.heads, (int)cfg->model.dim,
-                        (int)cfg->model.seq_len, (int)cfg->model.vocab};
   char act[32], par[32], v[GT_PATH_MAX + 64];
-  gt_format_bytes((double)gt_gpt_activation_bytes(tr->model), act, sizeof act);
-  gt_format_bytes(4.0 * 4.0 * (double)gt_trainer_params((gt_trainer *)tr)->numel, par,
-                  sizeof par);
+  gt_format_bytes((double)act_max, act, sizeof act);
+  gt_format_bytes(4.0 * 4.0 * (double)params_max, par, sizeof par);
   printf("gridtrain %s: configuration (%s) and layout\n", PACKAGE_VERSION,
          cfg->deck_path[0] ? cfg->deck_path : "defaults");
   gt_config_print_table(cfg, stdout);
   snprintf(v, sizeof v, "dp=%d x pp=%d x tp=%d", g->dp_size, g->pp_size, g->tp_size);
   gt_config_print_row(stdout, "layout", v, "resolved");
+  if (g->pp_size > 1) {
+    int n = snprintf(v, sizeof v, "blocks");
+    for (int s = 0; s < g->pp_size && n < (int)sizeof v - 16; s++)
+      n += snprintf(v + n, sizeof v - (size_t)n, "%s%d-%d", s ? ", " : " ", tr->stage_first[s],
+                    tr->stage_first[s + 1] - 1);
+    snprintf(v + n, sizeof v - (size_t)n, "; %s schedule",
+             gt_schedule_name(tr->schedule));
+    gt_config_print_row(stdout, "pipeline stages", v, "resolved");
+  }
   snprintf(v, sizeof v, "%d (%d per node, %d cores per node)", g->world_size, g->node_size,
            g->node_cores);
   gt_config_print_row(stdout, "ranks", v, "resolved");
@@ -116,14 +141,21 @@ static void gt_print_setup(const gt_trainer *tr)
                       gt_comm_get_wait_mode() == GT_WAIT_YIELD ? "yield (oversubscribed)"
                                                                : "busy-poll",
                       "resolved");
-  snprintf(v, sizeof v, "%.2fM (%s with grads and AdamW)",
-           (double)gt_gpt_param_count(&shape) / 1e6, par);
-  gt_config_print_row(stdout, "parameters", v, "per rank");
-  snprintf(v, sizeof v, "%s (micro-batch %d x %d)", act, tr->B_micro, tr->T);
-  gt_config_print_row(stdout, "activations", v, "per rank");
+  snprintf(v, sizeof v, "%.2fM; at most %.2fM on a rank (%s with grads and AdamW)",
+           (double)gt_gpt_param_count(&tr->shape) / 1e6, (double)params_max / 1e6, par);
+  gt_config_print_row(stdout, "parameters", v, "resolved");
+  snprintf(v, sizeof v, "%s at most on a rank (micro-batch %d x %d)", act, tr->B_micro,
+           tr->T);
+  gt_config_print_row(stdout, "activations", v, "resolved");
   snprintf(v, sizeof v, "%d tokens = %d x %d; %d seq per dp rank in %d micro-batch%s",
            tr->B * tr->T, tr->B, tr->T, tr->B_rank, tr->M, tr->M == 1 ? "" : "es");
   gt_config_print_row(stdout, "step", v, "resolved");
+  if (g->dp_size > 1) {
+    snprintf(v, sizeof v, "%d bucket%s on rank 0, %s", gt_buckets_count(tr->buckets),
+             gt_buckets_count(tr->buckets) == 1 ? "" : "s",
+             tr->overlap ? "overlapping the last backward" : "after backward");
+    gt_config_print_row(stdout, "dp all-reduce", v, "resolved");
+  }
   snprintf(v, sizeof v, "%s (%lld tokens, vocab %ld)", gt_dataset_name(tr->train),
            gt_dataset_ntokens(tr->train), gt_dataset_vocab(tr->train));
   gt_config_print_row(stdout, "train data", v, "file");
@@ -137,6 +169,33 @@ static void gt_print_setup(const gt_trainer *tr)
   fflush(stdout);
   if (gt_backend_blas_warning())
     gt_warn("%s", gt_backend_blas_warning());
+}
+
+static int gt_trainer_bucket_ready(void *ctx, int first, int count)
+{
+  return gt_buckets_ready(((gt_trainer *)ctx)->buckets, first, count);
+}
+
+/* The stage split and schedule; errors are the same on every rank. */
+static int gt_trainer_plan(gt_trainer *tr)
+{
+  const gt_grid *g = tr->grid;
+  const int p = g->pp_size;
+  tr->stage_first = malloc(sizeof(int) * (size_t)(p + 1));
+  tr->ops = malloc(sizeof(gt_pipe_op) * 2 * (size_t)tr->M);
+  GT_CHECK(tr->stage_first && tr->ops, GT_ERR_SYSTEM, "out of memory for the schedule");
+  double block_cost, head_cost;
+  gt_gpt_stage_costs(&tr->shape, tr->T, &block_cost, &head_cost);
+  GT_CALL(gt_pipeline_split(tr->shape.layers, p, block_cost, head_cost, tr->cfg.parallel.stages,
+                            tr->stage_first));
+  GT_CALL(gt_schedule_parse(tr->cfg.parallel.schedule, &tr->schedule));
+  GT_CALL(gt_schedule_build(tr->schedule, p, g->pp_rank, tr->M, tr->ops));
+  tr->nslots = gt_schedule_in_flight(tr->schedule, p, g->pp_rank, tr->M);
+  tr->reqs = malloc(sizeof(MPI_Request) * 4 * (size_t)tr->nslots);
+  GT_CHECK_ALLOC(tr->reqs, sizeof(MPI_Request) * 4 * (size_t)tr->nslots);
+  for (int i = 0; i < 4 * tr->nslots; i++)
+    tr->reqs[i] = MPI_REQUEST_NULL;
+  return GT_SUCCESS;
 }
 
 int gt_trainer_create(const gt_config *cfg, MPI_Comm world, bool quiet, gt_trainer **trainer)
@@ -154,6 +213,9 @@ int gt_trainer_create(const gt_config *cfg, MPI_Comm world, bool quiet, gt_train
   tr->M = (int)cfg->data.microbatches;
   tr->B_rank = tr->B / g->dp_size;
   tr->B_micro = tr->B_rank / tr->M;
+  tr->shape = (gt_gpt_shape){(int)cfg->model.layers, (int)cfg->model.heads,
+                             (int)cfg->model.dim, (int)cfg->model.seq_len,
+                             (int)cfg->model.vocab};
   tr->threads = gt_resolve_threads(cfg, g);
   const bool oversubscribed = (long)g->node_size * tr->threads > g->node_cores;
   if (strcmp(cfg->parallel.wait, "yield") == 0 ||
@@ -162,6 +224,10 @@ int gt_trainer_create(const gt_config *cfg, MPI_Comm world, bool quiet, gt_train
   else
     gt_comm_set_wait_mode(GT_WAIT_BUSY);
 
+  int status = gt_trainer_plan(tr);
+  if (status != GT_SUCCESS && status != GT_ERR_SYSTEM)
+    gt_error_set_collective(true); /* same configuration, same error everywhere */
+  GT_AGREE(comm, status);
   GT_AGREE(comm, gt_backend_create(cfg->backend.device, tr->threads, &tr->be));
   GT_AGREE(comm, cfg->run.eval_every > 0 && !cfg->data.val[0]
                      ? GT_ERROR(GT_ERR_INPUT,
@@ -177,16 +243,39 @@ int gt_trainer_create(const gt_config *cfg, MPI_Comm world, bool quiet, gt_train
     GT_AGREE(comm, gt_check_data(tr, tr->val, tr->B_micro));
   }
 
-  gt_gpt_shape shape = {(int)cfg->model.layers, (int)cfg->model.heads, (int)cfg->model.dim,
-                        (int)cfg->model.seq_len, (int)cfg->model.vocab};
-  GT_AGREE(comm, gt_gpt_create(tr->be, &shape, tr->B_micro, tr->T, &tr->model));
+  tr->ev.data = gt_event("data", GT_EV_DATA);
+  tr->ev.forward = gt_event("forward", GT_EV_COMPUTE);
+  tr->ev.backward = gt_event("backward", GT_EV_COMPUTE);
+  tr->ev.tp_comm = gt_event("tp.comm", GT_EV_COMM);
+  tr->ev.pp_comm = gt_event("pp.comm", GT_EV_COMM);
+  tr->ev.bubble = gt_event("pp.bubble", GT_EV_IDLE);
+  tr->ev.dp_exposed = gt_event("dp.exposed", GT_EV_COMM);
+  tr->ev.tied = gt_event("tied.allreduce", GT_EV_COMM);
+  tr->ev.reduce = gt_event("loss_norm.allreduce", GT_EV_COMM);
+  tr->ev.zero = gt_event("zero_grad", GT_EV_COMPUTE);
+  tr->ev.norm = gt_event("grad_norm", GT_EV_COMPUTE);
+  tr->ev.optimizer = gt_event("optimizer", GT_EV_COMPUTE);
+  tr->ev.eval = gt_event("eval", GT_EV_OTHER);
+
+  const int s = g->pp_rank;
+  gt_gpt_part part = {tr->stage_first[s], tr->stage_first[s + 1], s == 0,
+                      s == g->pp_size - 1,
+                      {g->tp, g->tp_rank, g->tp_size, tr->ev.tp_comm}};
+  GT_AGREE(comm, gt_gpt_create(tr->be, &tr->shape, &part, tr->B_micro, tr->T, tr->nslots,
+                               &tr->model));
   GT_AGREE(comm, gt_gpt_init(tr->model, cfg->run.seed));
+  gt_params *params = gt_gpt_params(tr->model);
   tr->opt_cfg = (gt_adamw_config){cfg->optim.lr,        cfg->optim.min_lr,
                                   cfg->optim.warmup,    cfg->run.steps,
                                   cfg->optim.weight_decay, cfg->optim.beta1,
                                   cfg->optim.beta2,     cfg->optim.eps,
                                   cfg->optim.grad_clip};
-  GT_AGREE(comm, gt_adamw_create(gt_gpt_params(tr->model), &tr->opt_cfg, &tr->opt));
+  GT_AGREE(comm, gt_adamw_create(params, &tr->opt_cfg, &tr->opt));
+  GT_AGREE(comm, gt_buckets_create(params, g->dp,
+                                   (size_t)(cfg->parallel.bucket_mb * 1024.0 * 1024.0),
+                                   &tr->buckets));
+  tr->overlap = strcmp(cfg->parallel.dp_overlap, "on") == 0;
+  tr->hook = (gt_grad_hook){gt_trainer_bucket_ready, tr};
 
   size_t n = (size_t)tr->B_micro * (size_t)(tr->T + 1);
   tr->window = malloc(sizeof(int32_t) * n);
@@ -197,18 +286,11 @@ int gt_trainer_create(const gt_config *cfg, MPI_Comm world, bool quiet, gt_train
                      : GT_ERROR(GT_ERR_SYSTEM, "out of memory for token buffers"));
   GT_AGREE(comm, g->world_rank == 0 ? gt_metrics_open(cfg->run.metrics, &tr->metrics)
                                     : GT_SUCCESS);
-
-  tr->ev.data = gt_event("data", GT_EV_DATA);
-  tr->ev.forward = gt_event("forward", GT_EV_COMPUTE);
-  tr->ev.backward = gt_event("backward", GT_EV_COMPUTE);
-  tr->ev.zero = gt_event("zero_grad", GT_EV_COMPUTE);
-  tr->ev.dp_allreduce = gt_event("dp.allreduce", GT_EV_COMM);
-  tr->ev.loss_allreduce = gt_event("loss.allreduce", GT_EV_COMM);
-  tr->ev.norm = gt_event("grad_norm", GT_EV_COMPUTE);
-  tr->ev.optimizer = gt_event("optimizer", GT_EV_COMPUTE);
-  tr->ev.eval = gt_event("eval", GT_EV_OTHER);
+  /* The largest rank decides what fits: report it. */
+  unsigned long long mine[2] = {params->numel, gt_gpt_activation_bytes(tr->model)}, most[2];
+  GT_CALL_MPI(MPI_Allreduce(mine, most, 2, MPI_UNSIGNED_LONG_LONG, MPI_MAX, comm));
   if (!quiet)
-    gt_print_setup(tr);
+    gt_print_setup(tr, (size_t)most[0], (size_t)most[1]);
   return GT_SUCCESS;
 }
 
@@ -222,12 +304,16 @@ int gt_trainer_destroy(gt_trainer **trainer)
     gt_dataset_close(&tr->val);
   if (tr->train)
     gt_dataset_close(&tr->train);
+  gt_buckets_destroy(&tr->buckets);
   gt_adamw_destroy(&tr->opt);
   gt_gpt_destroy(&tr->model);
   gt_backend_destroy(&tr->be);
   free(tr->window);
   free(tr->tokens);
   free(tr->targets);
+  free(tr->stage_first);
+  free(tr->ops);
+  free(tr->reqs);
   gt_grid_destroy(&tr->grid);
   free(tr);
   *trainer = NULL;
@@ -236,17 +322,188 @@ int gt_trainer_destroy(gt_trainer **trainer)
 
 gt_params *gt_trainer_params(gt_trainer *tr) { return gt_gpt_params(tr->model); }
 
+const gt_grid *gt_trainer_grid(const gt_trainer *tr) { return tr->grid; }
+
+// ---- data ----------------------------------------------------------------------------------
+
+/* Read the B_micro sequences of micro-batch mb of step s (or of evaluation
+ * batch s) into tokens and targets. Only the first and last stages need
+ * them. */
+static int gt_read_microbatch(gt_trainer *tr, gt_dataset *ds, bool shuffle, long s, int mb)
+{
+  const gt_grid *g = tr->grid;
+  long long first = (long long)s * tr->B + (long long)g->dp_rank * tr->B_rank +
+                    (long long)mb * tr->B_micro;
+  gt_event_begin(tr->ev.data);
+  int status = gt_dataset_read_samples(ds, tr->T, shuffle, tr->cfg.run.seed, first,
+                                       tr->B_micro, tr->cfg.model.vocab, tr->window);
+  if (status == GT_SUCCESS)
+    for (int b = 0; b < tr->B_micro; b++) {
+      const int32_t *w = tr->window + (size_t)b * (tr->T + 1);
+      memcpy(tr->tokens + (size_t)b * tr->T, w, sizeof(int32_t) * (size_t)tr->T);
+      memcpy(tr->targets + (size_t)b * tr->T, w + 1, sizeof(int32_t) * (size_t)tr->T);
+    }
+  gt_event_end(tr->ev.data);
+  GT_CALL(status);
+  return GT_SUCCESS;
+}
+
+// ---- the pipeline ---------------------------------------------------------------------------
+
+#define GT_TAG_ACT(mb) (2 * (mb))
+#define GT_TAG_GRAD(mb) (2 * (mb) + 1)
+
+/* Complete a request, timed under event ev (nothing when already complete). */
+static int gt_wait_timed(MPI_Request *req, int ev)
+{
+  if (*req == MPI_REQUEST_NULL)
+    return GT_SUCCESS;
+  gt_event_begin(ev);
+  int status = gt_comm_wait(req);
+  gt_event_end(ev);
+  GT_CALL(status);
+  return GT_SUCCESS;
+}
+
+/* One forward of micro-batch mb in its slot: receive the input (stages
+ * after the first), compute, send the output and pre-post the receive of
+ * its gradient (stages before the last). */
+static int gt_pipe_forward(gt_trainer *tr, int mb, float grad_scale, double *loss_sum)
+{
+  const gt_grid *g = tr->grid;
+  const bool first = g->pp_rank == 0, last = g->pp_rank == g->pp_size - 1;
+  const int slot = mb % tr->nslots;
+  const size_t n = (size_t)tr->B_micro * tr->T * tr->shape.dim;
+  MPI_Request *rq = &tr->reqs[4 * slot];
+  if (first || last)
+    GT_CALL(gt_read_microbatch(tr, tr->train, true, tr->step, mb));
+  if (!first)
+    GT_CALL(gt_wait_timed(&rq[GT_REQ_RECV_ACT], tr->ev.bubble));
+  if (!last) /* the slot's output buffer may still be going out */
+    GT_CALL(gt_wait_timed(&rq[GT_REQ_SEND_ACT], tr->ev.pp_comm));
+  double l;
+  gt_event_begin(tr->ev.forward);
+  int status = gt_gpt_forward(tr->model, slot, tr->tokens, tr->targets, tr->B_micro, tr->T,
+                              grad_scale, &l);
+  gt_event_end(tr->ev.forward);
+  GT_CALL(status);
+  *loss_sum += l;
+  if (++tr->live > tr->peak_live)
+    tr->peak_live = tr->live;
+  if (!last) {
+    gt_event_begin(tr->ev.pp_comm);
+    status = gt_p2p_isend(gt_gpt_output(tr->model, slot), n, g->pp_rank + 1, GT_TAG_ACT(mb),
+                          g->pp, &rq[GT_REQ_SEND_ACT]);
+    if (status == GT_SUCCESS && rq[GT_REQ_SEND_GRAD] != MPI_REQUEST_NULL)
+      status = gt_comm_wait(&rq[GT_REQ_SEND_GRAD]);
+    if (status == GT_SUCCESS)
+      status = gt_p2p_irecv(gt_gpt_grad(tr->model, slot), n, g->pp_rank + 1, GT_TAG_GRAD(mb),
+                            g->pp, &rq[GT_REQ_RECV_GRAD]);
+    gt_event_end(tr->ev.pp_comm);
+    GT_CALL(status);
+  }
+  return GT_SUCCESS;
+}
+
+/* One backward of micro-batch mb: wait for the gradient of the output
+ * (stages before the last), compute (the last micro-batch feeds the DP
+ * buckets), send the input gradient back and pre-post the receive of the
+ * input of the micro-batch that takes over the slot. */
+static int gt_pipe_backward(gt_trainer *tr, int mb)
+{
+  const gt_grid *g = tr->grid;
+  const bool first = g->pp_rank == 0, last = g->pp_rank == g->pp_size - 1;
+  const int slot = mb % tr->nslots;
+  const size_t n = (size_t)tr->B_micro * tr->T * tr->shape.dim;
+  MPI_Request *rq = &tr->reqs[4 * slot];
+  if (!last)
+    GT_CALL(gt_wait_timed(&rq[GT_REQ_RECV_GRAD], tr->ev.bubble));
+  const bool feed = mb == tr->M - 1 && tr->overlap && g->dp_size > 1;
+  gt_event_begin(tr->ev.backward);
+  int status = gt_gpt_backward(tr->model, slot, feed ? &tr->hook : NULL);
+  gt_event_end(tr->ev.backward);
+  GT_CALL(status);
+  tr->live--;
+  if (!first) {
+    gt_event_begin(tr->ev.pp_comm);
+    status = gt_p2p_isend(gt_gpt_grad(tr->model, slot), n, g->pp_rank - 1, GT_TAG_GRAD(mb),
+                          g->pp, &rq[GT_REQ_SEND_GRAD]);
+    if (status == GT_SUCCESS && mb + tr->nslots < tr->M)
+      status = gt_p2p_irecv(gt_gpt_input(tr->model, slot), n, g->pp_rank - 1,
+                            GT_TAG_ACT(mb + tr->nslots), g->pp, &rq[GT_REQ_RECV_ACT]);
+    gt_event_end(tr->ev.pp_comm);
+    GT_CALL(status);
+  }
+  return GT_SUCCESS;
+}
+
+/* This stage's schedule for one step. *loss_sum gets the stage's sum of
+ * token losses (non-zero on the last stage only). */
+static int gt_run_pipeline(gt_trainer *tr, float grad_scale, double *loss_sum)
+{
+  const gt_grid *g = tr->grid;
+  const size_t n = (size_t)tr->B_micro * tr->T * tr->shape.dim;
+  *loss_sum = 0;
+  tr->live = 0;
+  if (g->pp_rank > 0) { /* pre-post the first inputs */
+    gt_event_begin(tr->ev.pp_comm);
+    int status = GT_SUCCESS;
+    for (int k = 0; k < tr->nslots && k < tr->M && status == GT_SUCCESS; k++)
+      status = gt_p2p_irecv(gt_gpt_input(tr->model, k), n, g->pp_rank - 1, GT_TAG_ACT(k), g->pp,
+                            &tr->reqs[4 * k + GT_REQ_RECV_ACT]);
+    gt_event_end(tr->ev.pp_comm);
+    GT_CALL(status);
+  }
+  for (int i = 0; i < 2 * tr->M; i++) {
+    if (tr->ops[i].backward)
+      GT_CALL(gt_pipe_backward(tr, tr->ops[i].mb));
+    else
+      GT_CALL(gt_pipe_forward(tr, tr->ops[i].mb, grad_scale, loss_sum));
+  }
+  for (int i = 0; i < 4 * tr->nslots; i++)
+    GT_CALL(gt_wait_timed(&tr->reqs[i], tr->ev.pp_comm));
+  if (g->pp_size > 1) {
+    /* Stages finish at different times; the wait for the slowest one is
+     * the bubble at the end of the step. */
+    gt_event_begin(tr->ev.bubble);
+    int status = gt_barrier(g->pp);
+    gt_event_end(tr->ev.bubble);
+    GT_CALL(status);
+  }
+  return GT_SUCCESS;
+}
+
 // ---- one step ----------------------------------------------------------------------------
 
-/* Split windows of T+1 tokens into inputs and next-token targets. */
-static void gt_split_windows(const int32_t *window, int count, int T, int32_t *tokens,
-                             int32_t *targets)
+/* Sum over the world of (the last stage's loss sums, the squared gradient
+ * norm of every parameter counted once). Every rank gets the same values. */
+static int gt_reduce_loss_and_norm(gt_trainer *tr, double loss_sum, bool with_norm,
+                                   double out[2])
 {
-  for (int b = 0; b < count; b++) {
-    memcpy(tokens + (size_t)b * T, window + (size_t)b * (T + 1), sizeof(int32_t) * (size_t)T);
-    memcpy(targets + (size_t)b * T, window + (size_t)b * (T + 1) + 1,
-           sizeof(int32_t) * (size_t)T);
+  const gt_grid *g = tr->grid;
+  gt_params *params = gt_gpt_params(tr->model);
+  const bool last = g->pp_rank == g->pp_size - 1;
+  double mine[2] = {last && g->tp_rank == 0 ? loss_sum : 0.0, 0.0};
+  if (with_norm && g->dp_rank == 0) { /* dp replicas hold the same gradients */
+    gt_event_begin(tr->ev.norm);
+    int status = GT_SUCCESS;
+    for (int i = 0; i < params->count && status == GT_SUCCESS; i++) {
+      const gt_param *t = &params->list[i];
+      double ss = 0;
+      if (t->owner)
+        status = tr->be->ops->sumsq(tr->be, t->grad.data, t->numel, &ss);
+      mine[1] += ss;
+    }
+    gt_event_end(tr->ev.norm);
+    GT_CALL(status);
   }
+  gt_event_begin(tr->ev.reduce);
+  out[0] = mine[0];
+  out[1] = mine[1];
+  int status = gt_allreduce_f64(out, 2, MPI_SUM, g->world);
+  gt_event_end(tr->ev.reduce);
+  GT_CALL(status);
+  return GT_SUCCESS;
 }
 
 int gt_trainer_step(gt_trainer *tr, gt_step_stats *st)
@@ -258,50 +515,35 @@ int gt_trainer_step(gt_trainer *tr, gt_step_stats *st)
   gt_events_step_reset();
 
   gt_event_begin(tr->ev.zero);
-  GT_CALL(gt_params_zero_grads(params));
+  int status = gt_params_zero_grads(params);
   gt_event_end(tr->ev.zero);
+  GT_CALL(status);
+  gt_buckets_reset(tr->buckets);
 
   /* Each rank's loss is grad_scale * sum of its token losses; with grad_scale
    * = 1 / (global tokens) the dp sum of the gradients is the gradient of the
    * global mean. */
   const float grad_scale = 1.0f / ((float)tr->B * (float)tr->T);
-  double loss_sum = 0;
-  for (int mb = 0; mb < tr->M; mb++) {
-    long long first = (long long)s * tr->B + (long long)g->dp_rank * tr->B_rank +
-                      (long long)mb * tr->B_micro;
-    gt_event_begin(tr->ev.data);
-    GT_CALL(gt_dataset_read_samples(tr->train, tr->T, true, tr->cfg.run.seed, first,
-                                    tr->B_micro, tr->cfg.model.vocab, tr->window));
-    gt_split_windows(tr->window, tr->B_micro, tr->T, tr->tokens, tr->targets);
-    gt_event_end(tr->ev.data);
+  double loss_sum;
+  GT_CALL(gt_run_pipeline(tr, grad_scale, &loss_sum));
 
-    double mb_loss;
-    gt_event_begin(tr->ev.forward);
-    GT_CALL(gt_gpt_forward(tr->model, tr->tokens, tr->targets, tr->B_micro, tr->T, grad_scale,
-                           &mb_loss));
-    gt_event_end(tr->ev.forward);
-    gt_event_begin(tr->ev.backward);
-    GT_CALL(gt_gpt_backward(tr->model));
-    gt_event_end(tr->ev.backward);
-    loss_sum += mb_loss;
+  if (g->dp_size > 1) { /* what backward did not hide */
+    gt_event_begin(tr->ev.dp_exposed);
+    status = gt_buckets_wait(tr->buckets);
+    gt_event_end(tr->ev.dp_exposed);
+    GT_CALL(status);
   }
-
-  if (g->dp_size > 1) {
-    gt_event_begin(tr->ev.dp_allreduce);
-    GT_CALL(gt_allreduce_f32(params->grads, params->numel, MPI_SUM, g->dp));
-    gt_event_end(tr->ev.dp_allreduce);
+  if (g->embed != MPI_COMM_NULL) { /* the tied embedding: both copies get the sum */
+    gt_param *wte = gt_params_find(params, "wte");
+    gt_event_begin(tr->ev.tied);
+    status = gt_allreduce_f32(wte->grad.data, wte->numel, MPI_SUM, g->embed);
+    gt_event_end(tr->ev.tied);
+    GT_CALL(status);
   }
-  gt_event_begin(tr->ev.loss_allreduce);
-  GT_CALL(gt_allreduce_f64(&loss_sum, 1, MPI_SUM, g->dp));
-  gt_event_end(tr->ev.loss_allreduce);
-  const double loss = loss_sum / ((double)tr->B * tr->T);
-
-  /* After the all-reduce every DP rank holds the same full gradient. */
-  double sumsq;
-  gt_event_begin(tr->ev.norm);
-  GT_CALL(tr->be->ops->sumsq(tr->be, params->grads, params->numel, &sumsq));
-  gt_event_end(tr->ev.norm);
-  const double norm = sqrt(sumsq);
+  double red[2];
+  GT_CALL(gt_reduce_loss_and_norm(tr, loss_sum, true, red));
+  const double loss = red[0] / ((double)tr->B * tr->T);
+  const double norm = sqrt(red[1]);
   if (!isfinite(loss) || !isfinite(norm)) {
     gt_error_set(GT_ERR_NUMERIC, __FILE__, __LINE__, __func__,
                  "training diverged at step %ld: loss %g, gradient norm %g; lower [optim] "
@@ -312,10 +554,12 @@ int gt_trainer_step(gt_trainer *tr, gt_step_stats *st)
   }
   const double lr = gt_lr_at(&tr->opt_cfg, s);
   gt_event_begin(tr->ev.optimizer);
-  GT_CALL(gt_adamw_step(tr->opt, s, lr, gt_clip_scale(&tr->opt_cfg, norm)));
+  status = gt_adamw_step(tr->opt, s, lr, gt_clip_scale(&tr->opt_cfg, norm));
   gt_event_end(tr->ev.optimizer);
+  GT_CALL(status);
 
   const double dt = gt_now() - t0;
+  memset(st, 0, sizeof *st);
   st->step = s;
   st->loss = loss;
   st->val_loss = NAN;
@@ -326,6 +570,13 @@ int gt_trainer_step(gt_trainer *tr, gt_step_stats *st)
   st->compute_ms = 1e3 * gt_events_step_seconds(GT_EV_COMPUTE);
   st->comm_ms = 1e3 * gt_events_step_seconds(GT_EV_COMM);
   st->data_ms = 1e3 * gt_events_step_seconds(GT_EV_DATA);
+  st->bubble_ms = 1e3 * gt_events_step_seconds(GT_EV_IDLE);
+  st->forward_ms = 1e3 * gt_event_step_seconds(tr->ev.forward);
+  st->backward_ms = 1e3 * gt_event_step_seconds(tr->ev.backward);
+  st->tp_comm_ms = 1e3 * gt_event_step_seconds(tr->ev.tp_comm);
+  st->pp_comm_ms = 1e3 * gt_event_step_seconds(tr->ev.pp_comm);
+  st->dp_exposed_ms = 1e3 * gt_event_step_seconds(tr->ev.dp_exposed);
+  st->optimizer_ms = 1e3 * gt_event_step_seconds(tr->ev.optimizer);
   tr->step++;
   return GT_SUCCESS;
 }
@@ -334,22 +585,144 @@ int gt_trainer_evaluate(gt_trainer *tr, double *val_loss)
 {
   GT_ASSERT(tr->val != NULL);
   const gt_grid *g = tr->grid;
+  const bool first = g->pp_rank == 0, last = g->pp_rank == g->pp_size - 1;
+  const size_t n = (size_t)tr->B_micro * tr->T * tr->shape.dim;
   gt_event_begin(tr->ev.eval);
   double sum = 0;
-  for (long e = 0; e < tr->cfg.run.eval_batches; e++)
-    for (int mb = 0; mb < tr->M; mb++) {
-      long long first = (long long)e * tr->B + (long long)g->dp_rank * tr->B_rank +
-                        (long long)mb * tr->B_micro;
-      GT_CALL(gt_dataset_read_samples(tr->val, tr->T, false, 0, first, tr->B_micro,
-                                      tr->cfg.model.vocab, tr->window));
-      gt_split_windows(tr->window, tr->B_micro, tr->T, tr->tokens, tr->targets);
-      double l;
-      GT_CALL(gt_gpt_forward(tr->model, tr->tokens, tr->targets, tr->B_micro, tr->T, 0.0f, &l));
+  int status = GT_SUCCESS;
+  for (long e = 0; e < tr->cfg.run.eval_batches && status == GT_SUCCESS; e++)
+    for (int mb = 0; mb < tr->M && status == GT_SUCCESS; mb++) {
+      MPI_Request req;
+      double l = 0;
+      if (first || last)
+        status = gt_read_microbatch(tr, tr->val, false, e, mb);
+      if (status == GT_SUCCESS && !first) {
+        status = gt_p2p_irecv(gt_gpt_input(tr->model, 0), n, g->pp_rank - 1, GT_TAG_ACT(mb),
+                              g->pp, &req);
+        if (status == GT_SUCCESS)
+          status = gt_comm_wait(&req);
+      }
+      if (status == GT_SUCCESS)
+        status = gt_gpt_forward(tr->model, 0, tr->tokens, tr->targets, tr->B_micro, tr->T, 0.0f,
+                                &l);
+      if (status == GT_SUCCESS && !last) {
+        status = gt_p2p_isend(gt_gpt_output(tr->model, 0), n, g->pp_rank + 1, GT_TAG_ACT(mb),
+                              g->pp, &req);
+        if (status == GT_SUCCESS)
+          status = gt_comm_wait(&req);
+      }
       sum += l;
     }
-  GT_CALL(gt_allreduce_f64(&sum, 1, MPI_SUM, g->dp));
-  *val_loss = sum / ((double)tr->cfg.run.eval_batches * tr->B * tr->T);
   gt_event_end(tr->ev.eval);
+  GT_CALL(status);
+  double red[2];
+  GT_CALL(gt_reduce_loss_and_norm(tr, sum, false, red));
+  *val_loss = red[0] / ((double)tr->cfg.run.eval_batches * tr->B * tr->T);
+  return GT_SUCCESS;
+}
+
+int gt_trainer_peak_activations(const gt_trainer *tr, int *microbatches, size_t *bytes)
+{
+  *microbatches = tr->peak_live;
+  *bytes = (size_t)tr->peak_live * gt_gpt_slot_bytes(tr->model);
+  return GT_SUCCESS;
+}
+
+int gt_trainer_report_activations(gt_trainer *tr, FILE *out)
+{
+  const gt_grid *g = tr->grid;
+  const int p = g->pp_size;
+  double *mine = calloc(2 * (size_t)p, sizeof(double)), *most = calloc(2 * (size_t)p, sizeof(double));
+  int status = mine && most ? GT_SUCCESS : GT_ERROR(GT_ERR_SYSTEM, "out of memory");
+  if (status == GT_SUCCESS) {
+    mine[2 * g->pp_rank] = tr->peak_live;
+    mine[2 * g->pp_rank + 1] = (double)tr->peak_live * (double)gt_gpt_slot_bytes(tr->model);
+    int rc = MPI_Reduce(mine, most, 2 * p, MPI_DOUBLE, MPI_MAX, 0, g->world);
+    if (rc != MPI_SUCCESS)
+      status = gt_error_mpi(rc, "MPI_Reduce", __FILE__, __LINE__, __func__);
+  }
+  if (status == GT_SUCCESS && g->world_rank == 0) {
+    fprintf(out, "# peak activations per pipeline stage (%s, %d micro-batches)\n",
+            gt_schedule_name(tr->schedule), tr->M);
+    for (int s = 0; s < p; s++) {
+      char b[32];
+      gt_format_bytes(most[2 * s + 1], b, sizeof b);
+      fprintf(out, "  stage %-3d %3.0f micro-batches  %s\n", s, most[2 * s], b);
+    }
+    fflush(out);
+  }
+  free(mine);
+  free(most);
+  GT_CALL(status);
+  return GT_SUCCESS;
+}
+
+// ---- full tensors ---------------------------------------------------------------------------
+
+int gt_trainer_gather_params(gt_trainer *tr, float *full, size_t *numel)
+{
+  const gt_grid *g = tr->grid;
+  gt_params *params = gt_gpt_params(tr->model);
+  const int count = gt_gpt_logical_count(&tr->shape);
+  size_t total = 0, largest = 0;
+  for (int i = 0; i < count; i++) {
+    char name[GT_PARAM_NAME_MAX];
+    int ndim;
+    long dims[GT_TENSOR_MAX_DIMS];
+    gt_gpt_logical_param(&tr->shape, i, name, &ndim, dims);
+    size_t ne = 1;
+    for (int d = 0; d < ndim; d++)
+      ne *= (size_t)dims[d];
+    total += ne;
+    largest = ne > largest ? ne : largest;
+  }
+  *numel = total;
+  if (!full && g->world_rank == 0)
+    return GT_SUCCESS;
+  size_t local_max = 0;
+  for (int i = 0; i < params->count; i++)
+    local_max = params->list[i].numel > local_max ? params->list[i].numel : local_max;
+  float *buf = calloc(largest, sizeof(float)), *local = malloc(sizeof(float) * (local_max + 1));
+  int status = buf && local ? GT_SUCCESS
+                            : GT_ERROR(GT_ERR_SYSTEM, "out of memory gathering parameters");
+  size_t off = 0;
+  for (int i = 0; i < count; i++) {
+    char name[GT_PARAM_NAME_MAX];
+    int ndim;
+    long dims[GT_TENSOR_MAX_DIMS];
+    gt_gpt_logical_param(&tr->shape, i, name, &ndim, dims);
+    size_t ne = 1;
+    for (int d = 0; d < ndim; d++)
+      ne *= (size_t)dims[d];
+    if (status == GT_SUCCESS) {
+      memset(buf, 0, ne * sizeof(float));
+      /* Exactly one rank owns each entry (dp rank 0, the owning copy), so
+       * a sum over the world puts every entry in place unchanged. */
+      gt_param *t = gt_params_find(params, name);
+      if (t && t->owner && g->dp_rank == 0) {
+        status = tr->be->ops->download(tr->be, local, t->value.data, t->numel * sizeof(float));
+        if (status == GT_SUCCESS)
+          gt_param_insert(t, local, buf);
+      }
+    }
+    int agreed = gt_error_agree(status, g->world);
+    if (agreed != GT_SUCCESS) {
+      status = agreed;
+      break;
+    }
+    int rc = MPI_Reduce(g->world_rank == 0 ? MPI_IN_PLACE : buf, buf, (int)ne, MPI_FLOAT,
+                        MPI_SUM, 0, g->world);
+    if (rc != MPI_SUCCESS) {
+      status = gt_error_mpi(rc, "MPI_Reduce", __FILE__, __LINE__, __func__);
+      break;
+    }
+    if (g->world_rank == 0)
+      memcpy(full + off, buf, ne * sizeof(float));
+    off += ne;
+  }
+  free(buf);
+  free(local);
+  GT_CALL(status);
   return GT_SUCCESS;
 }
 
@@ -360,9 +733,7 @@ int gt_trainer_run(gt_trainer *tr)
   const gt_config *cfg = &tr->cfg;
   const gt_grid *g = tr->grid;
   const long steps = cfg->run.steps;
-  gt_gpt_shape shape = {(int)cfg->model.layers, (int)cfg->model.heads, (int)cfg->model.dim,
-                        (int)cfg->model.seq_len, (int)cfg->model.vocab};
-  const double flops_per_token = gt_gpt_flops_per_token(&shape, tr->T);
+  const double flops_per_token = gt_gpt_flops_per_token(&tr->shape, tr->T);
   GT_CALL(gt_barrier(g->world));
   const double t_start = gt_now();
   gt_step_stats st = {0};
@@ -406,5 +777,6 @@ int gt_trainer_run(gt_trainer *tr)
             1e3 * sum.model_tflops / g->world_size, st.loss, val);
   }
   GT_CALL(gt_events_report(g->world, wall, stdout));
+  GT_CALL(gt_trainer_report_activations(tr, stdout));
   return GT_SUCCESS;
 }

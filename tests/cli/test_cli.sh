@@ -51,9 +51,9 @@ grep -q "^  layout  *dp=4 x pp=1 x tp=1  *resolved" "$GT_TMP/run.out" &&
 ok $? "rank 0 prints the layout in the same table"
 [ "$(grep '^step ' "$GT_TMP/run.out" | cut -d' ' -f2 | tr '\n' ' ')" = "0/10 4/10 5/10 9/10 " ]
 ok $? "log lines at steps 0 and 5 (log_every), 4 and 9 (evaluations), 9 (last)"
-grep -E -q '^step 4/10 \| loss [0-9.]+ \| val [0-9.]+ \| lr [0-9.e+-]+ \| gnorm [0-9.]+ \| [0-9.]+ ms \| [0-9]+ tok/s \| compute [0-9]+% comm [0-9]+% data [0-9]+%$' "$GT_TMP/run.out"
+grep -E -q '^step 4/10 \| loss [0-9.]+ \| val [0-9.]+ \| lr [0-9.e+-]+ \| gnorm [0-9.]+ \| [0-9.]+ ms \| [0-9]+ tok/s \| compute [0-9]+% comm [0-9]+% bubble [0-9]+% data [0-9]+%$' "$GT_TMP/run.out"
 ok $? "log line format: step, loss, val, lr, gnorm, ms, tok/s, time split"
-grep -q "^gridtrain: done: 10 steps" "$GT_TMP/run.out" && grep -q "dp.allreduce" "$GT_TMP/run.out"
+grep -q "^gridtrain: done: 10 steps" "$GT_TMP/run.out" && grep -q "dp.exposed" "$GT_TMP/run.out"
 ok $? "final summary line and the timing table"
 "$PYTHON_REF" - "$GT_TMP/m.jsonl" <<'PY'
 import json, math, sys

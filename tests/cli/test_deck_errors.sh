@@ -63,8 +63,11 @@ expect "more stages than layers" "pp=4 pipeline stages need at least 4 layers bu
   train "$deck" data.train="$data" grid.dp=1 grid.pp=4
 expect "batch does not split" "[data] batch=10 does not split over dp=4 x microbatches=1" \
   train "$deck" data.train="$data" data.batch=10
-expect "pipeline parallelism not yet supported" "pipeline parallelism is not yet supported" \
-  train "$deck" data.train="$data" grid.dp=2 grid.pp=2
+expect "explicit stage split that does not cover the layers" \
+  "[parallel] stages = '1,2' covers 3 blocks but [model] layers = 2" \
+  train "$deck" data.train="$data" grid.dp=2 grid.pp=2 parallel.stages=1,2
+expect "unknown schedule" "[parallel] schedule = 'zigzag'" \
+  train "$deck" data.train="$data" parallel.schedule=zigzag
 expect "missing dataset file" "cannot open dataset file '$GT_TMP/none.h5'" \
   train "$deck" data.train="$GT_TMP/none.h5"
 expect "dataset is not HDF5" "'$GT_TMP/text.h5' is not an HDF5 file" \

@@ -21,6 +21,7 @@
 #define B 3
 #define T 12
 static const gt_gpt_shape shape = {2, 4, 32, 16, 67}; /* layers heads dim max_seq vocab */
+static gt_gpt_part whole;
 static const gt_adamw_config hp = {.lr = 1e-3, .min_lr = 1e-3, .warmup = 0, .steps = 1,
                                    .weight_decay = 0.1, .beta1 = 0.9, .beta2 = 0.95,
                                    .eps = 1e-8, .grad_clip = 0.5};
@@ -109,7 +110,7 @@ static void check_backend(const char *backend, const char *ref_path, const float
 {
   gt_backend *be;
   gt_gpt *m;
-  if (gt_backend_create(backend, 2, &be) || gt_gpt_create(be, &shape, B, T, &m)) {
+  if (gt_backend_create(backend, 2, &be) || gt_gpt_create(be, &shape, &whole, B, T, 1, &m)) {
     tap_ok(false, "[%s] set-up: %s", backend, gt_error_message());
     return;
   }
@@ -123,8 +124,8 @@ static void check_backend(const char *backend, const char *ref_path, const float
   const double ref_loss = read_scalar(f, "/loss"), ref_norm = read_scalar(f, "/grad_norm");
   double loss_sum;
   gt_params_zero_grads(p);
-  gt_gpt_forward(m, tok, tgt, B, T, 1.0f / (B * T), &loss_sum);
-  gt_gpt_backward(m);
+  gt_gpt_forward(m, 0, tok, tgt, B, T, 1.0f / (B * T), &loss_sum);
+  gt_gpt_backward(m, 0, NULL);
   double loss = loss_sum / (B * T);
   tap_ok(fabs(loss - ref_loss) <= 1e-6 * fabs(ref_loss), "[%s] loss %.9f vs torch %.9f (rel %.1e)",
          backend, loss, ref_loss, fabs(loss - ref_loss) / fabs(ref_loss));
@@ -201,6 +202,7 @@ int main(int argc, char **argv)
 {
   tu_mpi_init(&argc, &argv);
   H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+  whole = gt_gpt_whole(&shape);
   const char *src = getenv("GT_SRCDIR"), *build = getenv("GT_BUILDDIR");
   const char *python = getenv("PYTHON_REF") ? getenv("PYTHON_REF") : "/usr/bin/python3";
   if (!src || !build)
@@ -217,7 +219,7 @@ int main(int argc, char **argv)
    * parameters made non-trivial so that their gradients are tested too. */
   gt_backend *be;
   gt_gpt *m;
-  if (gt_backend_create("cpu", 2, &be) || gt_gpt_create(be, &shape, B, T, &m))
+  if (gt_backend_create("cpu", 2, &be) || gt_gpt_create(be, &shape, &whole, B, T, 1, &m))
     return tap_bail("%s", gt_error_message());
   gt_gpt_init(m, 2024);
   gt_params *p = gt_gpt_params(m);

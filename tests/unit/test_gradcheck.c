@@ -249,7 +249,7 @@ static void test_attention(gt_backend *be)
 // ---- embedding ----------------------------------------------------------------------------
 
 typedef struct {
-  int B, T, C;
+  int B, T, C, V;
   int32_t *tok;
   float *y, *r;
 } emb_ctx;
@@ -257,7 +257,7 @@ typedef struct {
 static double emb_loss(fd_case *c, gt_backend *be)
 {
   emb_ctx *e = c->ctx;
-  be->ops->embedding_forward(be, e->y, e->tok, c->x[0], c->x[1], e->B, e->T, e->C);
+  be->ops->embedding_forward(be, e->y, e->tok, c->x[0], c->x[1], e->B, e->T, e->C, 0, e->V);
   return dot_r(e->y, e->r, (size_t)e->B * e->T * e->C);
 }
 
@@ -266,13 +266,14 @@ static void emb_grads(fd_case *c, gt_backend *be)
   emb_ctx *e = c->ctx;
   memset(c->grad[0], 0, c->n[0] * sizeof(float));
   memset(c->grad[1], 0, c->n[1] * sizeof(float));
-  be->ops->embedding_backward(be, c->grad[0], c->grad[1], e->r, e->tok, e->B, e->T, e->C);
+  be->ops->embedding_backward(be, c->grad[0], c->grad[1], e->r, e->tok, e->B, e->T, e->C, 0,
+                              e->V);
 }
 
 static void test_embedding(gt_backend *be)
 {
-  emb_ctx e = {3, 5, 8, NULL, NULL, NULL};
-  const int V = 6;
+  emb_ctx e = {3, 5, 8, 6, NULL, NULL, NULL};
+  const int V = e.V;
   fd_case c = {.name = "embedding", .ninputs = 2, .loss = emb_loss, .grads = emb_grads, .ctx = &e};
   c.n[0] = (size_t)V * e.C;
   c.n[1] = (size_t)e.T * e.C;
@@ -296,35 +297,63 @@ static void test_embedding(gt_backend *be)
 
 // ---- cross-entropy --------------------------------------------------------------------------
 
+/* L = 0.5 * sum of the losses over the vocabulary split in P shards of
+ * w = ceil(V/P) columns, row stride ld = w + 1 (one padding column):
+ * xent_partial on every shard, then xent_finish on every shard. P = 1 is
+ * the unsplit loss. */
 typedef struct {
-  int N, V;
+  int N, V, P;
   int32_t *y;
-  float *work, *losses;
+  float *work, *stats, *losses;
 } xent_ctx;
+
+static double xent_run(xent_ctx *x, gt_backend *be, const float *logits, float *grad,
+                       float grad_scale)
+{
+  const int w = (x->V + x->P - 1) / x->P, ld = w + 1;
+  for (int r = 0; r < x->P; r++) {
+    const int v0 = r * w, nv = x->V - v0 < w ? x->V - v0 : w;
+    float *sh = x->work + (size_t)r * x->N * ld;
+    for (int i = 0; i < x->N; i++) {
+      memcpy(sh + (size_t)i * ld, logits + (size_t)i * x->V + v0, sizeof(float) * (size_t)nv);
+      for (int j = nv; j < ld; j++)
+        sh[(size_t)i * ld + j] = 50.0f; /* padding: ignored */
+    }
+    be->ops->xent_partial(be, x->stats + 3 * (size_t)x->N * r, sh, x->y, x->N, nv, ld, v0);
+  }
+  double s = 0;
+  for (int r = 0; r < x->P; r++) {
+    const int v0 = r * w, nv = x->V - v0 < w ? x->V - v0 : w;
+    float *sh = x->work + (size_t)r * x->N * ld;
+    be->ops->xent_finish(be, x->losses, sh, x->stats, x->P, x->y, x->N, nv, ld, v0,
+                         grad_scale);
+    if (r == 0)
+      for (int i = 0; i < x->N; i++)
+        s += 0.5 * x->losses[i];
+    if (grad)
+      for (int i = 0; i < x->N; i++)
+        memcpy(grad + (size_t)i * x->V + v0, sh + (size_t)i * ld, sizeof(float) * (size_t)nv);
+  }
+  return s;
+}
 
 static double xent_loss(fd_case *c, gt_backend *be)
 {
-  xent_ctx *x = c->ctx;
-  memcpy(x->work, c->x[0], c->n[0] * sizeof(float));
-  be->ops->crossentropy(be, x->losses, x->work, x->y, x->N, x->V, x->V, 0.0f);
-  double s = 0;
-  for (int i = 0; i < x->N; i++)
-    s += 0.5 * x->losses[i];
-  return s;
+  return xent_run(c->ctx, be, c->x[0], NULL, 0.0f);
 }
 
 static void xent_grads(fd_case *c, gt_backend *be)
 {
-  xent_ctx *x = c->ctx;
-  memcpy(c->grad[0], c->x[0], c->n[0] * sizeof(float));
-  be->ops->crossentropy(be, x->losses, c->grad[0], x->y, x->N, x->V, x->V, 0.5f);
+  xent_run(c->ctx, be, c->x[0], c->grad[0], 0.5f);
 }
 
-static void test_crossentropy(gt_backend *be)
+static void test_crossentropy(gt_backend *be, int P)
 {
-  xent_ctx x = {5, 11, NULL, NULL, NULL};
-  fd_case c = {.name = "crossentropy", .ninputs = 1, .loss = xent_loss, .grads = xent_grads,
-               .ctx = &x};
+  xent_ctx x = {5, 11, P, NULL, NULL, NULL, NULL};
+  const int w = (x.V + P - 1) / P;
+  char name[40];
+  snprintf(name, sizeof name, "crossentropy P=%d", P);
+  fd_case c = {.name = name, .ninputs = 1, .loss = xent_loss, .grads = xent_grads, .ctx = &x};
   c.n[0] = (size_t)x.N * x.V;
   c.x[0] = tu_alloc(c.n[0]);
   c.grad[0] = tu_alloc(c.n[0]);
@@ -332,10 +361,11 @@ static void test_crossentropy(gt_backend *be)
   tu_fill(c.x[0], c.n[0], 90, -3, 3);
   x.y = malloc(sizeof(int32_t) * (size_t)x.N);
   tu_fill_int(x.y, x.N, 91, x.V);
-  x.work = tu_alloc(c.n[0]);
+  x.work = tu_alloc((size_t)P * x.N * (w + 1));
+  x.stats = tu_alloc(3 * (size_t)P * x.N);
   x.losses = tu_alloc(x.N);
   run_case(&c, be);
-  free(c.x[0]), free(c.grad[0]), free(x.y), free(x.work), free(x.losses);
+  free(c.x[0]), free(c.grad[0]), free(x.y), free(x.work), free(x.stats), free(x.losses);
 }
 
 // ---- transformer block ----------------------------------------------------------------------
@@ -382,7 +412,7 @@ static void test_block(gt_backend *be)
 {
   blk_ctx b;
   memset(&b, 0, sizeof b);
-  b.d = (gt_layer_dims){2, 6, 8, 2};
+  b.d = (gt_layer_dims){.B = 2, .T = 6, .C = 8, .H = 2};
   const size_t N = 12, C = 8, B = 2, T = 6, H = 2;
   float **ws[12] = {&b.w.ln1_w, &b.w.ln1_b, &b.w.qkv_w, &b.w.qkv_b, &b.w.proj_w, &b.w.proj_b,
                     &b.w.ln2_w, &b.w.ln2_b, &b.w.fc_w, &b.w.fc_b, &b.w.fcproj_w,
@@ -456,7 +486,9 @@ static void test_gpt(gt_backend *be)
 {
   gt_gpt_shape shape = {2, 2, 8, 8, 11};
   gpt_ctx g = {NULL, NULL, NULL, NULL, 2, 6};
-  if (gt_gpt_create(ref, &shape, g.B, g.T, &g.fwd) || gt_gpt_create(be, &shape, g.B, g.T, &g.model)) {
+  const gt_gpt_part whole = gt_gpt_whole(&shape);
+  if (gt_gpt_create(ref, &shape, &whole, g.B, g.T, 1, &g.fwd) ||
+      gt_gpt_create(be, &shape, &whole, g.B, g.T, 1, &g.model)) {
     tap_ok(false, "gpt create: %s", gt_error_message());
     return;
   }
@@ -475,8 +507,8 @@ static void test_gpt(gt_backend *be)
   const int N = g.B * g.T;
   double loss;
   gt_params_zero_grads(pm);
-  gt_gpt_forward(g.model, g.tok, g.tgt, g.B, g.T, 1.0f / N, &loss);
-  gt_gpt_backward(g.model);
+  gt_gpt_forward(g.model, 0, g.tok, g.tgt, g.B, g.T, 1.0f / N, &loss);
+  gt_gpt_backward(g.model, 0, NULL);
   double worst = 0;
   const char *worst_name = "";
   for (int p = 0; p < pf->count; p++) {
@@ -491,9 +523,9 @@ static void test_gpt(gt_backend *be)
       float x0 = x[i], xp = (float)(x0 + FD_H), xm = (float)(x0 - FD_H);
       double lp, lm;
       x[i] = xp;
-      gt_gpt_forward(g.fwd, g.tok, g.tgt, g.B, g.T, 0.0f, &lp);
+      gt_gpt_forward(g.fwd, 0, g.tok, g.tgt, g.B, g.T, 0.0f, &lp);
       x[i] = xm;
-      gt_gpt_forward(g.fwd, g.tok, g.tgt, g.B, g.T, 0.0f, &lm);
+      gt_gpt_forward(g.fwd, 0, g.tok, g.tgt, g.B, g.T, 0.0f, &lm);
       x[i] = x0;
       double fd = (lp - lm) / N / ((double)xp - (double)xm);
       num += (fd - an[i]) * (fd - an[i]);
@@ -526,7 +558,8 @@ int main(int argc, char **argv)
     test_gelu(backends[i]);
     test_attention(backends[i]);
     test_embedding(backends[i]);
-    test_crossentropy(backends[i]);
+    test_crossentropy(backends[i], 1);
+    test_crossentropy(backends[i], 2);
     test_block(backends[i]);
     test_gpt(backends[i]);
   }

@@ -65,8 +65,24 @@ int main(int argc, char **argv)
   expect_model_error(&cfg, 4, 1, 1, "batch=12 does not split over dp=4 x microbatches=2");
   expect_model_error(&cfg, 1, 1, 3, "tp=3 does not divide [model] heads=4; choose tp in {1, 2, 4}");
   expect_model_error(&cfg, 1, 3, 1, "pp=3 pipeline stages need at least 3 layers");
-  expect_model_error(&cfg, 1, 2, 1, "pipeline parallelism is not yet supported");
-  expect_model_error(&cfg, 1, 1, 2, "tensor parallelism is not yet supported");
+  {
+    const int ok_layouts[][3] = {{1, 2, 1}, {1, 1, 2}, {2, 2, 1}, {1, 2, 4}, {3, 2, 2}};
+    for (size_t i = 0; i < sizeof ok_layouts / sizeof ok_layouts[0]; i++) {
+      gt_error_clear();
+      int st = gt_grid_check_model(&cfg, ok_layouts[i]);
+      if (!tap_ok(st == GT_SUCCESS, "layout %d x %d x %d accepted", ok_layouts[i][0],
+                  ok_layouts[i][1], ok_layouts[i][2]))
+        tap_diag("%s", gt_error_message());
+    }
+  }
+  cfg.model.vocab = 5; /* tp=4: pieces of 2 rows, the last one would be empty */
+  expect_model_error(&cfg, 1, 1, 4, "leaves a tensor-parallel rank without vocabulary rows");
+  cfg.model.vocab = 7; /* pieces of 2, 2, 2 and 1 row: fine */
+  {
+    int s[3] = {1, 1, 4};
+    tap_ok(gt_grid_check_model(&cfg, s) == GT_SUCCESS, "vocab 7 over tp=4 (padded) accepted");
+  }
+  cfg.model.vocab = 256;
   cfg.model.heads = 3;
   expect_model_error(&cfg, 1, 1, 1, "heads=3 does not divide dim=128");
 

@@ -48,8 +48,8 @@ int main(int argc, char **argv)
   gt_params *p;
   long shape_w[2] = {5, 7}, shape_b[1] = {7};
   gt_params_create(be, &p);
-  gt_params_add(p, "w", 2, shape_w, GT_INIT_NORMAL, 0.5f, true);
-  gt_params_add(p, "b", 1, shape_b, GT_INIT_NORMAL, 0.5f, false);
+  gt_params_add(p, "w", 2, shape_w, GT_SHARD_NONE, true, GT_INIT_NORMAL, 0.5f, true);
+  gt_params_add(p, "b", 1, shape_b, GT_SHARD_NONE, true, GT_INIT_NORMAL, 0.5f, false);
   gt_params_finalize(p);
   gt_params_init(p, 3);
   gt_adamw *opt;

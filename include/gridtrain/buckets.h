@@ -1,0 +1,47 @@
+/*
+ * gridtrain/buckets.h - data-parallel gradient all-reduce in buckets that
+ * overlap the backward pass.
+ *
+ * The parameters of a rank are grouped, from the last registered to the
+ * first (the order backward finishes them), into buckets of about
+ * bucket_bytes: contiguous slices of the flat gradient buffer. During the
+ * backward of the step's last micro-batch the model reports parameters
+ * whose gradients are final (gt_buckets_ready); a bucket's non-blocking
+ * all-reduce (sum over dp) starts as soon as all its parameters are
+ * reported, and every report also tests the buckets in flight so that MPI
+ * moves them along while backward computes. gt_buckets_wait before the
+ * optimizer completes every bucket. Earlier micro-batches report nothing,
+ * so gradient accumulation costs no communication.
+ */
+#ifndef GRIDTRAIN_BUCKETS_H
+#define GRIDTRAIN_BUCKETS_H
+
+#include <mpi.h>
+#include <stddef.h>
+
+#include "gridtrain/params.h"
+
+typedef struct gt_buckets gt_buckets;
+
+/* Not collective (every rank of dp must use the same parameters and size).
+ * bucket_bytes 0: one bucket with everything. */
+int gt_buckets_create(gt_params *params, MPI_Comm dp, size_t bucket_bytes,
+                      gt_buckets **buckets);
+int gt_buckets_destroy(gt_buckets **buckets);
+
+/* Number of buckets. */
+int gt_buckets_count(const gt_buckets *b);
+
+/* Start of a step: no parameter is ready. */
+void gt_buckets_reset(gt_buckets *b);
+
+/* Parameters [first, first + count) have their final gradients: start
+ * every bucket that became complete and test the ones in flight.
+ * Collective on dp in the sense that every rank starts the same buckets in
+ * the same order. */
+int gt_buckets_ready(gt_buckets *b, int first, int count);
+
+/* Start whatever was not started and wait for every bucket. */
+int gt_buckets_wait(gt_buckets *b);
+
+#endif /* GRIDTRAIN_BUCKETS_H */

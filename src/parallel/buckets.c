@@ -1,0 +1,151 @@
+/*
+ * buckets.c - bucketed, overlapped data-parallel all-reduce (see buckets.h).
+ */
+#include "gridtrain/buckets.h"
+
+#include <stdbool.h>
+#include <stdlib.h>
+
+#include "gridtrain/comm.h"
+#include "gridtrain/error.h"
+
+typedef struct {
+  int first, count;   /* parameters [first, first + count) */
+  size_t offset, len; /* slice of the flat gradient buffer */
+  int pending;        /* parameters not yet reported this step */
+  bool started, done;
+  MPI_Request req;
+} gt_bucket;
+
+struct gt_buckets {
+  gt_params *params;
+  MPI_Comm dp;
+  int n;
+  gt_bucket *list;   /* in launch order: last parameters first */
+  int *bucket_of;    /* parameter -> bucket */
+  bool *reported;    /* parameter reported this step */
+};
+
+int gt_buckets_create(gt_params *params, MPI_Comm dp, size_t bucket_bytes,
+                      gt_buckets **buckets)
+{
+  gt_buckets *b = calloc(1, sizeof *b);
+  GT_CHECK_ALLOC(b, sizeof *b);
+  *buckets = b;
+  b->params = params;
+  b->dp = dp;
+  const int np = params->count;
+  b->list = calloc((size_t)(np > 0 ? np : 1), sizeof *b->list);
+  b->bucket_of = calloc((size_t)(np > 0 ? np : 1), sizeof *b->bucket_of);
+  b->reported = calloc((size_t)(np > 0 ? np : 1), sizeof *b->reported);
+  if (!b->list || !b->bucket_of || !b->reported) {
+    gt_buckets_destroy(buckets);
+    return GT_ERROR(GT_ERR_SYSTEM, "out of memory for gradient buckets");
+  }
+  /* Walk the parameters from the last: a bucket closes once it holds
+   * bucket_bytes (a parameter larger than that gets a bucket of its own). */
+  int hi = np; /* current bucket: parameters [i, hi) */
+  size_t bytes = 0;
+  for (int i = np - 1; i >= 0; i--) {
+    bytes += params->list[i].numel * sizeof(float);
+    bool close = i == 0 || (bucket_bytes > 0 && bytes >= bucket_bytes);
+    if (!close)
+      continue;
+    gt_bucket *k = &b->list[b->n];
+    k->first = i;
+    k->count = hi - i;
+    k->offset = params->list[i].offset;
+    k->len = (hi < np ? params->list[hi].offset : params->numel) - k->offset;
+    for (int j = i; j < hi; j++)
+      b->bucket_of[j] = b->n;
+    b->n++;
+    hi = i;
+    bytes = 0;
+  }
+  gt_buckets_reset(b);
+  return GT_SUCCESS;
+}
+
+int gt_buckets_destroy(gt_buckets **buckets)
+{
+  gt_buckets *b = *buckets;
+  if (!b)
+    return GT_SUCCESS;
+  free(b->list);
+  free(b->bucket_of);
+  free(b->reported);
+  free(b);
+  *buckets = NULL;
+  return GT_SUCCESS;
+}
+
+int gt_buckets_count(const gt_buckets *b) { return b->n; }
+
+void gt_buckets_reset(gt_buckets *b)
+{
+  for (int i = 0; i < b->n; i++) {
+    b->list[i].pending = b->list[i].count;
+    b->list[i].started = b->list[i].done = false;
+    b->list[i].req = MPI_REQUEST_NULL;
+  }
+  for (int i = 0; i < b->params->count; i++)
+    b->reported[i] = false;
+}
+
+static int gt_bucket_start(gt_buckets *b, gt_bucket *k)
+{
+  GT_CALL(gt_allreduce_f32_start(b->params->grads + k->offset, k->len, MPI_SUM, b->dp,
+                                 &k->req));
+  k->started = true;
+  return GT_SUCCESS;
+}
+
+/* Let MPI move the buckets in flight along; note the finished ones. */
+static int gt_buckets_progress(gt_buckets *b)
+{
+  for (int i = 0; i < b->n; i++) {
+    gt_bucket *k = &b->list[i];
+    if (k->started && !k->done) {
+      int flag = 0;
+      GT_CALL(gt_comm_test(&k->req, &flag));
+      k->done = flag != 0;
+    }
+  }
+  return GT_SUCCESS;
+}
+
+int gt_buckets_ready(gt_buckets *b, int first, int count)
+{
+  for (int j = first; j < first + count; j++) {
+    GT_ASSERT(j >= 0 && j < b->params->count);
+    if (b->reported[j])
+      continue;
+    b->reported[j] = true;
+    b->list[b->bucket_of[j]].pending--;
+  }
+  /* Start complete buckets in launch order only, so that every rank issues
+   * the same collectives in the same order. */
+  for (int i = 0; i < b->n; i++) {
+    gt_bucket *k = &b->list[i];
+    if (k->started)
+      continue;
+    if (k->pending > 0)
+      break;
+    GT_CALL(gt_bucket_start(b, k));
+  }
+  GT_CALL(gt_buckets_progress(b));
+  return GT_SUCCESS;
+}
+
+int gt_buckets_wait(gt_buckets *b)
+{
+  for (int i = 0; i < b->n; i++)
+    if (!b->list[i].started)
+      GT_CALL(gt_bucket_start(b, &b->list[i]));
+  for (int i = 0; i < b->n; i++)
+    if (!b->list[i].done) {
+      GT_CALL(gt_comm_wait(&b->list[i].req));
+      b->list[i].done = true;
+    }
+  return GT_SUCCESS;
+}
