@@ -38,7 +38,8 @@ int gt_schedule_in_flight(gt_schedule_kind kind, int p, int s, int m);
  * first[s] .. first[s+1]-1 are stage s's blocks (first[p] = layers).
  * spec "" balances cost: each block costs block_cost and the last stage
  * also carries head_cost (final LayerNorm, LM head, loss); the split with
- * the smallest most expensive stage wins (ties: earlier stages larger).
+ * the smallest most expensive stage wins, then the most even split (ties:
+ * earlier stages larger).
  * Otherwise spec lists the block count of every stage ("3,5").
  * GT_ERR_INPUT for a spec that does not fit. Not collective. */
 int gt_pipeline_split(int layers, int p, double block_cost, double head_cost,

@@ -99,18 +99,26 @@ int gt_pipeline_split(int layers, int p, double block_cost, double head_cost,
     return gt_split_explicit(layers, p, spec, first);
   /* Stage costs only depend on block counts, so choose the counts: the
    * last stage takes k blocks, the first p-1 stages share the rest as
-   * evenly as possible (earlier stages take the remainder). Try every k. */
-  double best = DBL_MAX;
-  int best_k = layers - (p - 1);
+   * evenly as possible (earlier stages take the remainder). Try every k:
+   * the smallest most expensive stage wins, then the smallest spread
+   * between the most and least expensive stage, then the smaller k. */
+  if (p == 1) {
+    first[0] = 0;
+    first[1] = layers;
+    return GT_SUCCESS;
+  }
+  double best = DBL_MAX, best_spread = DBL_MAX;
+  int best_k = 1;
   for (int k = 1; k <= layers - (p - 1); k++) {
-    int rest = layers - k;
-    double front = p > 1 ? (double)((rest + p - 2) / (p - 1)) * block_cost : 0.0;
-    if (p == 1 && k != layers)
-      continue;
-    double last = k * block_cost + head_cost;
-    double worst = front > last ? front : last;
-    if (worst < best - 1e-9 * best) {
+    const int rest = layers - k;
+    const double hi = (double)((rest + p - 2) / (p - 1)) * block_cost;
+    const double lo = (double)(rest / (p - 1)) * block_cost;
+    const double last = k * block_cost + head_cost;
+    const double worst = hi > last ? hi : last, least = lo < last ? lo : last;
+    const double tol = 1e-9 * (worst > 0 ? worst : 1);
+    if (worst < best - tol || (worst <= best + tol && worst - least < best_spread - tol)) {
       best = worst;
+      best_spread = worst - least;
       best_k = k;
     }
   }
