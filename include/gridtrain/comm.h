@@ -29,6 +29,12 @@ int gt_comm_waitall(int n, MPI_Request reqs[]);
  * 16 MiB, at most two in flight). Collective on comm. */
 int gt_allreduce_f32(float *buf, size_t n, MPI_Op op, MPI_Comm comm);
 
+/* Reduce n floats / doubles to root (in place there; buf is only read on
+ * other ranks). Collective on comm. For reports and gathers outside the
+ * training step. */
+int gt_reduce_f32(float *buf, size_t n, MPI_Op op, int root, MPI_Comm comm);
+int gt_reduce_f64(double *buf, int n, MPI_Op op, int root, MPI_Comm comm);
+
 /* In-place all-reduce of n doubles (small payloads). Collective on comm. */
 int gt_allreduce_f64(double *buf, int n, MPI_Op op, MPI_Comm comm);
 

@@ -287,8 +287,8 @@ int gt_trainer_create(const gt_config *cfg, MPI_Comm world, bool quiet, gt_train
   GT_AGREE(comm, g->world_rank == 0 ? gt_metrics_open(cfg->run.metrics, &tr->metrics)
                                     : GT_SUCCESS);
   /* The largest rank decides what fits: report it. */
-  unsigned long long mine[2] = {params->numel, gt_gpt_activation_bytes(tr->model)}, most[2];
-  GT_CALL_MPI(MPI_Allreduce(mine, most, 2, MPI_UNSIGNED_LONG_LONG, MPI_MAX, comm));
+  double most[2] = {(double)params->numel, (double)gt_gpt_activation_bytes(tr->model)};
+  GT_CALL(gt_allreduce_f64(most, 2, MPI_MAX, comm));
   if (!quiet)
     gt_print_setup(tr, (size_t)most[0], (size_t)most[1]);
   return GT_SUCCESS;
@@ -632,14 +632,12 @@ int gt_trainer_report_activations(gt_trainer *tr, FILE *out)
 {
   const gt_grid *g = tr->grid;
   const int p = g->pp_size;
-  double *mine = calloc(2 * (size_t)p, sizeof(double)), *most = calloc(2 * (size_t)p, sizeof(double));
-  int status = mine && most ? GT_SUCCESS : GT_ERROR(GT_ERR_SYSTEM, "out of memory");
+  double *most = calloc(2 * (size_t)p, sizeof(double));
+  int status = most ? GT_SUCCESS : GT_ERROR(GT_ERR_SYSTEM, "out of memory");
   if (status == GT_SUCCESS) {
-    mine[2 * g->pp_rank] = tr->peak_live;
-    mine[2 * g->pp_rank + 1] = (double)tr->peak_live * (double)gt_gpt_slot_bytes(tr->model);
-    int rc = MPI_Reduce(mine, most, 2 * p, MPI_DOUBLE, MPI_MAX, 0, g->world);
-    if (rc != MPI_SUCCESS)
-      status = gt_error_mpi(rc, "MPI_Reduce", __FILE__, __LINE__, __func__);
+    most[2 * g->pp_rank] = tr->peak_live;
+    most[2 * g->pp_rank + 1] = (double)tr->peak_live * (double)gt_gpt_slot_bytes(tr->model);
+    status = gt_reduce_f64(most, 2 * p, MPI_MAX, 0, g->world);
   }
   if (status == GT_SUCCESS && g->world_rank == 0) {
     fprintf(out, "# peak activations per pipeline stage (%s, %d micro-batches)\n",
@@ -651,7 +649,6 @@ int gt_trainer_report_activations(gt_trainer *tr, FILE *out)
     }
     fflush(out);
   }
-  free(mine);
   free(most);
   GT_CALL(status);
   return GT_SUCCESS;
@@ -710,12 +707,9 @@ int gt_trainer_gather_params(gt_trainer *tr, float *full, size_t *numel)
       status = agreed;
       break;
     }
-    int rc = MPI_Reduce(g->world_rank == 0 ? MPI_IN_PLACE : buf, buf, (int)ne, MPI_FLOAT,
-                        MPI_SUM, 0, g->world);
-    if (rc != MPI_SUCCESS) {
-      status = gt_error_mpi(rc, "MPI_Reduce", __FILE__, __LINE__, __func__);
+    status = gt_reduce_f32(buf, ne, MPI_SUM, 0, g->world);
+    if (status != GT_SUCCESS)
       break;
-    }
     if (g->world_rank == 0)
       memcpy(full + off, buf, ne * sizeof(float));
     off += ne;
