@@ -42,8 +42,9 @@ int gt_buckets_create(gt_params *params, MPI_Comm dp, size_t bucket_bytes,
     gt_buckets_destroy(buckets);
     return GT_ERROR(GT_ERR_SYSTEM, "out of memory for gradient buckets");
   }
-  /* Walk the parameters from the last: a bucket closes once it holds
-   * bucket_bytes (a parameter larger than that gets a bucket of its own). */
+  /* Walk the parameters from the last: a bucket closes as soon as it holds
+   * bucket_bytes or more (so a bucket may exceed the size by its last
+   * parameter). */
   int hi = np; /* current bucket: parameters [i, hi) */
   size_t bytes = 0;
   for (int i = np - 1; i >= 0; i--) {

@@ -418,6 +418,8 @@ static int gt_pipe_backward(gt_trainer *tr, int mb)
   MPI_Request *rq = &tr->reqs[4 * slot];
   if (!last)
     GT_CALL(gt_wait_timed(&rq[GT_REQ_RECV_GRAD], tr->ev.bubble));
+  if (!first) /* backward rewrites the slot's gradient buffer: its last send must be out */
+    GT_CALL(gt_wait_timed(&rq[GT_REQ_SEND_GRAD], tr->ev.pp_comm));
   const bool feed = mb == tr->M - 1 && tr->overlap && g->dp_size > 1;
   gt_event_begin(tr->ev.backward);
   int status = gt_gpt_backward(tr->model, slot, feed ? &tr->hook : NULL);
