@@ -28,7 +28,7 @@ static void gt_train_usage(void)
          "\n"
          "Deck keys:\n");
   gt_config_print_keys(stdout);
-  printf("\nExample: mpiexec -n 4 gridtrain train inputs/default.in run.steps=50 "
+  printf("\nExample: mpiexec -n 8 gridtrain train inputs/default.in run.steps=50 "
          "optim.lr=6e-4\n");
 }
 
