@@ -682,10 +682,13 @@ int gt_trainer_gather_params(gt_trainer *tr, float *full, size_t *numel)
   for (int i = 0; i < params->count; i++)
     local_max = params->list[i].numel > local_max ? params->list[i].numel : local_max;
   float *buf = calloc(largest, sizeof(float)), *local = malloc(sizeof(float) * (local_max + 1));
-  int status = buf && local ? GT_SUCCESS
-                            : GT_ERROR(GT_ERR_SYSTEM, "out of memory gathering parameters");
+  GT_CALL(gt_error_agree(buf && local ? GT_SUCCESS
+                                      : GT_ERROR(GT_ERR_SYSTEM,
+                                                 "out of memory gathering parameters"),
+                         g->world));
+  int status = GT_SUCCESS;
   size_t off = 0;
-  for (int i = 0; i < count; i++) {
+  for (int i = 0; i < count && status == GT_SUCCESS; i++) {
     char name[GT_PARAM_NAME_MAX];
     int ndim;
     long dims[GT_TENSOR_MAX_DIMS];
@@ -693,26 +696,19 @@ int gt_trainer_gather_params(gt_trainer *tr, float *full, size_t *numel)
     size_t ne = 1;
     for (int d = 0; d < ndim; d++)
       ne *= (size_t)dims[d];
-    if (status == GT_SUCCESS) {
-      memset(buf, 0, ne * sizeof(float));
-      /* Exactly one rank owns each entry (dp rank 0, the owning copy), so
-       * a sum over the world puts every entry in place unchanged. */
-      gt_param *t = gt_params_find(params, name);
-      if (t && t->owner && g->dp_rank == 0) {
-        status = tr->be->ops->download(tr->be, local, t->value.data, t->numel * sizeof(float));
-        if (status == GT_SUCCESS)
-          gt_param_insert(t, local, buf);
-      }
+    memset(buf, 0, ne * sizeof(float));
+    /* Exactly one rank owns each entry (dp rank 0, the owning copy), so a
+     * sum over the world puts every entry in place unchanged. */
+    gt_param *t = gt_params_find(params, name);
+    if (t && t->owner && g->dp_rank == 0) {
+      /* a device-to-host copy; a failure here is fatal for this rank */
+      status = tr->be->ops->download(tr->be, local, t->value.data, t->numel * sizeof(float));
+      if (status == GT_SUCCESS)
+        gt_param_insert(t, local, buf);
     }
-    int agreed = gt_error_agree(status, g->world);
-    if (agreed != GT_SUCCESS) {
-      status = agreed;
-      break;
-    }
-    status = gt_reduce_f32(buf, ne, MPI_SUM, 0, g->world);
-    if (status != GT_SUCCESS)
-      break;
-    if (g->world_rank == 0)
+    if (status == GT_SUCCESS)
+      status = gt_reduce_f32(buf, ne, MPI_SUM, 0, g->world);
+    if (status == GT_SUCCESS && g->world_rank == 0)
       memcpy(full + off, buf, ne * sizeof(float));
     off += ne;
   }

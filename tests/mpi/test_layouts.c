@@ -1,0 +1,335 @@
+/*
+ * test_layouts.c - every parallel layout trains the same model to the same
+ * numbers as a single rank.
+ *
+ * World rank 0 first trains the reference alone (MPI_COMM_SELF, dp = pp =
+ * tp = 1) while the other ranks sleep; then every layout (dp,pp,tp) of the
+ * set for the world size runs on the first dp x pp x tp ranks (the whole
+ * world but for the 3-rank layouts of the 6-rank set), with the GPipe and the
+ * 1F1B schedule and with 1 and 4 micro-batches. Each layout's gathered
+ * initial parameters are bitwise those of the reference; in each run the loss
+ * of each of 10 steps is within 1e-5 relative of the reference's, and so is
+ * every final parameter tensor (max|a - b| / max|b|, gathered as full
+ * logical tensors).
+ *
+ * The model: 12 heads (tp = 1, 2, 3, 4, 6 divide them), vocab 256, which
+ * tp = 3 and 6 do not divide (vocabulary padding), 8 layers so that
+ * (1,8,1) runs (about 80 s for the 8-rank set on 2 cores; with fewer
+ * layers than 8 it is skipped with the reason). T = 16 and dim 96 rather
+ * than smaller: with T = 8 a 1F1B race
+ * this test caught (the last stage rewrote a gradient buffer whose send was
+ * still in flight) showed in far fewer runs.
+ *
+ * [optim] eps = 1e-4, not 1e-8: with a tiny eps AdamW divides each update by
+ * that element's own gradient size, so elements whose gradient is rounding
+ * noise (the attention key bias, whose exact gradient is 0, and stray
+ * weights at some step) move by amounts set by the noise; then even one rank
+ * with 4 micro-batches instead of 1 ends 2e-4 away from itself. eps = 1e-4
+ * caps that gain at lr/eps and leaves the final parameters within ~1e-6.
+ *
+ * The same program serves 8 ranks (this file) and 6 ranks (test_layouts6.c
+ * includes it); it picks its layout set from the world size.
+ *
+ * gt-test: ranks=8
+ */
+#include <stdio.h>
+#include <time.h>
+
+#include "../test_util.h"
+#include "gridtrain/gpt.h"
+#include "gridtrain/ingest.h"
+#include "gridtrain/trainer.h"
+
+#define STEPS 10
+#define TOL 1e-5
+#define LAYERS 8
+#define HEADS 12
+#define DIM 96
+#define SEQ 16
+
+typedef struct layout {
+  int dp, pp, tp;
+} layout;
+
+static const layout set8[] = {{8, 1, 1}, {4, 2, 1}, {4, 1, 2}, {2, 2, 2}, {2, 4, 1},
+                              {2, 1, 4}, {1, 8, 1}, {1, 2, 4}, {1, 4, 2}};
+static const layout set6[] = {{3, 1, 1}, {1, 3, 1}, {1, 1, 3}, {1, 1, 6}, {2, 3, 1}};
+
+/* One training run's results, on world rank 0. */
+typedef struct outcome {
+  double loss[STEPS];
+  float *initial, *final; /* full logical tensors */
+  size_t numel;
+} outcome;
+
+static gt_gpt_shape shape_of(const gt_config *cfg)
+{
+  gt_gpt_shape s = {(int)cfg->model.layers, (int)cfg->model.heads, (int)cfg->model.dim,
+                    (int)cfg->model.seq_len, (int)cfg->model.vocab};
+  return s;
+}
+
+static double seconds(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Wait for rank 0 without spinning: the waiting ranks share the cores with
+ * the reference run. */
+static void sleepy_barrier(MPI_Comm comm)
+{
+  MPI_Request req;
+  int done = 0;
+  MPI_Ibarrier(comm, &req);
+  while (MPI_Test(&req, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done) {
+    struct timespec ts = {0, 2000000};
+    nanosleep(&ts, NULL);
+  }
+}
+
+/* Collective on comm: train STEPS steps with cfg; rank 0 of comm gets the
+ * losses, the final parameters and, with initial, the initial ones
+ * (allocated here). */
+static int train(const gt_config *cfg, MPI_Comm comm, bool initial, outcome *out)
+{
+  int rank;
+  MPI_Comm_rank(comm, &rank);
+  gt_trainer *tr = NULL;
+  size_t numel = 0;
+  int st = gt_trainer_create(cfg, comm, true, &tr);
+  if (st == GT_SUCCESS && rank == 0) {
+    st = gt_trainer_gather_params(tr, NULL, &numel);
+    out->initial = initial ? tu_alloc(numel) : NULL;
+    out->final = tu_alloc(numel);
+  }
+  if (st == GT_SUCCESS && initial)
+    st = gt_trainer_gather_params(tr, rank == 0 ? out->initial : NULL, &numel);
+  for (int s = 0; s < STEPS && st == GT_SUCCESS; s++) {
+    gt_step_stats stats;
+    st = gt_trainer_step(tr, &stats);
+    out->loss[s] = stats.loss;
+  }
+  if (st == GT_SUCCESS)
+    st = gt_trainer_gather_params(tr, rank == 0 ? out->final : NULL, &numel);
+  out->numel = numel;
+  gt_trainer_destroy(&tr);
+  return st;
+}
+
+/* Worst per-tensor max|a - b| / max|b| over the model; its tensor's name. */
+static double param_err(const gt_gpt_shape *shape, const float *a, const float *b,
+                        char worst[GT_PARAM_NAME_MAX])
+{
+  double err = 0;
+  size_t off = 0;
+  worst[0] = '\0';
+  for (int i = 0; i < gt_gpt_logical_count(shape); i++) {
+    char name[GT_PARAM_NAME_MAX];
+    int ndim;
+    long dims[GT_TENSOR_MAX_DIMS];
+    gt_gpt_logical_param(shape, i, name, &ndim, dims);
+    size_t ne = 1;
+    for (int d = 0; d < ndim; d++)
+      ne *= (size_t)dims[d];
+    double diff = 0, scale = 0;
+    for (size_t k = 0; k < ne; k++) {
+      double d = fabs((double)a[off + k] - b[off + k]);
+      diff = isnan(d) ? INFINITY : fmax(diff, d);
+      scale = fmax(scale, fabs((double)b[off + k]));
+    }
+    double e = diff / fmax(scale, 1e-30);
+    if (e > err || !worst[0]) {
+      err = fmax(e, err);
+      snprintf(worst, GT_PARAM_NAME_MAX, "%s", name);
+    }
+    off += ne;
+  }
+  return err;
+}
+
+static void make_dataset(int rank, int nranks, char *path, size_t size)
+{
+  const char *src = getenv("GT_SRCDIR"), *build = getenv("GT_BUILDDIR");
+  char dir[900], text[1024];
+  snprintf(dir, sizeof dir, "%s/tests/tmp/test_layouts%d", build, nranks);
+  snprintf(path, size, "%s/genesis.h5", dir);
+  snprintf(text, sizeof text, "%s/tests/data/genesis.txt", src);
+  int st = GT_SUCCESS;
+  if (rank == 0) {
+    char cmd[1100];
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s'", dir);
+    char *files[1] = {text};
+    st = system(cmd) == 0 ? gt_ingest_text(1, files, path, 0.0, NULL) : GT_ERR_SYSTEM;
+  }
+  MPI_Bcast(&st, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  if (st != GT_SUCCESS) {
+    tap_bail("cannot make the dataset %s: %s", path, gt_error_message());
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+}
+
+int main(int argc, char **argv)
+{
+  int rank = tu_mpi_init(&argc, &argv), nranks;
+  MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+  if (!getenv("GT_SRCDIR") || !getenv("GT_BUILDDIR"))
+    return tap_bail("run through make check (GT_SRCDIR, GT_BUILDDIR unset)");
+  const layout *set = nranks == 8 ? set8 : nranks == 6 ? set6 : NULL;
+  const int nlayouts = nranks == 8   ? (int)(sizeof set8 / sizeof *set8)
+                       : nranks == 6 ? (int)(sizeof set6 / sizeof *set6)
+                                     : 0;
+  if (!set) {
+    tap_bail("run on 8 or 6 ranks (layout sets), not %d", nranks);
+    MPI_Finalize();
+    return 1;
+  }
+  char dataset[1024];
+  make_dataset(rank, nranks, dataset, sizeof dataset);
+
+  /* batch: divisible by dp x microbatches of every layout in the set */
+  char deck[1400];
+  snprintf(deck, sizeof deck,
+           "[run]\nsteps = %d\nseed = 7\n"
+           "[model]\nlayers = %d\nheads = %d\ndim = %d\nseq_len = %d\nvocab = 256\n"
+           "[data]\ntrain = %s\nbatch = %d\nmicrobatches = 1\n"
+           "[optim]\nlr = 1e-3\nmin_lr = 1e-4\nwarmup = 3\neps = 1e-4\n"
+           "[backend]\nthreads = 1\n"
+           "[parallel]\nwait = yield\n",
+           STEPS, LAYERS, HEADS, DIM, SEQ, dataset, nranks == 8 ? 32 : 24);
+  gt_config cfg;
+  gt_config_defaults(&cfg);
+  if (gt_config_parse(&cfg, deck, "test_layouts", 0, NULL) != GT_SUCCESS)
+    return tap_bail("deck: %s", gt_error_message());
+  const gt_gpt_shape shape = shape_of(&cfg);
+  tap_diag("%d ranks; model layers %ld heads %ld dim %ld vocab %ld, T %ld, batch %ld, %d steps",
+           nranks, cfg.model.layers, cfg.model.heads, cfg.model.dim, cfg.model.vocab,
+           cfg.model.seq_len, cfg.data.batch, STEPS);
+
+  // ---- the reference: one rank ----
+  outcome ref = {0};
+  int st = GT_SUCCESS;
+  if (rank == 0) {
+    gt_config one = cfg;
+    one.grid.dp = one.grid.pp = one.grid.tp = 1;
+    double t0 = seconds();
+    st = train(&one, MPI_COMM_SELF, true, &ref);
+    if (st != GT_SUCCESS)
+      tap_diag("reference: %s", gt_error_message());
+    else
+      tap_diag("single-rank reference: loss %.6f -> %.6f (%.1f s)", ref.loss[0],
+               ref.loss[STEPS - 1], seconds() - t0);
+  }
+  sleepy_barrier(MPI_COMM_WORLD);
+  MPI_Bcast(&st, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  if (st != GT_SUCCESS) {
+    tap_bail("the single-rank reference failed");
+    MPI_Finalize();
+    return 1;
+  }
+  if (rank == 0)
+    tap_ok(ref.loss[STEPS - 1] < ref.loss[0] - 0.5, "the reference learns: loss %.4f -> %.4f",
+           ref.loss[0], ref.loss[STEPS - 1]);
+
+  // ---- every layout, on the first dp x pp x tp ranks of the world ----
+  static const char *schedules[] = {"gpipe", "1f1b"};
+  static const int microbatches[] = {1, 4};
+  double worst_loss = 0, worst_param = 0;
+  char worst_loss_run[128] = "", worst_param_run[200] = "";
+  for (int l = 0; l < nlayouts; l++) {
+    const layout *ly = &set[l];
+    if (ly->pp > cfg.model.layers) {
+      if (rank == 0)
+        tap_ok(true,
+               "(dp,pp,tp)=(%d,%d,%d) # SKIP pp=%d needs at least %d layers; the model has %ld",
+               ly->dp, ly->pp, ly->tp, ly->pp, ly->pp, cfg.model.layers);
+      continue;
+    }
+    /* a layout smaller than the world runs on its first ranks; the rest wait */
+    const int size = ly->dp * ly->pp * ly->tp;
+    MPI_Comm comm;
+    MPI_Comm_split(MPI_COMM_WORLD, rank < size ? 0 : MPI_UNDEFINED, rank, &comm);
+    if (size < nranks)
+      tap_diag("(dp,pp,tp)=(%d,%d,%d) runs on ranks 0..%d", ly->dp, ly->pp, ly->tp, size - 1);
+    int init_differ = 0, init_runs = 0;
+    for (int s = 0; s < 2; s++)
+      for (int m = 0; m < 2; m++) {
+        gt_config c = cfg;
+        c.grid.dp = ly->dp;
+        c.grid.pp = ly->pp;
+        c.grid.tp = ly->tp;
+        snprintf(c.parallel.schedule, sizeof c.parallel.schedule, "%s", schedules[s]);
+        c.data.microbatches = microbatches[m];
+        char run[128];
+        snprintf(run, sizeof run, "(dp,pp,tp)=(%d,%d,%d) %s mb=%d", ly->dp, ly->pp, ly->tp,
+                 schedules[s], microbatches[m]);
+        outcome got = {0};
+        double t0 = seconds();
+        if (comm != MPI_COMM_NULL)
+          st = train(&c, comm, s == 0 && m == 0, &got);
+        sleepy_barrier(MPI_COMM_WORLD);
+        double t = seconds() - t0;
+        if (rank == 0) {
+          if (st != GT_SUCCESS) {
+            tap_diag("%s: %s", run, gt_error_message());
+            tap_ok(false, "%s: trains", run);
+            free(got.initial);
+            free(got.final);
+            continue;
+          }
+          if (got.initial) {
+            init_runs++;
+            init_differ += got.numel != ref.numel ||
+                           memcmp(got.initial, ref.initial, ref.numel * sizeof(float)) != 0;
+          }
+
+          double le = 0;
+          int lstep = 0;
+          for (int k = 0; k < STEPS; k++) {
+            double e = fabs(got.loss[k] - ref.loss[k]) / fmax(fabs(ref.loss[k]), 1e-30);
+            if (!(e <= le)) { /* NaN counts as worst */
+              le = isnan(e) ? INFINITY : e;
+              lstep = k;
+            }
+          }
+          tap_ok(le <= TOL,
+                 "%s: loss of each of %d steps within %.0e (worst %.2e at step %d; "
+                 "%.1f s)",
+                 run, STEPS, TOL, le, lstep, t);
+          if (le > TOL)
+            for (int k = 0; k < STEPS; k++)
+              tap_diag("  step %d: loss %.9f, reference %.9f", k, got.loss[k], ref.loss[k]);
+
+          char tensor[GT_PARAM_NAME_MAX] = "(sizes differ)";
+          double pe =
+              got.numel == ref.numel ? param_err(&shape, got.final, ref.final, tensor) : INFINITY;
+          tap_ok(pe <= TOL, "%s: final parameters within %.0e (worst %.2e in %s)", run, TOL, pe,
+                 tensor);
+          if (!(le <= worst_loss)) {
+            worst_loss = le;
+            snprintf(worst_loss_run, sizeof worst_loss_run, "%s", run);
+          }
+          if (!(pe <= worst_param)) {
+            worst_param = pe;
+            snprintf(worst_param_run, sizeof worst_param_run, "%s %s", run, tensor);
+          }
+        }
+        free(got.initial);
+        free(got.final);
+      }
+    if (comm != MPI_COMM_NULL)
+      MPI_Comm_free(&comm);
+    if (rank == 0)
+      tap_ok(init_runs == 1 && init_differ == 0,
+             "(dp,pp,tp)=(%d,%d,%d): initial parameters bitwise those of one rank", ly->dp, ly->pp,
+             ly->tp);
+  }
+  tap_diag("worst loss error %.2e (%s); worst parameter error %.2e (%s)", worst_loss,
+           worst_loss_run, worst_param, worst_param_run);
+  free(ref.initial);
+  free(ref.final);
+  int rc = tap_done();
+  MPI_Finalize();
+  return rc;
+}
