@@ -1,0 +1,265 @@
+/*
+ * benchmarks/bench_util.h - what the C benchmarks share: option values,
+ * medians, the dataset check, the '#' header, CSV files, and main's error
+ * exit (the same rule as src/cli/main.c: a collective error is printed by
+ * rank 0 and every rank exits; a rank-local one is printed and aborts the
+ * job so that no rank hangs).
+ *
+ * Header-only (static functions); each benchmark is one translation unit.
+ */
+#ifndef GT_BENCH_UTIL_H
+#define GT_BENCH_UTIL_H
+
+#include <errno.h>
+#include <hdf5.h>
+#include <limits.h>
+#include <malloc.h>
+#include <mpi.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "build_config.h"
+#include "gridtrain/backend.h"
+#include "gridtrain/config.h"
+#include "gridtrain/error.h"
+#include "gridtrain/log.h"
+
+#define BENCH_LIST_MAX 16
+#define BENCH_SET_MAX 32
+
+// ---- errors ------------------------------------------------------------------------------
+
+/* A user mistake known identically on every rank (options are parsed the
+ * same everywhere): record it as a collective GT_ERR_INPUT. */
+#define BENCH_INPUT_ERROR(...)                                                     \
+  (gt_error_set(GT_ERR_INPUT, __FILE__, __LINE__, __func__, __VA_ARGS__),          \
+   gt_error_set_collective(true), GT_ERR_INPUT)
+
+/* Set-up as in gridtrain's main: MPI errors return, large buffers stay
+ * mapped, HDF5 keeps quiet. Returns the world rank. */
+static inline int bench_mpi_init(int *argc, char ***argv)
+{
+  mallopt(M_MMAP_MAX, 0);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  int provided, rank = 0;
+  if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+    fprintf(stderr, "bench: error: MPI_Init_thread failed\n");
+    exit(1);
+  }
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  gt_log_init(rank);
+  H5Eset_auto2(H5E_DEFAULT, NULL, NULL); /* HDF5 errors come back through GT_CALL_HDF5 */
+  return rank;
+}
+
+/* The end of main: finalize on success; otherwise report the error once
+ * (collective) or from this rank with an abort (rank-local). Returns the
+ * exit status. */
+static inline int bench_finish(int status, int rank)
+{
+  if (status == GT_SUCCESS) {
+    MPI_Finalize();
+    return 0;
+  }
+  int code = gt_error_exit_code(status);
+  if (gt_error_is_collective()) {
+    if (rank == 0)
+      gt_error_print(-1);
+    MPI_Finalize();
+    return code;
+  }
+  gt_error_print(rank);
+  struct timespec pause = {0, 300 * 1000 * 1000}; /* let stderr reach the launcher */
+  nanosleep(&pause, NULL);
+  MPI_Abort(MPI_COMM_WORLD, code);
+  return code;
+}
+
+// ---- option values -------------------------------------------------------------------------
+
+/* "a,b,c" of positive integers into list (at most BENCH_LIST_MAX). */
+static inline int bench_parse_ints(const char *opt, const char *text, int *list, int *n)
+{
+  char buf[256];
+  snprintf(buf, sizeof buf, "%s", text);
+  *n = 0;
+  for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
+       tok = strtok_r(NULL, ",", &save)) {
+    char *end;
+    errno = 0;
+    long v = strtol(tok, &end, 10);
+    if (*end || end == tok || errno || v < 1 || v > INT_MAX || *n == BENCH_LIST_MAX)
+      return BENCH_INPUT_ERROR("%s '%s': expected up to %d positive integers separated by "
+                               "commas, e.g. 1,2,4",
+                               opt, text, BENCH_LIST_MAX);
+    list[(*n)++] = (int)v;
+  }
+  if (*n == 0)
+    return BENCH_INPUT_ERROR("%s: empty list", opt);
+  return GT_SUCCESS;
+}
+
+/* "a,b" of non-negative reals. */
+static inline int bench_parse_reals(const char *opt, const char *text, double *list, int *n)
+{
+  char buf[256];
+  snprintf(buf, sizeof buf, "%s", text);
+  *n = 0;
+  for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok;
+       tok = strtok_r(NULL, ",", &save)) {
+    char *end;
+    double v = strtod(tok, &end);
+    if (*end || end == tok || !(v >= 0) || *n == BENCH_LIST_MAX)
+      return BENCH_INPUT_ERROR("%s '%s': expected up to %d non-negative numbers separated "
+                               "by commas, e.g. 1,4,25",
+                               opt, text, BENCH_LIST_MAX);
+    list[(*n)++] = v;
+  }
+  if (*n == 0)
+    return BENCH_INPUT_ERROR("%s: empty list", opt);
+  return GT_SUCCESS;
+}
+
+static inline int bench_parse_int(const char *opt, const char *text, long lo, long hi, int *v)
+{
+  char *end;
+  errno = 0;
+  long x = strtol(text, &end, 10);
+  if (*end || end == text || errno || x < lo || x > hi)
+    return BENCH_INPUT_ERROR("%s '%s': expected an integer in [%ld, %ld]", opt, text, lo, hi);
+  *v = (int)x;
+  return GT_SUCCESS;
+}
+
+/* "x" of a non-negative real. */
+static inline int bench_parse_real(const char *opt, const char *text, double *v)
+{
+  char *end;
+  double x = strtod(text, &end);
+  if (*end || end == text || !(x >= 0))
+    return BENCH_INPUT_ERROR("%s '%s': expected a non-negative number", opt, text);
+  *v = x;
+  return GT_SUCCESS;
+}
+
+/* argv[*i] must be one of the options in known (NULL-terminated), all of
+ * which take a value: *value = argv[*i + 1], *i advances past it. */
+static inline int bench_value(int argc, char **argv, int *i, const char *const *known,
+                              const char **value)
+{
+  bool found = false;
+  for (int k = 0; known[k] && !found; k++)
+    found = strcmp(argv[*i], known[k]) == 0;
+  if (!found)
+    return BENCH_INPUT_ERROR("unknown option '%s'; see --help", argv[*i]);
+  if (*i + 1 >= argc)
+    return BENCH_INPUT_ERROR("option %s needs a value; see --help", argv[*i]);
+  *value = argv[++*i];
+  return GT_SUCCESS;
+}
+
+// ---- statistics ------------------------------------------------------------------------------
+
+static inline int bench_cmp_double(const void *a, const void *b)
+{
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* Median of x[0..n) (x is sorted in place); 0 for n = 0. */
+static inline double bench_median(double *x, int n)
+{
+  if (n <= 0)
+    return 0;
+  qsort(x, (size_t)n, sizeof *x, bench_cmp_double);
+  return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+}
+
+// ---- data, header, CSV ---------------------------------------------------------------------
+
+/* Collective on comm: the token file must exist (rank 0 looks; "FILE.h5" or
+ * "FILE.h5:/dataset"). */
+static inline int bench_check_dataset(const char *path, MPI_Comm comm)
+{
+  int rank, ok = 0;
+  MPI_Comm_rank(comm, &rank);
+  if (rank == 0) {
+    char file[GT_PATH_MAX];
+    snprintf(file, sizeof file, "%s", path);
+    char *colon = strstr(file, ".h5:");
+    if (colon)
+      colon[3] = '\0';
+    ok = access(file, R_OK) == 0;
+  }
+  GT_CALL_MPI(MPI_Bcast(&ok, 1, MPI_INT, 0, comm));
+  if (!ok)
+    return BENCH_INPUT_ERROR("dataset '%s' not found: run 'make data' in the build directory "
+                             "(makes data/kjv.h5 from Debian's bible-kjv) or pass --data "
+                             "FILE.h5 (e.g. one made by 'gridtrain ingest text')",
+                             path);
+  return GT_SUCCESS;
+}
+
+/* Rank 0: the common '#' lines: what, when, where, with what. */
+static inline void bench_print_header(FILE *out, const char *title)
+{
+  char date[64], host[128] = "?", mpi[MPI_MAX_LIBRARY_VERSION_STRING];
+  time_t now = time(NULL);
+  strftime(date, sizeof date, "%Y-%m-%d %H:%M:%S %Z", localtime(&now));
+  gethostname(host, sizeof host - 1);
+  int len = 0, world = 0;
+  MPI_Get_library_version(mpi, &len);
+  char *nl = strchr(mpi, '\n');
+  if (nl)
+    *nl = '\0';
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  double load[3] = {0, 0, 0};
+  FILE *f = fopen("/proc/loadavg", "r");
+  if (f) {
+    if (fscanf(f, "%lf %lf %lf", &load[0], &load[1], &load[2]) != 3)
+      load[0] = load[1] = load[2] = 0;
+    fclose(f);
+  }
+  const char *ct = getenv("OPENBLAS_CORETYPE");
+  fprintf(out, "# %s, gridtrain %s, %s\n", title, PACKAGE_VERSION, date);
+  fprintf(out, "# host %s: %ld online cores; %d MPI ranks; load average %.2f %.2f %.2f\n", host,
+          sysconf(_SC_NPROCESSORS_ONLN), world, load[0], load[1], load[2]);
+  fprintf(out, "# MPI: %s\n", mpi);
+  fprintf(out, "# BLAS: %s; OPENBLAS_CORETYPE=%s\n", gt_backend_blas_info(), ct ? ct : "(unset)");
+  if (gt_backend_blas_warning())
+    fprintf(out, "# WARNING: %s\n", gt_backend_blas_warning());
+}
+
+/* Rank 0: open path for the rows, writing header (one line) when the file
+ * is new or empty or append is false. */
+static inline int bench_csv_open(const char *path, bool append, const char *header, FILE **fp)
+{
+  struct stat sb;
+  bool fresh = !append || stat(path, &sb) != 0 || sb.st_size == 0;
+  *fp = fopen(path, fresh ? "w" : "a");
+  GT_CHECK(*fp != NULL, GT_ERR_INPUT, "cannot write the CSV file '%s': %s; choose another --csv",
+           path, strerror(errno));
+  if (fresh)
+    fprintf(*fp, "%s\n", header);
+  return GT_SUCCESS;
+}
+
+/* Base configuration of a benchmark: defaults, then the user's --set
+ * overrides (validated like the command line of gridtrain train). */
+static inline int bench_config_base(gt_config *cfg, int nset, char *const *set)
+{
+  gt_config_defaults(cfg);
+  int status = gt_config_parse(cfg, NULL, "bench --set", nset, set);
+  if (status != GT_SUCCESS)
+    gt_error_set_collective(true); /* same options on every rank */
+  GT_CALL(status);
+  return GT_SUCCESS;
+}
+
+#endif /* GT_BENCH_UTIL_H */
