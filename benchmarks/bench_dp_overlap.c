@@ -322,9 +322,9 @@ static int bench_main(int argc, char **argv, MPI_Comm world, int *invalid)
            "median of 5: %.2f ms\n",
            ar_ms);
     printf("# tests = MPI_Test calls one bucket of that size needs to finish alone when tested "
-           "every %.0f ms of busy work (backward tests the buckets %d times: after the head, "
-           "each block and the embedding)\n",
-           BENCH_PROBE_GAP_MS, o.layers + 2);
+           "every %.0f ms of busy work (backward tests the buckets about %d times: after each of "
+           "the 8 kernels of every block, the head and the embedding)\n",
+           BENCH_PROBE_GAP_MS, 8 * o.layers + 2);
     printf("# same_loss: off and on give bitwise-equal losses at every step (VALID) or not "
            "(INVALID)\n");
     printf("# MiB  bkts  exp_off  exp_on  hidden  last_off  last_on  hid_last  step_off  step_on  "

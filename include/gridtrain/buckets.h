@@ -41,6 +41,9 @@ void gt_buckets_reset(gt_buckets *b);
  * the same order. */
 int gt_buckets_ready(gt_buckets *b, int first, int count);
 
+/* Test the buckets in flight (let MPI move them along). Not collective. */
+int gt_buckets_progress(gt_buckets *b);
+
 /* Start whatever was not started and wait for every bucket. */
 int gt_buckets_wait(gt_buckets *b);
 

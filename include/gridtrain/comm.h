@@ -47,6 +47,19 @@ int gt_allreduce_f32_start(float *buf, size_t n, MPI_Op op, MPI_Comm comm, MPI_R
  * while the rank computes. */
 int gt_comm_test(MPI_Request *req, int *done);
 
+/* ---- progress -------------------------------------------------------------
+ * MPICH moves a non-blocking collective along only while the rank is inside
+ * MPI. Code that computes for a long time with communication in flight
+ * (backward with data-parallel buckets) calls gt_progress_poll between its
+ * kernels; whoever started the communication supplies poll. */
+typedef struct gt_progress {
+  int (*poll)(void *ctx);
+  void *ctx;
+} gt_progress;
+
+/* Call p->poll (nothing when p or p->poll is NULL). */
+int gt_progress_poll(const gt_progress *p);
+
 /* ---- groups: a communicator that layers use without touching MPI ----------
  * The tensor-parallel group of a rank (and any other small group that
  * layers reduce over). Every operation is a no-op copy when size == 1 and

@@ -54,11 +54,13 @@ typedef struct gt_gpt_part {
 /* The whole model on one rank (single stage, no tensor parallelism). */
 gt_gpt_part gt_gpt_whole(const gt_gpt_shape *shape);
 
-/* Called during backward when the parameters [first, first + count) of
- * gt_gpt_params(m)->list have their final gradient for this micro-batch. */
+/* ready is called during backward when the parameters [first,
+ * first + count) of gt_gpt_params(m)->list have their final gradient for
+ * this micro-batch; progress is polled between the kernels of backward. */
 typedef struct gt_grad_hook {
   int (*ready)(void *ctx, int first, int count);
   void *ctx;
+  gt_progress progress;
 } gt_grad_hook;
 
 /* Create this rank's part with activations for `slots` micro-batches in

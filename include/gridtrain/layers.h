@@ -24,6 +24,7 @@ typedef struct gt_layer_dims {
   int B, T, C; /* C: full width */
   int H;       /* heads on this rank */
   const gt_group *tp;
+  const gt_progress *progress; /* polled between backward kernels (may be NULL) */
 } gt_layer_dims;
 
 /* ---- pre-LayerNorm transformer block ------------------------------------

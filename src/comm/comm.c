@@ -115,6 +115,13 @@ int gt_allreduce_f64(double *buf, int n, MPI_Op op, MPI_Comm comm)
   return GT_SUCCESS;
 }
 
+int gt_progress_poll(const gt_progress *p)
+{
+  if (p && p->poll)
+    GT_CALL(p->poll(p->ctx));
+  return GT_SUCCESS;
+}
+
 // ---- groups -------------------------------------------------------------------
 
 int gt_group_allreduce_sum(const gt_group *g, float *buf, size_t n)

@@ -115,8 +115,9 @@ static const gt_key gt_keys[] = {
   {"parallel", "stages", GT_KEY_STRING, GT_OFF(parallel.stages), 0, 0, NULL, "",
    "blocks per pipeline stage, e.g. 3,5; empty balances the cost (the last stage "
    "also runs the LM head)", false, false},
-  {"parallel", "bucket_mb", GT_KEY_REAL, GT_OFF(parallel.bucket_mb), 0, 1e6, NULL, "25",
-   "data-parallel gradient bucket size in MiB; 0 puts every gradient in one bucket",
+  {"parallel", "bucket_mb", GT_KEY_REAL, GT_OFF(parallel.bucket_mb), 0, 1e6, NULL, "4",
+   "data-parallel gradient bucket size in MiB (MPI moves a bucket only inside MPI "
+   "calls: small buckets overlap backward better); 0 puts every gradient in one bucket",
    false, false},
   {"parallel", "dp_overlap", GT_KEY_ENUM, GT_OFF(parallel.dp_overlap), 0, 0, "on|off", "on",
    "start each bucket's all-reduce during the last micro-batch's backward (on) or "

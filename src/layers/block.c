@@ -67,21 +67,29 @@ int gt_block_backward(gt_backend *be, const gt_block_weights *w, const gt_block_
    * replicated bias gradient is the same on every tp rank. */
   GT_CALL(op->linear_backward(be, s->dfc, g->fcproj_w, g->fcproj_b, dres, a->gelu,
                               w->fcproj_w, z.N, z.F, z.C));
+  GT_CALL(gt_progress_poll(d.progress));
   GT_CALL(op->gelu_backward(be, s->dfc, a->fc, s->dfc, (size_t)z.N * z.F));
+  GT_CALL(gt_progress_poll(d.progress));
   GT_CALL(op->linear_backward(be, s->dln, g->fc_w, g->fc_b, s->dfc, a->ln2, w->fc_w, z.N,
                               z.C, z.F));
+  GT_CALL(gt_progress_poll(d.progress));
   GT_CALL(gt_tp_sum(&d, s->dln, nc)); /* conjugate f: each rank saw its units only */
   GT_CALL(op->layernorm_backward(be, dres, g->ln2_w, g->ln2_b, s->dln, a->res2, w->ln2_w,
                                  a->ln2_mean, a->ln2_rstd, z.N, z.C));
+  GT_CALL(gt_progress_poll(d.progress));
   /* attention: dres (now d res2) flows unchanged to x and through attention */
   GT_CALL(op->linear_backward(be, s->datty, g->proj_w, g->proj_b, dres, a->atty, w->proj_w,
                               z.N, z.Cl, z.C));
+  GT_CALL(gt_progress_poll(d.progress));
   GT_CALL(op->attention_backward(be, s->dqkv, s->datt, s->datty, a->qkv, a->att, d.B, d.T,
                                  d.H, z.hs));
+  GT_CALL(gt_progress_poll(d.progress));
   GT_CALL(op->linear_backward(be, s->dln, g->qkv_w, g->qkv_b, s->dqkv, a->ln1, w->qkv_w, z.N,
                               z.C, 3 * z.Cl));
+  GT_CALL(gt_progress_poll(d.progress));
   GT_CALL(gt_tp_sum(&d, s->dln, nc));
   GT_CALL(op->layernorm_backward(be, dres, g->ln1_w, g->ln1_b, s->dln, x, w->ln1_w,
                                  a->ln1_mean, a->ln1_rstd, z.N, z.C));
+  GT_CALL(gt_progress_poll(d.progress));
   return GT_SUCCESS;
 }

@@ -419,7 +419,7 @@ int gt_gpt_forward(gt_gpt *m, int slot, const int32_t *tokens, const int32_t *ta
   gt_backend *be = m->be;
   gt_gpt_slot *sl = &m->slots[slot];
   const int N = B * T, C = m->shape.dim;
-  const gt_layer_dims d = {B, T, C, m->H, &m->part.tp};
+  const gt_layer_dims d = {B, T, C, m->H, &m->part.tp, NULL};
   if (m->part.first) {
     GT_CALL(be->ops->upload(be, sl->tokens, tokens, sizeof(int32_t) * (size_t)N));
     GT_CALL(gt_embedding_forward(be, sl->resid[0], sl->tokens, m->wte, m->wpe, B, T, C, m->v0,
@@ -459,7 +459,7 @@ int gt_gpt_backward(gt_gpt *m, int slot, const gt_grad_hook *hook)
            "gt_gpt_backward needs a forward with grad_scale != 0 first");
   gt_backend *be = m->be;
   const int B = sl->B, T = sl->T, N = B * T, C = m->shape.dim;
-  const gt_layer_dims d = {B, T, C, m->H, &m->part.tp};
+  const gt_layer_dims d = {B, T, C, m->H, &m->part.tp, hook ? &hook->progress : NULL};
   if (m->part.last) {
     GT_CALL(gt_lm_head_backward(be, m->wte, m->dwte, m->lnf_w, m->dlnf_w, m->dlnf_b, &sl->head,
                                 sl->resid[m->nl], sl->dgrad, m->dlnf, gt_gpt_head_dims(m, N)));

@@ -102,7 +102,7 @@ static int gt_bucket_start(gt_buckets *b, gt_bucket *k)
 }
 
 /* Let MPI move the buckets in flight along; note the finished ones. */
-static int gt_buckets_progress(gt_buckets *b)
+int gt_buckets_progress(gt_buckets *b)
 {
   for (int i = 0; i < b->n; i++) {
     gt_bucket *k = &b->list[i];

@@ -176,6 +176,11 @@ static int gt_trainer_bucket_ready(void *ctx, int first, int count)
   return gt_buckets_ready(((gt_trainer *)ctx)->buckets, first, count);
 }
 
+static int gt_trainer_bucket_progress(void *ctx)
+{
+  return gt_buckets_progress(((gt_trainer *)ctx)->buckets);
+}
+
 /* The stage split and schedule; errors are the same on every rank. */
 static int gt_trainer_plan(gt_trainer *tr)
 {
@@ -275,7 +280,7 @@ int gt_trainer_create(const gt_config *cfg, MPI_Comm world, bool quiet, gt_train
                                    (size_t)(cfg->parallel.bucket_mb * 1024.0 * 1024.0),
                                    &tr->buckets));
   tr->overlap = strcmp(cfg->parallel.dp_overlap, "on") == 0;
-  tr->hook = (gt_grad_hook){gt_trainer_bucket_ready, tr};
+  tr->hook = (gt_grad_hook){gt_trainer_bucket_ready, tr, {gt_trainer_bucket_progress, tr}};
 
   size_t n = (size_t)tr->B_micro * (size_t)(tr->T + 1);
   tr->window = malloc(sizeof(int32_t) * n);
@@ -462,11 +467,12 @@ static int gt_run_pipeline(gt_trainer *tr, float grad_scale, double *loss_sum)
     else
       GT_CALL(gt_pipe_forward(tr, tr->ops[i].mb, grad_scale, loss_sum));
   }
+  /* The schedule is done: what remains is waiting for the other stages
+   * (a send completes only once its receiver takes it, and stages finish
+   * at different times), the bubble at the end of the step. */
   for (int i = 0; i < 4 * tr->nslots; i++)
-    GT_CALL(gt_wait_timed(&tr->reqs[i], tr->ev.pp_comm));
+    GT_CALL(gt_wait_timed(&tr->reqs[i], tr->ev.bubble));
   if (g->pp_size > 1) {
-    /* Stages finish at different times; the wait for the slowest one is
-     * the bubble at the end of the step. */
     gt_event_begin(tr->ev.bubble);
     int status = gt_barrier(g->pp);
     gt_event_end(tr->ev.bubble);
