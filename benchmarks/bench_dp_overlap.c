@@ -392,9 +392,9 @@ static int bench_main(int argc, char **argv, MPI_Comm world, int *invalid)
 
 int main(int argc, char **argv)
 {
-  int rank = bench_mpi_init(&argc, &argv);
+  bench_mpi_init(&argc, &argv);
   int invalid = 0;
   int status = bench_main(argc, argv, MPI_COMM_WORLD, &invalid);
-  int rc = bench_finish(status, rank);
+  int rc = gt_comm_finish(status);
   return rc ? rc : (invalid ? 1 : 0);
 }

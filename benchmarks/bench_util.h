@@ -26,6 +26,7 @@
 #include "build_config.h"
 #include "gridtrain/backend.h"
 #include "gridtrain/config.h"
+#include "gridtrain/comm.h"
 #include "gridtrain/error.h"
 #include "gridtrain/log.h"
 
@@ -56,29 +57,6 @@ static inline int bench_mpi_init(int *argc, char ***argv)
   gt_log_init(rank);
   H5Eset_auto2(H5E_DEFAULT, NULL, NULL); /* HDF5 errors come back through GT_CALL_HDF5 */
   return rank;
-}
-
-/* The end of main: finalize on success; otherwise report the error once
- * (collective) or from this rank with an abort (rank-local). Returns the
- * exit status. */
-static inline int bench_finish(int status, int rank)
-{
-  if (status == GT_SUCCESS) {
-    MPI_Finalize();
-    return 0;
-  }
-  int code = gt_error_exit_code(status);
-  if (gt_error_is_collective()) {
-    if (rank == 0)
-      gt_error_print(-1);
-    MPI_Finalize();
-    return code;
-  }
-  gt_error_print(rank);
-  struct timespec pause = {0, 300 * 1000 * 1000}; /* let stderr reach the launcher */
-  nanosleep(&pause, NULL);
-  MPI_Abort(MPI_COMM_WORLD, code);
-  return code;
 }
 
 // ---- option values -------------------------------------------------------------------------

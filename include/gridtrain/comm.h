@@ -93,4 +93,11 @@ int gt_barrier(MPI_Comm comm);
  * set-up phases, not for the training loop. */
 int gt_error_agree(int status, MPI_Comm comm);
 
+/* The end of a program's main: with status GT_SUCCESS finalize MPI and
+ * return 0. Otherwise report the current error once from rank 0 when it is
+ * collective (every rank knows it) and finalize; when only this rank knows
+ * it, print it here and abort the job so that no rank hangs. Returns the
+ * exit status (gt_error_exit_code). */
+int gt_comm_finish(int status);
+
 #endif /* GRIDTRAIN_COMM_H */

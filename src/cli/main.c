@@ -7,10 +7,10 @@
 #include <mpi.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #include "build_config.h"
 #include "cli.h"
+#include "gridtrain/comm.h"
 #include "gridtrain/error.h"
 #include "gridtrain/log.h"
 #include "gridtrain/version.h"
@@ -87,28 +87,5 @@ int main(int argc, char **argv)
   H5Eset_auto2(H5E_DEFAULT, NULL, NULL); /* HDF5 errors come back through GT_CALL_HDF5 */
 
   int status = gt_dispatch(argc, argv, MPI_COMM_WORLD);
-  if (status == GT_SUCCESS) {
-    if (MPI_Finalize() != MPI_SUCCESS) {
-      fprintf(stderr, "gridtrain: rank %d: error: MPI_Finalize failed\n", rank);
-      return 1;
-    }
-    return 0;
-  }
-  int code = gt_error_exit_code(status);
-  if (gt_error_is_collective()) {
-    /* Every rank knows this error: rank 0 reports it, all exit cleanly. */
-    if (rank == 0)
-      gt_error_print(-1);
-    MPI_Finalize();
-    return code;
-  }
-  /* Only this rank knows: report and take the job down, so no rank hangs.
-   * The launcher forwards our stderr through a pipe and stops reading once
-   * the abort arrives, so give the message a moment to get through first
-   * (without it about 1 run in 30 lost the line). */
-  gt_error_print(rank);
-  struct timespec pause = {0, 300 * 1000 * 1000};
-  nanosleep(&pause, NULL);
-  MPI_Abort(MPI_COMM_WORLD, code);
-  return code;
+  return gt_comm_finish(status);
 }
