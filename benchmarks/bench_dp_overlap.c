@@ -29,14 +29,10 @@
 #include "gridtrain/trainer.h"
 
 typedef struct {
-  const char *data, *csv;
-  bool append;
-  int warmup, steps;
+  bench_common c;
   double buckets[BENCH_LIST_MAX];
   int nbuckets;
-  int layers, dim, heads, vocab, seq, seqs, microbatches;
-  int nset;
-  char *set[BENCH_SET_MAX];
+  int seqs, microbatches;
 } bench_opts;
 
 #define BENCH_PROBE_GAP_MS 5.0
@@ -68,57 +64,29 @@ static void bench_usage(void)
          "One thread per rank (backend.threads=1), [parallel] wait = auto, pp = tp = 1.\n");
 }
 
-static int bench_parse(int argc, char **argv, bench_opts *o, int *help)
+/* The options of bench_common, then bench_dp_overlap's own; o->c.help
+ * when --help was asked. */
+static int bench_parse(int argc, char **argv, bench_opts *o)
 {
-  *o = (bench_opts){.data = "data/kjv.h5", .csv = "bench_dp_overlap.csv", .warmup = 2,
-                    .steps = 20, .buckets = {1, 4, 25}, .nbuckets = 3,
-                    .layers = 4, .dim = 256, .heads = 4, .vocab = 256, .seq = 128, .seqs = 8,
-                    .microbatches = 1};
-  *help = 0;
-  static const char *const known[] = {"--data",    "--csv",    "--steps", "--warmup", "--bucket-mb",
-                                      "--seqs",    "--microbatches",     "--seq-len", "--layers",
-                                      "--dim",     "--heads",  "--vocab", "--set",    NULL};
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-      *help = 1;
-      return GT_SUCCESS;
-    }
-    if (strcmp(a, "--append") == 0) {
-      o->append = true;
+  *o = (bench_opts){.c = {.data = "data/kjv.h5", .csv = "bench_dp_overlap.csv", .warmup = 2,
+                          .steps = 20, .layers = 4, .dim = 256, .heads = 4, .vocab = 256,
+                          .seq = 128},
+                    .buckets = {1, 4, 25}, .nbuckets = 3, .seqs = 8, .microbatches = 1};
+  static const char *const known[] = {"--bucket-mb", "--seqs", "--microbatches", NULL};
+  for (int i = 1; i < argc && !o->c.help; i++) {
+    bool common;
+    GT_CALL(bench_parse_common(argc, argv, &i, &o->c, &common));
+    if (common)
       continue;
-    }
-    const char *v = NULL;
+    const char *a = argv[i], *v = NULL;
     GT_CALL(bench_value(argc, argv, &i, known, &v));
-    if (strcmp(a, "--data") == 0)
-      o->data = v;
-    else if (strcmp(a, "--csv") == 0)
-      o->csv = v;
-    else if (strcmp(a, "--steps") == 0)
-      GT_CALL(bench_parse_int(a, v, 1, 100000, &o->steps));
-    else if (strcmp(a, "--warmup") == 0)
-      GT_CALL(bench_parse_int(a, v, 0, 100000, &o->warmup));
-    else if (strcmp(a, "--bucket-mb") == 0)
+    if (strcmp(a, "--bucket-mb") == 0)
       GT_CALL(bench_parse_reals(a, v, o->buckets, &o->nbuckets));
     else if (strcmp(a, "--seqs") == 0)
       GT_CALL(bench_parse_int(a, v, 1, 1 << 20, &o->seqs));
     else if (strcmp(a, "--microbatches") == 0)
       GT_CALL(bench_parse_int(a, v, 1, 1 << 20, &o->microbatches));
-    else if (strcmp(a, "--seq-len") == 0)
-      GT_CALL(bench_parse_int(a, v, 1, 1 << 20, &o->seq));
-    else if (strcmp(a, "--layers") == 0)
-      GT_CALL(bench_parse_int(a, v, 1, 1024, &o->layers));
-    else if (strcmp(a, "--dim") == 0)
-      GT_CALL(bench_parse_int(a, v, 1, 65536, &o->dim));
-    else if (strcmp(a, "--heads") == 0)
-      GT_CALL(bench_parse_int(a, v, 1, 1024, &o->heads));
-    else if (strcmp(a, "--vocab") == 0)
-      GT_CALL(bench_parse_int(a, v, 2, 1 << 24, &o->vocab));
-    else if (strcmp(a, "--set") == 0) {
-      if (o->nset == BENCH_SET_MAX)
-        return BENCH_INPUT_ERROR("at most %d --set options", BENCH_SET_MAX);
-      o->set[o->nset++] = argv[i];
-    } else
+    else
       return BENCH_INPUT_ERROR("unknown option '%s'; see --help", a);
   }
   return GT_SUCCESS;
@@ -132,24 +100,12 @@ static int bench_create(const bench_opts *o, MPI_Comm world, double bucket_mb, b
   int size;
   GT_CALL_MPI(MPI_Comm_size(world, &size));
   gt_config cfg;
-  GT_CALL(bench_config_base(&cfg, o->nset, o->set));
+  GT_CALL(bench_config_base(&o->c, &cfg));
   cfg.grid.dp = size;
   cfg.grid.pp = 1;
   cfg.grid.tp = 1;
-  cfg.model.layers = o->layers;
-  cfg.model.dim = o->dim;
-  cfg.model.heads = o->heads;
-  cfg.model.vocab = o->vocab;
-  cfg.model.seq_len = o->seq;
-  snprintf(cfg.data.train, sizeof cfg.data.train, "%s", o->data);
-  cfg.data.val[0] = '\0';
   cfg.data.batch = (long)size * o->seqs;
   cfg.data.microbatches = o->microbatches;
-  cfg.run.steps = o->warmup + o->steps;
-  cfg.run.eval_every = 0;
-  cfg.run.metrics[0] = '\0';
-  cfg.backend.threads = 1;
-  snprintf(cfg.parallel.wait, sizeof cfg.parallel.wait, "auto");
   cfg.parallel.bucket_mb = bucket_mb;
   snprintf(cfg.parallel.dp_overlap, sizeof cfg.parallel.dp_overlap, "%s", overlap ? "on" : "off");
   GT_CALL(gt_trainer_create(&cfg, world, true, tr));
@@ -200,10 +156,10 @@ static int bench_pair(const bench_opts *o, MPI_Comm world, double bucket_mb, ben
   *grad_bytes = (double)params->numel * sizeof(float);
   *busy = gt_comm_get_wait_mode() == GT_WAIT_BUSY;
   smp[0].n = smp[1].n = 0;
-  for (int k = 0; k < o->warmup + o->steps; k++)
+  for (int k = 0; k < o->c.warmup + o->c.steps; k++)
     for (int j = 0; j < 2; j++) {
       const int mode = (k % 2) ? 1 - j : j; /* off, on, on, off, ... */
-      GT_CALL(bench_step(tr[mode], world, k >= o->warmup, &smp[mode]));
+      GT_CALL(bench_step(tr[mode], world, k >= o->c.warmup, &smp[mode]));
     }
   GT_CALL(gt_trainer_destroy(&tr[1]));
   GT_CALL(gt_trainer_destroy(&tr[0]));
@@ -269,26 +225,22 @@ static const char *bench_csv_header =
 
 static int bench_main(int argc, char **argv, MPI_Comm world, int *invalid)
 {
-  int rank, size, help;
+  int rank, size;
   GT_CALL_MPI(MPI_Comm_rank(world, &rank));
   GT_CALL_MPI(MPI_Comm_size(world, &size));
   bench_opts o;
-  GT_CALL(bench_parse(argc, argv, &o, &help));
-  if (help) {
+  GT_CALL(bench_parse(argc, argv, &o));
+  if (o.c.help) {
     bench_usage();
     return GT_SUCCESS;
   }
   if (size < 2)
     return BENCH_INPUT_ERROR("bench_dp_overlap needs at least 2 ranks (dp = ranks); run it as "
                              "mpiexec -n 2 bench_dp_overlap");
-  gt_config probe; /* --set mistakes before any output */
-  GT_CALL(bench_config_base(&probe, o.nset, o.set));
-  GT_CALL(bench_check_dataset(o.data, world));
   FILE *csv = NULL;
-  int status = rank == 0 ? bench_csv_open(o.csv, o.append, bench_csv_header, &csv) : GT_SUCCESS;
-  GT_CALL(gt_error_agree(status, world));
+  GT_CALL(bench_start(&o.c, world, bench_csv_header, &csv));
 
-  const int cap = o.steps;
+  const int cap = o.c.steps;
   bench_samples smp[2];
   for (int k = 0; k < 2; k++) {
     smp[k].exposed = calloc((size_t)cap, sizeof(double));
@@ -300,7 +252,7 @@ static int bench_main(int argc, char **argv, MPI_Comm world, int *invalid)
              GT_ERR_SYSTEM, "out of memory");
   }
   /* The gradient buffer of a dp-only rank is the whole model. */
-  const gt_gpt_shape shape = {o.layers, o.heads, o.dim, o.seq, o.vocab};
+  const gt_gpt_shape shape = {o.c.layers, o.c.heads, o.c.dim, o.c.seq, o.c.vocab};
   const double grad_mib = (double)gt_gpt_param_count(&shape) * sizeof(float) / 1048576.0;
   double ar_ms = 0;
   GT_CALL(bench_allreduce_ms(world, gt_gpt_param_count(&shape), 5, &ar_ms));
@@ -308,11 +260,11 @@ static int bench_main(int argc, char **argv, MPI_Comm world, int *invalid)
     bench_print_header(stdout, "gridtrain data-parallel overlap benchmark (bench_dp_overlap)");
     printf("# dp=%d pp=1 tp=1; model L=%d C=%d H=%d V=%d T=%d; %d sequences per rank in %d "
            "micro-batch%s; gradients %.2f MiB per rank; 1 thread per rank; wait=auto\n",
-           size, o.layers, o.dim, o.heads, o.vocab, o.seq, o.seqs, o.microbatches,
+           size, o.c.layers, o.c.dim, o.c.heads, o.c.vocab, o.c.seq, o.seqs, o.microbatches,
            o.microbatches == 1 ? "" : "es", grad_mib);
     printf("# per bucket size an off and an on trainer side by side, %d warm-up + %d measured "
            "steps each, taken in turns; medians over the %d steps of a mode\n",
-           o.warmup, o.steps, o.steps);
+           o.c.warmup, o.c.steps, o.c.steps);
     printf("# exp = dp.exposed in ms, mean over ranks; hidden = 1 - exp_on/exp_off; last = "
            "dp.exposed of the rank that got there last (min over ranks: the all-reduce without "
            "the wait for a slower replica), hid_last likewise\n");
@@ -324,7 +276,7 @@ static int bench_main(int argc, char **argv, MPI_Comm world, int *invalid)
     printf("# tests = MPI_Test calls one bucket of that size needs to finish alone when tested "
            "every %.0f ms of busy work (backward tests the buckets about %d times: after each of "
            "the 8 kernels of every block, the head and the embedding)\n",
-           BENCH_PROBE_GAP_MS, 8 * o.layers + 2);
+           BENCH_PROBE_GAP_MS, 8 * o.c.layers + 2);
     printf("# same_loss: off and on give bitwise-equal losses at every step (VALID) or not "
            "(INVALID)\n");
     printf("# MiB  bkts  exp_off  exp_on  hidden  last_off  last_on  hid_last  step_off  step_on  "
@@ -368,15 +320,14 @@ static int bench_main(int argc, char **argv, MPI_Comm world, int *invalid)
     fprintf(csv,
             "%d,%g,%d,%.0f,%d,%d,%d,%d,%d,%d,%.3f,%.3f,%.4f,%.3f,%.3f,%.4f,%.3f,%.3f,%.3f,"
             "%.3f,%.3f,%d,%d,%s,%s\n",
-            size, o.buckets[bi], nb, grad_bytes, o.layers, o.dim, o.seq, o.seqs, o.microbatches,
-            smp[0].n, e_off, e_on, hidden, l_off, l_on, hidden_last, s_off, s_on, bwd_off, bwd,
-            ar_ms,
-            tests, same ? 1 : 0, busy ? "busy" : "yield", verdict);
+            size, o.buckets[bi], nb, grad_bytes, o.c.layers, o.c.dim, o.c.seq, o.seqs,
+            o.microbatches, smp[0].n, e_off, e_on, hidden, l_off, l_on, hidden_last, s_off, s_on,
+            bwd_off, bwd, ar_ms, tests, same ? 1 : 0, busy ? "busy" : "yield", verdict);
     fflush(csv);
   }
   if (rank == 0) {
     printf("# %s; rows written to %s\n", *invalid ? "some rows INVALID" : "all rows valid",
-           o.csv);
+           o.c.csv);
     fclose(csv);
   }
   for (int k = 0; k < 2; k++) {
@@ -392,9 +343,5 @@ static int bench_main(int argc, char **argv, MPI_Comm world, int *invalid)
 
 int main(int argc, char **argv)
 {
-  bench_mpi_init(&argc, &argv);
-  int invalid = 0;
-  int status = bench_main(argc, argv, MPI_COMM_WORLD, &invalid);
-  int rc = gt_comm_finish(status);
-  return rc ? rc : (invalid ? 1 : 0);
+  return bench_run(argc, argv, bench_main);
 }

@@ -30,17 +30,13 @@
 #include "gridtrain/trainer.h"
 
 typedef struct {
-  const char *data, *csv;
-  bool append;
-  int warmup, steps;
+  bench_common c;
   int m[BENCH_LIST_MAX], nm;
   char sched[2][GT_NAME_MAX];
   int nsched;
-  int layers, dim, heads, vocab, seq, micro;
+  int micro;
   double tol;
   bool per_stage;
-  int nset;
-  char *set[BENCH_SET_MAX];
 } bench_opts;
 
 #define BENCH_MAX_STAGES 64
@@ -92,63 +88,35 @@ static void bench_usage(void)
          "One thread per rank (backend.threads=1), [parallel] wait = auto, dp = tp = 1.\n");
 }
 
-/* 1 in *help when --help was asked. */
-static int bench_parse(int argc, char **argv, bench_opts *o, int *help)
+/* The options of bench_common, then bench_pipeline's own; o->c.help when
+ * --help was asked. */
+static int bench_parse(int argc, char **argv, bench_opts *o)
 {
-  *o = (bench_opts){.data = "data/kjv.h5", .csv = "bench_pipeline.csv", .warmup = 2,
-                    .steps = 10, .nm = 5, .m = {1, 2, 4, 8, 16}, .nsched = 2,
-                    .sched = {"gpipe", "1f1b"}, .layers = 8, .dim = 128, .heads = 4,
-                    .vocab = 256, .seq = 64, .micro = 2, .tol = 0.05};
-  *help = 0;
-  static const char *const known[] = {"--data",  "--csv",    "--steps",      "--warmup",
-                                      "--microbatches", "--micro-seqs", "--seq-len",
-                                      "--layers", "--dim",   "--heads",  "--vocab",
-                                      "--tol",   "--set",    "--schedules",  NULL};
-  for (int i = 1; i < argc; i++) {
-    const char *a = argv[i];
-    if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-      *help = 1;
-      return GT_SUCCESS;
-    }
-    if (strcmp(a, "--append") == 0) {
-      o->append = true;
+  *o = (bench_opts){.c = {.data = "data/kjv.h5", .csv = "bench_pipeline.csv", .warmup = 2,
+                          .steps = 10, .layers = 8, .dim = 128, .heads = 4, .vocab = 256,
+                          .seq = 64},
+                    .nm = 5, .m = {1, 2, 4, 8, 16}, .nsched = 2, .sched = {"gpipe", "1f1b"},
+                    .micro = 2, .tol = 0.05};
+  static const char *const known[] = {"--microbatches", "--micro-seqs", "--tol", "--schedules",
+                                      NULL};
+  for (int i = 1; i < argc && !o->c.help; i++) {
+    bool common;
+    GT_CALL(bench_parse_common(argc, argv, &i, &o->c, &common));
+    if (common)
       continue;
-    }
+    const char *a = argv[i], *v = NULL;
     if (strcmp(a, "--per-stage") == 0) {
       o->per_stage = true;
       continue;
     }
-    const char *v = NULL;
     GT_CALL(bench_value(argc, argv, &i, known, &v));
-    if (strcmp(a, "--data") == 0)
-      o->data = v;
-    else if (strcmp(a, "--csv") == 0)
-      o->csv = v;
-    else if (strcmp(a, "--steps") == 0)
-      GT_CALL(bench_parse_int(a, v, 1, 100000, &o->steps));
-    else if (strcmp(a, "--warmup") == 0)
-      GT_CALL(bench_parse_int(a, v, 0, 100000, &o->warmup));
-    else if (strcmp(a, "--microbatches") == 0)
+    if (strcmp(a, "--microbatches") == 0)
       GT_CALL(bench_parse_ints(a, v, o->m, &o->nm));
     else if (strcmp(a, "--micro-seqs") == 0)
       GT_CALL(bench_parse_int(a, v, 1, 1 << 20, &o->micro));
-    else if (strcmp(a, "--seq-len") == 0)
-      GT_CALL(bench_parse_int(a, v, 1, 1 << 20, &o->seq));
-    else if (strcmp(a, "--layers") == 0)
-      GT_CALL(bench_parse_int(a, v, 1, 1024, &o->layers));
-    else if (strcmp(a, "--dim") == 0)
-      GT_CALL(bench_parse_int(a, v, 1, 65536, &o->dim));
-    else if (strcmp(a, "--heads") == 0)
-      GT_CALL(bench_parse_int(a, v, 1, 1024, &o->heads));
-    else if (strcmp(a, "--vocab") == 0)
-      GT_CALL(bench_parse_int(a, v, 2, 1 << 24, &o->vocab));
     else if (strcmp(a, "--tol") == 0)
       GT_CALL(bench_parse_real(a, v, &o->tol));
-    else if (strcmp(a, "--set") == 0) {
-      if (o->nset == BENCH_SET_MAX)
-        return BENCH_INPUT_ERROR("at most %d --set options", BENCH_SET_MAX);
-      o->set[o->nset++] = argv[i];
-    } else if (strcmp(a, "--schedules") == 0) {
+    else if (strcmp(a, "--schedules") == 0) {
       char buf[64];
       snprintf(buf, sizeof buf, "%s", v);
       o->nsched = 0;
@@ -199,24 +167,12 @@ static int bench_create(const bench_opts *o, MPI_Comm world, const char *sched, 
   int size;
   GT_CALL_MPI(MPI_Comm_size(world, &size));
   gt_config cfg;
-  GT_CALL(bench_config_base(&cfg, o->nset, o->set));
+  GT_CALL(bench_config_base(&o->c, &cfg));
   cfg.grid.dp = 1;
   cfg.grid.pp = size;
   cfg.grid.tp = 1;
-  cfg.model.layers = o->layers;
-  cfg.model.dim = o->dim;
-  cfg.model.heads = o->heads;
-  cfg.model.vocab = o->vocab;
-  cfg.model.seq_len = o->seq;
-  snprintf(cfg.data.train, sizeof cfg.data.train, "%s", o->data);
-  cfg.data.val[0] = '\0';
   cfg.data.batch = (long)m * o->micro;
   cfg.data.microbatches = m;
-  cfg.run.steps = o->warmup + o->steps;
-  cfg.run.eval_every = 0;
-  cfg.run.metrics[0] = '\0';
-  cfg.backend.threads = 1;
-  snprintf(cfg.parallel.wait, sizeof cfg.parallel.wait, "auto");
   snprintf(cfg.parallel.schedule, sizeof cfg.parallel.schedule, "%s", sched);
   GT_CALL(gt_trainer_create(&cfg, world, true, tr));
   return GT_SUCCESS;
@@ -261,11 +217,11 @@ static int bench_make_row(const bench_opts *o, MPI_Comm world, gt_trainer *tr, b
   acc->v[V_PEAK_MB] = peak_mb;
   acc->v[V_PEAK_BYTES] = (double)peak_bytes;
   const bool over = (long)g->node_size * 1 > g->node_cores; /* one thread per rank */
-  double *slowest = calloc((size_t)o->steps, sizeof(double));
+  double *slowest = calloc((size_t)o->c.steps, sizeof(double));
   double *all = calloc((size_t)V_N * (size_t)size, sizeof(double));
   GT_CHECK(slowest && all, GT_ERR_SYSTEM, "out of memory");
   GT_CALL_MPI(MPI_Gather(acc->v, V_N, MPI_DOUBLE, all, V_N, MPI_DOUBLE, 0, world));
-  GT_CALL_MPI(MPI_Reduce(acc->step_ms, slowest, o->steps, MPI_DOUBLE, MPI_MAX, 0, world));
+  GT_CALL_MPI(MPI_Reduce(acc->step_ms, slowest, o->c.steps, MPI_DOUBLE, MPI_MAX, 0, world));
 
   if (rank == 0) {
     const int p = size;
@@ -277,15 +233,15 @@ static int bench_make_row(const bench_opts *o, MPI_Comm world, gt_trainer *tr, b
     for (int r = 0; r < p; r++) {
       const double *v = all + (size_t)V_N * r;
       const int s = (int)v[V_STAGE];
-      const double per_mb = (double)o->steps * m;
+      const double per_mb = (double)o->c.steps * m;
       f[s] = (v[V_FWD] + v[V_DATA] + 0.5 * v[V_PPCOMM]) / per_mb;
       b[s] = (v[V_BWD] + 0.5 * v[V_PPCOMM]) / per_mb;
       oth[s] = (v[V_STEP] - v[V_FWD] - v[V_BWD] - v[V_PPCOMM] - v[V_DATA] - v[V_BUBBLE]) /
-               o->steps;
-      row->st_fwd[s] = (v[V_FWD] + v[V_DATA]) / o->steps;
-      row->st_bwd[s] = v[V_BWD] / o->steps;
-      row->st_bubble[s] = v[V_BUBBLE] / o->steps;
-      row->st_pp[s] = v[V_PPCOMM] / o->steps;
+               o->c.steps;
+      row->st_fwd[s] = (v[V_FWD] + v[V_DATA]) / o->c.steps;
+      row->st_bwd[s] = v[V_BWD] / o->c.steps;
+      row->st_bubble[s] = v[V_BUBBLE] / o->c.steps;
+      row->st_pp[s] = v[V_PPCOMM] / o->c.steps;
       row->st_other[s] = oth[s];
       row->st_act[s] = (int)v[V_PEAK_MB];
       sum_step += v[V_STEP];
@@ -304,7 +260,7 @@ static int bench_make_row(const bench_opts *o, MPI_Comm world, gt_trainer *tr, b
       row->act_mb_max = (int)fmax(row->act_mb_max, v[V_PEAK_MB]);
       row->act_bytes_max = fmax(row->act_bytes_max, v[V_PEAK_BYTES]);
     }
-    row->step_ms = bench_median(slowest, o->steps);
+    row->step_ms = bench_median(slowest, o->c.steps);
     row->bubble = sum_step > 0 ? sum_bubble / sum_step : 0;
     row->theory = (double)(p - 1) / (double)(m + p - 1);
     row->model = bench_bubble_model(kind, p, m, f, b, oth);
@@ -316,10 +272,10 @@ static int bench_make_row(const bench_opts *o, MPI_Comm world, gt_trainer *tr, b
     row->imbalance = fb_sum > 0 ? fb_max / (fb_sum / p) - 1 : 0;
     row->untimed = sum_step > 0 ? 1 - sum_timed / sum_step : 0;
     row->ppcomm = sum_step > 0 ? sum_pp / sum_step : 0;
-    row->ppcomm_ms = sum_pp / (p * (double)o->steps);
-    row->bubble_ms = sum_bubble / (p * (double)o->steps);
-    row->fwd_ms = sum_f / (p * (double)o->steps);
-    row->bwd_ms = sum_b / (p * (double)o->steps);
+    row->ppcomm_ms = sum_pp / (p * (double)o->c.steps);
+    row->bubble_ms = sum_bubble / (p * (double)o->c.steps);
+    row->fwd_ms = sum_f / (p * (double)o->c.steps);
+    row->bwd_ms = sum_b / (p * (double)o->c.steps);
     row->wait = gt_comm_get_wait_mode() == GT_WAIT_YIELD ? "yield" : "busy";
     if (!row->act_ok)
       row->verdict = "INVALID(act)";
@@ -343,13 +299,13 @@ static int bench_run_m(const bench_opts *o, MPI_Comm world, int m, bench_row *ro
   memset(acc, 0, sizeof acc);
   for (int i = 0; i < o->nsched; i++) {
     GT_CALL(bench_create(o, world, o->sched[i], m, &tr[i]));
-    acc[i].step_ms = calloc((size_t)o->steps, sizeof(double));
-    GT_CHECK_ALLOC(acc[i].step_ms, sizeof(double) * (size_t)o->steps);
+    acc[i].step_ms = calloc((size_t)o->c.steps, sizeof(double));
+    GT_CHECK_ALLOC(acc[i].step_ms, sizeof(double) * (size_t)o->c.steps);
   }
-  for (int k = 0; k < o->warmup + o->steps; k++)
+  for (int k = 0; k < o->c.warmup + o->c.steps; k++)
     for (int j = 0; j < o->nsched; j++) {
       const int i = (k % 2) ? o->nsched - 1 - j : j; /* A B B A A B ... */
-      GT_CALL(bench_step(tr[i], k >= o->warmup, &acc[i]));
+      GT_CALL(bench_step(tr[i], k >= o->c.warmup, &acc[i]));
     }
   for (int i = 0; i < o->nsched; i++) {
     GT_CALL(bench_make_row(o, world, tr[i], &acc[i], o->sched[i], m, &rows[i]));
@@ -394,22 +350,22 @@ static void bench_csv_row(FILE *csv, const bench_row *r, const bench_opts *o)
   fprintf(csv,
           "%d,%s,%d,%d,%d,%d,%d,%d,%d,%d,%.3f,%.5f,%.5f,%.5f,%.4f,%.5f,%.5f,%.3f,%.3f,%.3f,%.3f,"
           "%d,%d,%d,%.0f,%.0f,%d,%s,%s\n",
-          r->p, r->sched, r->m, o->micro, o->seq, r->m * o->micro, o->layers, o->dim, o->vocab,
-          o->steps, r->step_ms, r->bubble, r->theory, r->model, r->imbalance, r->ppcomm, r->untimed,
-          r->bubble_ms, r->ppcomm_ms, r->fwd_ms, r->bwd_ms, r->act_mb_s0, r->act_mb_max,
-          r->act_mb_expect_s0, r->act_bytes_s0, r->act_bytes_max, r->oversubscribed ? 1 : 0,
-          r->wait, r->verdict);
+          r->p, r->sched, r->m, o->micro, o->c.seq, r->m * o->micro, o->c.layers, o->c.dim,
+          o->c.vocab, o->c.steps, r->step_ms, r->bubble, r->theory, r->model, r->imbalance,
+          r->ppcomm, r->untimed, r->bubble_ms, r->ppcomm_ms, r->fwd_ms, r->bwd_ms, r->act_mb_s0,
+          r->act_mb_max, r->act_mb_expect_s0, r->act_bytes_s0, r->act_bytes_max,
+          r->oversubscribed ? 1 : 0, r->wait, r->verdict);
   fflush(csv);
 }
 
 static int bench_main(int argc, char **argv, MPI_Comm world, int *invalid)
 {
-  int rank, size, help;
+  int rank, size;
   GT_CALL_MPI(MPI_Comm_rank(world, &rank));
   GT_CALL_MPI(MPI_Comm_size(world, &size));
   bench_opts o;
-  GT_CALL(bench_parse(argc, argv, &o, &help));
-  if (help) {
+  GT_CALL(bench_parse(argc, argv, &o));
+  if (o.c.help) {
     bench_usage();
     return GT_SUCCESS;
   }
@@ -417,22 +373,18 @@ static int bench_main(int argc, char **argv, MPI_Comm world, int *invalid)
     return BENCH_INPUT_ERROR("bench_pipeline needs 2 to %d ranks (one per pipeline stage); "
                              "run it as mpiexec -n 2 (or 4) bench_pipeline",
                              BENCH_MAX_STAGES);
-  gt_config probe; /* --set mistakes before any output */
-  GT_CALL(bench_config_base(&probe, o.nset, o.set));
-  GT_CALL(bench_check_dataset(o.data, world));
   FILE *csv = NULL;
-  int status = rank == 0 ? bench_csv_open(o.csv, o.append, bench_csv_header, &csv) : GT_SUCCESS;
-  GT_CALL(gt_error_agree(status, world));
+  GT_CALL(bench_start(&o.c, world, bench_csv_header, &csv));
 
   const long cores = sysconf(_SC_NPROCESSORS_ONLN);
   if (rank == 0) {
     bench_print_header(stdout, "gridtrain pipeline benchmark (bench_pipeline)");
     printf("# pp=%d dp=1 tp=1; model L=%d C=%d H=%d V=%d T=%d; micro-batch %d x %d tokens, "
            "global batch = m x %d sequences; 1 thread per rank; wait=auto\n",
-           size, o.layers, o.dim, o.heads, o.vocab, o.seq, o.micro, o.seq, o.micro);
+           size, o.c.layers, o.c.dim, o.c.heads, o.c.vocab, o.c.seq, o.micro, o.c.seq, o.micro);
     printf("# per m the schedules' trainers run side by side, %d warm-up + %d measured steps "
            "each, taken in turns; step_ms = median of the slowest rank's step\n",
-           o.warmup, o.steps);
+           o.c.warmup, o.c.steps);
     printf("# bubble = sum(pp.bubble)/sum(step) over stages; theory = (p-1)/(m+p-1); model = "
            "from measured stage times;\n");
     printf("#   imbal = slowest stage's forward+backward over the mean stage's, minus 1; "
@@ -463,7 +415,7 @@ static int bench_main(int argc, char **argv, MPI_Comm world, int *invalid)
   }
   if (rank == 0) {
     printf("# %s; rows written to %s\n", *invalid ? "some rows INVALID" : "all rows valid",
-           o.csv);
+           o.c.csv);
     fclose(csv);
   }
   GT_CALL_MPI(MPI_Bcast(invalid, 1, MPI_INT, 0, world));
@@ -472,9 +424,5 @@ static int bench_main(int argc, char **argv, MPI_Comm world, int *invalid)
 
 int main(int argc, char **argv)
 {
-  bench_mpi_init(&argc, &argv);
-  int invalid = 0;
-  int status = bench_main(argc, argv, MPI_COMM_WORLD, &invalid);
-  int rc = gt_comm_finish(status);
-  return rc ? rc : (invalid ? 1 : 0);
+  return bench_run(argc, argv, bench_main);
 }
