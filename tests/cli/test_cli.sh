@@ -1,7 +1,7 @@
 #!/bin/sh
-# test_cli.sh - the command line: help and version texts, and a real
-# 4-rank training run whose console lines and JSON-lines metrics carry what
-# the README promises.
+# test_cli.sh - the command line: help and version texts, and real 4-rank
+# training runs (dp = 4, and pp = 2 x tp = 2) whose console lines, tables
+# and JSON-lines metrics carry what the README promises.
 . "$GT_SRCDIR/tests/lib.sh"
 
 "$GT_BIN" --help >"$GT_TMP/help" 2>&1
@@ -21,7 +21,8 @@ missing=""
 for key in run.steps run.seed run.log_every run.metrics grid.dp grid.pp grid.tp model.type \
   model.layers model.heads model.dim model.seq_len model.vocab data.train data.val data.batch \
   data.microbatches optim.lr optim.min_lr optim.warmup optim.weight_decay optim.beta1 \
-  optim.beta2 optim.grad_clip backend.device backend.threads; do
+  optim.beta2 optim.grad_clip backend.device backend.threads parallel.wait parallel.schedule \
+  parallel.stages parallel.bucket_mb parallel.dp_overlap; do
   grep -q "^    $key " "$GT_TMP/train-help" || missing="$missing $key"
 done
 [ -z "$missing" ]
@@ -74,5 +75,41 @@ ok $? "metrics file: 10 step records with every key, val_loss at steps 4 and 9, 
 # (a warning about the BLAS kernels may appear on machines OpenBLAS misdetects)
 [ -z "$(grep -v -e '^$' -e '^gridtrain: warning: OpenBLAS' "$GT_TMP/run.err")" ]
 ok $? "nothing else on stderr"
+
+# ---- a 3D run on 4 ranks: pp = 2 x tp = 2 (1f1b, 4 micro-batches, eval)
+run_mpi 4 300 "$GT_BIN" train "$GT_SRCDIR/tests/decks/tiny.in" data.train="$data" \
+  data.val="$data" grid.dp=1 grid.pp=2 grid.tp=2 data.microbatches=4 run.eval_every=5 \
+  run.steps=6 run.log_every=5 run.metrics="$GT_TMP/m3.jsonl" >"$GT_TMP/run3.out" \
+  2>"$GT_TMP/run3.err"
+status=$?
+ok $status "pp=2 x tp=2 training run exits 0"
+[ $status -eq 0 ] || sed 's/^/# /' "$GT_TMP/run3.err"
+grep -q "^  layout  *dp=1 x pp=2 x tp=2  *resolved" "$GT_TMP/run3.out" &&
+  grep -q "^  pipeline stages  *blocks 0-0, 1-1; 1f1b schedule  *resolved" "$GT_TMP/run3.out"
+ok $? "the start-up table shows the layout, the stage split and the schedule"
+missing=""
+for ev in forward backward tp.comm pp.comm pp.bubble dp.exposed tied.allreduce optimizer data; do
+  grep -q "^  $ev  " "$GT_TMP/run3.out" || missing="$missing $ev"
+done
+[ -z "$missing" ]
+ok $? "the timing table has every named event${missing:+ (missing:$missing)}"
+grep -q "^# peak activations per pipeline stage (1f1b, 4 micro-batches)" "$GT_TMP/run3.out" &&
+  grep -q "^  stage 0  *2 micro-batches" "$GT_TMP/run3.out" &&
+  grep -q "^  stage 1  *1 micro-batches" "$GT_TMP/run3.out"
+ok $? "peak activations: 1F1B holds pp - s micro-batches on stage s"
+"$PYTHON_REF" - "$GT_TMP/m3.jsonl" <<'PY'
+import json, math, sys
+steps = [json.loads(l) for l in open(sys.argv[1])]
+steps = [r for r in steps if not r.get("summary")]
+need = {"forward_ms", "backward_ms", "tp_comm_ms", "pp_comm_ms", "bubble_ms",
+        "dp_exposed_ms", "optimizer_ms", "data_ms"}
+assert len(steps) == 6, len(steps)
+for r in steps:
+    assert need <= r.keys(), need - r.keys()
+    assert all(math.isfinite(r[k]) and r[k] >= 0 for k in need)
+    assert r["forward_ms"] > 0 and r["backward_ms"] > 0 and r["tp_comm_ms"] > 0
+    assert r["forward_ms"] + r["backward_ms"] + r["tp_comm_ms"] + r["bubble_ms"] <= r["step_ms"] * 1.01
+PY
+ok $? "metrics: the per-step split (forward, backward, tp/pp comm, bubble, ...) within the step"
 
 done_testing
