@@ -107,10 +107,11 @@ size_t gt_gpt_slot_bytes(const gt_gpt *m);
 size_t gt_gpt_activation_bytes(const gt_gpt *m);
 
 /* Names and logical shapes of every parameter of the whole model, in
- * registration order of a single-rank model: i in [0, count). */
+ * registration order of a single-rank model: i in [0, count). Returns the
+ * tensor's element count; the counts add up to gt_gpt_param_count. */
 int gt_gpt_logical_count(const gt_gpt_shape *shape);
-void gt_gpt_logical_param(const gt_gpt_shape *shape, int i, char name[GT_PARAM_NAME_MAX],
-                          int *ndim, long dims[GT_TENSOR_MAX_DIMS]);
+size_t gt_gpt_logical_param(const gt_gpt_shape *shape, int i, char name[GT_PARAM_NAME_MAX],
+                            int *ndim, long dims[GT_TENSOR_MAX_DIMS]);
 
 /* Forward FLOPs per token of one block and of the head (for balancing
  * pipeline stages). */

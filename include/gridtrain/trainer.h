@@ -61,10 +61,9 @@ int gt_trainer_peak_activations(const gt_trainer *tr, int *microbatches, size_t 
 int gt_trainer_report_activations(gt_trainer *tr, FILE *out);
 
 /* Collective on world: the whole model's parameters as full (unsharded)
- * tensors, one after the other in the order of gt_gpt_logical_param, into
- * full (world rank 0 only; other ranks may pass NULL). *numel gets the
- * total (every rank). With full == NULL on rank 0 only the size is
- * computed (not collective then). */
-int gt_trainer_gather_params(gt_trainer *tr, float *full, size_t *numel);
+ * tensors, one after the other in the order of gt_gpt_logical_param
+ * (gt_gpt_param_count floats in all), into full on world rank 0 (other
+ * ranks may pass NULL). */
+int gt_trainer_gather_params(gt_trainer *tr, float *full);
 
 #endif /* GRIDTRAIN_TRAINER_H */

@@ -84,26 +84,28 @@ int gt_comm_test(MPI_Request *req, int *done)
   return GT_SUCCESS;
 }
 
-int gt_reduce_f32(float *buf, size_t n, MPI_Op op, int root, MPI_Comm comm)
+/* Reduce count items of type to root, in place there. */
+static int gt_reduce(void *buf, int count, MPI_Datatype type, MPI_Op op, int root, MPI_Comm comm)
 {
   int rank;
-  GT_ASSERT(n <= (size_t)INT_MAX);
   GT_CALL_MPI(MPI_Comm_rank(comm, &rank));
   MPI_Request req;
-  GT_CALL_MPI(MPI_Ireduce(rank == root ? MPI_IN_PLACE : buf, buf, (int)n, MPI_FLOAT, op, root,
-                          comm, &req));
+  GT_CALL_MPI(MPI_Ireduce(rank == root ? MPI_IN_PLACE : buf, buf, count, type, op, root, comm,
+                          &req));
   GT_CALL(gt_comm_wait(&req));
+  return GT_SUCCESS;
+}
+
+int gt_reduce_f32(float *buf, size_t n, MPI_Op op, int root, MPI_Comm comm)
+{
+  GT_ASSERT(n <= (size_t)INT_MAX);
+  GT_CALL(gt_reduce(buf, (int)n, MPI_FLOAT, op, root, comm));
   return GT_SUCCESS;
 }
 
 int gt_reduce_f64(double *buf, int n, MPI_Op op, int root, MPI_Comm comm)
 {
-  int rank;
-  GT_CALL_MPI(MPI_Comm_rank(comm, &rank));
-  MPI_Request req;
-  GT_CALL_MPI(MPI_Ireduce(rank == root ? MPI_IN_PLACE : buf, buf, n, MPI_DOUBLE, op, root,
-                          comm, &req));
-  GT_CALL(gt_comm_wait(&req));
+  GT_CALL(gt_reduce(buf, n, MPI_DOUBLE, op, root, comm));
   return GT_SUCCESS;
 }
 

@@ -130,14 +130,15 @@ static gt_gpt_pdesc gt_gpt_describe(const gt_gpt_shape *s, int i)
   return d;
 }
 
-void gt_gpt_logical_param(const gt_gpt_shape *shape, int i, char name[GT_PARAM_NAME_MAX],
-                          int *ndim, long dims[GT_TENSOR_MAX_DIMS])
+size_t gt_gpt_logical_param(const gt_gpt_shape *shape, int i, char name[GT_PARAM_NAME_MAX],
+                            int *ndim, long dims[GT_TENSOR_MAX_DIMS])
 {
   gt_gpt_pdesc d = gt_gpt_describe(shape, i);
   snprintf(name, GT_PARAM_NAME_MAX, "%s", d.name);
   *ndim = d.ndim;
   dims[0] = d.dims[0];
   dims[1] = d.dims[1];
+  return (size_t)d.dims[0] * (size_t)(d.ndim == 2 ? d.dims[1] : 1);
 }
 
 static int gt_gpt_add(gt_gpt *m, const gt_gpt_pdesc *d, bool owner_if_replicated,

@@ -384,8 +384,10 @@ static int gt_pipe_forward(gt_trainer *tr, int mb, float grad_scale, double *los
     GT_CALL(gt_read_microbatch(tr, tr->train, true, tr->step, mb));
   if (!first)
     GT_CALL(gt_wait_timed(&rq[GT_REQ_RECV_ACT], tr->ev.bubble));
-  if (!last) /* the slot's output buffer may still be going out */
-    GT_CALL(gt_wait_timed(&rq[GT_REQ_SEND_ACT], tr->ev.pp_comm));
+  /* The slot takes a new micro-batch: the sends of its previous one (output
+   * and input gradient) must be out before its buffers are written again. */
+  GT_CALL(gt_wait_timed(&rq[GT_REQ_SEND_ACT], tr->ev.pp_comm));
+  GT_CALL(gt_wait_timed(&rq[GT_REQ_SEND_GRAD], tr->ev.pp_comm));
   double l;
   gt_event_begin(tr->ev.forward);
   int status = gt_gpt_forward(tr->model, slot, tr->tokens, tr->targets, tr->B_micro, tr->T,
@@ -399,8 +401,6 @@ static int gt_pipe_forward(gt_trainer *tr, int mb, float grad_scale, double *los
     gt_event_begin(tr->ev.pp_comm);
     status = gt_p2p_isend(gt_gpt_output(tr->model, slot), n, g->pp_rank + 1, GT_TAG_ACT(mb),
                           g->pp, &rq[GT_REQ_SEND_ACT]);
-    if (status == GT_SUCCESS && rq[GT_REQ_SEND_GRAD] != MPI_REQUEST_NULL)
-      status = gt_comm_wait(&rq[GT_REQ_SEND_GRAD]);
     if (status == GT_SUCCESS)
       status = gt_p2p_irecv(gt_gpt_grad(tr->model, slot), n, g->pp_rank + 1, GT_TAG_GRAD(mb),
                             g->pp, &rq[GT_REQ_RECV_GRAD]);
@@ -423,8 +423,6 @@ static int gt_pipe_backward(gt_trainer *tr, int mb)
   MPI_Request *rq = &tr->reqs[4 * slot];
   if (!last)
     GT_CALL(gt_wait_timed(&rq[GT_REQ_RECV_GRAD], tr->ev.bubble));
-  if (!first) /* backward rewrites the slot's gradient buffer: its last send must be out */
-    GT_CALL(gt_wait_timed(&rq[GT_REQ_SEND_GRAD], tr->ev.pp_comm));
   const bool feed = mb == tr->M - 1 && tr->overlap && g->dp_size > 1;
   gt_event_begin(tr->ev.backward);
   int status = gt_gpt_backward(tr->model, slot, feed ? &tr->hook : NULL);
@@ -494,13 +492,24 @@ static int gt_reduce_loss_and_norm(gt_trainer *tr, double loss_sum, bool with_no
   double mine[2] = {last && g->tp_rank == 0 ? loss_sum : 0.0, 0.0};
   if (with_norm && g->dp_rank == 0) { /* dp replicas hold the same gradients */
     gt_event_begin(tr->ev.norm);
+    /* One sumsq per run of consecutive owned parameters (the alignment
+     * gaps between them hold zeros): a single call when every parameter
+     * here is owned. */
     int status = GT_SUCCESS;
-    for (int i = 0; i < params->count && status == GT_SUCCESS; i++) {
-      const gt_param *t = &params->list[i];
+    for (int i = 0; i < params->count && status == GT_SUCCESS;) {
+      if (!params->list[i].owner) {
+        i++;
+        continue;
+      }
+      int j = i;
+      while (j < params->count && params->list[j].owner)
+        j++;
+      const size_t begin = params->list[i].offset;
+      const size_t end = params->list[j - 1].offset + params->list[j - 1].numel;
       double ss = 0;
-      if (t->owner)
-        status = tr->be->ops->sumsq(tr->be, t->grad.data, t->numel, &ss);
+      status = tr->be->ops->sumsq(tr->be, params->grads + begin, end - begin, &ss);
       mine[1] += ss;
+      i = j;
     }
     gt_event_end(tr->ev.norm);
     GT_CALL(status);
@@ -664,27 +673,19 @@ int gt_trainer_report_activations(gt_trainer *tr, FILE *out)
 
 // ---- full tensors ---------------------------------------------------------------------------
 
-int gt_trainer_gather_params(gt_trainer *tr, float *full, size_t *numel)
+int gt_trainer_gather_params(gt_trainer *tr, float *full)
 {
   const gt_grid *g = tr->grid;
   gt_params *params = gt_gpt_params(tr->model);
   const int count = gt_gpt_logical_count(&tr->shape);
-  size_t total = 0, largest = 0;
+  char name[GT_PARAM_NAME_MAX];
+  int ndim;
+  long dims[GT_TENSOR_MAX_DIMS];
+  size_t largest = 0, local_max = 0;
   for (int i = 0; i < count; i++) {
-    char name[GT_PARAM_NAME_MAX];
-    int ndim;
-    long dims[GT_TENSOR_MAX_DIMS];
-    gt_gpt_logical_param(&tr->shape, i, name, &ndim, dims);
-    size_t ne = 1;
-    for (int d = 0; d < ndim; d++)
-      ne *= (size_t)dims[d];
-    total += ne;
+    size_t ne = gt_gpt_logical_param(&tr->shape, i, name, &ndim, dims);
     largest = ne > largest ? ne : largest;
   }
-  *numel = total;
-  if (!full && g->world_rank == 0)
-    return GT_SUCCESS;
-  size_t local_max = 0;
   for (int i = 0; i < params->count; i++)
     local_max = params->list[i].numel > local_max ? params->list[i].numel : local_max;
   float *buf = calloc(largest, sizeof(float)), *local = malloc(sizeof(float) * (local_max + 1));
@@ -695,13 +696,7 @@ int gt_trainer_gather_params(gt_trainer *tr, float *full, size_t *numel)
   int status = GT_SUCCESS;
   size_t off = 0;
   for (int i = 0; i < count && status == GT_SUCCESS; i++) {
-    char name[GT_PARAM_NAME_MAX];
-    int ndim;
-    long dims[GT_TENSOR_MAX_DIMS];
-    gt_gpt_logical_param(&tr->shape, i, name, &ndim, dims);
-    size_t ne = 1;
-    for (int d = 0; d < ndim; d++)
-      ne *= (size_t)dims[d];
+    const size_t ne = gt_gpt_logical_param(&tr->shape, i, name, &ndim, dims);
     memset(buf, 0, ne * sizeof(float));
     /* Exactly one rank owns each entry (dp rank 0, the owning copy), so a
      * sum over the world puts every entry in place unchanged. */

@@ -100,19 +100,20 @@ static int train(const gt_config *cfg, MPI_Comm comm, bool initial, outcome *out
   size_t numel = 0;
   int st = gt_trainer_create(cfg, comm, true, &tr);
   if (st == GT_SUCCESS && rank == 0) {
-    st = gt_trainer_gather_params(tr, NULL, &numel);
+    const gt_gpt_shape shape = shape_of(cfg);
+    numel = gt_gpt_param_count(&shape);
     out->initial = initial ? tu_alloc(numel) : NULL;
     out->final = tu_alloc(numel);
   }
   if (st == GT_SUCCESS && initial)
-    st = gt_trainer_gather_params(tr, rank == 0 ? out->initial : NULL, &numel);
+    st = gt_trainer_gather_params(tr, rank == 0 ? out->initial : NULL);
   for (int s = 0; s < STEPS && st == GT_SUCCESS; s++) {
     gt_step_stats stats;
     st = gt_trainer_step(tr, &stats);
     out->loss[s] = stats.loss;
   }
   if (st == GT_SUCCESS)
-    st = gt_trainer_gather_params(tr, rank == 0 ? out->final : NULL, &numel);
+    st = gt_trainer_gather_params(tr, rank == 0 ? out->final : NULL);
   out->numel = numel;
   gt_trainer_destroy(&tr);
   return st;
@@ -129,10 +130,7 @@ static double param_err(const gt_gpt_shape *shape, const float *a, const float *
     char name[GT_PARAM_NAME_MAX];
     int ndim;
     long dims[GT_TENSOR_MAX_DIMS];
-    gt_gpt_logical_param(shape, i, name, &ndim, dims);
-    size_t ne = 1;
-    for (int d = 0; d < ndim; d++)
-      ne *= (size_t)dims[d];
+    const size_t ne = gt_gpt_logical_param(shape, i, name, &ndim, dims);
     double diff = 0, scale = 0;
     for (size_t k = 0; k < ne; k++) {
       double d = fabs((double)a[off + k] - b[off + k]);
