@@ -62,6 +62,12 @@ typedef struct gt_config {
     double bucket_mb;             /* DP bucket size, MiB (0: one bucket) */
     char dp_overlap[GT_NAME_MAX]; /* on | off */
   } parallel;
+  struct {
+    char dir[GT_PATH_MAX];    /* "" for no checkpoints */
+    long every;               /* steps between checkpoints, 0: signal and end only */
+    long keep;                /* files kept, 0: all */
+    char resume[GT_PATH_MAX]; /* auto | never | PATH */
+  } checkpoint;
 
   char deck_path[GT_PATH_MAX];                 /* "" when no deck */
   unsigned char origin[GT_CONFIG_MAX_KEYS];    /* gt_config_origin per key */
@@ -89,7 +95,8 @@ int gt_config_load(gt_config *cfg, const char *deck_path, int noverrides,
                    char *const overrides[], MPI_Comm comm);
 
 /* Write the resolved configuration as an INI deck (every key, with its value).
- * Returns the length written, like snprintf. */
+ * Returns the length it needs, like snprintf (buf may be NULL when size is
+ * 0). */
 int gt_config_to_ini(const gt_config *cfg, char *buf, size_t size);
 
 /* Print the resolved configuration as a table: key, value, origin. */

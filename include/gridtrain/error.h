@@ -26,7 +26,7 @@
 typedef enum {
   GT_SUCCESS = 0,
   GT_ERR_INPUT = 2,    /* bad user input: deck, command line, layout, data file */
-  GT_ERR_REQUEUE = 3,  /* reserved: checkpointed after a signal, please requeue */
+  GT_ERR_REQUEUE = 3,  /* stopped by a signal after writing a checkpoint: requeue */
   GT_ERR_SYSTEM = 10,  /* operating system: files, memory, processes */
   GT_ERR_MPI = 11,     /* an MPI call failed */
   GT_ERR_HDF5 = 12,    /* an HDF5 call failed */
@@ -48,6 +48,11 @@ const char *gt_error_name(int code);
 int gt_error_set(int code, const char *file, int line, const char *func,
                  const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 
+/* Record a new error whose message is the printf-style context, ": ", and
+ * the current error's message (the cause), and return code. */
+int gt_error_wrap(int code, const char *file, int line, const char *func,
+                  const char *fmt, ...) __attribute__((format(printf, 5, 6)));
+
 /* Add a frame to the current error's trace and return code. */
 int gt_error_push(int code, const char *file, int line, const char *func);
 
@@ -67,6 +72,7 @@ bool gt_error_is_collective(void);
 
 /* Print the current error as one line to stderr:
  *   "gridtrain: error: MESSAGE"                       (GT_ERR_INPUT)
+ *   "gridtrain: requeue: MESSAGE"                     (GT_ERR_REQUEUE)
  *   "gridtrain: error: MESSAGE [at src/x.c:12 (f)]"   (other codes)
  * rank < 0 omits the rank prefix; otherwise "gridtrain: rank R: error: ...".
  * With GT_TRACE=1 in the environment, the GT_CALL trace follows. */

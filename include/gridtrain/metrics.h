@@ -38,9 +38,10 @@ typedef struct gt_run_summary {
 
 typedef struct gt_metrics gt_metrics;
 
-/* Open the JSON-lines file (truncating it); path "" or NULL: no file. Call on
- * the rank that reports (rank 0). GT_ERR_INPUT when it cannot be created. */
-int gt_metrics_open(const char *path, gt_metrics **m);
+/* Open the JSON-lines file, truncating it, or with append (a run resumed
+ * from a checkpoint) adding to it; path "" or NULL: no file. Call on the
+ * rank that reports (rank 0). GT_ERR_INPUT when it cannot be created. */
+int gt_metrics_open(const char *path, bool append, gt_metrics **m);
 int gt_metrics_close(gt_metrics **m);
 
 /* Append one step record (flushed). m may be NULL. */

@@ -33,6 +33,10 @@ double gt_clip_scale(const gt_adamw_config *cfg, double grad_norm);
 int gt_adamw_create(gt_params *params, const gt_adamw_config *cfg, gt_adamw **opt);
 int gt_adamw_destroy(gt_adamw **opt);
 
+/* The moment buffers m and v (device), parallel to the parameters' values
+ * (same offsets), for checkpoints. */
+void gt_adamw_moments(gt_adamw *opt, float **m, float **v);
+
 /* One update at 0-based step s with learning rate lr, the gradients first
  * multiplied by grad_scale (clipping). Bias correction uses t = s + 1. */
 int gt_adamw_step(gt_adamw *opt, long s, double lr, double grad_scale);

@@ -29,7 +29,10 @@ typedef struct gt_trainer gt_trainer;
 /* Collective on world: everything from the resolved configuration. Input
  * problems (layout, data, backend) are GT_ERR_INPUT errors that every rank
  * reports identically (collective). Prints the configuration table and the
- * layout on rank 0 unless quiet. */
+ * layout on rank 0 unless quiet. Then resumes as [checkpoint] resume says:
+ * auto loads the newest valid checkpoint of [checkpoint] dir when there is
+ * one (warning about and skipping damaged ones; an error when every one is
+ * damaged), PATH loads that file, never starts fresh. */
 int gt_trainer_create(const gt_config *cfg, MPI_Comm world, bool quiet, gt_trainer **tr);
 
 /* Collective on world. */
@@ -45,6 +48,20 @@ int gt_trainer_evaluate(gt_trainer *tr, double *val_loss);
 /* Collective: every remaining step with logging, metrics file, evaluation,
  * the final summary line and the timing table. */
 int gt_trainer_run(gt_trainer *tr);
+
+/* Collective on world: write a checkpoint of the state after the steps done
+ * so far into dir (NULL: [checkpoint] dir), keeping [checkpoint] keep files.
+ * The file's name is returned in path (size bytes). */
+int gt_trainer_save(gt_trainer *tr, const char *dir, char *path, size_t size);
+
+/* Collective on world: load parameters, AdamW moments, step and data
+ * position from the checkpoint file path, whatever layout wrote it. A model
+ * shape that differs from the deck's is GT_ERR_INPUT; errors are collective.
+ * On failure the state is unspecified (load another checkpoint). */
+int gt_trainer_load(gt_trainer *tr, const char *path);
+
+/* Optimizer steps done so far (the next step to run). Not collective. */
+long gt_trainer_step_index(const gt_trainer *tr);
 
 /* This rank's parameters (not collective). */
 gt_params *gt_trainer_params(gt_trainer *tr);

@@ -8,6 +8,7 @@
 #include "gridtrain/config.h"
 #include "gridtrain/error.h"
 #include "gridtrain/log.h"
+#include "gridtrain/signals.h"
 #include "gridtrain/trainer.h"
 
 static void gt_train_usage(void)
@@ -23,8 +24,14 @@ static void gt_train_usage(void)
          "resolved configuration, one log line every [run] log_every steps, and a\n"
          "summary; [run] metrics names a JSON-lines file with one record per step.\n"
          "\n"
-         "Exit status: 0 done, 2 bad input (deck, command line, layout, data),\n"
-         "1 any other error.\n"
+         "With [checkpoint] dir set, checkpoints go there every [checkpoint] every\n"
+         "steps and at the end, and a new run resumes from the newest one\n"
+         "([checkpoint] resume = auto), in any layout. SIGUSR1 or SIGTERM makes every\n"
+         "rank stop at the next step boundary after writing a checkpoint.\n"
+         "\n"
+         "Exit status: 0 done, 2 bad input (deck, command line, layout, data,\n"
+         "checkpoint), 3 stopped by SIGUSR1/SIGTERM after writing a checkpoint\n"
+         "(requeue the job to continue), 1 any other error.\n"
          "\n"
          "Deck keys:\n");
   gt_config_print_keys(stdout);
@@ -48,6 +55,9 @@ int gt_cmd_train(int argc, char **argv, MPI_Comm world)
     gt_error_set_collective(true);
     return GT_ERR_INPUT;
   }
+  /* From here a SIGUSR1 or SIGTERM means: checkpoint at the next step
+   * boundary and exit with status 3. */
+  GT_CALL(gt_signals_install());
   gt_config cfg;
   GT_CALL(gt_config_load(&cfg, argv[1], argc - 2, argv + 2, world));
   gt_trainer *tr = NULL;

@@ -27,12 +27,14 @@ static void gt_usage(void)
          "Commands:\n"
          "  train DECK [section.key=value ...]   train the model of an input deck\n"
          "  ingest text IN... -o OUT.h5          make an HDF5 token dataset from text\n"
+         "  ckpt info|verify|convert FILE ...    inspect, check or export a checkpoint\n"
          "\n"
          "Options:\n"
          "  -h, --help       this help ('gridtrain COMMAND --help' for a command)\n"
          "  -V, --version    version and build information\n"
          "\n"
-         "Exit status: 0 success, 2 bad input, 1 other errors.\n");
+         "Exit status: 0 success, 2 bad input, 3 stopped by SIGUSR1/SIGTERM after\n"
+         "writing a checkpoint (requeue to continue), 1 other errors.\n");
 }
 
 static int gt_dispatch(int argc, char **argv, MPI_Comm world)
@@ -59,8 +61,10 @@ static int gt_dispatch(int argc, char **argv, MPI_Comm world)
     return gt_cmd_train(argc - 1, argv + 1, world);
   if (strcmp(cmd, "ingest") == 0)
     return gt_cmd_ingest(argc - 1, argv + 1, world);
+  if (strcmp(cmd, "ckpt") == 0)
+    return gt_cmd_ckpt(argc - 1, argv + 1, world);
   gt_error_set(GT_ERR_INPUT, __FILE__, __LINE__, __func__,
-               "unknown command '%s'; commands: train, ingest (see 'gridtrain --help')", cmd);
+               "unknown command '%s'; commands: train, ingest, ckpt (see 'gridtrain --help')", cmd);
   gt_error_set_collective(true);
   return GT_ERR_INPUT;
 }

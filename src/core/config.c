@@ -122,6 +122,18 @@ static const gt_key gt_keys[] = {
   {"parallel", "dp_overlap", GT_KEY_ENUM, GT_OFF(parallel.dp_overlap), 0, 0, "on|off", "on",
    "start each bucket's all-reduce during the last micro-batch's backward (on) or "
    "all of them after backward (off)", false, false},
+
+  {"checkpoint", "dir", GT_KEY_STRING, GT_OFF(checkpoint.dir), 0, 0, NULL, "",
+   "directory of checkpoints (step_NNNNNNNN.h5 and latest); empty: no checkpoints",
+   false, false},
+  {"checkpoint", "every", GT_KEY_INT, GT_OFF(checkpoint.every), 0, 1e12, NULL, "0",
+   "write a checkpoint every N steps; 0: only on SIGUSR1/SIGTERM and at the end",
+   false, false},
+  {"checkpoint", "keep", GT_KEY_INT, GT_OFF(checkpoint.keep), 0, 1e6, NULL, "3",
+   "checkpoints kept in dir (older ones are deleted); 0 keeps all", false, false},
+  {"checkpoint", "resume", GT_KEY_STRING, GT_OFF(checkpoint.resume), 0, 0, NULL, "auto",
+   "auto: continue from dir's newest valid checkpoint if there is one; never: start "
+   "fresh; or the path of a checkpoint file to start from (any layout)", false, false},
 };
 
 #define GT_NKEYS ((int)(sizeof gt_keys / sizeof gt_keys[0]))
@@ -550,18 +562,20 @@ int gt_config_to_ini(const gt_config *cfg, char *buf, size_t size)
   size_t len = 0;
   const char *section = "";
   char value[GT_PATH_MAX];
-  buf[0] = '\0';
+  if (size > 0)
+    buf[0] = '\0';
   for (int i = 0; i < GT_NKEYS; i++) {
     const gt_key *k = &gt_keys[i];
     gt_key_format(k, cfg, value, sizeof value);
     int n;
     if (strcmp(section, k->section) != 0) {
-      n = snprintf(buf + len, len < size ? size - len : 0, "%s[%s]\n",
+      n = snprintf(len < size ? buf + len : NULL, len < size ? size - len : 0, "%s[%s]\n",
                    i ? "\n" : "", k->section);
       len += (size_t)n;
       section = k->section;
     }
-    n = snprintf(buf + len, len < size ? size - len : 0, "%s = %s\n", k->name, value);
+    n = snprintf(len < size ? buf + len : NULL, len < size ? size - len : 0, "%s = %s\n",
+                 k->name, value);
     len += (size_t)n;
   }
   return (int)len;

@@ -103,6 +103,20 @@ int gt_error_push(int code, const char *file, int line, const char *func)
   return code;
 }
 
+int gt_error_wrap(int code, const char *file, int line, const char *func, const char *fmt, ...)
+{
+  char cause[sizeof gt_err_state.message];
+  snprintf(cause, sizeof cause, "%s", gt_err_state.message);
+  char context[sizeof gt_err_state.message];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(context, sizeof context, fmt, ap);
+  va_end(ap);
+  if (cause[0])
+    return gt_error_set(code, file, line, func, "%s: %s", context, cause);
+  return gt_error_set(code, file, line, func, "%s", context);
+}
+
 const char *gt_error_message(void) { return gt_err_state.message; }
 const char *gt_error_origin(void) { return gt_err_state.origin; }
 void gt_error_set_origin(const char *origin)
@@ -125,11 +139,14 @@ void gt_error_clear(void)
 void gt_error_print(int rank)
 {
   char prefix[64];
+  /* A requeue request is how a signalled run ends well, not an error. */
+  const char *kind = gt_err_state.code == GT_ERR_REQUEUE ? "requeue" : "error";
   if (rank < 0)
-    snprintf(prefix, sizeof prefix, "gridtrain: error: ");
+    snprintf(prefix, sizeof prefix, "gridtrain: %s: ", kind);
   else
-    snprintf(prefix, sizeof prefix, "gridtrain: rank %d: error: ", rank);
-  if (gt_err_state.code == GT_ERR_INPUT || gt_err_state.origin[0] == '\0')
+    snprintf(prefix, sizeof prefix, "gridtrain: rank %d: %s: ", rank, kind);
+  if (gt_err_state.code == GT_ERR_INPUT || gt_err_state.code == GT_ERR_REQUEUE ||
+      gt_err_state.origin[0] == '\0')
     fprintf(stderr, "%s%s\n", prefix, gt_err_state.message);
   else
     fprintf(stderr, "%s%s [at %s]\n", prefix, gt_err_state.message,

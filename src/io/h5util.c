@@ -70,17 +70,25 @@ int gt_h5_close_all(int status, int n, hid_t ids[])
 
 // ---- files ----------------------------------------------------------------------
 
-static int gt_h5_open_mpio_in(const char *path, unsigned flags, MPI_Comm comm,
-                              hid_t *file, hid_t *fapl)
+/* create: make a new file (truncating), in the HDF5 1.10 format (every
+ * metadata block checksummed), with metadata written collectively. */
+static int gt_h5_mpio_in(const char *path, bool create, unsigned flags, MPI_Comm comm,
+                         hid_t *file, hid_t *fapl)
 {
   GT_H5_ID(*fapl, H5Pcreate(H5P_FILE_ACCESS));
   GT_CALL_HDF5(H5Pset_fapl_mpio(*fapl, comm, MPI_INFO_NULL));
   GT_CALL_HDF5(H5Pset_cache(*fapl, 0, GT_H5_CACHE_SLOTS, GT_H5_CACHE_BYTES, 0.75));
-  GT_H5_ID(*file, H5Fopen(path, flags, *fapl));
+  if (create) {
+    GT_CALL_HDF5(H5Pset_libver_bounds(*fapl, H5F_LIBVER_V110, H5F_LIBVER_V110));
+    GT_CALL_HDF5(H5Pset_coll_metadata_write(*fapl, true));
+    GT_H5_ID(*file, H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, *fapl));
+  } else {
+    GT_H5_ID(*file, H5Fopen(path, flags, *fapl));
+  }
   return GT_SUCCESS;
 }
 
-int gt_h5_open_mpio(const char *path, unsigned flags, MPI_Comm comm, hid_t *file)
+static int gt_h5_mpio(const char *path, bool create, unsigned flags, MPI_Comm comm, hid_t *file)
 {
   /* ROMIO reads "name:" at the start of a path as a file-system prefix (ufs:,
    * nfs:, lustre:): a path with a colon names the generic Unix driver
@@ -94,9 +102,21 @@ int gt_h5_open_mpio(const char *path, unsigned flags, MPI_Comm comm, hid_t *file
   }
   hid_t fapl = H5I_INVALID_HID;
   *file = H5I_INVALID_HID;
-  int status = gt_h5_open_mpio_in(prefixed ? prefixed : path, flags, comm, file, &fapl);
+  int status = gt_h5_mpio_in(prefixed ? prefixed : path, create, flags, comm, file, &fapl);
   free(prefixed);
   GT_CALL(gt_h5_close_all(status, 1, &fapl));
+  return GT_SUCCESS;
+}
+
+int gt_h5_open_mpio(const char *path, unsigned flags, MPI_Comm comm, hid_t *file)
+{
+  GT_CALL(gt_h5_mpio(path, false, flags, comm, file));
+  return GT_SUCCESS;
+}
+
+int gt_h5_create_mpio(const char *path, MPI_Comm comm, hid_t *file)
+{
+  GT_CALL(gt_h5_mpio(path, true, 0, comm, file));
   return GT_SUCCESS;
 }
 
@@ -104,8 +124,10 @@ int gt_h5_open_mpio(const char *path, unsigned flags, MPI_Comm comm, hid_t *file
 
 enum { GT_AID_ATTR, GT_AID_SPACE, GT_AID_TYPE, GT_AID_N };
 
-static int gt_h5_read_attr_i64_in(hid_t obj, const char *name, const char *what,
-                                  bool *found, long long *value, hid_t ids[])
+/* Read attribute `name` of obj as n values of memory type mtype; the stored
+ * type must be of class cls (integers as integers, floats as floats). */
+static int gt_h5_read_attr_in(hid_t obj, const char *name, const char *what, H5T_class_t cls,
+                              hid_t mtype, long long n, void *buf, bool *found, hid_t ids[])
 {
   htri_t exists;
   GT_CALL_HDF5(exists = H5Aexists(obj, name));
@@ -115,25 +137,94 @@ static int gt_h5_read_attr_i64_in(hid_t obj, const char *name, const char *what,
   GT_H5_ID(ids[GT_AID_ATTR], H5Aopen(obj, name, H5P_DEFAULT));
   GT_H5_ID(ids[GT_AID_TYPE], H5Aget_type(ids[GT_AID_ATTR]));
   GT_H5_ID(ids[GT_AID_SPACE], H5Aget_space(ids[GT_AID_ATTR]));
-  H5T_class_t cls;
+  H5T_class_t stored;
   hssize_t npoints;
-  GT_CALL_HDF5(cls = H5Tget_class(ids[GT_AID_TYPE]));
+  GT_CALL_HDF5(stored = H5Tget_class(ids[GT_AID_TYPE]));
   GT_CALL_HDF5(npoints = H5Sget_simple_extent_npoints(ids[GT_AID_SPACE]));
-  GT_CHECK(cls == H5T_INTEGER && npoints == 1, GT_ERR_INPUT,
-           "attribute '%s' of %s is not one integer; write it as a scalar integer",
-           name, what);
-  long long v = 0;
-  GT_CALL_HDF5(H5Aread(ids[GT_AID_ATTR], H5T_NATIVE_LLONG, &v));
-  *value = v;
+  GT_CHECK(stored == cls && npoints == n, GT_ERR_INPUT,
+           "attribute '%s' of %s is not %lld %s%s", name, what, n,
+           cls == H5T_INTEGER ? "integer" : "number", n == 1 ? "" : "s");
+  GT_CALL_HDF5(H5Aread(ids[GT_AID_ATTR], mtype, buf));
   *found = true;
+  return GT_SUCCESS;
+}
+
+static int gt_h5_read_attr(hid_t obj, const char *name, const char *what, H5T_class_t cls,
+                           hid_t mtype, long long n, void *buf, bool *found)
+{
+  hid_t ids[GT_AID_N] = {H5I_INVALID_HID, H5I_INVALID_HID, H5I_INVALID_HID};
+  int status = gt_h5_read_attr_in(obj, name, what, cls, mtype, n, buf, found, ids);
+  GT_CALL(gt_h5_close_all(status, GT_AID_N, ids));
   return GT_SUCCESS;
 }
 
 int gt_h5_read_attr_i64(hid_t obj, const char *name, const char *what,
                         bool *found, long long *value)
 {
+  GT_CALL(gt_h5_read_attr(obj, name, what, H5T_INTEGER, H5T_NATIVE_LLONG, 1, value, found));
+  return GT_SUCCESS;
+}
+
+int gt_h5_read_attr_i64s(hid_t obj, const char *name, const char *what, int n,
+                         bool *found, long long *values)
+{
+  GT_CALL(gt_h5_read_attr(obj, name, what, H5T_INTEGER, H5T_NATIVE_LLONG, n, values, found));
+  return GT_SUCCESS;
+}
+
+int gt_h5_read_attr_f64(hid_t obj, const char *name, const char *what,
+                        bool *found, double *value)
+{
+  GT_CALL(gt_h5_read_attr(obj, name, what, H5T_FLOAT, H5T_NATIVE_DOUBLE, 1, value, found));
+  return GT_SUCCESS;
+}
+
+static int gt_h5_read_attr_str_in(hid_t obj, const char *name, const char *what,
+                                  bool *found, char **value, hid_t ids[])
+{
+  htri_t exists;
+  GT_CALL_HDF5(exists = H5Aexists(obj, name));
+  *found = false;
+  if (!exists)
+    return GT_SUCCESS;
+  GT_H5_ID(ids[GT_AID_ATTR], H5Aopen(obj, name, H5P_DEFAULT));
+  GT_H5_ID(ids[GT_AID_TYPE], H5Aget_type(ids[GT_AID_ATTR]));
+  GT_H5_ID(ids[GT_AID_SPACE], H5Aget_space(ids[GT_AID_ATTR]));
+  H5T_class_t stored;
+  hssize_t npoints;
+  htri_t variable;
+  GT_CALL_HDF5(stored = H5Tget_class(ids[GT_AID_TYPE]));
+  GT_CALL_HDF5(npoints = H5Sget_simple_extent_npoints(ids[GT_AID_SPACE]));
+  GT_CHECK(stored == H5T_STRING && npoints == 1, GT_ERR_INPUT,
+           "attribute '%s' of %s is not one string", name, what);
+  GT_CALL_HDF5(variable = H5Tis_variable_str(ids[GT_AID_TYPE]));
+  if (variable) {
+    char *text = NULL;
+    GT_CALL_HDF5(H5Aread(ids[GT_AID_ATTR], ids[GT_AID_TYPE], &text));
+    *value = strdup(text ? text : "");
+    H5free_memory(text);
+  } else {
+    size_t size = H5Tget_size(ids[GT_AID_TYPE]);
+    GT_CHECK(size > 0, GT_ERR_INPUT, "attribute '%s' of %s is not a string", name, what);
+    *value = calloc(size + 1, 1);
+    GT_CHECK_ALLOC(*value, size + 1);
+    GT_CALL_HDF5(H5Aread(ids[GT_AID_ATTR], ids[GT_AID_TYPE], *value));
+  }
+  GT_CHECK_ALLOC(*value, 1);
+  *found = true;
+  return GT_SUCCESS;
+}
+
+int gt_h5_read_attr_str(hid_t obj, const char *name, const char *what, bool *found,
+                        char **value)
+{
   hid_t ids[GT_AID_N] = {H5I_INVALID_HID, H5I_INVALID_HID, H5I_INVALID_HID};
-  int status = gt_h5_read_attr_i64_in(obj, name, what, found, value, ids);
+  *value = NULL;
+  int status = gt_h5_read_attr_str_in(obj, name, what, found, value, ids);
+  if (status != GT_SUCCESS) {
+    free(*value);
+    *value = NULL;
+  }
   GT_CALL(gt_h5_close_all(status, GT_AID_N, ids));
   return GT_SUCCESS;
 }
@@ -170,6 +261,12 @@ static int gt_h5_attr_put(hid_t obj, const char *name, hid_t ftype, hid_t mtype,
   return GT_SUCCESS;
 }
 
+int gt_h5_write_attr_u64(hid_t obj, const char *name, unsigned long long value)
+{
+  GT_CALL(gt_h5_attr_put(obj, name, H5T_STD_U64LE, H5T_NATIVE_ULLONG, -1, &value));
+  return GT_SUCCESS;
+}
+
 int gt_h5_write_attr_i64(hid_t obj, const char *name, long long value)
 {
   GT_CALL(gt_h5_attr_put(obj, name, H5T_STD_I64LE, H5T_NATIVE_LLONG, -1, &value));
@@ -192,6 +289,13 @@ int gt_h5_write_attr_strs(hid_t obj, const char *name, int n, const char *const 
 {
   GT_ASSERT(n >= 0);
   GT_CALL(gt_h5_attr_put(obj, name, H5I_INVALID_HID, H5I_INVALID_HID, n, values));
+  return GT_SUCCESS;
+}
+
+int gt_h5_write_attr_i64s(hid_t obj, const char *name, int n, const long long values[])
+{
+  GT_ASSERT(n >= 0);
+  GT_CALL(gt_h5_attr_put(obj, name, H5T_STD_I64LE, H5T_NATIVE_LLONG, n, values));
   return GT_SUCCESS;
 }
 

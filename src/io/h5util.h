@@ -36,6 +36,11 @@ int gt_h5_close_all(int status, int n, hid_t ids[]);
  * as "lustre:" are not interpreted). Collective on comm. */
 int gt_h5_open_mpio(const char *path, unsigned flags, MPI_Comm comm, hid_t *file);
 
+/* Create (or truncate) a file with the MPI-IO driver on comm, in the HDF5
+ * 1.10 format (checksummed metadata), metadata written collectively. Same
+ * path rules as gt_h5_open_mpio. Collective on comm. */
+int gt_h5_create_mpio(const char *path, MPI_Comm comm, hid_t *file);
+
 /* Read an integer attribute (any integer type, one element) of obj. *found is
  * false (and *value untouched) when obj has no such attribute. An attribute
  * that is not one integer is GT_ERR_INPUT naming `what` (the object, for the
@@ -43,12 +48,23 @@ int gt_h5_open_mpio(const char *path, unsigned flags, MPI_Comm comm, hid_t *file
 int gt_h5_read_attr_i64(hid_t obj, const char *name, const char *what,
                         bool *found, long long *value);
 
-/* Create scalar attributes of obj: int64, double, UTF-8 string. */
+/* The same for n integers, one double, one string (any HDF5 string type;
+ * *value is malloc'ed, free it). */
+int gt_h5_read_attr_i64s(hid_t obj, const char *name, const char *what, int n,
+                         bool *found, long long *values);
+int gt_h5_read_attr_f64(hid_t obj, const char *name, const char *what,
+                        bool *found, double *value);
+int gt_h5_read_attr_str(hid_t obj, const char *name, const char *what, bool *found,
+                        char **value);
+
+/* Create scalar attributes of obj: int64, uint64, double, UTF-8 string. */
+int gt_h5_write_attr_u64(hid_t obj, const char *name, unsigned long long value);
 int gt_h5_write_attr_i64(hid_t obj, const char *name, long long value);
 int gt_h5_write_attr_f64(hid_t obj, const char *name, double value);
 int gt_h5_write_attr_str(hid_t obj, const char *name, const char *value);
 
-/* Create 1-D attributes of obj with n elements: UTF-8 strings, uint64. */
+/* Create 1-D attributes of obj with n elements: UTF-8 strings, int64, uint64. */
+int gt_h5_write_attr_i64s(hid_t obj, const char *name, int n, const long long values[]);
 int gt_h5_write_attr_strs(hid_t obj, const char *name, int n, const char *const values[]);
 int gt_h5_write_attr_u64s(hid_t obj, const char *name, int n, const uint64_t values[]);
 

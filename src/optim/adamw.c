@@ -73,6 +73,12 @@ int gt_adamw_destroy(gt_adamw **opt)
   return GT_SUCCESS;
 }
 
+void gt_adamw_moments(gt_adamw *o, float **m, float **v)
+{
+  *m = o->m;
+  *v = o->v;
+}
+
 int gt_adamw_step(gt_adamw *o, long s, double lr, double grad_scale)
 {
   const gt_adamw_config *c = &o->cfg;

@@ -15,12 +15,12 @@ struct gt_metrics {
   char path[1024];
 };
 
-int gt_metrics_open(const char *path, gt_metrics **m)
+int gt_metrics_open(const char *path, bool append, gt_metrics **m)
 {
   *m = NULL;
   if (!path || !path[0])
     return GT_SUCCESS;
-  FILE *f = fopen(path, "w");
+  FILE *f = fopen(path, append ? "a" : "w");
   GT_CHECK(f != NULL, GT_ERR_INPUT, "cannot create the metrics file '%s' ([run] metrics): %s",
            path, strerror(errno));
   gt_metrics *mm = calloc(1, sizeof *mm);

@@ -8,9 +8,11 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "gridtrain/backend.h"
 #include "gridtrain/buckets.h"
+#include "gridtrain/checkpoint.h"
 #include "gridtrain/comm.h"
 #include "gridtrain/data.h"
 #include "gridtrain/error.h"
@@ -18,7 +20,9 @@
 #include "gridtrain/log.h"
 #include "gridtrain/optim.h"
 #include "gridtrain/schedule.h"
+#include "gridtrain/signals.h"
 #include "gridtrain/timer.h"
+#include "gridtrain/version.h"
 
 struct gt_trainer {
   gt_config cfg;
@@ -37,6 +41,12 @@ struct gt_trainer {
   int M;          /* micro-batches */
   int threads;
   long step;      /* next step to run */
+  long long samples; /* data-stream position: sequences consumed before step */
+  double last_loss;  /* loss of the last step run (NaN before any) */
+  long start_step;   /* the step this run started at (after a resume) */
+  gt_ckpt_tensor *tensors; /* every logical parameter, for checkpoints */
+  MPI_Comm writers;        /* dp rank 0 of every (pp, tp) position; else NULL */
+  int ntensors;
   int32_t *window, *tokens, *targets; /* host (B_micro, T+1), (B_micro, T) x 2 */
 
   /* pipeline */
@@ -68,6 +78,8 @@ enum { GT_REQ_RECV_ACT = 0, GT_REQ_SEND_ACT, GT_REQ_RECV_GRAD, GT_REQ_SEND_GRAD 
     int gt_agree_status_ = (expr);                                                         \
     GT_CALL(gt_error_agree(gt_agree_status_, comm));                                       \
   } while (0)
+
+static int gt_trainer_resume(gt_trainer *tr);
 
 // ---- set-up ----------------------------------------------------------------------------
 
@@ -208,6 +220,7 @@ int gt_trainer_create(const gt_config *cfg, MPI_Comm world, bool quiet, gt_train
   gt_trainer *tr = calloc(1, sizeof *tr);
   GT_CHECK_ALLOC(tr, sizeof *tr);
   *trainer = tr;
+  tr->writers = MPI_COMM_NULL;
   tr->cfg = *cfg;
   GT_CALL(gt_grid_create(cfg, world, &tr->grid));
   const gt_grid *g = tr->grid;
@@ -289,13 +302,32 @@ int gt_trainer_create(const gt_config *cfg, MPI_Comm world, bool quiet, gt_train
   GT_AGREE(comm, tr->window && tr->tokens && tr->targets
                      ? GT_SUCCESS
                      : GT_ERROR(GT_ERR_SYSTEM, "out of memory for token buffers"));
-  GT_AGREE(comm, g->world_rank == 0 ? gt_metrics_open(cfg->run.metrics, &tr->metrics)
-                                    : GT_SUCCESS);
+  tr->ntensors = gt_gpt_logical_count(&tr->shape);
+  tr->tensors = calloc((size_t)tr->ntensors, sizeof *tr->tensors);
+  GT_AGREE(comm, tr->tensors ? GT_SUCCESS
+                             : GT_ERROR(GT_ERR_SYSTEM, "out of memory for the tensor list"));
+  for (int i = 0; i < tr->ntensors; i++)
+    gt_gpt_logical_param(&tr->shape, i, tr->tensors[i].name, &tr->tensors[i].ndim,
+                         tr->tensors[i].dims);
+  tr->last_loss = NAN;
+  GT_CALL_MPI(MPI_Comm_split(comm, g->dp_rank == 0 ? 0 : MPI_UNDEFINED, g->world_rank,
+                             &tr->writers));
+  if (tr->writers != MPI_COMM_NULL)
+    GT_CALL_MPI(MPI_Comm_set_errhandler(tr->writers, MPI_ERRORS_RETURN));
+  if (cfg->checkpoint.dir[0])
+    GT_CALL(gt_ckpt_dir_prepare(cfg->checkpoint.dir, comm));
+
   /* The largest rank decides what fits: report it. */
   double most[2] = {(double)params->numel, (double)gt_gpt_activation_bytes(tr->model)};
   GT_CALL(gt_allreduce_f64(most, 2, MPI_MAX, comm));
   if (!quiet)
     gt_print_setup(tr, (size_t)most[0], (size_t)most[1]);
+  GT_CALL(gt_trainer_resume(tr));
+  tr->start_step = tr->step;
+  /* A resumed run adds to the metrics of the run it continues. */
+  GT_AGREE(comm, g->world_rank == 0
+                     ? gt_metrics_open(cfg->run.metrics, tr->step > 0, &tr->metrics)
+                     : GT_SUCCESS);
   return GT_SUCCESS;
 }
 
@@ -319,6 +351,9 @@ int gt_trainer_destroy(gt_trainer **trainer)
   free(tr->stage_first);
   free(tr->ops);
   free(tr->reqs);
+  free(tr->tensors);
+  if (tr->writers != MPI_COMM_NULL)
+    MPI_Comm_free(&tr->writers);
   gt_grid_destroy(&tr->grid);
   free(tr);
   *trainer = NULL;
@@ -331,14 +366,14 @@ const gt_grid *gt_trainer_grid(const gt_trainer *tr) { return tr->grid; }
 
 // ---- data ----------------------------------------------------------------------------------
 
-/* Read the B_micro sequences of micro-batch mb of step s (or of evaluation
- * batch s) into tokens and targets. Only the first and last stages need
- * them. */
-static int gt_read_microbatch(gt_trainer *tr, gt_dataset *ds, bool shuffle, long s, int mb)
+/* Read the B_micro sequences of micro-batch mb of the global batch that
+ * starts at sample `base` into tokens and targets. Only the first and last
+ * stages need them. */
+static int gt_read_microbatch(gt_trainer *tr, gt_dataset *ds, bool shuffle, long long base,
+                              int mb)
 {
   const gt_grid *g = tr->grid;
-  long long first = (long long)s * tr->B + (long long)g->dp_rank * tr->B_rank +
-                    (long long)mb * tr->B_micro;
+  long long first = base + (long long)g->dp_rank * tr->B_rank + (long long)mb * tr->B_micro;
   gt_event_begin(tr->ev.data);
   int status = gt_dataset_read_samples(ds, tr->T, shuffle, tr->cfg.run.seed, first,
                                        tr->B_micro, tr->cfg.model.vocab, tr->window);
@@ -381,7 +416,7 @@ static int gt_pipe_forward(gt_trainer *tr, int mb, float grad_scale, double *los
   const size_t n = (size_t)tr->B_micro * tr->T * tr->shape.dim;
   MPI_Request *rq = &tr->reqs[4 * slot];
   if (first || last)
-    GT_CALL(gt_read_microbatch(tr, tr->train, true, tr->step, mb));
+    GT_CALL(gt_read_microbatch(tr, tr->train, true, tr->samples, mb));
   if (!first)
     GT_CALL(gt_wait_timed(&rq[GT_REQ_RECV_ACT], tr->ev.bubble));
   /* The slot takes a new micro-batch: the sends of its previous one (output
@@ -595,6 +630,8 @@ int gt_trainer_step(gt_trainer *tr, gt_step_stats *st)
   st->dp_exposed_ms = 1e3 * gt_event_step_seconds(tr->ev.dp_exposed);
   st->optimizer_ms = 1e3 * gt_event_step_seconds(tr->ev.optimizer);
   tr->step++;
+  tr->samples += tr->B;
+  tr->last_loss = loss;
   return GT_SUCCESS;
 }
 
@@ -612,7 +649,7 @@ int gt_trainer_evaluate(gt_trainer *tr, double *val_loss)
       MPI_Request req;
       double l = 0;
       if (first || last)
-        status = gt_read_microbatch(tr, tr->val, false, e, mb);
+        status = gt_read_microbatch(tr, tr->val, false, (long long)e * tr->B, mb);
       if (status == GT_SUCCESS && !first) {
         status = gt_p2p_irecv(gt_gpt_input(tr->model, 0), n, g->pp_rank - 1, GT_TAG_ACT(mb),
                               g->pp, &req);
@@ -719,20 +756,198 @@ int gt_trainer_gather_params(gt_trainer *tr, float *full)
   return GT_SUCCESS;
 }
 
+// ---- checkpoints ----------------------------------------------------------------------------
+
+static gt_ckpt_state gt_trainer_ckpt_state(gt_trainer *tr)
+{
+  gt_ckpt_state st = {tr->ntensors, tr->tensors, gt_gpt_params(tr->model), NULL, NULL,
+                      tr->grid->dp_rank == 0};
+  gt_adamw_moments(tr->opt, &st.m, &st.v);
+  return st;
+}
+
+long gt_trainer_step_index(const gt_trainer *tr) { return tr->step; }
+
+int gt_trainer_save(gt_trainer *tr, const char *dir, char *path, size_t size)
+{
+  const gt_config *cfg = &tr->cfg;
+  const gt_grid *g = tr->grid;
+  if (!dir)
+    dir = cfg->checkpoint.dir;
+  GT_CHECK(dir[0], GT_ERR_INPUT, "no checkpoint directory: set [checkpoint] dir");
+  gt_ckpt_meta meta = {
+    .format = GT_CKPT_FORMAT,
+    .step = tr->step,
+    .tokens = tr->samples * tr->T,
+    .samples = tr->samples,
+    .seed = cfg->run.seed,
+    .loss_scale = 1.0,
+    .loss = tr->last_loss,
+    .dp = g->dp_size, .pp = g->pp_size, .tp = g->tp_size,
+    .layers = tr->shape.layers, .heads = tr->shape.heads, .dim = tr->shape.dim,
+    .seq_len = tr->shape.max_seq, .vocab = tr->shape.vocab,
+    .batch = tr->B,
+  };
+  snprintf(meta.code_version, sizeof meta.code_version, "%s", gt_version());
+  /* Rank 0's clock names the time, so every rank writes the same attribute. */
+  double now = (double)time(NULL);
+  GT_CALL(gt_allreduce_f64(&now, 1, MPI_MAX, g->world));
+  time_t t = (time_t)now;
+  struct tm utc;
+  gmtime_r(&t, &utc);
+  strftime(meta.created, sizeof meta.created, "%Y-%m-%dT%H:%M:%SZ", &utc);
+  int n = gt_config_to_ini(cfg, NULL, 0);
+  meta.deck = malloc((size_t)n + 1);
+  GT_CALL(gt_error_agree(meta.deck ? GT_SUCCESS : GT_ERROR(GT_ERR_SYSTEM, "out of memory"),
+                         g->world));
+  gt_config_to_ini(cfg, meta.deck, (size_t)n + 1);
+  gt_ckpt_state st = gt_trainer_ckpt_state(tr);
+  int status = gt_ckpt_save(dir, (int)cfg->checkpoint.keep, &meta, &st, tr->writers, g->world,
+                            path, size);
+  gt_ckpt_meta_free(&meta);
+  GT_CALL(status);
+  return GT_SUCCESS;
+}
+
+/* The checkpoint's model must be the deck's. */
+static int gt_check_ckpt_model(const gt_trainer *tr, const char *path, const gt_ckpt_meta *m)
+{
+  const gt_gpt_shape *s = &tr->shape;
+  const long have[5] = {m->layers, m->heads, m->dim, m->seq_len, m->vocab};
+  const long want[5] = {s->layers, s->heads, s->dim, s->max_seq, s->vocab};
+  const char *key[5] = {"layers", "heads", "dim", "seq_len", "vocab"};
+  for (int i = 0; i < 5; i++)
+    GT_CHECK(have[i] == want[i], GT_ERR_INPUT,
+             "checkpoint %s holds a model with %s = %ld but the deck has [model] %s = %ld; "
+             "use the deck that wrote it (gridtrain ckpt info %s)",
+             path, key[i], have[i], key[i], want[i], path);
+  return GT_SUCCESS;
+}
+
+int gt_trainer_load(gt_trainer *tr, const char *path)
+{
+  const gt_grid *g = tr->grid;
+  gt_ckpt_meta meta;
+  GT_CALL(gt_error_agree(gt_ckpt_read_meta(path, g->world, &meta), g->world));
+  int status = gt_check_ckpt_model(tr, path, &meta);
+  if (status == GT_SUCCESS) {
+    gt_ckpt_state st = gt_trainer_ckpt_state(tr);
+    status = gt_ckpt_read(path, &st, g->world);
+  }
+  status = gt_error_agree(status, g->world);
+  if (status == GT_SUCCESS) {
+    tr->step = meta.step;
+    tr->samples = meta.samples;
+    tr->last_loss = meta.loss;
+    if (meta.seed != tr->cfg.run.seed)
+      gt_warn("checkpoint %s was written with [run] seed = %llu, the deck "
+              "has %llu: the data order from here on follows the deck",
+              path, meta.seed, tr->cfg.run.seed);
+  }
+  gt_ckpt_meta_free(&meta);
+  GT_CALL(status);
+  return GT_SUCCESS;
+}
+
+/* [checkpoint] resume at start-up (see gt_trainer_create). */
+static int gt_trainer_resume(gt_trainer *tr)
+{
+  const gt_config *cfg = &tr->cfg;
+  const gt_grid *g = tr->grid;
+  const char *resume = cfg->checkpoint.resume;
+  if (strcmp(resume, "never") == 0)
+    return GT_SUCCESS;
+  if (strcmp(resume, "auto") != 0) { /* an explicit file: it must load */
+    GT_CALL(gt_trainer_load(tr, resume));
+    gt_info("gridtrain: resumed from %s at step %ld\n", resume, tr->step);
+    return GT_SUCCESS;
+  }
+  if (!cfg->checkpoint.dir[0])
+    return GT_SUCCESS;
+  /* Rank 0 lists the directory; every rank tries the same files in turn. */
+  char (*list)[GT_PATH_MAX] = NULL, problem[GT_PATH_MAX + 128] = "";
+  int n = 0;
+  int status = g->world_rank == 0 ? gt_ckpt_candidates(cfg->checkpoint.dir, &list, &n, problem,
+                                                       sizeof problem)
+                                  : GT_SUCCESS;
+  GT_CALL(gt_error_agree(status, g->world));
+  GT_CALL_MPI(MPI_Bcast(&n, 1, MPI_INT, 0, g->world));
+  if (g->world_rank != 0 && n > 0) {
+    list = calloc((size_t)n, sizeof *list);
+    status = list ? GT_SUCCESS : GT_ERROR(GT_ERR_SYSTEM, "out of memory");
+  }
+  status = gt_error_agree(status, g->world);
+  if (status == GT_SUCCESS && n > 0)
+    status = MPI_Bcast(list, (int)(sizeof *list * (size_t)n), MPI_BYTE, 0, g->world) ==
+                     MPI_SUCCESS
+                 ? GT_SUCCESS
+                 : GT_ERROR(GT_ERR_MPI, "MPI_Bcast of the checkpoint list failed");
+  if (status != GT_SUCCESS) {
+    free(list);
+    return gt_error_push(status, __FILE__, __LINE__, __func__);
+  }
+  if (problem[0])
+    gt_warn("%s; looking for other checkpoints", problem);
+  char first_error[512] = "";
+  for (int i = 0; i < n; i++) {
+    status = gt_trainer_load(tr, list[i]);
+    if (status == GT_SUCCESS) {
+      gt_info("gridtrain: resumed from %s at step %ld\n", list[i], tr->step);
+      free(list);
+      return GT_SUCCESS;
+    }
+    if (status == GT_ERR_SYSTEM || status == GT_ERR_MPI) /* not the file's fault */
+      break;
+    if (!first_error[0])
+      snprintf(first_error, sizeof first_error, "%s", gt_error_message());
+    gt_warn("cannot resume from %s: %s; %s", list[i],
+            gt_error_message(),
+            i + 1 < n ? "trying the previous checkpoint" : "no older checkpoint left");
+    gt_error_clear();
+  }
+  if (n > 0 && status != GT_SUCCESS && status != GT_ERR_SYSTEM && status != GT_ERR_MPI) {
+    gt_error_set(GT_ERR_INPUT, __FILE__, __LINE__, __func__,
+                 "none of the %d checkpoint%s in %s can be resumed from (newest: %s); to start "
+                 "from scratch set [checkpoint] resume = never or use another dir",
+                 n, n == 1 ? "" : "s", cfg->checkpoint.dir, first_error);
+    gt_error_set_collective(true);
+    status = GT_ERR_INPUT;
+  }
+  free(list);
+  GT_CALL(status);
+  return GT_SUCCESS;
+}
+
 // ---- the loop ----------------------------------------------------------------------------
+
+/* Collective: the signal any rank has caught (the largest number), or 0. */
+static int gt_agree_signal(const gt_grid *g, int *signo)
+{
+  double sig = (double)gt_signal_pending();
+  GT_CALL(gt_allreduce_f64(&sig, 1, MPI_MAX, g->world));
+  *signo = (int)sig;
+  return GT_SUCCESS;
+}
 
 int gt_trainer_run(gt_trainer *tr)
 {
   const gt_config *cfg = &tr->cfg;
   const gt_grid *g = tr->grid;
   const long steps = cfg->run.steps;
+  const bool saving = cfg->checkpoint.dir[0] != '\0';
   const double flops_per_token = gt_gpt_flops_per_token(&tr->shape, tr->T);
+  char path[GT_PATH_MAX + 32], line[512];
+  if (tr->step >= steps) {
+    gt_info("gridtrain: done: nothing to do, the run is at step %ld and [run] steps = %ld\n",
+            tr->step, steps);
+    return GT_SUCCESS;
+  }
   GT_CALL(gt_barrier(g->world));
   const double t_start = gt_now();
   gt_step_stats st = {0};
   st.loss = NAN;
   double last_val = NAN;
-  char line[512];
+  long saved = -1; /* step of the last checkpoint written by this run */
   while (tr->step < steps) {
     GT_CALL(gt_trainer_step(tr, &st));
     const bool last = tr->step == steps;
@@ -747,15 +962,40 @@ int gt_trainer_run(gt_trainer *tr)
         gt_info("%s\n", line);
       }
     }
+    /* Step boundary: every rank learns whether any rank was signalled. */
+    int signo = 0;
+    GT_CALL(gt_agree_signal(g, &signo));
+    const bool due = cfg->checkpoint.every > 0 && tr->step % cfg->checkpoint.every == 0;
+    if (saving && (due || signo || last)) {
+      GT_CALL(gt_trainer_save(tr, NULL, path, sizeof path));
+      saved = tr->step;
+      if (!signo)
+        gt_info("gridtrain: checkpoint %s written\n", path);
+    }
+    if (signo) {
+      if (saved == tr->step)
+        gt_error_set(GT_ERR_REQUEUE, __FILE__, __LINE__, __func__,
+                     "caught %s: checkpoint %s written at step %ld of %ld; exiting with status "
+                     "3 so that the job script requeues the job",
+                     gt_signal_name(signo), path, tr->step, steps);
+      else
+        gt_error_set(GT_ERR_SYSTEM, __FILE__, __LINE__, __func__,
+                     "stopped by %s at step %ld of %ld; nothing was saved because [checkpoint] "
+                     "dir is not set",
+                     gt_signal_name(signo), tr->step, steps);
+      gt_error_set_collective(true);
+      return saved == tr->step ? GT_ERR_REQUEUE : GT_ERR_SYSTEM;
+    }
   }
   GT_CALL(gt_barrier(g->world));
   const double wall = gt_now() - t_start;
+  const long ran = steps - tr->start_step;
   gt_run_summary sum = {
-    .steps = steps,
-    .tokens = (double)steps * tr->B * tr->T,
+    .steps = ran,
+    .tokens = (double)ran * tr->B * tr->T,
     .seconds = wall,
-    .tokens_per_s = wall > 0 ? (double)steps * tr->B * tr->T / wall : 0,
-    .model_tflops = wall > 0 ? flops_per_token * steps * tr->B * tr->T / wall / 1e12 : 0,
+    .tokens_per_s = wall > 0 ? (double)ran * tr->B * tr->T / wall : 0,
+    .model_tflops = wall > 0 ? flops_per_token * ran * tr->B * tr->T / wall / 1e12 : 0,
     .final_loss = st.loss,
     .final_val_loss = last_val,
   };
@@ -766,7 +1006,7 @@ int gt_trainer_run(gt_trainer *tr)
       snprintf(val, sizeof val, ", val loss %.4f", last_val);
     gt_info("gridtrain: done: %ld steps, %.3gM tokens in %.1f s (%.0f tok/s, %.1f GFLOP/s "
             "model, %.2f per rank); final loss %.4f%s\n",
-            steps, sum.tokens / 1e6, wall, sum.tokens_per_s, 1e3 * sum.model_tflops,
+            ran, sum.tokens / 1e6, wall, sum.tokens_per_s, 1e3 * sum.model_tflops,
             1e3 * sum.model_tflops / g->world_size, st.loss, val);
   }
   GT_CALL(gt_events_report(g->world, wall, stdout));

@@ -1,0 +1,129 @@
+/*
+ * gridtrain/checkpoint.h - checkpoints in parallel HDF5: one file per
+ * checkpoint, every tensor at its full logical (unsharded) shape, each rank
+ * writing and reading only its own hyperslab, so a checkpoint written by one
+ * layout loads into any other (docs/checkpoints.md).
+ *
+ * File (format version GT_CKPT_FORMAT):
+ *   /model/<name>      float32, the parameter's logical shape
+ *   /optim/m/<name>    AdamW first moment, same shape
+ *   /optim/v/<name>    AdamW second moment, same shape
+ * Every dataset is chunked along its first axis (at most 1 MiB a chunk) with
+ * HDF5's Fletcher32 checksum filter, so a damaged chunk fails the read.
+ * Root attributes: see gt_ckpt_meta (names in docs/checkpoints.md).
+ *
+ * A directory of checkpoints holds step_NNNNNNNN.h5 files and `latest`, a
+ * one-line text file naming the newest complete one. A checkpoint is written
+ * as step_NNNNNNNN.h5.tmp, flushed and closed, fsync'ed, renamed; only then is
+ * `latest` replaced (written to latest.tmp, fsync'ed, renamed), so a crash at
+ * any point leaves `latest` naming a complete file.
+ */
+#ifndef GRIDTRAIN_CHECKPOINT_H
+#define GRIDTRAIN_CHECKPOINT_H
+
+#include <mpi.h>
+#include <stdbool.h>
+
+#include "gridtrain/config.h"
+#include "gridtrain/params.h"
+#include "gridtrain/tensor.h"
+
+#define GT_CKPT_FORMAT 1
+#define GT_CKPT_NAME_MAX 64 /* "step_NNNNNNNN.h5" and longer step numbers */
+
+/* What a checkpoint records besides its tensors. */
+typedef struct gt_ckpt_meta {
+  int format;                  /* GT_CKPT_FORMAT */
+  long step;                   /* optimizer steps done = the next step to run */
+  long long tokens;            /* tokens trained on */
+  long long samples;           /* data-stream position: sequences consumed */
+  unsigned long long seed;     /* [run] seed: initial weights and data order */
+  double loss_scale;           /* 1 for fp32 training */
+  double loss;                 /* loss of the last step (NaN before any) */
+  int dp, pp, tp;              /* layout that wrote it */
+  int layers, heads, dim, seq_len, vocab; /* model shape */
+  long batch;                  /* global batch (sequences) that wrote it */
+  char code_version[64];       /* gridtrain version */
+  char created[32];            /* UTC time, ISO 8601 */
+  char *deck;                  /* resolved deck text; owned: gt_ckpt_meta_free */
+} gt_ckpt_meta;
+
+void gt_ckpt_meta_free(gt_ckpt_meta *meta);
+
+/* One logical tensor of the model (the same list, in the same order, on
+ * every rank). */
+typedef struct gt_ckpt_tensor {
+  char name[GT_PARAM_NAME_MAX];
+  int ndim;
+  long dims[GT_TENSOR_MAX_DIMS];
+} gt_ckpt_tensor;
+
+/* What one rank holds. Tensors not in params are skipped on this rank. */
+typedef struct gt_ckpt_state {
+  int ntensors;
+  const gt_ckpt_tensor *tensors; /* every logical tensor of the model */
+  gt_params *params;             /* this rank's parameters (device); NULL: none
+                                    (gt_ckpt_read then only checks the shapes) */
+  float *m, *v;                  /* AdamW moments parallel to params (device) */
+  bool writer;                   /* write this rank's owned entries (one replica
+                                    of each: dp rank 0) */
+} gt_ckpt_state;
+
+/* Collective on comm: write the checkpoint file `path` (created or
+ * truncated) with MPI-IO, flush and close it. Each entry of every tensor is
+ * written by the one rank that is a writer and owns it. */
+int gt_ckpt_write(const char *path, const gt_ckpt_meta *meta, const gt_ckpt_state *st,
+                  MPI_Comm comm);
+
+/* Collective on comm: read the attributes of `path` into meta (free with
+ * gt_ckpt_meta_free). A file that is missing, not HDF5, or not a gridtrain
+ * checkpoint of a known format is GT_ERR_INPUT naming the file. */
+int gt_ckpt_read_meta(const char *path, MPI_Comm comm, gt_ckpt_meta *meta);
+
+/* Collective on comm: load every tensor this rank holds (values, m, v) from
+ * `path`, each rank reading its own hyperslab through the checksum filter.
+ * A missing dataset or a shape that differs from st->tensors is GT_ERR_INPUT;
+ * a checksum failure is GT_ERR_HDF5 naming the dataset. The error is local
+ * to the ranks that met it: agree on it (gt_error_agree). Padding entries of
+ * sharded tensors are set to zero. */
+int gt_ckpt_read(const char *path, const gt_ckpt_state *st, MPI_Comm comm);
+
+/* Not collective: read every dataset of `path` in full through its checksum
+ * (MPI_COMM_SELF). *datasets and *bytes count what was read. Corruption is
+ * GT_ERR_HDF5 naming the dataset. */
+int gt_ckpt_verify_file(const char *path, long *datasets, double *bytes);
+
+/* Not collective: write the model weights of checkpoint `path` as a plain
+ * HDF5 file `out`: one contiguous float32 dataset per parameter at the root,
+ * named as in /model, plus the model-shape attributes. */
+int gt_ckpt_export_weights(const char *path, const char *out);
+
+/* ---- a directory of checkpoints ---------------------------------------- */
+
+/* "DIR/step_00000100.h5" */
+int gt_ckpt_path(const char *dir, long step, char *path, size_t size);
+
+/* Collective on comm: create dir (and parents) on rank 0. Errors are
+ * collective GT_ERR_INPUT. */
+int gt_ckpt_dir_prepare(const char *dir, MPI_Comm comm);
+
+/* Collective on comm: write the checkpoint of `meta->step` into dir as
+ * described at the top, then keep only the newest `keep` step files
+ * (keep <= 0: all). The file is written by the ranks of `writers` (a
+ * sub-communicator of comm holding rank 0 of comm and, between them, every
+ * entry of every tensor; MPI_COMM_NULL on the other ranks, which only wait):
+ * data-parallel replicas hold the same values, so one replica writes. The
+ * file name is returned in path. Errors collective. */
+int gt_ckpt_save(const char *dir, int keep, const gt_ckpt_meta *meta,
+                 const gt_ckpt_state *st, MPI_Comm writers, MPI_Comm comm, char *path,
+                 size_t size);
+
+/* Not collective: the checkpoints of dir to try when resuming, best first:
+ * the file `latest` names, then every other step_NNNNNNNN.h5, newest first.
+ * *n = 0 when there are none (or no dir). *latest_problem gets a one-line
+ * description when `latest` exists but names no file here ("" otherwise).
+ * The list is malloc'ed (free it). */
+int gt_ckpt_candidates(const char *dir, char (**list)[GT_PATH_MAX], int *n,
+                       char *latest_problem, size_t problem_size);
+
+#endif /* GRIDTRAIN_CHECKPOINT_H */
