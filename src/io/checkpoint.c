@@ -736,6 +736,7 @@ int gt_ckpt_save(const char *dir, int keep, const gt_ckpt_meta *meta, const gt_c
   int rank;
   GT_CALL_MPI(MPI_Comm_rank(comm, &rank));
   GT_CALL(gt_ckpt_path(dir, meta->step, path, size));
+  GT_CALL(gt_ckpt_dir_prepare(dir, comm));
   char tmp[GT_PATH_MAX + 16];
   snprintf(tmp, sizeof tmp, "%s.tmp", path);
   int status = writers != MPI_COMM_NULL ? gt_ckpt_write(tmp, meta, st, writers) : GT_SUCCESS;

@@ -79,7 +79,7 @@ enum { GT_REQ_RECV_ACT = 0, GT_REQ_SEND_ACT, GT_REQ_RECV_GRAD, GT_REQ_SEND_GRAD 
     GT_CALL(gt_error_agree(gt_agree_status_, comm));                                       \
   } while (0)
 
-static int gt_trainer_resume(gt_trainer *tr);
+static int gt_trainer_resume(gt_trainer *tr, bool quiet);
 
 // ---- set-up ----------------------------------------------------------------------------
 
@@ -322,7 +322,7 @@ int gt_trainer_create(const gt_config *cfg, MPI_Comm world, bool quiet, gt_train
   GT_CALL(gt_allreduce_f64(most, 2, MPI_MAX, comm));
   if (!quiet)
     gt_print_setup(tr, (size_t)most[0], (size_t)most[1]);
-  GT_CALL(gt_trainer_resume(tr));
+  GT_CALL(gt_trainer_resume(tr, quiet));
   tr->start_step = tr->step;
   /* A resumed run adds to the metrics of the run it continues. */
   GT_AGREE(comm, g->world_rank == 0
@@ -850,7 +850,7 @@ int gt_trainer_load(gt_trainer *tr, const char *path)
 }
 
 /* [checkpoint] resume at start-up (see gt_trainer_create). */
-static int gt_trainer_resume(gt_trainer *tr)
+static int gt_trainer_resume(gt_trainer *tr, bool quiet)
 {
   const gt_config *cfg = &tr->cfg;
   const gt_grid *g = tr->grid;
@@ -859,7 +859,8 @@ static int gt_trainer_resume(gt_trainer *tr)
     return GT_SUCCESS;
   if (strcmp(resume, "auto") != 0) { /* an explicit file: it must load */
     GT_CALL(gt_trainer_load(tr, resume));
-    gt_info("gridtrain: resumed from %s at step %ld\n", resume, tr->step);
+    if (!quiet)
+      gt_info("gridtrain: resumed from %s at step %ld\n", resume, tr->step);
     return GT_SUCCESS;
   }
   if (!cfg->checkpoint.dir[0])
@@ -892,7 +893,8 @@ static int gt_trainer_resume(gt_trainer *tr)
   for (int i = 0; i < n; i++) {
     status = gt_trainer_load(tr, list[i]);
     if (status == GT_SUCCESS) {
-      gt_info("gridtrain: resumed from %s at step %ld\n", list[i], tr->step);
+      if (!quiet)
+        gt_info("gridtrain: resumed from %s at step %ld\n", list[i], tr->step);
       free(list);
       return GT_SUCCESS;
     }

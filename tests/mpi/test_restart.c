@@ -1,0 +1,274 @@
+/*
+ * test_restart.c - a checkpoint continues the run it was taken from, in the
+ * same layout bit for bit and in any other layout to fp32 rounding.
+ *
+ * 1. Uninterrupted: (dp,pp,tp) = (2,2,2) trains 2N steps (the reference).
+ * 2. Interrupted: the same deck stops after N steps and writes a checkpoint
+ *    (gt_trainer_save); a new trainer resumes from the directory
+ *    ([checkpoint] resume = auto) and trains the other N steps. Its losses at
+ *    every step and its final parameters must equal the reference's bit for
+ *    bit (data order, learning-rate schedule and AdamW state included).
+ * 3. Resharding: the same file loads into (1,1,1), (8,1,1), (1,4,2),
+ *    (4,1,2), (1,2,4) and (2,4,1) ([checkpoint] resume = PATH). The loaded
+ *    parameters, gathered as full tensors, must be bitwise the ones saved
+ *    (loading only moves data), and N more steps must give the reference's
+ *    losses within 1e-5 relative.
+ * 4. A checkpoint written by (1,4,2) from that state holds the same tensors:
+ *    loaded into (8,1,1) it gathers bitwise to the saved state.
+ *
+ * [optim] eps = 1e-4 for the reason given in test_layouts.c (parameters whose
+ * gradient is rounding noise); the same-layout checks are exact either way.
+ *
+ * gt-test: ranks=8
+ */
+#include <stdio.h>
+#include <time.h>
+
+#include "../test_util.h"
+#include "gridtrain/gpt.h"
+#include "gridtrain/ingest.h"
+#include "gridtrain/trainer.h"
+
+#define N 4 /* steps before and after the restart */
+#define TOL 1e-5
+
+typedef struct layout {
+  int dp, pp, tp;
+} layout;
+
+static const layout reshard[] = {{1, 1, 1}, {8, 1, 1}, {1, 4, 2},
+                                 {4, 1, 2}, {1, 2, 4}, {2, 4, 1}};
+
+static gt_gpt_shape shape_of(const gt_config *cfg)
+{
+  gt_gpt_shape s = {(int)cfg->model.layers, (int)cfg->model.heads, (int)cfg->model.dim,
+                    (int)cfg->model.seq_len, (int)cfg->model.vocab};
+  return s;
+}
+
+/* Wait for the ranks that are busy without taking their cores. */
+static void sleepy_barrier(MPI_Comm comm)
+{
+  MPI_Request req;
+  int done = 0;
+  MPI_Ibarrier(comm, &req);
+  while (MPI_Test(&req, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done) {
+    struct timespec ts = {0, 2000000};
+    nanosleep(&ts, NULL);
+  }
+}
+
+/* What one run hands back on rank 0 of its communicator. */
+typedef struct outcome {
+  long start;           /* step index after create (resume) */
+  double loss[2 * N];   /* losses of the steps run, from index 0 */
+  float *loaded;        /* parameters right after create */
+  float *final;         /* parameters at the end */
+  char saved[1100];     /* checkpoint written at the end ("" for none) */
+} outcome;
+
+/* Collective on comm: create a trainer from cfg (resuming as it says), run
+ * `steps` steps, optionally save into save_dir; gather parameters before and
+ * after on rank 0. */
+static int run(const gt_config *cfg, MPI_Comm comm, int steps, const char *save_dir,
+               size_t numel, outcome *out)
+{
+  int rank;
+  MPI_Comm_rank(comm, &rank);
+  memset(out->loss, 0, sizeof out->loss);
+  out->saved[0] = '\0';
+  out->loaded = rank == 0 ? tu_alloc(numel) : NULL;
+  out->final = rank == 0 ? tu_alloc(numel) : NULL;
+  gt_trainer *tr = NULL;
+  int st = gt_trainer_create(cfg, comm, true, &tr);
+  if (st == GT_SUCCESS) {
+    out->start = gt_trainer_step_index(tr);
+    st = gt_trainer_gather_params(tr, out->loaded);
+  }
+  for (int s = 0; s < steps && st == GT_SUCCESS; s++) {
+    gt_step_stats stats;
+    st = gt_trainer_step(tr, &stats);
+    out->loss[s] = stats.loss;
+  }
+  if (st == GT_SUCCESS)
+    st = gt_trainer_gather_params(tr, out->final);
+  if (st == GT_SUCCESS && save_dir)
+    st = gt_trainer_save(tr, save_dir, out->saved, sizeof out->saved);
+  if (tr)
+    gt_trainer_destroy(&tr);
+  return st;
+}
+
+static void free_outcome(outcome *o)
+{
+  free(o->loaded);
+  free(o->final);
+  o->loaded = o->final = NULL;
+}
+
+static bool same_bits(const float *a, const float *b, size_t n)
+{
+  return a && b && memcmp(a, b, n * sizeof(float)) == 0;
+}
+
+static int setup_dirs(int rank, char *dataset, size_t dsize, char *dir, size_t size)
+{
+  const char *src = getenv("GT_SRCDIR"), *build = getenv("GT_BUILDDIR");
+  snprintf(dir, size, "%s/tests/tmp/test_restart", build);
+  snprintf(dataset, dsize, "%s/genesis.h5", dir);
+  int st = GT_SUCCESS;
+  if (rank == 0) {
+    char cmd[1200], text[1024];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s'", dir, dir);
+    snprintf(text, sizeof text, "%s/tests/data/genesis.txt", src);
+    char *files[1] = {text};
+    st = system(cmd) == 0 ? gt_ingest_text(1, files, dataset, 0.0, NULL) : GT_ERR_SYSTEM;
+  }
+  MPI_Bcast(&st, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  return st;
+}
+
+int main(int argc, char **argv)
+{
+  int rank = tu_mpi_init(&argc, &argv), nranks;
+  MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+  if (!getenv("GT_SRCDIR") || !getenv("GT_BUILDDIR"))
+    return tap_bail("run through make check (GT_SRCDIR, GT_BUILDDIR unset)");
+  if (nranks != 8) {
+    tap_bail("run on 8 ranks, not %d", nranks);
+    MPI_Finalize();
+    return 1;
+  }
+  char dataset[1100], dir[1024];
+  if (setup_dirs(rank, dataset, sizeof dataset, dir, sizeof dir) != GT_SUCCESS) {
+    tap_bail("cannot make the dataset: %s", gt_error_message());
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  char deck[2000];
+  snprintf(deck, sizeof deck,
+           "[run]\nsteps = %d\nseed = 11\n"
+           "[model]\nlayers = 4\nheads = 4\ndim = 32\nseq_len = 16\nvocab = 256\n"
+           "[data]\ntrain = %s\nbatch = 16\nmicrobatches = 2\n"
+           "[optim]\nlr = 3e-3\nmin_lr = 3e-4\nwarmup = 2\neps = 1e-4\n"
+           "[backend]\nthreads = 1\n"
+           "[parallel]\nwait = yield\n"
+           "[checkpoint]\nresume = never\nkeep = 2\n",
+           2 * N, dataset);
+  gt_config cfg;
+  gt_config_defaults(&cfg);
+  if (gt_config_parse(&cfg, deck, "test_restart", 0, NULL) != GT_SUCCESS)
+    return tap_bail("deck: %s", gt_error_message());
+  cfg.grid.dp = cfg.grid.pp = cfg.grid.tp = 2;
+  const gt_gpt_shape shape = shape_of(&cfg);
+  const size_t numel = gt_gpt_param_count(&shape);
+  char ckdir[1100], ckdir2[1100];
+  snprintf(ckdir, sizeof ckdir, "%s/ck", dir);
+  snprintf(ckdir2, sizeof ckdir2, "%s/ck142", dir);
+
+  // ---- 1. uninterrupted reference ----
+  outcome ref = {0};
+  int st = run(&cfg, MPI_COMM_WORLD, 2 * N, NULL, numel, &ref);
+  if (st != GT_SUCCESS) {
+    tap_bail("reference run: %s", gt_error_message());
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  tap_diag("reference (2,2,2), %d steps: loss %.6f -> %.6f", 2 * N, ref.loss[0],
+           ref.loss[2 * N - 1]);
+
+  // ---- 2. stop after N, save, resume in the same layout ----
+  outcome first = {0}, second = {0};
+  st = run(&cfg, MPI_COMM_WORLD, N, ckdir, numel, &first);
+  tu_ok_status(st, "(2,2,2): N steps and a checkpoint");
+  if (rank == 0) {
+    bool same = memcmp(first.loss, ref.loss, N * sizeof(double)) == 0;
+    tap_ok(same, "the first %d steps match the reference bit for bit", N);
+    tap_diag("checkpoint %s", first.saved);
+  }
+  gt_config resumed = cfg;
+  snprintf(resumed.checkpoint.dir, sizeof resumed.checkpoint.dir, "%s", ckdir);
+  snprintf(resumed.checkpoint.resume, sizeof resumed.checkpoint.resume, "auto");
+  st = run(&resumed, MPI_COMM_WORLD, N, NULL, numel, &second);
+  tu_ok_status(st, "(2,2,2): resume = auto from the directory");
+  if (rank == 0) {
+    tap_ok(second.start == N, "resumed at step %ld (expected %d)", second.start, N);
+    tap_ok(same_bits(second.loaded, first.final, numel),
+           "the loaded parameters are bitwise the saved ones");
+    bool same = memcmp(second.loss, ref.loss + N, N * sizeof(double)) == 0;
+    tap_ok(same, "steps %d..%d after the restart match the uninterrupted run bit for bit", N,
+           2 * N - 1);
+    if (!same)
+      for (int k = 0; k < N; k++)
+        tap_diag("  step %d: %.17g vs %.17g", N + k, second.loss[k], ref.loss[N + k]);
+    tap_ok(same_bits(second.final, ref.final, numel),
+           "final parameters are bitwise those of the uninterrupted run");
+  }
+  free_outcome(&second);
+
+  // ---- 3. the same file in other layouts ----
+  char path[1100];
+  snprintf(path, sizeof path, "%s", first.saved);
+  MPI_Bcast(path, sizeof path, MPI_CHAR, 0, MPI_COMM_WORLD);
+  for (size_t l = 0; l < sizeof reshard / sizeof *reshard; l++) {
+    const layout *ly = &reshard[l];
+    const int size = ly->dp * ly->pp * ly->tp;
+    MPI_Comm comm;
+    MPI_Comm_split(MPI_COMM_WORLD, rank < size ? 0 : MPI_UNDEFINED, rank, &comm);
+    gt_config c = cfg;
+    c.grid.dp = ly->dp;
+    c.grid.pp = ly->pp;
+    c.grid.tp = ly->tp;
+    snprintf(c.checkpoint.resume, sizeof c.checkpoint.resume, "%s", path);
+    /* (1,4,2) also writes what it loaded, for part 4 */
+    const bool writes = ly->dp == 1 && ly->pp == 4 && ly->tp == 2;
+    outcome got = {0};
+    if (comm != MPI_COMM_NULL) {
+      st = run(&c, comm, writes ? 0 : N, writes ? ckdir2 : NULL, numel, &got);
+      MPI_Comm_free(&comm);
+    }
+    sleepy_barrier(MPI_COMM_WORLD);
+    if (rank == 0) {
+      char what[96];
+      snprintf(what, sizeof what, "(dp,pp,tp)=(%d,%d,%d)", ly->dp, ly->pp, ly->tp);
+      if (!tu_ok_status(st, what)) {
+        free_outcome(&got);
+        continue;
+      }
+      tap_ok(got.start == N && same_bits(got.loaded, first.final, numel),
+             "%s: loads the (2,2,2) checkpoint at step %ld, bitwise the saved parameters",
+             what, got.start);
+      if (writes) {
+        tap_diag("%s wrote %s", what, got.saved);
+      } else {
+        double worst = 0;
+        for (int k = 0; k < N; k++)
+          worst = fmax(worst, fabs(got.loss[k] - ref.loss[N + k]) / fabs(ref.loss[N + k]));
+        tap_ok(worst <= TOL,
+               "%s: %d steps after loading follow the uninterrupted run (worst relative loss "
+               "error %.2e <= %.0e)",
+               what, N, worst, TOL);
+      }
+    }
+    free_outcome(&got);
+  }
+
+  // ---- 4. a checkpoint written by another layout holds the same tensors ----
+  char path2[1100];
+  snprintf(path2, sizeof path2, "%s/step_%08d.h5", ckdir2, N);
+  gt_config c = cfg;
+  c.grid.dp = 8;
+  c.grid.pp = c.grid.tp = 1;
+  snprintf(c.checkpoint.resume, sizeof c.checkpoint.resume, "%s", path2);
+  outcome back = {0};
+  st = run(&c, MPI_COMM_WORLD, 0, NULL, numel, &back);
+  if (rank == 0) {
+    tu_ok_status(st, "(8,1,1) loads the checkpoint written by (1,4,2)");
+    tap_ok(st == GT_SUCCESS && same_bits(back.loaded, first.final, numel),
+           "the (1,4,2) checkpoint holds bitwise the (2,2,2) checkpoint's parameters");
+  }
+  free_outcome(&back);
+  free_outcome(&first);
+  free_outcome(&ref);
+  int status = tap_done();
+  MPI_Finalize();
+  return status;
+}
