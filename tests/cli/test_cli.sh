@@ -6,8 +6,9 @@
 
 "$GT_BIN" --help >"$GT_TMP/help" 2>&1
 ok $? "gridtrain --help exits 0"
-grep -q "train DECK" "$GT_TMP/help" && grep -q "ingest text" "$GT_TMP/help"
-ok $? "--help lists the train and ingest commands"
+grep -q "train DECK" "$GT_TMP/help" && grep -q "ingest text" "$GT_TMP/help" &&
+  grep -q "ckpt info|verify|convert" "$GT_TMP/help" && grep -q "3 stopped by SIGUSR1/SIGTERM" "$GT_TMP/help"
+ok $? "--help lists the train, ingest and ckpt commands and the exit statuses"
 
 "$GT_BIN" --version >"$GT_TMP/version" 2>&1
 ok $? "gridtrain --version exits 0"
@@ -22,7 +23,8 @@ for key in run.steps run.seed run.log_every run.metrics grid.dp grid.pp grid.tp 
   model.layers model.heads model.dim model.seq_len model.vocab data.train data.val data.batch \
   data.microbatches optim.lr optim.min_lr optim.warmup optim.weight_decay optim.beta1 \
   optim.beta2 optim.grad_clip backend.device backend.threads parallel.wait parallel.schedule \
-  parallel.stages parallel.bucket_mb parallel.dp_overlap; do
+  parallel.stages parallel.bucket_mb parallel.dp_overlap checkpoint.dir checkpoint.every \
+  checkpoint.keep checkpoint.resume; do
   grep -q "^    $key " "$GT_TMP/train-help" || missing="$missing $key"
 done
 [ -z "$missing" ]
@@ -30,6 +32,13 @@ ok $? "train --help documents every deck key${missing:+ (missing:$missing)}"
 
 "$GT_BIN" ingest --help >"$GT_TMP/ingest-help" 2>&1 && grep -q -- "--val-fraction" "$GT_TMP/ingest-help"
 ok $? "gridtrain ingest --help exits 0 and documents --val-fraction"
+
+"$GT_BIN" ckpt --help >"$GT_TMP/ckpt-help" 2>&1 && grep -q "^  verify" "$GT_TMP/ckpt-help" &&
+  grep -q "^  convert" "$GT_TMP/ckpt-help" && grep -q "^  info" "$GT_TMP/ckpt-help"
+ok $? "gridtrain ckpt --help exits 0 and documents info, verify and convert"
+"$GT_BIN" ckpt bogus x >/dev/null 2>"$GT_TMP/ckpt-bad"
+[ $? -eq 2 ] && grep -q "^gridtrain: error: ckpt: bad arguments" "$GT_TMP/ckpt-bad"
+ok $? "gridtrain ckpt with bad arguments: exit 2 and one usage error"
 
 "$GT_BIN" >/dev/null 2>&1
 [ $? -eq 2 ]

@@ -83,6 +83,16 @@ expect "CUDA backend not available" "device = cuda" \
   train "$deck" data.train="$data" backend.device=cuda
 expect "metrics file cannot be created" "cannot create the metrics file '$GT_TMP/no/dir/m.jsonl'" \
   train "$deck" data.train="$data" run.metrics="$GT_TMP/no/dir/m.jsonl"
+printf 'x\n' >"$GT_TMP/afile"
+expect "checkpoint directory that is a file" "[checkpoint] dir $GT_TMP/afile is not a directory" \
+  train "$deck" data.train="$data" checkpoint.dir="$GT_TMP/afile"
+expect "checkpoint directory that cannot be created" \
+  "cannot create checkpoint directory $GT_TMP/afile/sub ([checkpoint] dir)" \
+  train "$deck" data.train="$data" checkpoint.dir="$GT_TMP/afile/sub"
+expect "negative checkpoint interval" "[checkpoint] every = '-1' is not valid" \
+  train "$deck" data.train="$data" checkpoint.every=-1
+expect "resume from a file that is not a checkpoint" "is not a gridtrain checkpoint" \
+  train "$deck" data.train="$data" checkpoint.resume="$data"
 expect "train without a deck" "train: missing input deck" train
 expect "unknown command" "unknown command 'trian'" trian "$deck"
 
