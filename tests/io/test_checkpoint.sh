@@ -107,7 +107,8 @@ status=$?
 [ $status -eq 3 ]
 ok $? "SIGUSR1 to one of 4 ranks: exit status 3 (got $status)"
 [ $status -eq 3 ] || show "$GT_TMP/s.err"
-grep -q "^gridtrain: requeue: caught SIGUSR1: checkpoint $sig/step_[0-9]*.h5 written at step [0-9]* of 1000000" "$GT_TMP/s.err"
+# (which of the signals it names depends on which arrived first where)
+grep -Eq "^gridtrain: requeue: caught SIG(USR1|TERM): checkpoint $sig/step_[0-9]*.h5 written at step [0-9]* of 1000000" "$GT_TMP/s.err"
 ok $? "rank 0 reports the signal, the checkpoint and the step in one line"
 k=$(sed -n 's/.*written at step \([0-9]*\) of.*/\1/p' "$GT_TMP/s.err")
 [ -n "$k" ] && [ "$(cat "$sig/latest")" = "$(printf 'step_%08d.h5' "$k")" ] &&
@@ -122,6 +123,26 @@ ok $? "the signalled run resumes and finishes step $end"
 train 4 "$GT_TMP/s3" grid.pp=2 grid.tp=2 run.steps=$end
 [ -n "$(final "$GT_TMP/s2")" ] && [ "$(final "$GT_TMP/s2")" = "$(final "$GT_TMP/s3")" ]
 ok $? "with the loss of an uninterrupted $end-step run ($(final "$GT_TMP/s2") = $(final "$GT_TMP/s3"))"
+
+# ---- a signal without a checkpoint directory: stop cleanly, status 1
+train 2 "$GT_TMP/n" grid.pp=2 run.steps=1000000 run.metrics="$GT_TMP/n.jsonl" &
+job=$!
+for _ in $(seq 600); do
+  [ -f "$GT_TMP/n.jsonl" ] && [ "$(grep -c '"step"' "$GT_TMP/n.jsonl")" -ge 2 ] && break
+  sleep 0.1
+done
+for p in $(pgrep -f "run.metrics=$GT_TMP/n.jsonl"); do
+  [ "$(cat "/proc/$p/comm" 2>/dev/null)" = gridtrain ] && kill -TERM "$p" && break
+done
+wait $job
+status=$?
+[ $status -eq 1 ] && grep -q "^gridtrain: error: stopped by SIGTERM at step [0-9]* of 1000000; nothing was saved because \[checkpoint\] dir is not set" "$GT_TMP/n.err"
+ok $? "SIGTERM without [checkpoint] dir: stops at a step boundary, exit 1, says nothing was saved (got $status)"
+
+# ---- a run that is already complete has nothing to do
+train 2 "$GT_TMP/done" grid.pp=2 run.steps=12 checkpoint.dir="$ck"
+[ $? -eq 0 ] && grep -q "^gridtrain: done: nothing to do, the run is at step 12 and \[run\] steps = 12" "$GT_TMP/done.out"
+ok $? "resuming a finished run: exit 0, nothing to do"
 
 # ---- a crash in the middle of a write leaves latest on the previous file
 cx="$GT_TMP/crash"
