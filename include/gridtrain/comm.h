@@ -85,6 +85,16 @@ int gt_p2p_irecv(float *buf, size_t n, int peer, int tag, MPI_Comm comm, MPI_Req
 /* Barrier that honours the wait mode. Collective on comm. */
 int gt_barrier(MPI_Comm comm);
 
+/* A scope for calls into libraries that call MPI themselves (parallel
+ * HDF5). Between begin and end, the blocking MPI calls such a library makes
+ * wait like gt_comm_wait (src/comm/yield_pmpi.c, through MPI's profiling
+ * interface) when any rank of comm is in yield mode; outside, they are
+ * MPICH's own. Collective on comm: every rank of every communicator the
+ * library uses inside the scope must be inside it too (a non-blocking
+ * collective cannot match a blocking one). Scopes do not nest. */
+int gt_comm_foreign_begin(MPI_Comm comm);
+void gt_comm_foreign_end(void);
+
 /* Agree on an error. Collective on comm: every rank passes its local status;
  * if any rank failed, the lowest failing rank's code and message become
  * every rank's current error, marked collective (so rank 0 alone prints it

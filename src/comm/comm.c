@@ -14,13 +14,7 @@
 
 static gt_wait_mode gt_wait_current = GT_WAIT_BUSY;
 
-void gt_comm_yield_pmpi_link(void); /* yield_pmpi.c */
-
-void gt_comm_set_wait_mode(gt_wait_mode mode)
-{
-  gt_comm_yield_pmpi_link(); /* links the PMPI wrappers into every program */
-  gt_wait_current = mode;
-}
+void gt_comm_set_wait_mode(gt_wait_mode mode) { gt_wait_current = mode; }
 gt_wait_mode gt_comm_get_wait_mode(void) { return gt_wait_current; }
 
 // ---- waits ------------------------------------------------------------------

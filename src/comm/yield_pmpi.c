@@ -8,16 +8,22 @@
  * calls, dozens per dataset of a checkpoint; spinning in them made a 1.4 MB
  * checkpoint written by 4 ranks on 2 cores take 29 s. The definitions below
  * take the place of MPICH's for every caller in the program (the standard
- * PMPI mechanism): in busy mode they call the PMPI_ routine at once; in yield
- * mode they start the non-blocking form and wait for it with gt_comm_wait's
- * test-and-sleep loop. Same arguments, same results, same ordering rules.
+ * PMPI mechanism). Outside a foreign-call scope (gt_comm_foreign_begin) they
+ * call the PMPI_ routine at once. Inside one, in yield mode, they start the
+ * non-blocking form and wait for it with gt_comm_wait's test-and-sleep loop:
+ * same arguments, same results, same ordering rules. A non-blocking
+ * collective cannot match a blocking one, so a scope is entered by every
+ * rank of the communicator together, and they agree on the mode.
  */
 #include <mpi.h>
 #include <time.h>
 
 #include "gridtrain/comm.h"
+#include "gridtrain/error.h"
 
-static int gt_yielding(void) { return gt_comm_get_wait_mode() == GT_WAIT_YIELD; }
+static int gt_scope_yield; /* inside a scope whose ranks agreed on yield */
+
+static int gt_yielding(void) { return gt_scope_yield; }
 
 static void gt_yield_sleep(void)
 {
@@ -39,10 +45,20 @@ static int gt_yield_wait(int rc, MPI_Request *req, MPI_Status *status)
   }
 }
 
-/* Called by gt_comm_set_wait_mode so that every program linking comm.c
- * also links these definitions (they live in a static library). */
-void gt_comm_yield_pmpi_link(void);
-void gt_comm_yield_pmpi_link(void) {}
+int gt_comm_foreign_begin(MPI_Comm comm)
+{
+  int mine = gt_comm_get_wait_mode() == GT_WAIT_YIELD, any = 0;
+  MPI_Request r;
+  int rc = PMPI_Iallreduce(&mine, &any, 1, MPI_INT, MPI_MAX, comm, &r);
+  if (rc == MPI_SUCCESS)
+    rc = mine ? gt_yield_wait(rc, &r, MPI_STATUS_IGNORE) : PMPI_Wait(&r, MPI_STATUS_IGNORE);
+  if (rc != MPI_SUCCESS)
+    return gt_error_mpi(rc, "MPI_Iallreduce (wait mode)", __FILE__, __LINE__, __func__);
+  gt_scope_yield = any;
+  return GT_SUCCESS;
+}
+
+void gt_comm_foreign_end(void) { gt_scope_yield = 0; }
 
 int MPI_Barrier(MPI_Comm comm)
 {

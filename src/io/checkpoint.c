@@ -228,8 +228,12 @@ int gt_ckpt_write(const char *path, const gt_ckpt_meta *meta, const gt_ckpt_stat
   float *staging = malloc(n * sizeof(float));
   GT_CHECK_ALLOC(staging, n * sizeof(float));
   hid_t ids[GT_WF_N] = {H5I_INVALID_HID, H5I_INVALID_HID, H5I_INVALID_HID};
-  int status = gt_ckpt_write_in(path, meta, st, comm, staging, ids);
-  status = gt_h5_close_all(status, GT_WF_N, ids);
+  int status = gt_comm_foreign_begin(comm);
+  if (status == GT_SUCCESS) {
+    status = gt_ckpt_write_in(path, meta, st, comm, staging, ids);
+    status = gt_h5_close_all(status, GT_WF_N, ids);
+    gt_comm_foreign_end();
+  }
   free(staging);
   if (status != GT_SUCCESS)
     return gt_error_wrap(status, __FILE__, __LINE__, __func__, "cannot write checkpoint %s",
@@ -310,10 +314,14 @@ int gt_ckpt_read_meta(const char *path, MPI_Comm comm, gt_ckpt_meta *meta)
 {
   memset(meta, 0, sizeof *meta);
   hid_t file = H5I_INVALID_HID;
-  if (gt_h5_open_mpio(path, H5F_ACC_RDONLY, comm, &file) != GT_SUCCESS)
+  GT_CALL(gt_comm_foreign_begin(comm));
+  if (gt_h5_open_mpio(path, H5F_ACC_RDONLY, comm, &file) != GT_SUCCESS) {
+    gt_comm_foreign_end();
     return gt_ckpt_open_error(path);
+  }
   int status = gt_ckpt_read_meta_in(file, path, meta);
   status = gt_h5_close_all(status, 1, &file);
+  gt_comm_foreign_end();
   if (status != GT_SUCCESS)
     gt_ckpt_meta_free(meta);
   GT_CALL(status);
@@ -399,17 +407,24 @@ int gt_ckpt_read(const char *path, const gt_ckpt_state *st, MPI_Comm comm)
   float *staging = malloc(n * sizeof(float));
   GT_CHECK_ALLOC(staging, n * sizeof(float));
   hid_t file = H5I_INVALID_HID;
+  int status = gt_comm_foreign_begin(comm);
+  if (status != GT_SUCCESS) {
+    free(staging);
+    return gt_error_push(status, __FILE__, __LINE__, __func__);
+  }
   if (gt_h5_open_mpio(path, H5F_ACC_RDONLY, comm, &file) != GT_SUCCESS) {
+    gt_comm_foreign_end();
     free(staging);
     return gt_ckpt_open_error(path);
   }
-  int local = GT_SUCCESS, status = GT_SUCCESS;
+  int local = GT_SUCCESS;
   for (int i = 0; i < st->ntensors && status == GT_SUCCESS; i++)
     for (int k = 0; k < GT_NKINDS && status == GT_SUCCESS; k++)
       status = gt_ckpt_read_tensor(file, path, &st->tensors[i], k, st, staging, &local);
   if (status == GT_SUCCESS)
     status = local; /* its error is still the current one */
   status = gt_h5_close_all(status, 1, &file);
+  gt_comm_foreign_end();
   free(staging);
   GT_CALL(status);
   return GT_SUCCESS;
@@ -673,16 +688,21 @@ static int gt_ckpt_list_steps(const char *dir, long **steps, int *n)
   return GT_SUCCESS;
 }
 
-/* Remove step files beyond the newest `keep` and leftover .tmp files of
- * writes that never finished (older than the newest checkpoint). */
+/* Remove step files beyond the newest `keep` up to `newest` (the one just
+ * written) and leftover .tmp files of writes that never finished. Files of
+ * later steps (left by a run that was rolled back to an older checkpoint)
+ * are not counted and not touched; they are replaced as the run reaches
+ * their steps. */
 static int gt_ckpt_prune(const char *dir, int keep, long newest)
 {
   long *steps;
   int n;
   GT_CALL(gt_ckpt_list_steps(dir, &steps, &n));
   char path[GT_PATH_MAX];
-  int status = GT_SUCCESS;
-  for (int i = keep > 0 ? keep : n; i < n && status == GT_SUCCESS; i++) {
+  int status = GT_SUCCESS, kept = 0;
+  for (int i = 0; i < n && status == GT_SUCCESS; i++) {
+    if (steps[i] > newest || keep <= 0 || ++kept <= keep)
+      continue;
     status = gt_ckpt_path(dir, steps[i], path, sizeof path);
     if (status == GT_SUCCESS && unlink(path) != 0 && errno != ENOENT)
       status = GT_ERROR(GT_ERR_SYSTEM, "cannot remove old checkpoint %s: %s", path,

@@ -64,7 +64,7 @@ typedef struct outcome {
   double loss[2 * N];   /* losses of the steps run, from index 0 */
   float *loaded;        /* parameters right after create */
   float *final;         /* parameters at the end */
-  char saved[1100];     /* checkpoint written at the end ("" for none) */
+  char saved[1024];     /* checkpoint written at the end ("" for none) */
 } outcome;
 
 /* Collective on comm: create a trainer from cfg (resuming as it says), run
@@ -118,7 +118,7 @@ static int setup_dirs(int rank, char *dataset, size_t dsize, char *dir, size_t s
   snprintf(dataset, dsize, "%s/genesis.h5", dir);
   int st = GT_SUCCESS;
   if (rank == 0) {
-    char cmd[1200], text[1024];
+    char cmd[4200], text[2048];
     snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s'", dir, dir);
     snprintf(text, sizeof text, "%s/tests/data/genesis.txt", src);
     char *files[1] = {text};
@@ -139,7 +139,7 @@ int main(int argc, char **argv)
     MPI_Finalize();
     return 1;
   }
-  char dataset[1100], dir[1024];
+  char dataset[700], dir[512];
   if (setup_dirs(rank, dataset, sizeof dataset, dir, sizeof dir) != GT_SUCCESS) {
     tap_bail("cannot make the dataset: %s", gt_error_message());
     MPI_Abort(MPI_COMM_WORLD, 1);
@@ -161,7 +161,7 @@ int main(int argc, char **argv)
   cfg.grid.dp = cfg.grid.pp = cfg.grid.tp = 2;
   const gt_gpt_shape shape = shape_of(&cfg);
   const size_t numel = gt_gpt_param_count(&shape);
-  char ckdir[1100], ckdir2[1100];
+  char ckdir[700], ckdir2[700];
   snprintf(ckdir, sizeof ckdir, "%s/ck", dir);
   snprintf(ckdir2, sizeof ckdir2, "%s/ck142", dir);
 
@@ -205,7 +205,7 @@ int main(int argc, char **argv)
   free_outcome(&second);
 
   // ---- 3. the same file in other layouts ----
-  char path[1100];
+  char path[1024];
   snprintf(path, sizeof path, "%s", first.saved);
   MPI_Bcast(path, sizeof path, MPI_CHAR, 0, MPI_COMM_WORLD);
   for (size_t l = 0; l < sizeof reshard / sizeof *reshard; l++) {
@@ -252,7 +252,7 @@ int main(int argc, char **argv)
   }
 
   // ---- 4. a checkpoint written by another layout holds the same tensors ----
-  char path2[1100];
+  char path2[1024];
   snprintf(path2, sizeof path2, "%s/step_%08d.h5", ckdir2, N);
   gt_config c = cfg;
   c.grid.dp = 8;
