@@ -196,8 +196,13 @@ int gt_error_agree(int status, MPI_Comm comm)
   int rank, size;
   GT_CALL_MPI(MPI_Comm_rank(comm, &rank));
   GT_CALL_MPI(MPI_Comm_size(comm, &size));
+  /* Non-blocking forms waited for in the wait mode: ranks that arrive early
+   * (those with nothing to do in the phase) must not spin on the cores of
+   * those still working. */
   int mine = status != GT_SUCCESS ? rank : size, first;
-  GT_CALL_MPI(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm));
+  MPI_Request req;
+  GT_CALL_MPI(MPI_Iallreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm, &req));
+  GT_CALL(gt_comm_wait(&req));
   if (first == size)
     return GT_SUCCESS;
   struct {
@@ -211,7 +216,8 @@ int gt_error_agree(int status, MPI_Comm comm)
     snprintf(msg.message, sizeof msg.message, "%s", gt_error_message());
     snprintf(msg.origin, sizeof msg.origin, "%s", gt_error_origin());
   }
-  GT_CALL_MPI(MPI_Bcast(&msg, (int)sizeof msg, MPI_BYTE, first, comm));
+  GT_CALL_MPI(MPI_Ibcast(&msg, (int)sizeof msg, MPI_BYTE, first, comm, &req));
+  GT_CALL(gt_comm_wait(&req));
   if (rank != first) {
     char origin[300];
     gt_error_set(msg.code, __FILE__, __LINE__, __func__, "%s", msg.message);

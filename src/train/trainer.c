@@ -65,7 +65,7 @@ struct gt_trainer {
 
   struct {
     int data, forward, backward, zero, tp_comm, pp_comm, bubble, dp_exposed, tied, reduce,
-        norm, optimizer, eval;
+        norm, optimizer, eval, checkpoint;
   } ev;
 };
 
@@ -274,6 +274,7 @@ int gt_trainer_create(const gt_config *cfg, MPI_Comm world, bool quiet, gt_train
   tr->ev.norm = gt_event("grad_norm", GT_EV_COMPUTE);
   tr->ev.optimizer = gt_event("optimizer", GT_EV_COMPUTE);
   tr->ev.eval = gt_event("eval", GT_EV_OTHER);
+  tr->ev.checkpoint = gt_event("checkpoint", GT_EV_OTHER);
 
   const int s = g->pp_rank;
   gt_gpt_part part = {tr->stage_first[s], tr->stage_first[s + 1], s == 0,
@@ -969,10 +970,14 @@ int gt_trainer_run(gt_trainer *tr)
     GT_CALL(gt_agree_signal(g, &signo));
     const bool due = cfg->checkpoint.every > 0 && tr->step % cfg->checkpoint.every == 0;
     if (saving && (due || signo || last)) {
-      GT_CALL(gt_trainer_save(tr, NULL, path, sizeof path));
+      const double t0 = gt_now();
+      gt_event_begin(tr->ev.checkpoint);
+      int status = gt_trainer_save(tr, NULL, path, sizeof path);
+      gt_event_end(tr->ev.checkpoint);
+      GT_CALL(status);
       saved = tr->step;
       if (!signo)
-        gt_info("gridtrain: checkpoint %s written\n", path);
+        gt_info("gridtrain: checkpoint %s written in %.1f s\n", path, gt_now() - t0);
     }
     if (signo) {
       if (saved == tr->step)
