@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "gridtrain/error.h"
 #include "gridtrain/log.h"
@@ -59,6 +60,19 @@ static inline float *tu_copy(const float *x, size_t n)
   float *p = tu_alloc(n);
   memcpy(p, x, n * sizeof(float));
   return p;
+}
+
+/* Barrier that sleeps while it waits, so that ranks with nothing to do do
+ * not take the cores of those still working (oversubscribed tests). */
+static inline void tu_sleepy_barrier(MPI_Comm comm)
+{
+  MPI_Request req;
+  int done = 0;
+  MPI_Ibarrier(comm, &req);
+  while (MPI_Test(&req, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done) {
+    struct timespec ts = {0, 2000000};
+    nanosleep(&ts, NULL);
+  }
 }
 
 /* MPI_Init, error handler, log rank; TAP output on rank 0 only. */

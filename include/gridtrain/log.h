@@ -21,4 +21,7 @@ void gt_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Rank 0 only: "gridtrain: warning: ..." to stderr. */
 void gt_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* "12.3 MiB": bytes in B, KiB, MiB, GiB or TiB with one decimal. */
+void gt_format_bytes(double bytes, char *buf, size_t size);
+
 #endif /* GRIDTRAIN_LOG_H */

@@ -50,17 +50,6 @@ static int gt_ckpt_shape(const gt_ckpt_meta *m, gt_gpt_shape *shape)
   return GT_SUCCESS;
 }
 
-static void gt_ckpt_bytes(double bytes, char *buf, size_t size)
-{
-  const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (bytes >= 1024 && u < 4) {
-    bytes /= 1024;
-    u++;
-  }
-  snprintf(buf, size, "%.1f %s", bytes, unit[u]);
-}
-
 static int gt_ckpt_info(const char *path)
 {
   gt_ckpt_meta m;
@@ -71,9 +60,9 @@ static int gt_ckpt_info(const char *path)
     struct stat sb;
     char disk[32] = "?", tensors[32];
     if (stat(path, &sb) == 0)
-      gt_ckpt_bytes((double)sb.st_size, disk, sizeof disk);
+      gt_format_bytes((double)sb.st_size, disk, sizeof disk);
     const double nparams = (double)gt_gpt_param_count(&shape);
-    gt_ckpt_bytes(4.0 * nparams, tensors, sizeof tensors);
+    gt_format_bytes(4.0 * nparams, tensors, sizeof tensors);
     printf("checkpoint     %s\n", path);
     printf("format         gridtrain checkpoint, version %d\n", m.format);
     printf("step           %ld (the next step to run)\n", m.step);
@@ -134,7 +123,7 @@ static int gt_ckpt_verify_one(const char *path)
   GT_CHECK(datasets == 3L * n, GT_ERR_HDF5,
            "checkpoint %s has %ld datasets; the model needs %d", path, datasets, 3 * n);
   char b[32];
-  gt_ckpt_bytes(bytes, b, sizeof b);
+  gt_format_bytes(bytes, b, sizeof b);
   printf("%s: ok: %ld datasets, %s read through their checksums\n", path, datasets, b);
   fflush(stdout);
   return GT_SUCCESS;

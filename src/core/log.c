@@ -33,3 +33,14 @@ void gt_warn(const char *fmt, ...)
   va_end(ap);
   fflush(stderr);
 }
+
+void gt_format_bytes(double bytes, char *buf, size_t size)
+{
+  const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (bytes >= 1024 && u < 4) {
+    bytes /= 1024;
+    u++;
+  }
+  snprintf(buf, size, "%.1f %s", bytes, unit[u]);
+}

@@ -124,23 +124,35 @@ int gt_h5_create_mpio(const char *path, MPI_Comm comm, hid_t *file)
 
 enum { GT_AID_ATTR, GT_AID_SPACE, GT_AID_TYPE, GT_AID_N };
 
+/* Open attribute `name` of obj with its type and space into ids, and give
+ * its type class and element count; *found is false when there is none. */
+static int gt_h5_attr_open(hid_t obj, const char *name, bool *found, H5T_class_t *cls,
+                           hssize_t *npoints, hid_t ids[])
+{
+  htri_t exists;
+  GT_CALL_HDF5(exists = H5Aexists(obj, name));
+  *found = exists > 0;
+  if (!*found)
+    return GT_SUCCESS;
+  GT_H5_ID(ids[GT_AID_ATTR], H5Aopen(obj, name, H5P_DEFAULT));
+  GT_H5_ID(ids[GT_AID_TYPE], H5Aget_type(ids[GT_AID_ATTR]));
+  GT_H5_ID(ids[GT_AID_SPACE], H5Aget_space(ids[GT_AID_ATTR]));
+  GT_CALL_HDF5(*cls = H5Tget_class(ids[GT_AID_TYPE]));
+  GT_CALL_HDF5(*npoints = H5Sget_simple_extent_npoints(ids[GT_AID_SPACE]));
+  return GT_SUCCESS;
+}
+
 /* Read attribute `name` of obj as n values of memory type mtype; the stored
  * type must be of class cls (integers as integers, floats as floats). */
 static int gt_h5_read_attr_in(hid_t obj, const char *name, const char *what, H5T_class_t cls,
                               hid_t mtype, long long n, void *buf, bool *found, hid_t ids[])
 {
-  htri_t exists;
-  GT_CALL_HDF5(exists = H5Aexists(obj, name));
-  *found = false;
-  if (!exists)
-    return GT_SUCCESS;
-  GT_H5_ID(ids[GT_AID_ATTR], H5Aopen(obj, name, H5P_DEFAULT));
-  GT_H5_ID(ids[GT_AID_TYPE], H5Aget_type(ids[GT_AID_ATTR]));
-  GT_H5_ID(ids[GT_AID_SPACE], H5Aget_space(ids[GT_AID_ATTR]));
   H5T_class_t stored;
   hssize_t npoints;
-  GT_CALL_HDF5(stored = H5Tget_class(ids[GT_AID_TYPE]));
-  GT_CALL_HDF5(npoints = H5Sget_simple_extent_npoints(ids[GT_AID_SPACE]));
+  GT_CALL(gt_h5_attr_open(obj, name, found, &stored, &npoints, ids));
+  if (!*found)
+    return GT_SUCCESS;
+  *found = false;
   GT_CHECK(stored == cls && npoints == n, GT_ERR_INPUT,
            "attribute '%s' of %s is not %lld %s%s", name, what, n,
            cls == H5T_INTEGER ? "integer" : "number", n == 1 ? "" : "s");
@@ -182,19 +194,13 @@ int gt_h5_read_attr_f64(hid_t obj, const char *name, const char *what,
 static int gt_h5_read_attr_str_in(hid_t obj, const char *name, const char *what,
                                   bool *found, char **value, hid_t ids[])
 {
-  htri_t exists;
-  GT_CALL_HDF5(exists = H5Aexists(obj, name));
-  *found = false;
-  if (!exists)
-    return GT_SUCCESS;
-  GT_H5_ID(ids[GT_AID_ATTR], H5Aopen(obj, name, H5P_DEFAULT));
-  GT_H5_ID(ids[GT_AID_TYPE], H5Aget_type(ids[GT_AID_ATTR]));
-  GT_H5_ID(ids[GT_AID_SPACE], H5Aget_space(ids[GT_AID_ATTR]));
   H5T_class_t stored;
   hssize_t npoints;
   htri_t variable;
-  GT_CALL_HDF5(stored = H5Tget_class(ids[GT_AID_TYPE]));
-  GT_CALL_HDF5(npoints = H5Sget_simple_extent_npoints(ids[GT_AID_SPACE]));
+  GT_CALL(gt_h5_attr_open(obj, name, found, &stored, &npoints, ids));
+  if (!*found)
+    return GT_SUCCESS;
+  *found = false;
   GT_CHECK(stored == H5T_STRING && npoints == 1, GT_ERR_INPUT,
            "attribute '%s' of %s is not one string", name, what);
   GT_CALL_HDF5(variable = H5Tis_variable_str(ids[GT_AID_TYPE]));

@@ -109,17 +109,6 @@ static int gt_check_data(const gt_trainer *tr, const gt_dataset *ds, long needed
   return GT_SUCCESS;
 }
 
-static void gt_format_bytes(double bytes, char *buf, size_t size)
-{
-  const char *unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (bytes >= 1024 && u < 4) {
-    bytes /= 1024;
-    u++;
-  }
-  snprintf(buf, size, "%.1f %s", bytes, unit[u]);
-}
-
 /* Rank 0: the configuration and what was resolved from it, as one table. */
 static void gt_print_setup(const gt_trainer *tr, size_t params_max, size_t act_max)
 {

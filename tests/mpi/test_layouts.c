@@ -76,19 +76,6 @@ static double seconds(void)
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Wait for rank 0 without spinning: the waiting ranks share the cores with
- * the reference run. */
-static void sleepy_barrier(MPI_Comm comm)
-{
-  MPI_Request req;
-  int done = 0;
-  MPI_Ibarrier(comm, &req);
-  while (MPI_Test(&req, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done) {
-    struct timespec ts = {0, 2000000};
-    nanosleep(&ts, NULL);
-  }
-}
-
 /* Collective on comm: train STEPS steps with cfg; rank 0 of comm gets the
  * losses, the final parameters and, with initial, the initial ones
  * (allocated here). */
@@ -219,7 +206,7 @@ int main(int argc, char **argv)
       tap_diag("single-rank reference: loss %.6f -> %.6f (%.1f s)", ref.loss[0],
                ref.loss[STEPS - 1], seconds() - t0);
   }
-  sleepy_barrier(MPI_COMM_WORLD);
+  tu_sleepy_barrier(MPI_COMM_WORLD);
   MPI_Bcast(&st, 1, MPI_INT, 0, MPI_COMM_WORLD);
   if (st != GT_SUCCESS) {
     tap_bail("the single-rank reference failed");
@@ -266,7 +253,7 @@ int main(int argc, char **argv)
         double t0 = seconds();
         if (comm != MPI_COMM_NULL)
           st = train(&c, comm, s == 0 && m == 0, &got);
-        sleepy_barrier(MPI_COMM_WORLD);
+        tu_sleepy_barrier(MPI_COMM_WORLD);
         double t = seconds() - t0;
         if (rank == 0) {
           if (st != GT_SUCCESS) {

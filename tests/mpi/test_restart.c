@@ -46,18 +46,6 @@ static gt_gpt_shape shape_of(const gt_config *cfg)
   return s;
 }
 
-/* Wait for the ranks that are busy without taking their cores. */
-static void sleepy_barrier(MPI_Comm comm)
-{
-  MPI_Request req;
-  int done = 0;
-  MPI_Ibarrier(comm, &req);
-  while (MPI_Test(&req, &done, MPI_STATUS_IGNORE) == MPI_SUCCESS && !done) {
-    struct timespec ts = {0, 2000000};
-    nanosleep(&ts, NULL);
-  }
-}
-
 /* What one run hands back on rank 0 of its communicator. */
 typedef struct outcome {
   long start;           /* step index after create (resume) */
@@ -225,7 +213,7 @@ int main(int argc, char **argv)
       st = run(&c, comm, writes ? 0 : N, writes ? ckdir2 : NULL, numel, &got);
       MPI_Comm_free(&comm);
     }
-    sleepy_barrier(MPI_COMM_WORLD);
+    tu_sleepy_barrier(MPI_COMM_WORLD);
     if (rank == 0) {
       char what[96];
       snprintf(what, sizeof what, "(dp,pp,tp)=(%d,%d,%d)", ly->dp, ly->pp, ly->tp);
