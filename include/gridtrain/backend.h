@@ -2,22 +2,74 @@
  * gridtrain/backend.h - the compute backend interface.
  *
  * A backend is a table of functions over memory that lives on its device
- * (host memory for "cpu", GPU memory for "cuda"). Model code allocates through
- * the table, moves data with upload/download, and calls the kernels; it never
- * tests which backend it runs on. Backends:
+ * (host memory for the cpu backends, GPU memory for "cuda"). Model code
+ * allocates through the table, moves data with upload/download, and calls the
+ * kernels; it never tests which backend it runs on. Backends:
  *
- *   "cpu"      OpenBLAS sgemm + OpenMP, fused where it pays (the default)
- *   "cpu-ref"  plain loops, double accumulators: the reference that tests
- *              compare "cpu" (and later "cuda") against; slow
- *   "cuda"     CUDA C kernels + cuBLAS + cuDNN (a later version)
+ *   "cpu"        OpenBLAS sgemm + OpenMP, fused where it pays (the default)
+ *   "cpu-ref"    plain loops, double accumulators: the reference that tests
+ *                compare "cpu" (and later "cuda") against; slow
+ *   "cpu-async"  "cpu" whose ops run later, in order, on a worker thread per
+ *                stream, each after a delay (test mode: a missing wait reads
+ *                stale data or races, and results change)
+ *   "cpu-guard"  "cpu" whose device memory the host cannot touch outside the
+ *                backend's own ops (test mode: a touch by model code, the
+ *                trainer, MPI or HDF5 faults, and the SIGSEGV handler names
+ *                the address and says that device memory was touched)
+ *   "cuda"       CUDA C kernels + cuBLASLt + cuDNN (a later version)
  *
- * Conventions for every kernel:
+ * ---- streams, events and the rules of asynchrony --------------------------
+ * Every op (kernels, fills, copies, uploads and downloads) is queued in order
+ * on a stream and may run after the call returns; the host learns that work
+ * is complete only through an event. Kernels run on the compute stream
+ * (be->compute); copies name their stream (NULL: the compute stream). Work on
+ * one stream runs in the order it was queued; work on different streams is
+ * unordered unless a stream waits for an event of another.
+ *
+ *   event_record(ev, s)        ev completes when everything queued on s so far
+ *                              has run (re-recording an event moves it)
+ *   event_query(ev, &done)     has it completed? never blocks
+ *   event_wait(ev)             the host blocks until it has completed
+ *   stream_wait(s, ev)         work queued on s from now on starts only after
+ *                              ev completes; the host does not block
+ *   event_elapsed(a, b, &s)    seconds between two completed events
+ *   sync()                     the host waits for every stream (tests,
+ *                              shutdown; never inside a training step)
+ *
+ * The rules that follow, and that cpu-async and cpu-guard prove on the CPU:
+ *   - The host reads device memory only through a download it has waited for
+ *     (an event recorded after the download, or sync).
+ *   - Host memory given to upload stays unchanged, and host memory given to
+ *     download is not read, until the copy has completed.
+ *   - MPI and HDF5 touch device memory only where the backend says that its
+ *     memory is host-visible (be->host_visible), and only after an event wait
+ *     for the work that wrote it; otherwise they go through host staging
+ *     buffers (src/comm owns those).
+ *   - A device buffer that MPI or a copy will overwrite is not still being
+ *     read by queued work: wait for (or order after) the event of its last
+ *     reader.
+ * Pinned host memory (alloc_host) is what copies run fastest from and what
+ * MPI staging uses; on the CPU it is plain aligned memory.
+ *
+ * ---- precisions ----------------------------------------------------------------
+ * Kernels take the compute type dt (GT_F32, GT_BF16 or GT_F16) of their
+ * activations and weights ("void *" below, "dt" in the shape notes). They
+ * read dt, compute in fp32 (fp32 or wider accumulators), and round each
+ * output to dt once, at the end. LayerNorm statistics, softmax statistics,
+ * losses and every gradient of a parameter ("float *") are fp32. The
+ * reference backend rounds at the same points, so fast and reference agree
+ * to within accumulation order before the one rounding.
+ *
+ * ---- conventions for every kernel ---------------------------------------------
  *   - matrices are row-major; shapes are noted as (rows, cols);
- *   - "N" is the number of rows (tokens: B*T), "C" the width;
+ *   - sizes are 64-bit: "N" is the number of rows (tokens: B*T), "C" the
+ *     width; element counts and offsets never pass through int;
  *   - outputs marked "+=" accumulate into what is there (gradient buffers are
  *     zeroed once per step and accumulate over micro-batches); outputs marked
  *     "=" are overwritten;
- *   - all functions return a gt_err status; none is collective.
+ *   - all functions return a gt_err status; none is collective. An error in
+ *     an op that has already been queued is reported by a later call on the
+ *     backend (at the latest by event_wait or sync).
  */
 #ifndef GRIDTRAIN_BACKEND_H
 #define GRIDTRAIN_BACKEND_H
@@ -29,122 +81,168 @@
 #include "gridtrain/tensor.h"
 
 typedef struct gt_backend gt_backend;
+typedef struct gt_stream gt_stream; /* a queue of work, owned by the backend */
+typedef struct gt_device_event gt_device_event; /* a marker in a stream */
 
 typedef struct gt_backend_ops {
-  /* ---- memory (device pointers) ---- */
-  int (*alloc)(gt_backend *be, size_t bytes, void **ptr); /* 64-byte aligned */
+  /* ---- device and host memory ---- */
+  int (*alloc)(gt_backend *be, size_t bytes, void **ptr); /* device, 64-byte aligned */
   int (*free)(gt_backend *be, void *ptr);
-  int (*zero)(gt_backend *be, void *ptr, size_t bytes);
-  int (*upload)(gt_backend *be, void *dst, const void *host_src, size_t bytes);
-  int (*download)(gt_backend *be, void *host_dst, const void *src, size_t bytes);
-  int (*copy)(gt_backend *be, void *dst, const void *src, size_t bytes);
-  int (*sync)(gt_backend *be); /* wait for queued work (no-op on the CPU) */
+  int (*alloc_host)(gt_backend *be, size_t bytes, void **ptr); /* pinned host memory */
+  int (*free_host)(gt_backend *be, void *ptr);
+
+  /* ---- streams and events (see the top of this file) ---- */
+  int (*stream_create)(gt_backend *be, gt_stream **s);
+  int (*stream_destroy)(gt_backend *be, gt_stream *s);
+  int (*event_create)(gt_backend *be, gt_device_event **ev);
+  int (*event_destroy)(gt_backend *be, gt_device_event *ev);
+  int (*event_record)(gt_backend *be, gt_device_event *ev, gt_stream *s);
+  int (*event_query)(gt_backend *be, gt_device_event *ev, bool *done);
+  int (*event_wait)(gt_backend *be, gt_device_event *ev);
+  int (*stream_wait)(gt_backend *be, gt_stream *s, gt_device_event *ev);
+  int (*event_elapsed)(gt_backend *be, gt_device_event *start, gt_device_event *end, double *seconds);
+  int (*sync)(gt_backend *be);
+
+  /* ---- copies and fills (s NULL: the compute stream) ---- */
+  int (*upload)(gt_backend *be, void *dst, const void *host_src, size_t bytes, gt_stream *s);
+  int (*download)(gt_backend *be, void *host_dst, const void *src, size_t bytes,
+                  gt_stream *s);
+  int (*copy)(gt_backend *be, void *dst, const void *src, size_t bytes, gt_stream *s);
+  int (*zero)(gt_backend *be, void *ptr, size_t bytes); /* compute stream */
+  /* dst (n, dst_t) "=" src (n, src_t) converted, rounding to nearest even;
+   * any pair of GT_F32, GT_BF16, GT_F16. Compute stream. */
+  int (*cast)(gt_backend *be, gt_dtype dst_t, void *dst, gt_dtype src_t, const void *src,
+              size_t n);
 
   /* ---- dense algebra ---- */
-  /* c(m,n) = alpha * op(a) op(b) + beta * c, op = transpose when ta/tb. */
-  int (*matmul)(gt_backend *be, bool ta, bool tb, int m, int n, int k, float alpha,
-                const float *a, int lda, const float *b, int ldb, float beta, float *c,
-                int ldc);
-  /* out(N,OC) = in(N,C) w(OC,C)^T + bias(OC) + residual(N,OC); bias and
-   * residual may be NULL; residual must not alias out. */
-  int (*linear_forward)(gt_backend *be, float *out, const float *in, const float *w,
-                        const float *bias, const float *residual, int N, int C, int OC);
-  /* din(N,C) = dout w (skipped when din is NULL); dw(OC,C) += dout^T in;
-   * dbias(OC) += column sums of dout (skipped when NULL). */
-  int (*linear_backward)(gt_backend *be, float *din, float *dw, float *dbias,
-                         const float *dout, const float *in, const float *w, int N,
-                         int C, int OC);
+  /* out(N,OC) = in(N,C) w(OC,C)^T + bias(OC) + residual(N,OC), all dt; bias
+   * and residual may be NULL; residual must not alias out. */
+  int (*linear_forward)(gt_backend *be, gt_dtype dt, void *out, const void *in,
+                        const void *w, const void *bias, const void *residual, int64_t N,
+                        int64_t C, int64_t OC);
+  /* din(N,C) "=" dout w, dt (skipped when din is NULL); dw(OC,C) "+=" dout^T
+   * in, fp32; dbias(OC) "+=" column sums of dout, fp32 (skipped when NULL). */
+  int (*linear_backward)(gt_backend *be, gt_dtype dt, void *din, float *dw, float *dbias,
+                         const void *dout, const void *in, const void *w, int64_t N,
+                         int64_t C, int64_t OC);
 
   /* ---- normalisation and activations ---- */
-  /* out = (in - mean) * rstd * w + b per row, eps 1e-5; mean, rstd (N) "=". */
-  int (*layernorm_forward)(gt_backend *be, float *out, float *mean, float *rstd,
-                           const float *in, const float *w, const float *b, int N, int C);
-  /* din(N,C) +=, dw(C) +=, db(C) += */
-  int (*layernorm_backward)(gt_backend *be, float *din, float *dw, float *db,
-                            const float *dout, const float *in, const float *w,
-                            const float *mean, const float *rstd, int N, int C);
-  /* GELU, tanh approximation (GPT-2). out = gelu(in), n elements. */
-  int (*gelu_forward)(gt_backend *be, float *out, const float *in, size_t n);
-  /* din = gelu'(in) * dout ("="). */
-  int (*gelu_backward)(gt_backend *be, float *din, const float *in, const float *dout,
-                       size_t n);
+  /* out = (in - mean) * rstd * w + b per row, eps 1e-5; out, in, w, b dt;
+   * mean, rstd (N) fp32 "=". */
+  int (*layernorm_forward)(gt_backend *be, gt_dtype dt, void *out, float *mean, float *rstd,
+                           const void *in, const void *w, const void *b, int64_t N,
+                           int64_t C);
+  /* din(N,C) dt "+=" (din + the input gradient, rounded once); dw(C), db(C)
+   * fp32 "+=". din may alias dout only if it is the residual gradient that
+   * flows past the LayerNorm unchanged (as in a pre-LN block). */
+  int (*layernorm_backward)(gt_backend *be, gt_dtype dt, void *din, float *dw, float *db,
+                            const void *dout, const void *in, const void *w,
+                            const float *mean, const float *rstd, int64_t N, int64_t C);
+  /* GELU, tanh approximation (GPT-2). out = gelu(in), n elements of dt. */
+  int (*gelu_forward)(gt_backend *be, gt_dtype dt, void *out, const void *in, size_t n);
+  /* din = gelu'(in) * dout ("="), dt; din may alias dout. */
+  int (*gelu_backward)(gt_backend *be, gt_dtype dt, void *din, const void *in,
+                       const void *dout, size_t n);
 
-  /* ---- attention ---- */
-  /* Causal self-attention over H heads of size hs. qkv (B,T,3,H,hs) holds
-   * q, k, v; out (B,T,H*hs) "="; att (B,H,T,T) "=" keeps the softmax
-   * probabilities for backward (entries above the diagonal are zero).
-   * Scores are scaled by 1/sqrt(hs). */
-  int (*attention_forward)(gt_backend *be, float *out, float *att, const float *qkv,
-                           int B, int T, int H, int hs);
-  /* dqkv (B,T,3,H,hs) "="; datt (B,H,T,T) is scratch. */
-  int (*attention_backward)(gt_backend *be, float *dqkv, float *datt, const float *dout,
-                            const float *qkv, const float *att, int B, int T, int H,
-                            int hs);
+  /* ---- attention: the flash-attention / cuDNN SDPA contract ----
+   * Causal self-attention over H heads of size hs, scores scaled by
+   * 1/sqrt(hs). qkv (B,T,3,H,hs) holds q, k, v; out (B,T,H*hs) "=", dt;
+   * lse (B,H,T) fp32 "=": per query row, the log-sum-exp of its scaled
+   * scores (m + log sum exp(s - m)). No (B,H,T,T) buffer outlives a call:
+   * backward recomputes the probabilities tile by tile from q, k and lse. */
+  int (*attention_forward)(gt_backend *be, gt_dtype dt, void *out, float *lse,
+                           const void *qkv, int64_t B, int64_t T, int64_t H, int64_t hs);
+  /* dqkv (B,T,3,H,hs) "=", dt, from dout (B,T,H*hs) and what forward gave
+   * (out and lse for the same qkv). */
+  int (*attention_backward)(gt_backend *be, gt_dtype dt, void *dqkv, const void *dout,
+                            const void *qkv, const void *out, const float *lse, int64_t B,
+                            int64_t T, int64_t H, int64_t hs);
 
   /* ---- embeddings and loss (vocabulary-parallel) ----
    * A rank may hold only the rows [v0, v0 + nv) of the token embedding
    * (tensor parallelism splits the vocabulary); with one shard v0 = 0 and
    * nv = V. */
-  /* out(B*T,C) "=" wte[tokens - v0] for tokens in [v0, v0 + nv), 0 for other
-   * tokens, plus wpe[t] when wpe is not NULL. tokens (B,T) int32 on the
-   * device; wte holds the nv rows of this shard. */
-  int (*embedding_forward)(gt_backend *be, float *out, const int32_t *tokens,
-                           const float *wte, const float *wpe, int B, int T, int C,
-                           int v0, int nv);
-  /* dwte += scatter of dout by token (tokens in [v0, v0 + nv) only, into row
-   * token - v0); dwpe += sum of dout over the batch (skipped when NULL). */
-  int (*embedding_backward)(gt_backend *be, float *dwte, float *dwpe, const float *dout,
-                            const int32_t *tokens, int B, int T, int C, int v0, int nv);
-  /* Softmax cross-entropy in two halves so that the vocabulary may be split
-   * over P shards (no rank holds full logits). This shard's logits are
-   * (N, ld): column j < nv is vocabulary entry v0 + j, columns nv..ld-1 are
-   * padding and ignored.
-   * xent_partial: stats (N,3) "=" per row {m, s, t}: m = max of the nv
+  /* out(B*T,C) dt "=" wte[tokens - v0] for tokens in [v0, v0 + nv), 0 for
+   * other tokens, plus wpe[t] when wpe is not NULL (summed in fp32, rounded
+   * once). tokens (B,T) int32 on the device; wte holds the nv rows of this
+   * shard, dt. */
+  int (*embedding_forward)(gt_backend *be, gt_dtype dt, void *out, const int32_t *tokens,
+                           const void *wte, const void *wpe, int64_t B, int64_t T, int64_t C,
+                           int64_t v0, int64_t nv);
+  /* dwte fp32 += scatter of dout (dt) by token (tokens in [v0, v0 + nv)
+   * only, into row token - v0), each row summed in token order; dwpe fp32 +=
+   * sum of dout over the batch (skipped when NULL). */
+  int (*embedding_backward)(gt_backend *be, gt_dtype dt, float *dwte, float *dwpe,
+                            const void *dout, const int32_t *tokens, int64_t B, int64_t T,
+                            int64_t C, int64_t v0, int64_t nv);
+  /* Softmax cross-entropy in two halves, in fp32, so that the vocabulary may
+   * be split over P shards (no rank holds full logits). This shard's logits
+   * are (N, ld), dt: column j < nv is vocabulary entry v0 + j, columns
+   * nv..ld-1 are padding and ignored.
+   * xent_partial: stats (N,3) fp32 "=" per row {m, s, t}: m = max of the nv
    * columns, s = sum of exp(logit - m) over them, t = the logit of the
    * target when the target is in [v0, v0 + nv), else 0. */
-  int (*xent_partial)(gt_backend *be, float *stats, const float *logits,
-                      const int32_t *targets, int N, int nv, int ld, int v0);
+  int (*xent_partial)(gt_backend *be, gt_dtype dt, float *stats, const void *logits,
+                      const int32_t *targets, int64_t N, int64_t nv, int64_t ld, int64_t v0);
   /* xent_finish: stats holds the (P, N, 3) partial stats of every shard in
    * shard order. Per row, M = max_r m_r, S = sum_r s_r exp(m_r - M) and
-   * Tg = sum_r t_r, both summed in shard order r = 0..P-1, and
-   * losses(N) "=" log(S) + M - Tg (= -log softmax[target]). When
-   * grad_scale != 0 this shard's logits are overwritten by
-   * dlogits = (exp(logit - M) / S - [column is the target]) * grad_scale,
+   * Tg = sum_r t_r, both summed in shard order r = 0..P-1, and losses(N)
+   * fp32 "=" log(S) + M - Tg (= -log softmax[target]). When dlogit_scale !=
+   * 0 this shard's logits are overwritten (dt) by
+   * dlogits = (exp(logit - M) / S - [column is the target]) * dlogit_scale,
    * and 0 in the padding columns. Identical stats give identical losses on
    * every shard. */
-  int (*xent_finish)(gt_backend *be, float *losses, float *logits, const float *stats,
-                     int P, const int32_t *targets, int N, int nv, int ld, int v0,
-                     float grad_scale);
+  int (*xent_finish)(gt_backend *be, gt_dtype dt, float *losses, void *logits,
+                     const float *stats, int P, const int32_t *targets, int64_t N, int64_t nv,
+                     int64_t ld, int64_t v0, float dlogit_scale);
 
   /* ---- optimizer and reductions ---- */
-  /* AdamW on n elements: g' = g * grad_scale; m = b1 m + (1-b1) g';
-   * v = b2 v + (1-b2) g'^2; p -= lr * (m/bc1 / (sqrt(v/bc2) + eps) + wd p).
-   * bc1 = 1 - b1^t, bc2 = 1 - b2^t. */
-  int (*adamw)(gt_backend *be, float *p, const float *g, float *m, float *v, size_t n,
-               float lr, float beta1, float beta2, float eps, float weight_decay,
-               float bc1, float bc2, float grad_scale);
-  /* *result (host) = sum of x^2, accumulated in double, deterministic. */
-  int (*sumsq)(gt_backend *be, const float *x, size_t n, double *result);
+  /* AdamW on n fp32 elements: g' = g * grad_mult (the clip factor over the
+   * loss scale); m = b1 m + (1-b1) g'; v = b2 v + (1-b2) g'^2;
+   * p -= lr * (m/bc1 / (sqrt(v/bc2) + eps) + wd p); bc1 = 1 - b1^t,
+   * bc2 = 1 - b2^t. When compute is not NULL it gets the new p rounded to
+   * compute_t (the compute copy). */
+  int (*adamw)(gt_backend *be, float *p, const float *g, float *m, float *v, void *compute,
+               gt_dtype compute_t, size_t n, float lr, float beta1, float beta2, float eps,
+               float weight_decay, float bc1, float bc2, float grad_mult);
+  /* *acc (one double on the device) += sum of x (n fp32), resp. of x^2,
+   * summed in double in an order fixed by n and the backend's thread count:
+   * the same inputs give the same bits. */
+  int (*sum_add)(gt_backend *be, double *acc, const float *x, size_t n);
+  int (*sumsq_add)(gt_backend *be, double *acc, const float *x, size_t n);
 } gt_backend_ops;
 
 struct gt_backend {
   const gt_backend_ops *ops;
-  const char *name;   /* "cpu", "cpu-ref", "cuda" */
+  const char *name;   /* "cpu", "cpu-ref", "cpu-async", "cpu-guard", "cuda" */
   gt_device device;   /* where the memory of this backend lives */
+  bool host_visible;  /* device memory is host memory that the host and MPI may
+                         touch once the work that wrote it is complete */
   int threads;        /* CPU threads used by the kernels */
+  gt_stream *compute; /* the compute stream */
   void *impl;         /* backend-private state */
 };
 
 /* Create a backend by name with the given CPU thread count (>= 1).
  * GT_ERR_INPUT for an unknown name or one this build does not include (for
- * "cuda" without CUDA support the message says how to rebuild).
+ * "cuda" without CUDA support the message says how to rebuild). With
+ * GT_CPU_MODE=async or guard in the environment, "cpu" is created as
+ * "cpu-async" or "cpu-guard" (so that any test runs under a test mode);
+ * GT_CPU_ASYNC_DELAY_US sets cpu-async's delay (default 100 us).
  * Not collective. */
 int gt_backend_create(const char *name, int threads, gt_backend **be);
 
-/* Free the backend and set *be to NULL. */
+/* Wait for all queued work, free the backend and set *be to NULL. */
 int gt_backend_destroy(gt_backend **be);
 
-/* Describe the BLAS in use ("OpenBLAS 0.3.21 ... (core SkylakeX), OpenMP"). */
+/* A device clock for the named timers (timer.h) that marks be's compute
+ * stream with events. Not collective. */
+typedef struct gt_timer_clock gt_timer_clock;
+int gt_backend_clock_create(gt_backend *be, gt_timer_clock **clock);
+int gt_backend_clock_destroy(gt_timer_clock **clock);
+
+/* Describe the BLAS in use ("OpenBLAS 0.3.21 ... (core SkylakeX, OpenMP)",
+ * plus "; bf16 GEMM oneDNN 2.6.3" when bf16 products go through oneDNN). */
 const char *gt_backend_blas_info(void);
 
 /* A warning when the BLAS runs kernels far below what the CPU can do (OpenBLAS

@@ -21,18 +21,64 @@ int openblas_get_parallel(void);
 char *openblas_get_corename(void);
 #endif
 
+const char *gt_dtype_name(gt_dtype t)
+{
+  switch (t) {
+  case GT_F32: return "fp32";
+  case GT_BF16: return "bf16";
+  case GT_F16: return "fp16";
+  case GT_I32: return "int32";
+  }
+  return "?";
+}
+
+/* GT_CPU_MODE=async|guard turns "cpu" into a test mode (tests run any suite
+ * under it without changing their decks). */
+static int gt_cpu_mode_from_env(const char **name)
+{
+  const char *mode = getenv("GT_CPU_MODE");
+  if (!mode || !mode[0] || strcmp(*name, "cpu") != 0)
+    return GT_SUCCESS;
+  if (strcmp(mode, "async") == 0)
+    *name = "cpu-async";
+  else if (strcmp(mode, "guard") == 0)
+    *name = "cpu-guard";
+  else if (strcmp(mode, "sync") != 0)
+    return GT_ERROR(GT_ERR_INPUT, "GT_CPU_MODE=%s: expected async, guard or sync", mode);
+  return GT_SUCCESS;
+}
+
+static int gt_async_delay(double *us)
+{
+  *us = 100.0;
+  const char *env = getenv("GT_CPU_ASYNC_DELAY_US");
+  if (!env || !env[0])
+    return GT_SUCCESS;
+  char *end;
+  double v = strtod(env, &end);
+  GT_CHECK(*end == '\0' && v >= 0 && v <= 1e7, GT_ERR_INPUT,
+           "GT_CPU_ASYNC_DELAY_US=%s: expected microseconds in [0, 1e7]", env);
+  *us = v;
+  return GT_SUCCESS;
+}
+
 int gt_backend_create(const char *name, int threads, gt_backend **be)
 {
   GT_CHECK(threads >= 1, GT_ERR_INPUT, "backend threads must be >= 1 (got %d)", threads);
-  const gt_backend_ops *ops = NULL;
-  const char *canonical = NULL;
-  if (strcmp(name, "cpu") == 0) {
-    ops = &gt_cpu_ops;
-    canonical = "cpu";
-  } else if (strcmp(name, "cpu-ref") == 0) {
-    ops = &gt_cpu_ref_ops;
-    canonical = "cpu-ref";
-  } else if (strcmp(name, "cuda") == 0) {
+  GT_CALL(gt_cpu_mode_from_env(&name));
+  static const struct {
+    const char *name;
+    const gt_backend_ops *kernels;
+    gt_cpu_mode mode;
+  } host[] = {{"cpu", &gt_cpu_kernels, GT_CPU_SYNC},
+              {"cpu-ref", &gt_ref_kernels, GT_CPU_SYNC},
+              {"cpu-async", &gt_cpu_kernels, GT_CPU_ASYNC},
+              {"cpu-guard", &gt_cpu_kernels, GT_CPU_GUARD}};
+  int which = -1;
+  for (int i = 0; i < (int)(sizeof host / sizeof host[0]); i++)
+    if (strcmp(name, host[i].name) == 0)
+      which = i;
+  if (which < 0 && strcmp(name, "cuda") == 0) {
     if (!gt_cuda_built())
       return GT_ERROR(GT_ERR_INPUT,
                       "[backend] device = cuda: this gridtrain was built without CUDA; "
@@ -41,17 +87,20 @@ int gt_backend_create(const char *name, int threads, gt_backend **be)
                     "[backend] device = cuda: the CUDA backend is not part of gridtrain %s "
                     "yet (CUDA is detected, kernels come later); use device = cpu",
                     PACKAGE_VERSION);
-  } else {
-    return GT_ERROR(GT_ERR_INPUT, "unknown backend '%s'; expected one of cpu, cpu-ref, cuda",
-                    name);
   }
+  if (which < 0)
+    return GT_ERROR(GT_ERR_INPUT,
+                    "unknown backend '%s'; expected one of cpu, cpu-ref, cpu-async, cpu-guard, "
+                    "cuda",
+                    name);
+  double delay = 0;
+  if (host[which].mode == GT_CPU_ASYNC)
+    GT_CALL(gt_async_delay(&delay));
   gt_backend *b = calloc(1, sizeof *b);
   GT_CHECK_ALLOC(b, sizeof *b);
-  b->ops = ops;
-  b->name = canonical;
-  b->device = GT_HOST;
+  b->name = host[which].name;
   b->threads = threads;
-  int status = gt_cpu_setup(b);
+  int status = gt_cpu_backend_init(b, host[which].kernels, host[which].mode, delay);
   if (status != GT_SUCCESS) {
     free(b);
     return gt_error_push(status, __FILE__, __LINE__, __func__);
@@ -62,8 +111,12 @@ int gt_backend_create(const char *name, int threads, gt_backend **be)
 
 int gt_backend_destroy(gt_backend **be)
 {
+  if (!*be)
+    return GT_SUCCESS;
+  int status = gt_cpu_backend_fini(*be);
   free(*be);
   *be = NULL;
+  GT_CALL(status);
   return GT_SUCCESS;
 }
 
@@ -119,5 +172,7 @@ const char *gt_backend_blas_info(void)
     snprintf(info, sizeof info, "%s (%s%s)", name, core, mode);
   else
     snprintf(info, sizeof info, "%s", GT_BUILD_BLAS);
+  if (gt_dnnl_bf16_enabled()) /* bf16 products go through oneDNN */
+    snprintf(info + strlen(info), sizeof info - strlen(info), "; bf16 GEMM %s", gt_dnnl_info());
   return info;
 }

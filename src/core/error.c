@@ -20,7 +20,7 @@ typedef struct {
   int line;
 } gt_frame;
 
-static struct {
+static _Thread_local struct { /* per thread: cpu-async workers keep their own */
   int code;
   bool collective;
   char message[GT_ERROR_MSG_MAX];

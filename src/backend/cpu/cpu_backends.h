@@ -1,29 +1,61 @@
 /*
- * cpu_backends.h - the two host backends' tables and the host memory
- * functions they share (internal to src/backend).
+ * cpu_backends.h - the host backends' tables and the pieces they share
+ * (internal to src/backend).
+ *
+ * The kernels of "cpu" (cpu.c, cpu_attention.c) and "cpu-ref" (cpu_ref.c,
+ * cpu_ref_attention.c) run synchronously on the calling thread. The stream
+ * layer (cpu_stream.c) gives both tables their memory, stream and event
+ * entries; for the test modes it wraps the "cpu" kernels so that they run
+ * later on a worker thread (cpu-async) or between memory-protection flips
+ * (cpu-guard).
  */
 #ifndef GT_CPU_BACKENDS_H
 #define GT_CPU_BACKENDS_H
 
 #include "gridtrain/backend.h"
 
-extern const gt_backend_ops gt_cpu_ops;     /* cpu.c: OpenBLAS + OpenMP */
-extern const gt_backend_ops gt_cpu_ref_ops; /* cpu_ref.c: plain loops */
+/* Kernel tables: every entry from `cast` on (copies, fills and memory come
+ * from the stream layer and are NULL here). */
+extern const gt_backend_ops gt_cpu_kernels; /* cpu.c: OpenBLAS + OpenMP */
+extern const gt_backend_ops gt_ref_kernels; /* cpu_ref.c: plain loops */
 
-/* Host memory, shared by both tables (cpu_memory.c). */
-int gt_host_alloc(gt_backend *be, size_t bytes, void **ptr);
-int gt_host_free(gt_backend *be, void *ptr);
-int gt_host_zero(gt_backend *be, void *ptr, size_t bytes);
-int gt_host_copy(gt_backend *be, void *dst, const void *src, size_t bytes);
-int gt_host_sync(gt_backend *be);
+/* Causal attention of the fast backend (cpu_attention.c) and of the
+ * reference (cpu_ref_attention.c); contract in backend.h. */
+int gt_cpu_attention_forward(gt_backend *be, gt_dtype dt, void *out, float *lse,
+                             const void *qkv, int64_t B, int64_t T, int64_t H, int64_t hs);
+int gt_cpu_attention_backward(gt_backend *be, gt_dtype dt, void *dqkv, const void *dout,
+                              const void *qkv, const void *out, const float *lse, int64_t B,
+                              int64_t T, int64_t H, int64_t hs);
+int gt_ref_attention_forward(gt_backend *be, gt_dtype dt, void *out, float *lse,
+                             const void *qkv, int64_t B, int64_t T, int64_t H, int64_t hs);
+int gt_ref_attention_backward(gt_backend *be, gt_dtype dt, void *dqkv, const void *dout,
+                              const void *qkv, const void *out, const float *lse, int64_t B,
+                              int64_t T, int64_t H, int64_t hs);
 
-/* Causal attention of the fast backend (cpu_attention.c). */
-int gt_cpu_attention_forward(gt_backend *be, float *out, float *att, const float *qkv, int B,
-                             int T, int H, int hs);
-int gt_cpu_attention_backward(gt_backend *be, float *dqkv, float *datt, const float *dout,
-                              const float *qkv, const float *att, int B, int T, int H, int hs);
+/* bf16 matrix products through oneDNN (cpu_dnnl.c): C(M,N) = op(A) op(B)
+ * (+ bias(N)) (+ C when accumulate), row-major, A, B and bias bf16, C bf16
+ * or fp32, fp32 accumulation and one rounding. gt_dnnl_bf16_enabled: built
+ * with oneDNN and not turned off by GT_CPU_BF16_GEMM=sgemm. */
+bool gt_dnnl_bf16_enabled(void);
+int gt_dnnl_matmul_bf16(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const void *A,
+                        const void *B, const void *bias, bool accumulate, void *C,
+                        gt_dtype c_type);
+const char *gt_dnnl_info(void); /* "oneDNN 2.6.3" or "no oneDNN" */
 
-/* Prepare the fast CPU backend (thread counts of OpenMP and BLAS). */
+/* Prepare the fast CPU kernels on the calling thread (thread counts of
+ * OpenMP and BLAS). cpu-async calls it on each worker thread too. */
 int gt_cpu_setup(gt_backend *be);
+
+/* ---- the stream layer (cpu_stream.c) ---- */
+typedef enum { GT_CPU_SYNC = 0, GT_CPU_ASYNC, GT_CPU_GUARD } gt_cpu_mode;
+
+/* Fill be (name, table, compute stream, impl) for a host backend: kernels
+ * from `kernels`, run as `mode` says. delay_us: cpu-async's delay before
+ * each op runs. */
+int gt_cpu_backend_init(gt_backend *be, const gt_backend_ops *kernels, gt_cpu_mode mode,
+                        double delay_us);
+
+/* Wait for all work and release what gt_cpu_backend_init made. */
+int gt_cpu_backend_fini(gt_backend *be);
 
 #endif /* GT_CPU_BACKENDS_H */
