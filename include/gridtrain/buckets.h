@@ -6,12 +6,14 @@
  * first (the order backward finishes them), into buckets of about
  * bucket_bytes: contiguous slices of the flat gradient buffer. During the
  * backward of the step's last micro-batch the model reports parameters
- * whose gradients are final (gt_buckets_ready); a bucket's non-blocking
- * all-reduce (sum over dp) starts as soon as all its parameters are
- * reported, and every report also tests the buckets in flight so that MPI
- * moves them along while backward computes. gt_buckets_wait before the
- * optimizer completes every bucket. Earlier micro-batches report nothing,
- * so gradient accumulation costs no communication.
+ * whose gradients are final (gt_buckets_ready): their kernels are queued.
+ * A bucket's all-reduce (sum over dp, fp32, through collectives.h) is
+ * issued as soon as all its parameters are reported; it starts in MPI once
+ * the device has run those kernels, and every report and wait moves the
+ * buckets in flight along, so that MPI works while backward computes.
+ * gt_buckets_wait before the optimizer completes every bucket (the
+ * optimizer's kernels then see the sums). Earlier micro-batches report
+ * nothing, so gradient accumulation costs no communication.
  */
 #ifndef GRIDTRAIN_BUCKETS_H
 #define GRIDTRAIN_BUCKETS_H
@@ -19,13 +21,16 @@
 #include <mpi.h>
 #include <stddef.h>
 
+#include "gridtrain/collectives.h"
 #include "gridtrain/params.h"
 
 typedef struct gt_buckets gt_buckets;
 
 /* Not collective (every rank of dp must use the same parameters and size).
- * bucket_bytes 0: one bucket with everything. */
-int gt_buckets_create(gt_params *params, MPI_Comm dp, size_t bucket_bytes,
+ * bucket_bytes 0: one bucket with everything. Staging room (when coll
+ * stages) is allocated here, one buffer per bucket. coll may be NULL when
+ * dp has one rank (nothing is reduced; the layout is still counted). */
+int gt_buckets_create(gt_params *params, gt_coll *coll, MPI_Comm dp, size_t bucket_bytes,
                       gt_buckets **buckets);
 int gt_buckets_destroy(gt_buckets **buckets);
 

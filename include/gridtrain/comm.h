@@ -2,6 +2,8 @@
  * gridtrain/comm.h - collectives and waits: the one place where gridtrain's
  * layers, optimizer and trainer talk to MPI during training.
  *
+ * (Device buffers go through collectives.h, which builds on this.)
+ *
  * Waiting: MPICH busy-polls inside blocking calls, so a rank waiting in an
  * all-reduce steals a core from ranks that compute whenever ranks outnumber
  * cores. Every wait on a request goes through gt_comm_wait, which in
@@ -25,27 +27,31 @@ gt_wait_mode gt_comm_get_wait_mode(void);
 int gt_comm_wait(MPI_Request *req);
 int gt_comm_waitall(int n, MPI_Request reqs[]);
 
-/* In-place all-reduce of n floats (any n; split into pieces of at most
- * 16 MiB, at most two in flight). Collective on comm. */
+/* In-place all-reduce of n floats in host memory (any 64-bit n; split into
+ * pieces of at most 16 MiB, at most two in flight). Collective on comm. */
 int gt_allreduce_f32(float *buf, size_t n, MPI_Op op, MPI_Comm comm);
 
 /* Reduce n floats / doubles to root (in place there; buf is only read on
  * other ranks). Collective on comm. For reports and gathers outside the
- * training step. */
+ * training step (floats: any 64-bit n, in pieces). */
 int gt_reduce_f32(float *buf, size_t n, MPI_Op op, int root, MPI_Comm comm);
 int gt_reduce_f64(double *buf, int n, MPI_Op op, int root, MPI_Comm comm);
 
 /* In-place all-reduce of n doubles (small payloads). Collective on comm. */
 int gt_allreduce_f64(double *buf, int n, MPI_Op op, MPI_Comm comm);
 
-/* Start an in-place all-reduce of n floats (one request, n < 2^31); finish
- * it with gt_comm_wait. Collective on comm. */
-int gt_allreduce_f32_start(float *buf, size_t n, MPI_Op op, MPI_Comm comm, MPI_Request *req);
+/* Every wait of this module (gt_comm_wait and what is built on it) calls
+ * fn(ctx) between tests of its request, so that requests that wait for the
+ * device (collectives.h) move along whatever the rank waits for. NULL
+ * removes it. Process-wide. */
+void gt_comm_set_progress(int (*fn)(void *ctx), void *ctx);
 
-/* True (1) in *done when the request has completed (MPI_Test). Calling this
- * between pieces of work is what lets a non-blocking collective progress
- * while the rank computes. */
-int gt_comm_test(MPI_Request *req, int *done);
+/* Run the registered progress function once (nothing when none). */
+int gt_comm_progress(void);
+
+/* Between two tests of something that is not complete: a short sleep in
+ * yield mode, nothing in busy mode. */
+void gt_comm_pause(void);
 
 /* ---- progress -------------------------------------------------------------
  * MPICH moves a non-blocking collective along only while the rank is inside
@@ -59,28 +65,6 @@ typedef struct gt_progress {
 
 /* Call p->poll (nothing when p or p->poll is NULL). */
 int gt_progress_poll(const gt_progress *p);
-
-/* ---- groups: a communicator that layers use without touching MPI ----------
- * The tensor-parallel group of a rank (and any other small group that
- * layers reduce over). Every operation is a no-op copy when size == 1 and
- * its time is recorded under the timer event `event` (-1: not timed). */
-typedef struct gt_group {
-  MPI_Comm comm; /* MPI_COMM_NULL when size == 1 is fine */
-  int rank, size;
-  int event;
-} gt_group;
-
-/* In-place sum of n floats over the group; every member gets the same bits. */
-int gt_group_allreduce_sum(const gt_group *g, float *buf, size_t n);
-
-/* recv (size, n) "=" every member's send (n) in rank order. */
-int gt_group_allgather(const gt_group *g, const float *send, float *recv, size_t n);
-
-/* ---- point to point (pipeline) -------------------------------------------- */
-/* Start sending / receiving n floats to / from rank peer of comm. */
-int gt_p2p_isend(const float *buf, size_t n, int peer, int tag, MPI_Comm comm,
-                 MPI_Request *req);
-int gt_p2p_irecv(float *buf, size_t n, int peer, int tag, MPI_Comm comm, MPI_Request *req);
 
 /* Barrier that honours the wait mode. Collective on comm. */
 int gt_barrier(MPI_Comm comm);

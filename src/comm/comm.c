@@ -28,9 +28,31 @@ static void gt_short_sleep(void)
   nanosleep(&ts, NULL);
 }
 
+static int (*gt_progress_fn)(void *ctx);
+static void *gt_progress_ctx;
+
+void gt_comm_set_progress(int (*fn)(void *ctx), void *ctx)
+{
+  gt_progress_fn = fn;
+  gt_progress_ctx = ctx;
+}
+
+int gt_comm_progress(void)
+{
+  if (gt_progress_fn)
+    GT_CALL(gt_progress_fn(gt_progress_ctx));
+  return GT_SUCCESS;
+}
+
+void gt_comm_pause(void)
+{
+  if (gt_wait_current == GT_WAIT_YIELD)
+    gt_short_sleep();
+}
+
 int gt_comm_wait(MPI_Request *req)
 {
-  if (gt_wait_current == GT_WAIT_BUSY) {
+  if (gt_wait_current == GT_WAIT_BUSY && !gt_progress_fn) {
     GT_CALL_MPI(MPI_Wait(req, MPI_STATUS_IGNORE));
     return GT_SUCCESS;
   }
@@ -39,7 +61,8 @@ int gt_comm_wait(MPI_Request *req)
     GT_CALL_MPI(MPI_Test(req, &done, MPI_STATUS_IGNORE));
     if (done)
       return GT_SUCCESS;
-    gt_short_sleep();
+    GT_CALL(gt_comm_progress());
+    gt_comm_pause();
   }
 }
 
@@ -71,19 +94,6 @@ int gt_allreduce_f32(float *buf, size_t n, MPI_Op op, MPI_Comm comm)
   return GT_SUCCESS;
 }
 
-int gt_allreduce_f32_start(float *buf, size_t n, MPI_Op op, MPI_Comm comm, MPI_Request *req)
-{
-  GT_ASSERT(n <= (size_t)INT_MAX);
-  GT_CALL_MPI(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, op, comm, req));
-  return GT_SUCCESS;
-}
-
-int gt_comm_test(MPI_Request *req, int *done)
-{
-  GT_CALL_MPI(MPI_Test(req, done, MPI_STATUS_IGNORE));
-  return GT_SUCCESS;
-}
-
 /* Reduce count items of type to root, in place there. */
 static int gt_reduce(void *buf, int count, MPI_Datatype type, MPI_Op op, int root, MPI_Comm comm)
 {
@@ -98,8 +108,10 @@ static int gt_reduce(void *buf, int count, MPI_Datatype type, MPI_Op op, int roo
 
 int gt_reduce_f32(float *buf, size_t n, MPI_Op op, int root, MPI_Comm comm)
 {
-  GT_ASSERT(n <= (size_t)INT_MAX);
-  GT_CALL(gt_reduce(buf, (int)n, MPI_FLOAT, op, root, comm));
+  for (size_t off = 0; off < n; off += GT_ALLREDUCE_CHUNK) {
+    const size_t len = n - off < GT_ALLREDUCE_CHUNK ? n - off : GT_ALLREDUCE_CHUNK;
+    GT_CALL(gt_reduce(buf + off, (int)len, MPI_FLOAT, op, root, comm));
+  }
   return GT_SUCCESS;
 }
 
@@ -124,62 +136,7 @@ int gt_progress_poll(const gt_progress *p)
   return GT_SUCCESS;
 }
 
-// ---- groups -------------------------------------------------------------------
-
-int gt_group_allreduce_sum(const gt_group *g, float *buf, size_t n)
-{
-  if (g->size == 1)
-    return GT_SUCCESS;
-  if (g->event >= 0)
-    gt_event_begin(g->event);
-  int status = gt_allreduce_f32(buf, n, MPI_SUM, g->comm);
-  if (g->event >= 0)
-    gt_event_end(g->event);
-  GT_CALL(status);
-  return GT_SUCCESS;
-}
-
-static int gt_allgather_f32(const float *send, float *recv, size_t n, MPI_Comm comm)
-{
-  GT_ASSERT(n <= (size_t)INT_MAX);
-  MPI_Request req;
-  GT_CALL_MPI(MPI_Iallgather(send, (int)n, MPI_FLOAT, recv, (int)n, MPI_FLOAT, comm, &req));
-  GT_CALL(gt_comm_wait(&req));
-  return GT_SUCCESS;
-}
-
-int gt_group_allgather(const gt_group *g, const float *send, float *recv, size_t n)
-{
-  if (g->size == 1) {
-    if (recv != send)
-      memcpy(recv, send, n * sizeof(float));
-    return GT_SUCCESS;
-  }
-  if (g->event >= 0)
-    gt_event_begin(g->event);
-  int status = gt_allgather_f32(send, recv, n, g->comm);
-  if (g->event >= 0)
-    gt_event_end(g->event);
-  GT_CALL(status);
-  return GT_SUCCESS;
-}
-
-// ---- point to point -------------------------------------------------------------
-
-int gt_p2p_isend(const float *buf, size_t n, int peer, int tag, MPI_Comm comm,
-                 MPI_Request *req)
-{
-  GT_ASSERT(n <= (size_t)INT_MAX);
-  GT_CALL_MPI(MPI_Isend(buf, (int)n, MPI_FLOAT, peer, tag, comm, req));
-  return GT_SUCCESS;
-}
-
-int gt_p2p_irecv(float *buf, size_t n, int peer, int tag, MPI_Comm comm, MPI_Request *req)
-{
-  GT_ASSERT(n <= (size_t)INT_MAX);
-  GT_CALL_MPI(MPI_Irecv(buf, (int)n, MPI_FLOAT, peer, tag, comm, req));
-  return GT_SUCCESS;
-}
+// ---- barrier --------------------------------------------------------------------
 
 int gt_barrier(MPI_Comm comm)
 {

@@ -6,19 +6,19 @@
 #include <stdbool.h>
 #include <stdlib.h>
 
-#include "gridtrain/comm.h"
 #include "gridtrain/error.h"
 
 typedef struct {
   int first, count;   /* parameters [first, first + count) */
   size_t offset, len; /* slice of the flat gradient buffer */
   int pending;        /* parameters not yet reported this step */
-  bool started, done;
-  MPI_Request req;
+  bool started;
+  gt_xfer *xfer;
 } gt_bucket;
 
 struct gt_buckets {
   gt_params *params;
+  gt_coll *coll;
   MPI_Comm dp;
   int n;
   gt_bucket *list;   /* in launch order: last parameters first */
@@ -26,13 +26,14 @@ struct gt_buckets {
   bool *reported;    /* parameter reported this step */
 };
 
-int gt_buckets_create(gt_params *params, MPI_Comm dp, size_t bucket_bytes,
+int gt_buckets_create(gt_params *params, gt_coll *coll, MPI_Comm dp, size_t bucket_bytes,
                       gt_buckets **buckets)
 {
   gt_buckets *b = calloc(1, sizeof *b);
   GT_CHECK_ALLOC(b, sizeof *b);
   *buckets = b;
   b->params = params;
+  b->coll = coll;
   b->dp = dp;
   const int np = params->count;
   b->list = calloc((size_t)(np > 0 ? np : 1), sizeof *b->list);
@@ -63,6 +64,15 @@ int gt_buckets_create(gt_params *params, MPI_Comm dp, size_t bucket_bytes,
     hi = i;
     bytes = 0;
   }
+  int dp_size = 1;
+  GT_CALL_MPI(MPI_Comm_size(dp, &dp_size));
+  for (int i = 0; i < b->n && dp_size > 1; i++) { /* dp = 1: nothing to reduce */
+    int status = gt_xfer_create(coll, b->list[i].len * sizeof(float), &b->list[i].xfer);
+    if (status != GT_SUCCESS) {
+      gt_buckets_destroy(buckets);
+      return gt_error_push(status, __FILE__, __LINE__, __func__);
+    }
+  }
   gt_buckets_reset(b);
   return GT_SUCCESS;
 }
@@ -72,6 +82,8 @@ int gt_buckets_destroy(gt_buckets **buckets)
   gt_buckets *b = *buckets;
   if (!b)
     return GT_SUCCESS;
+  for (int i = 0; b->list && i < b->n; i++)
+    gt_xfer_destroy(&b->list[i].xfer);
   free(b->list);
   free(b->bucket_of);
   free(b->reported);
@@ -86,8 +98,7 @@ void gt_buckets_reset(gt_buckets *b)
 {
   for (int i = 0; i < b->n; i++) {
     b->list[i].pending = b->list[i].count;
-    b->list[i].started = b->list[i].done = false;
-    b->list[i].req = MPI_REQUEST_NULL;
+    b->list[i].started = false;
   }
   for (int i = 0; i < b->params->count; i++)
     b->reported[i] = false;
@@ -95,23 +106,18 @@ void gt_buckets_reset(gt_buckets *b)
 
 static int gt_bucket_start(gt_buckets *b, gt_bucket *k)
 {
-  GT_CALL(gt_allreduce_f32_start(b->params->grads + k->offset, k->len, MPI_SUM, b->dp,
-                                 &k->req));
+  if (k->xfer)
+    GT_CALL(gt_xfer_allreduce(k->xfer, b->params->grads + k->offset, k->len, b->dp));
   k->started = true;
   return GT_SUCCESS;
 }
 
-/* Let MPI move the buckets in flight along; note the finished ones. */
+/* Let MPI move the buckets in flight along (and start those whose
+ * gradients the device has finished). */
 int gt_buckets_progress(gt_buckets *b)
 {
-  for (int i = 0; i < b->n; i++) {
-    gt_bucket *k = &b->list[i];
-    if (k->started && !k->done) {
-      int flag = 0;
-      GT_CALL(gt_comm_test(&k->req, &flag));
-      k->done = flag != 0;
-    }
-  }
+  if (b->coll)
+    GT_CALL(gt_coll_progress(b->coll));
   return GT_SUCCESS;
 }
 
@@ -144,9 +150,7 @@ int gt_buckets_wait(gt_buckets *b)
     if (!b->list[i].started)
       GT_CALL(gt_bucket_start(b, &b->list[i]));
   for (int i = 0; i < b->n; i++)
-    if (!b->list[i].done) {
-      GT_CALL(gt_comm_wait(&b->list[i].req));
-      b->list[i].done = true;
-    }
+    if (b->list[i].xfer)
+      GT_CALL(gt_xfer_wait(b->list[i].xfer));
   return GT_SUCCESS;
 }

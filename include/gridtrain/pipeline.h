@@ -1,0 +1,67 @@
+/*
+ * gridtrain/pipeline.h - the pipeline executor: this stage's part of one
+ * step (the schedule's forwards and backwards over M micro-batches), or of
+ * one forward-only pass for evaluation.
+ *
+ * Micro-batch mb lives in activation slot mb % slots of the model. Between
+ * stages the slot's activations travel forward and their gradients
+ * backward, in the compute type, through requests of collectives.h (one
+ * per slot and direction): receives are pre-posted, a send starts once the
+ * device has computed what it sends, and a slot takes a new micro-batch only
+ * after the sends of its previous one are out. The last micro-batch's
+ * backward reports finished gradients to the data-parallel buckets (the
+ * hook) so their all-reduce overlaps the rest of backward.
+ *
+ * Timers: forward, backward, pp.comm (posting and completing sends) and
+ * pp.bubble (waiting for another stage: receives, the sends' last waits and
+ * the end-of-step barrier). Evaluation is untimed here (the caller times it).
+ */
+#ifndef GRIDTRAIN_PIPELINE_H
+#define GRIDTRAIN_PIPELINE_H
+
+#include <stdint.h>
+
+#include "gridtrain/collectives.h"
+#include "gridtrain/gpt.h"
+#include "gridtrain/grid.h"
+#include "gridtrain/schedule.h"
+
+typedef struct gt_pipe gt_pipe;
+
+/* Where micro-batch mb's tokens and targets come from (first and last
+ * stage; host arrays (B_micro, T) valid until the next call). */
+typedef struct gt_pipe_feed {
+  int (*read)(void *ctx, int mb, const int32_t **tokens, const int32_t **targets);
+  void *ctx;
+} gt_pipe_feed;
+
+typedef struct gt_pipe_events {
+  int forward, backward, pp_comm, bubble;
+} gt_pipe_events;
+
+/* The executor of `schedule` over `microbatches` micro-batches of B_micro x
+ * T tokens for this rank's stage (grid->pp_rank) of model, which must have
+ * gt_schedule_in_flight(...) activation slots. Not collective. */
+int gt_pipe_create(gt_gpt *model, gt_coll *coll, const gt_grid *grid, gt_schedule_kind schedule,
+                   int microbatches, int B_micro, int T, gt_pipe_events events,
+                   gt_pipe **pipe);
+int gt_pipe_destroy(gt_pipe **pipe);
+
+/* One step's schedule: forwards with dlogit_scale (the loss scale over the
+ * global tokens) adding the last stage's token losses to *loss_acc (a device
+ * double), backwards accumulating gradients; hook (may be NULL) sees the
+ * last micro-batch's backward. Returns when every send is out and every
+ * stage has finished (the end-of-step barrier on pp). Collective on the
+ * grid's pp and tp groups. */
+int gt_pipe_train(gt_pipe *pipe, const gt_pipe_feed *feed, float dlogit_scale,
+                  double *loss_acc, const gt_grad_hook *hook);
+
+/* Forwards only (no gradients): the last stage's token losses of the M
+ * micro-batches are added to *loss_acc. Collective like gt_pipe_train. */
+int gt_pipe_eval(gt_pipe *pipe, const gt_pipe_feed *feed, double *loss_acc);
+
+/* The most micro-batches this stage held activations for at once in any
+ * step so far. */
+int gt_pipe_peak_live(const gt_pipe *pipe);
+
+#endif /* GRIDTRAIN_PIPELINE_H */

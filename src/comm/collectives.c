@@ -1,0 +1,604 @@
+/*
+ * collectives.c - device buffers over MPI: direct or staged, with requests
+ * that wait for device events and a progress engine (see collectives.h).
+ *
+ * A request moves through three phases:
+ *   DEVICE  waiting for an event: the work that produced the data (or that
+ *           still reads the buffer MPI will write) has not completed;
+ *   MPI     MPI requests in flight (an all-reduce in pieces, at most two
+ *           pieces at a time);
+ *   idle    complete.
+ * Staged requests copy through their own pinned buffer on the context's copy
+ * stream, which waits for the compute stream's events (and the compute
+ * stream waits for the copy back), so copies overlap compute.
+ */
+#include "gridtrain/collectives.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gridtrain/error.h"
+#include "gridtrain/timer.h"
+
+#define GT_PIECE_ELEMS ((size_t)4 << 20) /* all-reduce pieces: 16 MiB of fp32 */
+
+typedef enum { GT_X_IDLE = 0, GT_X_SEND, GT_X_RECV, GT_X_ALLREDUCE } gt_xkind;
+typedef enum { GT_P_IDLE = 0, GT_P_DEVICE, GT_P_MPI } gt_xphase;
+
+struct gt_xfer {
+  gt_coll *coll;
+  size_t cap;        /* staging room in bytes */
+  void *stage;       /* pinned, staged contexts only */
+  gt_device_event *ready;   /* the event the DEVICE phase waits for */
+  gt_device_event *copied;  /* staged: the copy back has run (stage free again) */
+  bool copied_pending;
+  gt_xkind kind;
+  gt_xphase phase;
+  void *buf;
+  size_t n;
+  gt_dtype t;
+  int peer, tag;
+  MPI_Comm comm;
+  MPI_Request req[2];
+  size_t pieces, posted, finished;
+  unsigned long long order; /* collectives: issue order */
+  gt_xfer *next;            /* active list */
+};
+
+struct gt_coll {
+  gt_backend *be;
+  bool direct;
+  char describe[160];
+  gt_stream *copy;    /* staging copies of requests */
+  MPI_Op sum16[2];    /* bf16, fp16 sums (fp32 arithmetic) */
+  void *stage;        /* blocking group operations */
+  size_t stage_cap;
+  gt_device_event *ev;
+  gt_xfer *active;    /* requests in flight */
+  unsigned long long issued, started; /* collectives issued / MPI-started */
+  size_t staging_bytes;
+};
+
+// ---- chunks ------------------------------------------------------------------------
+
+size_t gt_chunk_count(size_t n, size_t max) { return n == 0 ? 0 : (n - 1) / max + 1; }
+
+void gt_chunk_at(size_t n, size_t max, size_t i, size_t *offset, size_t *length)
+{
+  *offset = i * max;
+  *length = n - *offset < max ? n - *offset : max;
+}
+
+// ---- element types ---------------------------------------------------------------------
+
+static float gt_h2f(uint16_t h, int fp16)
+{
+  if (!fp16) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+  }
+  _Float16 v;
+  memcpy(&v, &h, sizeof v);
+  return (float)v;
+}
+
+static uint16_t gt_f2h(float x, int fp16)
+{
+  if (fp16) {
+    _Float16 v = (_Float16)x;
+    uint16_t h;
+    memcpy(&h, &v, sizeof h);
+    return h;
+  }
+  uint32_t u;
+  memcpy(&u, &x, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u)
+    return (uint16_t)((u >> 16) | 0x40u);
+  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+/* inout[i] = round(in[i] + inout[i]) in fp32: commutative, so every member
+ * of a reduction gets the same bits. */
+static void gt_sum16(void *in, void *inout, int *len, int fp16)
+{
+  const uint16_t *a = in;
+  uint16_t *b = inout;
+  for (int i = 0; i < *len; i++)
+    b[i] = gt_f2h(gt_h2f(a[i], fp16) + gt_h2f(b[i], fp16), fp16);
+}
+
+static void gt_sum_bf16(void *in, void *inout, int *len, MPI_Datatype *type)
+{
+  (void)type;
+  gt_sum16(in, inout, len, 0);
+}
+
+static void gt_sum_f16(void *in, void *inout, int *len, MPI_Datatype *type)
+{
+  (void)type;
+  gt_sum16(in, inout, len, 1);
+}
+
+static MPI_Datatype gt_mpi_type(gt_dtype t)
+{
+  return t == GT_F32 ? MPI_FLOAT : t == GT_I32 ? MPI_INT32_T : MPI_UINT16_T;
+}
+
+static MPI_Op gt_mpi_sum(const gt_coll *c, gt_dtype t)
+{
+  return t == GT_BF16 ? c->sum16[0] : t == GT_F16 ? c->sum16[1] : MPI_SUM;
+}
+
+/* MPI may work on the device buffer itself for this type: user-defined
+ * reductions run on the host, so 16-bit sums need host-visible memory. */
+static bool gt_direct_for(const gt_coll *c, gt_dtype t, bool reduce)
+{
+  return c->direct && (!reduce || t == GT_F32 || c->be->host_visible);
+}
+
+// ---- the context ------------------------------------------------------------------------
+
+static int gt_coll_progress_hook(void *ctx) { return gt_coll_progress(ctx); }
+
+int gt_coll_create(gt_backend *be, const char *mpi_device, gt_coll **coll)
+{
+  bool capable = be->host_visible;
+  const char *why = be->host_visible ? "host-visible device memory" : "";
+#ifdef MPIX_GPU_SUPPORT_CUDA
+  if (be->device == GT_CUDA && MPIX_Query_cuda_support()) {
+    capable = true;
+    why = "CUDA-aware MPI";
+  }
+#endif
+  bool direct = capable;
+  if (strcmp(mpi_device, "on") == 0) {
+    GT_CHECK(capable, GT_ERR_INPUT,
+             "[backend] mpi_device = on: MPI cannot take the device pointers of backend %s "
+             "(its memory is not host-visible and MPI is not CUDA-aware); use auto or off",
+             be->name);
+  } else if (strcmp(mpi_device, "off") == 0) {
+    direct = false;
+    why = "[backend] mpi_device = off";
+  } else {
+    GT_CHECK(strcmp(mpi_device, "auto") == 0, GT_ERR_INPUT,
+             "[backend] mpi_device = '%s': expected auto, on or off", mpi_device);
+    if (!capable)
+      why = be->device == GT_HOST ? "device memory is not host-visible"
+                                  : "MPI is not CUDA-aware";
+  }
+  gt_coll *c = calloc(1, sizeof *c);
+  GT_CHECK_ALLOC(c, sizeof *c);
+  c->be = be;
+  c->direct = direct;
+  snprintf(c->describe, sizeof c->describe, "%s (%s)",
+           direct ? "MPI on device buffers" : "staged through pinned host buffers", why);
+  c->sum16[0] = c->sum16[1] = MPI_OP_NULL;
+  int status = be->ops->stream_create(be, &c->copy);
+  if (status == GT_SUCCESS)
+    status = be->ops->event_create(be, &c->ev);
+  if (status == GT_SUCCESS && (MPI_Op_create(gt_sum_bf16, 1, &c->sum16[0]) != MPI_SUCCESS ||
+                               MPI_Op_create(gt_sum_f16, 1, &c->sum16[1]) != MPI_SUCCESS))
+    status = GT_ERROR(GT_ERR_MPI, "MPI_Op_create of the 16-bit sums failed");
+  if (status != GT_SUCCESS) {
+    gt_coll_destroy(&c);
+    return gt_error_push(status, __FILE__, __LINE__, __func__);
+  }
+  gt_comm_set_progress(gt_coll_progress_hook, c);
+  *coll = c;
+  return GT_SUCCESS;
+}
+
+int gt_coll_destroy(gt_coll **coll)
+{
+  gt_coll *c = *coll;
+  if (!c)
+    return GT_SUCCESS;
+  gt_backend *be = c->be;
+  gt_comm_set_progress(NULL, NULL);
+  int status = GT_SUCCESS;
+  if (c->active)
+    status = GT_ERROR(GT_ERR_INTERNAL, "internal error: destroying the collectives context "
+                      "with requests in flight");
+  int s2 = be->ops->sync(be);
+  status = status != GT_SUCCESS ? status : s2;
+  for (int i = 0; i < 2; i++)
+    if (c->sum16[i] != MPI_OP_NULL)
+      MPI_Op_free(&c->sum16[i]);
+  if (c->stage)
+    be->ops->free_host(be, c->stage);
+  if (c->ev)
+    be->ops->event_destroy(be, c->ev);
+  if (c->copy)
+    be->ops->stream_destroy(be, c->copy);
+  free(c);
+  *coll = NULL;
+  GT_CALL(status);
+  return GT_SUCCESS;
+}
+
+bool gt_coll_direct(const gt_coll *c) { return c->direct; }
+const char *gt_coll_describe(const gt_coll *c) { return c->describe; }
+size_t gt_coll_staging_bytes(const gt_coll *c) { return c->staging_bytes + c->stage_cap; }
+
+/* The group staging buffer, at least bytes. */
+static int gt_coll_stage(gt_coll *c, size_t bytes, void **stage)
+{
+  if (bytes > c->stage_cap) {
+    gt_backend *be = c->be;
+    if (c->stage)
+      GT_CALL(be->ops->free_host(be, c->stage)); /* waits for queued copies */
+    c->stage = NULL;
+    c->stage_cap = 0;
+    GT_CALL(be->ops->alloc_host(be, bytes, &c->stage));
+    c->stage_cap = bytes;
+  }
+  *stage = c->stage;
+  return GT_SUCCESS;
+}
+
+/* The host waits until the compute stream has run everything queued. */
+static int gt_coll_device_done(gt_coll *c)
+{
+  GT_CALL(c->be->ops->event_record(c->be, c->ev, NULL));
+  GT_CALL(c->be->ops->event_wait(c->be, c->ev));
+  return GT_SUCCESS;
+}
+
+// ---- blocking group operations ------------------------------------------------------------
+
+/* In-place all-reduce of host-addressable memory, in pieces. */
+static int gt_mpi_allreduce(gt_coll *c, void *buf, size_t n, gt_dtype t, MPI_Comm comm)
+{
+  const size_t esize = gt_dtype_size(t);
+  const size_t count = gt_chunk_count(n, GT_PIECE_ELEMS);
+  MPI_Request reqs[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+  for (size_t i = 0; i < count; i++) {
+    size_t off, len;
+    gt_chunk_at(n, GT_PIECE_ELEMS, i, &off, &len);
+    MPI_Request *slot = &reqs[i % 2];
+    if (*slot != MPI_REQUEST_NULL)
+      GT_CALL(gt_comm_wait(slot));
+    GT_CALL_MPI(MPI_Iallreduce(MPI_IN_PLACE, (char *)buf + off * esize, (int)len,
+                               gt_mpi_type(t), gt_mpi_sum(c, t), comm, slot));
+  }
+  GT_CALL(gt_comm_waitall(2, reqs));
+  return GT_SUCCESS;
+}
+
+static int gt_group_allreduce_in(const gt_group *g, void *buf, size_t n, gt_dtype t)
+{
+  gt_coll *c = g->coll;
+  gt_backend *be = c->be;
+  const size_t bytes = n * gt_dtype_size(t);
+  if (gt_direct_for(c, t, true)) {
+    GT_CALL(gt_coll_device_done(c));
+    GT_CALL(gt_mpi_allreduce(c, buf, n, t, g->comm));
+    return GT_SUCCESS;
+  }
+  void *stage;
+  GT_CALL(gt_coll_stage(c, bytes, &stage));
+  GT_CALL(be->ops->download(be, stage, buf, bytes, NULL));
+  GT_CALL(gt_coll_device_done(c));
+  GT_CALL(gt_mpi_allreduce(c, stage, n, t, g->comm));
+  /* In order on the compute stream; the next group operation's download
+   * into the same staging buffer queues behind it. */
+  GT_CALL(be->ops->upload(be, buf, stage, bytes, NULL));
+  return GT_SUCCESS;
+}
+
+int gt_group_allreduce_sum(const gt_group *g, void *buf, size_t n, gt_dtype t)
+{
+  if (g->size == 1)
+    return GT_SUCCESS;
+  GT_ASSERT(g->coll != NULL);
+  if (g->event >= 0)
+    gt_event_begin(g->event);
+  int status = gt_group_allreduce_in(g, buf, n, t);
+  if (g->event >= 0)
+    gt_event_end(g->event);
+  GT_CALL(status);
+  return GT_SUCCESS;
+}
+
+static int gt_mpi_allgather(const void *send, void *recv, size_t n, gt_dtype t, MPI_Comm comm)
+{
+  MPI_Request req;
+  GT_CALL_MPI(MPI_Iallgather_c(send, (MPI_Count)n, gt_mpi_type(t), recv, (MPI_Count)n,
+                               gt_mpi_type(t), comm, &req));
+  GT_CALL(gt_comm_wait(&req));
+  return GT_SUCCESS;
+}
+
+static int gt_group_allgather_in(const gt_group *g, const void *send, void *recv, size_t n,
+                                 gt_dtype t)
+{
+  gt_coll *c = g->coll;
+  gt_backend *be = c->be;
+  const size_t bytes = n * gt_dtype_size(t);
+  if (gt_direct_for(c, t, false)) {
+    GT_CALL(gt_coll_device_done(c));
+    GT_CALL(gt_mpi_allgather(send, recv, n, t, g->comm));
+    return GT_SUCCESS;
+  }
+  void *stage;
+  GT_CALL(gt_coll_stage(c, bytes * (size_t)(g->size + 1), &stage));
+  char *mine = (char *)stage + bytes * (size_t)g->size;
+  GT_CALL(be->ops->download(be, mine, send, bytes, NULL));
+  GT_CALL(gt_coll_device_done(c));
+  GT_CALL(gt_mpi_allgather(mine, stage, n, t, g->comm));
+  GT_CALL(be->ops->upload(be, recv, stage, bytes * (size_t)g->size, NULL));
+  return GT_SUCCESS;
+}
+
+int gt_group_allgather(const gt_group *g, const void *send, void *recv, size_t n, gt_dtype t)
+{
+  if (g->size == 1) {
+    GT_ASSERT(g->coll != NULL);
+    if (recv != send)
+      GT_CALL(g->coll->be->ops->copy(g->coll->be, recv, send, n * gt_dtype_size(t), NULL));
+    return GT_SUCCESS;
+  }
+  GT_ASSERT(g->coll != NULL);
+  if (g->event >= 0)
+    gt_event_begin(g->event);
+  int status = gt_group_allgather_in(g, send, recv, n, t);
+  if (g->event >= 0)
+    gt_event_end(g->event);
+  GT_CALL(status);
+  return GT_SUCCESS;
+}
+
+// ---- requests ---------------------------------------------------------------------------
+
+int gt_xfer_create(gt_coll *c, size_t max_bytes, gt_xfer **xp)
+{
+  gt_xfer *x = calloc(1, sizeof *x);
+  GT_CHECK_ALLOC(x, sizeof *x);
+  x->coll = c;
+  x->cap = max_bytes;
+  x->req[0] = x->req[1] = MPI_REQUEST_NULL;
+  gt_backend *be = c->be;
+  int status = be->ops->event_create(be, &x->ready);
+  if (status == GT_SUCCESS)
+    status = be->ops->event_create(be, &x->copied);
+  if (status == GT_SUCCESS && !c->direct && max_bytes > 0) {
+    status = be->ops->alloc_host(be, max_bytes, &x->stage);
+    if (status == GT_SUCCESS)
+      c->staging_bytes += max_bytes;
+  }
+  if (status != GT_SUCCESS) {
+    gt_xfer_destroy(&x);
+    return gt_error_push(status, __FILE__, __LINE__, __func__);
+  }
+  *xp = x;
+  return GT_SUCCESS;
+}
+
+static void gt_xfer_unlink(gt_xfer *x)
+{
+  for (gt_xfer **p = &x->coll->active; *p; p = &(*p)->next)
+    if (*p == x) {
+      *p = x->next;
+      x->next = NULL;
+      return;
+    }
+}
+
+int gt_xfer_destroy(gt_xfer **xp)
+{
+  gt_xfer *x = *xp;
+  if (!x)
+    return GT_SUCCESS;
+  int status = x->phase != GT_P_IDLE ? gt_xfer_wait(x) : GT_SUCCESS;
+  gt_xfer_unlink(x);
+  gt_backend *be = x->coll->be;
+  if (x->stage) {
+    be->ops->free_host(be, x->stage);
+    x->coll->staging_bytes -= x->cap;
+  }
+  if (x->ready)
+    be->ops->event_destroy(be, x->ready);
+  if (x->copied)
+    be->ops->event_destroy(be, x->copied);
+  free(x);
+  *xp = NULL;
+  GT_CALL(status);
+  return GT_SUCCESS;
+}
+
+bool gt_xfer_busy(const gt_xfer *x) { return x->phase != GT_P_IDLE; }
+
+static int gt_xfer_begin(gt_xfer *x, gt_xkind kind, void *buf, size_t n, gt_dtype t, int peer,
+                         int tag, MPI_Comm comm)
+{
+  GT_CHECK(x->phase == GT_P_IDLE, GT_ERR_INTERNAL,
+           "internal error: a request was started while the previous one is in flight");
+  const size_t bytes = n * gt_dtype_size(t);
+  GT_CHECK(x->coll->direct || bytes <= x->cap, GT_ERR_INTERNAL,
+           "internal error: %zu bytes for a request with %zu bytes of staging", bytes, x->cap);
+  x->kind = kind;
+  x->buf = buf;
+  x->n = n;
+  x->t = t;
+  x->peer = peer;
+  x->tag = tag;
+  x->comm = comm;
+  x->pieces = kind == GT_X_ALLREDUCE ? gt_chunk_count(n, GT_PIECE_ELEMS) : 1;
+  x->posted = x->finished = 0;
+  x->phase = GT_P_DEVICE;
+  x->next = x->coll->active;
+  x->coll->active = x;
+  return GT_SUCCESS;
+}
+
+int gt_xfer_send(gt_xfer *x, const void *buf, size_t n, gt_dtype t, int peer, int tag,
+                 MPI_Comm comm)
+{
+  gt_backend *be = x->coll->be;
+  GT_CALL(gt_xfer_begin(x, GT_X_SEND, (void *)buf, n, t, peer, tag, comm));
+  GT_CALL(be->ops->event_record(be, x->ready, NULL));
+  if (!gt_direct_for(x->coll, t, false)) { /* copy out on the copy stream */
+    GT_CALL(be->ops->stream_wait(be, x->coll->copy, x->ready));
+    GT_CALL(be->ops->download(be, x->stage, buf, n * gt_dtype_size(t), x->coll->copy));
+    GT_CALL(be->ops->event_record(be, x->ready, x->coll->copy));
+  }
+  GT_CALL(gt_xfer_test(x, &(bool){false}));
+  return GT_SUCCESS;
+}
+
+int gt_xfer_recv(gt_xfer *x, void *buf, size_t n, gt_dtype t, int peer, int tag, MPI_Comm comm)
+{
+  gt_backend *be = x->coll->be;
+  GT_CALL(gt_xfer_begin(x, GT_X_RECV, buf, n, t, peer, tag, comm));
+  /* direct: MPI writes buf once its readers queued so far have run; staged:
+   * the readers are respected by the copy back, which waits for `ready`. */
+  GT_CALL(be->ops->event_record(be, x->ready, NULL));
+  GT_CALL(gt_xfer_test(x, &(bool){false}));
+  return GT_SUCCESS;
+}
+
+int gt_xfer_allreduce(gt_xfer *x, float *buf, size_t n, MPI_Comm comm)
+{
+  gt_backend *be = x->coll->be;
+  GT_CALL(gt_xfer_begin(x, GT_X_ALLREDUCE, buf, n, GT_F32, -1, 0, comm));
+  x->order = x->coll->issued++;
+  GT_CALL(be->ops->event_record(be, x->ready, NULL));
+  if (!gt_direct_for(x->coll, GT_F32, true)) {
+    GT_CALL(be->ops->stream_wait(be, x->coll->copy, x->ready));
+    GT_CALL(be->ops->download(be, x->stage, buf, n * sizeof(float), x->coll->copy));
+    GT_CALL(be->ops->event_record(be, x->ready, x->coll->copy));
+  }
+  GT_CALL(gt_xfer_test(x, &(bool){false}));
+  return GT_SUCCESS;
+}
+
+/* The buffer MPI works on: the device buffer itself or the staging copy. */
+static void *gt_xfer_mpi_buf(const gt_xfer *x)
+{
+  const bool reduce = x->kind == GT_X_ALLREDUCE;
+  return gt_direct_for(x->coll, x->t, reduce) ? x->buf : x->stage;
+}
+
+/* Post MPI requests: the p2p one, or all-reduce pieces (two in flight). */
+static int gt_xfer_post(gt_xfer *x)
+{
+  void *mbuf = gt_xfer_mpi_buf(x);
+  const MPI_Datatype type = gt_mpi_type(x->t);
+  if (x->kind == GT_X_SEND) {
+    GT_CALL_MPI(MPI_Isend_c(mbuf, (MPI_Count)x->n, type, x->peer, x->tag, x->comm, &x->req[0]));
+    x->posted = 1;
+    return GT_SUCCESS;
+  }
+  if (x->kind == GT_X_RECV) {
+    GT_CALL_MPI(MPI_Irecv_c(mbuf, (MPI_Count)x->n, type, x->peer, x->tag, x->comm, &x->req[0]));
+    x->posted = 1;
+    return GT_SUCCESS;
+  }
+  while (x->posted < x->pieces && x->posted - x->finished < 2) {
+    size_t off, len;
+    gt_chunk_at(x->n, GT_PIECE_ELEMS, x->posted, &off, &len);
+    MPI_Request *slot = &x->req[x->req[0] == MPI_REQUEST_NULL ? 0 : 1];
+    GT_CALL_MPI(MPI_Iallreduce(MPI_IN_PLACE, (float *)mbuf + off, (int)len, MPI_FLOAT, MPI_SUM,
+                               x->comm, slot));
+    x->posted++;
+  }
+  return GT_SUCCESS;
+}
+
+/* MPI is done: staged receives and all-reduces copy back; the compute
+ * stream waits for the copy. */
+static int gt_xfer_finish(gt_xfer *x)
+{
+  gt_backend *be = x->coll->be;
+  const bool staged = gt_xfer_mpi_buf(x) == x->stage && x->kind != GT_X_SEND;
+  if (staged) {
+    gt_stream *cs = x->coll->copy;
+    if (x->kind == GT_X_RECV) /* after the readers of buf queued before the receive */
+      GT_CALL(be->ops->stream_wait(be, cs, x->ready));
+    GT_CALL(be->ops->upload(be, x->buf, x->stage, x->n * gt_dtype_size(x->t), cs));
+    GT_CALL(be->ops->event_record(be, x->copied, cs));
+    GT_CALL(be->ops->stream_wait(be, be->compute, x->copied));
+    x->copied_pending = true;
+  }
+  x->phase = GT_P_IDLE;
+  x->kind = GT_X_IDLE;
+  gt_xfer_unlink(x);
+  return GT_SUCCESS;
+}
+
+int gt_xfer_test(gt_xfer *x, bool *done)
+{
+  gt_backend *be = x->coll->be;
+  gt_coll *c = x->coll;
+  if (x->phase == GT_P_DEVICE) {
+    bool ready = true;
+    if (x->kind == GT_X_RECV && gt_xfer_mpi_buf(x) == x->stage) {
+      /* the staging buffer must be free: the last copy back has run */
+      if (x->copied_pending)
+        GT_CALL(be->ops->event_query(be, x->copied, &ready));
+      if (ready)
+        x->copied_pending = false;
+    } else {
+      GT_CALL(be->ops->event_query(be, x->ready, &ready));
+    }
+    /* collectives start MPI in issue order on every rank */
+    if (ready && x->kind == GT_X_ALLREDUCE && x->order != c->started)
+      ready = false;
+    if (ready) {
+      x->phase = GT_P_MPI;
+      if (x->kind == GT_X_ALLREDUCE)
+        c->started++;
+      GT_CALL(gt_xfer_post(x));
+    }
+  }
+  if (x->phase == GT_P_MPI) {
+    for (int k = 0; k < 2; k++) {
+      if (x->req[k] == MPI_REQUEST_NULL)
+        continue;
+      int flag = 0;
+      GT_CALL_MPI(MPI_Test(&x->req[k], &flag, MPI_STATUS_IGNORE));
+      if (flag)
+        x->finished++;
+    }
+    if (x->kind == GT_X_ALLREDUCE)
+      GT_CALL(gt_xfer_post(x));
+    if (x->finished == x->pieces)
+      GT_CALL(gt_xfer_finish(x));
+  }
+  *done = x->phase == GT_P_IDLE;
+  return GT_SUCCESS;
+}
+
+int gt_coll_progress(gt_coll *c)
+{
+  /* Several passes: an all-reduce that starts may let the next one start. */
+  for (int pass = 0; pass < 2; pass++) {
+    gt_xfer *x = c->active;
+    while (x) {
+      gt_xfer *next = x->next; /* x may leave the list */
+      bool done;
+      GT_CALL(gt_xfer_test(x, &done));
+      x = next;
+    }
+  }
+  return GT_SUCCESS;
+}
+
+int gt_xfer_wait(gt_xfer *x)
+{
+  for (;;) {
+    bool done;
+    GT_CALL(gt_xfer_test(x, &done));
+    if (done)
+      return GT_SUCCESS;
+    GT_CALL(gt_coll_progress(x->coll));
+    GT_CALL(gt_xfer_test(x, &done));
+    if (done)
+      return GT_SUCCESS;
+    gt_comm_pause();
+  }
+}
