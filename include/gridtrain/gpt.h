@@ -4,7 +4,11 @@
  * Token + learned position embedding, `layers` pre-LayerNorm blocks (causal
  * multi-head self-attention, GELU MLP of width 4*dim), final LayerNorm, LM
  * head tied to the token embedding, mean cross-entropy. Forward and backward
- * are explicit; activations for one micro-batch live in one device buffer.
+ * are explicit; activations for one micro-batch live in one device buffer,
+ * in the compute type (fp32, bf16 or fp16) but for the fp32 statistics
+ * (LayerNorm, attention log-sum-exp, softmax) and losses. Everything is
+ * queued on the backend's compute stream: no call waits for the device,
+ * except where a host buffer is reused (a slot's token upload).
  *
  * Parameters (gt_params, in this order; weights are (out, in)):
  *   wte (vocab, dim)   wpe (max_seq, dim)
@@ -29,7 +33,7 @@
 #include <stdint.h>
 
 #include "gridtrain/backend.h"
-#include "gridtrain/comm.h"
+#include "gridtrain/collectives.h"
 #include "gridtrain/params.h"
 
 typedef struct gt_gpt_shape {
@@ -43,8 +47,8 @@ typedef struct gt_gpt gt_gpt;
  * head and loss on the last, each split over the tensor-parallel group tp
  * (heads, MLP units and vocabulary rows; vocab padded to a multiple of the
  * group size). With pp > 1 the last stage keeps its own copy of wte for the
- * tied head (registered last, owner = false); the trainer sums the two
- * copies' gradients. */
+ * tied head (registered last, counted = false); the two copies' gradients
+ * are summed over the embedding group (gt_gpt_tied_grad). */
 typedef struct gt_gpt_part {
   int layer_begin, layer_end;
   bool first, last;
@@ -63,11 +67,11 @@ typedef struct gt_grad_hook {
   gt_progress progress;
 } gt_grad_hook;
 
-/* Create this rank's part with activations for `slots` micro-batches in
- * flight, each of up to batch sequences of up to seq tokens
- * (seq <= max_seq). Not collective. */
+/* Create this rank's part with weights and activations in the compute type
+ * dtype and activations for `slots` micro-batches in flight, each of up to
+ * batch sequences of up to seq tokens (seq <= max_seq). Not collective. */
 int gt_gpt_create(gt_backend *be, const gt_gpt_shape *shape, const gt_gpt_part *part,
-                  int batch, int seq, int slots, gt_gpt **model);
+                  gt_dtype dtype, int batch, int seq, int slots, gt_gpt **model);
 
 int gt_gpt_destroy(gt_gpt **model);
 
@@ -79,27 +83,44 @@ gt_params *gt_gpt_params(gt_gpt *m);
 int gt_gpt_init(gt_gpt *m, uint64_t seed);
 
 /* Forward one micro-batch in activation slot `slot`. tokens (first stage)
- * and targets (last stage) are host arrays (B,T) int32; other stages read
- * their input from gt_gpt_input(m, slot) and leave their output in
- * gt_gpt_output(m, slot). On the last stage *loss_sum (host) gets the sum of
- * the B*T token losses (0 elsewhere). With grad_scale != 0 the forward also
- * prepares backward, for the loss grad_scale * sum(token losses).
+ * and targets (last stage) are host arrays (B,T) int32, copied before the
+ * call returns; other stages read their input from gt_gpt_input(m, slot)
+ * and leave their output in gt_gpt_output(m, slot). On the last stage the
+ * sum of the B*T token losses is added to *loss_acc (one double on the
+ * device; may be NULL elsewhere). With dlogit_scale != 0 the forward also
+ * prepares backward, for the loss dlogit_scale * sum(token losses).
  * Collective on the tensor-parallel group. */
 int gt_gpt_forward(gt_gpt *m, int slot, const int32_t *tokens, const int32_t *targets, int B,
-                   int T, float grad_scale, double *loss_sum);
+                   int T, float dlogit_scale, double *loss_acc);
 
-/* Backward of the slot's forward (which had grad_scale != 0): gradients
+/* Backward of the slot's forward (which had dlogit_scale != 0): gradients
  * accumulate ("+=") into gt_gpt_params(m)->grads. On stages other than the
  * last, gt_gpt_grad(m, slot) holds d(loss)/d(output) on entry; on every
  * stage but the first it holds d(loss)/d(input) on return. hook may be
  * NULL. Collective on the tensor-parallel group. */
 int gt_gpt_backward(gt_gpt *m, int slot, const gt_grad_hook *hook);
 
-/* Device buffers (B*T, dim) of a slot: stage input, stage output, and the
- * gradient travelling backward. */
-float *gt_gpt_input(gt_gpt *m, int slot);
-float *gt_gpt_output(gt_gpt *m, int slot);
-float *gt_gpt_grad(gt_gpt *m, int slot);
+/* Device buffers (B*T, dim) of a slot in the compute type: stage input,
+ * stage output, and the gradient travelling backward. */
+void *gt_gpt_input(gt_gpt *m, int slot);
+void *gt_gpt_output(gt_gpt *m, int slot);
+void *gt_gpt_grad(gt_gpt *m, int slot);
+
+/* The compute type and the shape. */
+gt_dtype gt_gpt_dtype(const gt_gpt *m);
+const gt_gpt_shape *gt_gpt_shape_of(const gt_gpt *m);
+
+/* The gradient of this rank's copy of the tied token embedding when the
+ * embedding and the head sit on different stages (first or last stage of
+ * pp > 1): the copies' gradients must be summed over the embedding group
+ * before the optimizer. *grad = NULL, *n = 0 where there is nothing to sum. */
+void gt_gpt_tied_grad(gt_gpt *m, float **grad, size_t *n);
+
+/* What gt_gpt_create would allocate for activations, without allocating:
+ * the whole buffer and one slot (64-bit sizes; for planning and tests).
+ * Not collective. */
+int gt_gpt_plan(const gt_gpt_shape *shape, const gt_gpt_part *part, gt_dtype dtype, int batch,
+                int seq, int slots, size_t *act_bytes, size_t *slot_bytes);
 
 /* Bytes of activations one slot keeps between forward and backward, and of
  * the whole activation buffer (all slots and shared scratch). */

@@ -7,7 +7,10 @@
  *     min_lr + (lr - min_lr) * (1 + cos(pi * (s - warmup) / (steps - warmup))) / 2
  * Clipping (as torch.nn.utils.clip_grad_norm_): gradients are multiplied by
  * min(1, grad_clip / (norm + 1e-6)); grad_clip = 0 turns it off.
- * The moments m and v are fp32 buffers parallel to the parameters.
+ * The moments m and v are fp32 buffers parallel to the parameters; the
+ * update reads the fp32 master values and gradients and writes the master
+ * and, in bf16/fp16, the compute copy (rounded). Queued on the compute
+ * stream.
  */
 #ifndef GRIDTRAIN_OPTIM_H
 #define GRIDTRAIN_OPTIM_H
@@ -25,8 +28,9 @@ typedef struct gt_adamw gt_adamw;
 /* Learning rate at 0-based step s. */
 double gt_lr_at(const gt_adamw_config *cfg, long s);
 
-/* Multiplier for the gradients given their global norm. */
-double gt_clip_scale(const gt_adamw_config *cfg, double grad_norm);
+/* The clip factor: the multiplier for the gradients given their global
+ * norm (of the unscaled gradients). */
+double gt_clip_factor(const gt_adamw_config *cfg, double grad_norm);
 
 /* Create the optimizer for params (moments allocated and zeroed on the
  * params' backend). Not collective. */
@@ -38,7 +42,8 @@ int gt_adamw_destroy(gt_adamw **opt);
 void gt_adamw_moments(gt_adamw *opt, float **m, float **v);
 
 /* One update at 0-based step s with learning rate lr, the gradients first
- * multiplied by grad_scale (clipping). Bias correction uses t = s + 1. */
-int gt_adamw_step(gt_adamw *opt, long s, double lr, double grad_scale);
+ * multiplied by grad_mult (the clip factor divided by the loss scale).
+ * Bias correction uses t = s + 1. */
+int gt_adamw_step(gt_adamw *opt, long s, double lr, double grad_mult);
 
 #endif /* GRIDTRAIN_OPTIM_H */

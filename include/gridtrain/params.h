@@ -1,11 +1,18 @@
 /*
  * gridtrain/params.h - the parameters of a model (or of one pipeline stage):
- * one flat buffer of values, one of gradients, and named views into both.
+ * one flat buffer of fp32 master values, one of fp32 gradients, the compute
+ * copy in the training precision, and named views into all three.
  *
- * Usage: create, add every tensor (name, shape, initialisation, whether
- * weight decay applies), then finalize, which allocates the two buffers on
- * the backend's device and sets every view. One flat buffer makes the data-
- * parallel all-reduce, clipping and checkpointing slices of one array.
+ * Usage: create (with the compute type), add every tensor (name, shape,
+ * initialisation, whether weight decay applies), then finalize, which
+ * allocates the buffers on the backend's device and sets every view. One
+ * flat buffer makes the data-parallel all-reduce, clipping and
+ * checkpointing slices of one array.
+ *
+ * Precisions: the optimizer, clipping and checkpoints see the fp32 master
+ * values; layers compute with the compute copy, which is derived from the
+ * master (rounded) by gt_params_refresh_compute and by every AdamW step. In
+ * fp32 the compute copy is the master buffer itself.
  *
  * Initial values are generated element by element from (seed, name, index)
  * with counter-based random numbers (rng.h), so they do not depend on which
@@ -44,10 +51,11 @@ typedef struct gt_param {
   int ndim;
   long full_shape[GT_TENSOR_MAX_DIMS]; /* logical shape */
   gt_shard shard;               /* this rank's part of it */
-  bool owner;                   /* this copy counts for norms and output (one
+  bool counted;                 /* this copy counts for norms and output (one
                                    rank of those holding the same entries) */
-  gt_tensor value;              /* view into the values buffer */
-  gt_tensor grad;               /* view into the gradients buffer */
+  gt_tensor value;              /* view into the fp32 master values */
+  gt_tensor grad;               /* view into the fp32 gradients */
+  gt_tensor compute;            /* view into the compute copy (dtype) */
   size_t offset;                /* elements from the start of the buffers */
   size_t numel;
   bool decay;                   /* AdamW weight decay applies */
@@ -57,23 +65,27 @@ typedef struct gt_param {
 
 typedef struct gt_params {
   gt_backend *be;
+  gt_dtype dtype; /* of the compute copy */
   int count, capacity;
   gt_param *list;
-  size_t numel;  /* total elements */
-  float *values; /* device */
-  float *grads;  /* device */
+  size_t numel;  /* total elements (views are 16-element aligned) */
+  float *values; /* device: fp32 master */
+  float *grads;  /* device: fp32 */
+  void *compute; /* device: compute copy (== values in fp32) */
   bool finalized;
 } gt_params;
 
-/* Create an empty set on backend be. Not collective. */
-int gt_params_create(gt_backend *be, gt_params **params);
+/* Create an empty set on backend be whose compute copy is of type dtype
+ * (GT_F32, GT_BF16 or GT_F16). Not collective. be may be NULL for a set
+ * that is only described, never finalized (sizes and shards). */
+int gt_params_create(gt_backend *be, gt_dtype dtype, gt_params **params);
 
 /* Add a tensor before finalize. ndim in 1..4. Names must be unique.
  * full_shape is the logical shape; the rank holds the part named by shard
- * (GT_SHARD_NONE: all of it) and owner says whether this copy is the one
+ * (GT_SHARD_NONE: all of it) and counted says whether this copy is the one
  * counted (see gt_param). */
 int gt_params_add(gt_params *p, const char *name, int ndim, const long *full_shape,
-                  gt_shard shard, bool owner, gt_init_kind init, float init_std,
+                  gt_shard shard, bool counted, gt_init_kind init, float init_std,
                   bool decay);
 
 /* Copy between a logical (full) host tensor and this rank's part of it:
@@ -91,11 +103,26 @@ int gt_params_finalize(gt_params *p);
 
 /* Fill every value from the seed (see above): each rank generates the
  * logical tensor and keeps its part, so every layout starts from the same
- * weights. */
+ * weights. Refreshes the compute copy. */
 int gt_params_init(gt_params *p, uint64_t seed);
 
-/* Set every gradient to zero. */
+/* compute copy = master values rounded to the compute type (after the
+ * master was loaded from a checkpoint). A no-op in fp32. Queued on the
+ * compute stream. */
+int gt_params_refresh_compute(gt_params *p);
+
+/* Set every gradient to zero (queued on the compute stream). */
 int gt_params_zero_grads(gt_params *p);
+
+/* *acc (a double on the device) += the sum of squares of the gradients of
+ * every counted parameter (each logical entry held by exactly one counted
+ * copy), in a fixed order. Queued on the compute stream. */
+int gt_params_grad_sumsq(gt_params *p, double *acc);
+
+/* Bytes of each buffer on this rank: master values, gradients, and the
+ * compute copy (0 in fp32, where it is the master). */
+size_t gt_params_master_bytes(const gt_params *p);
+size_t gt_params_compute_bytes(const gt_params *p);
 
 /* The parameter with this name, or NULL. */
 gt_param *gt_params_find(gt_params *p, const char *name);

@@ -7,13 +7,13 @@
 
 /* Local sizes: P ranks, hs per head, Cl attention width, F MLP width here. */
 typedef struct {
-  int N, C, hs, Cl, F;
+  int64_t N, C, hs, Cl, F;
   bool lead; /* adds the replicated biases and the residual once */
 } gt_block_sizes;
 
 static gt_block_sizes gt_block_sizes_of(gt_layer_dims d)
 {
-  const int P = d.tp ? d.tp->size : 1;
+  const int64_t P = d.tp ? d.tp->size : 1;
   gt_block_sizes z;
   z.N = d.B * d.T;
   z.C = d.C;
@@ -24,71 +24,74 @@ static gt_block_sizes gt_block_sizes_of(gt_layer_dims d)
   return z;
 }
 
-/* The sum over tp of the row-parallel partial outputs (conjugate g). */
-static int gt_tp_sum(const gt_layer_dims *d, float *buf, size_t n)
+/* The sum over tp of the row-parallel partial outputs (conjugate g), in the
+ * compute type. */
+static int gt_tp_sum(const gt_layer_dims *d, void *buf, size_t n)
 {
   if (d->tp)
-    GT_CALL(gt_group_allreduce_sum(d->tp, buf, n));
+    GT_CALL(gt_group_allreduce_sum(d->tp, buf, n, d->dt));
   return GT_SUCCESS;
 }
 
 int gt_block_forward(gt_backend *be, const gt_block_weights *w, const gt_block_acts *a,
-                     const float *x, float *out, gt_layer_dims d)
+                     const void *x, void *out, gt_layer_dims d)
 {
   const gt_backend_ops *op = be->ops;
   const gt_block_sizes z = gt_block_sizes_of(d);
-  const size_t nc = (size_t)z.N * z.C;
-  GT_CALL(op->layernorm_forward(be, a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1_w, w->ln1_b,
-                                z.N, z.C));
-  GT_CALL(op->linear_forward(be, a->qkv, a->ln1, w->qkv_w, w->qkv_b, NULL, z.N, z.C,
+  const size_t nc = (size_t)(z.N * z.C);
+  const gt_dtype dt = d.dt;
+  GT_CALL(op->layernorm_forward(be, dt, a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1_w,
+                                w->ln1_b, z.N, z.C));
+  GT_CALL(op->linear_forward(be, dt, a->qkv, a->ln1, w->qkv_w, w->qkv_b, NULL, z.N, z.C,
                              3 * z.Cl));
-  GT_CALL(op->attention_forward(be, a->atty, a->att, a->qkv, d.B, d.T, d.H, z.hs));
-  GT_CALL(op->linear_forward(be, a->res2, a->atty, w->proj_w, z.lead ? w->proj_b : NULL,
+  GT_CALL(op->attention_forward(be, dt, a->atty, a->lse, a->qkv, d.B, d.T, d.H, z.hs));
+  GT_CALL(op->linear_forward(be, dt, a->res2, a->atty, w->proj_w, z.lead ? w->proj_b : NULL,
                              z.lead ? x : NULL, z.N, z.Cl, z.C));
   GT_CALL(gt_tp_sum(&d, a->res2, nc));
-  GT_CALL(op->layernorm_forward(be, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w->ln2_w,
+  GT_CALL(op->layernorm_forward(be, dt, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w->ln2_w,
                                 w->ln2_b, z.N, z.C));
-  GT_CALL(op->linear_forward(be, a->fc, a->ln2, w->fc_w, w->fc_b, NULL, z.N, z.C, z.F));
-  GT_CALL(op->gelu_forward(be, a->gelu, a->fc, (size_t)z.N * z.F));
-  GT_CALL(op->linear_forward(be, out, a->gelu, w->fcproj_w, z.lead ? w->fcproj_b : NULL,
+  GT_CALL(op->linear_forward(be, dt, a->fc, a->ln2, w->fc_w, w->fc_b, NULL, z.N, z.C, z.F));
+  GT_CALL(op->gelu_forward(be, dt, a->gelu, a->fc, (size_t)(z.N * z.F)));
+  GT_CALL(op->linear_forward(be, dt, out, a->gelu, w->fcproj_w, z.lead ? w->fcproj_b : NULL,
                              z.lead ? a->res2 : NULL, z.N, z.F, z.C));
   GT_CALL(gt_tp_sum(&d, out, nc));
   return GT_SUCCESS;
 }
 
-int gt_block_backward(gt_backend *be, const gt_block_weights *w, const gt_block_weights *g,
-                      const gt_block_acts *a, const float *x, float *dres,
+int gt_block_backward(gt_backend *be, const gt_block_weights *w, const gt_block_grads *g,
+                      const gt_block_acts *a, const void *x, void *dres,
                       const gt_block_scratch *s, gt_layer_dims d)
 {
   const gt_backend_ops *op = be->ops;
   const gt_block_sizes z = gt_block_sizes_of(d);
-  const size_t nc = (size_t)z.N * z.C;
+  const size_t nc = (size_t)(z.N * z.C);
+  const gt_dtype dt = d.dt;
   /* MLP: dres flows unchanged to res2 and through the MLP branch. The
    * replicated bias gradient is the same on every tp rank. */
-  GT_CALL(op->linear_backward(be, s->dfc, g->fcproj_w, g->fcproj_b, dres, a->gelu,
+  GT_CALL(op->linear_backward(be, dt, s->dfc, g->fcproj_w, g->fcproj_b, dres, a->gelu,
                               w->fcproj_w, z.N, z.F, z.C));
   GT_CALL(gt_progress_poll(d.progress));
-  GT_CALL(op->gelu_backward(be, s->dfc, a->fc, s->dfc, (size_t)z.N * z.F));
+  GT_CALL(op->gelu_backward(be, dt, s->dfc, a->fc, s->dfc, (size_t)(z.N * z.F)));
   GT_CALL(gt_progress_poll(d.progress));
-  GT_CALL(op->linear_backward(be, s->dln, g->fc_w, g->fc_b, s->dfc, a->ln2, w->fc_w, z.N,
+  GT_CALL(op->linear_backward(be, dt, s->dln, g->fc_w, g->fc_b, s->dfc, a->ln2, w->fc_w, z.N,
                               z.C, z.F));
   GT_CALL(gt_progress_poll(d.progress));
   GT_CALL(gt_tp_sum(&d, s->dln, nc)); /* conjugate f: each rank saw its units only */
-  GT_CALL(op->layernorm_backward(be, dres, g->ln2_w, g->ln2_b, s->dln, a->res2, w->ln2_w,
+  GT_CALL(op->layernorm_backward(be, dt, dres, g->ln2_w, g->ln2_b, s->dln, a->res2, w->ln2_w,
                                  a->ln2_mean, a->ln2_rstd, z.N, z.C));
   GT_CALL(gt_progress_poll(d.progress));
   /* attention: dres (now d res2) flows unchanged to x and through attention */
-  GT_CALL(op->linear_backward(be, s->datty, g->proj_w, g->proj_b, dres, a->atty, w->proj_w,
-                              z.N, z.Cl, z.C));
+  GT_CALL(op->linear_backward(be, dt, s->datty, g->proj_w, g->proj_b, dres, a->atty,
+                              w->proj_w, z.N, z.Cl, z.C));
   GT_CALL(gt_progress_poll(d.progress));
-  GT_CALL(op->attention_backward(be, s->dqkv, s->datt, s->datty, a->qkv, a->att, d.B, d.T,
+  GT_CALL(op->attention_backward(be, dt, s->dqkv, s->datty, a->qkv, a->atty, a->lse, d.B, d.T,
                                  d.H, z.hs));
   GT_CALL(gt_progress_poll(d.progress));
-  GT_CALL(op->linear_backward(be, s->dln, g->qkv_w, g->qkv_b, s->dqkv, a->ln1, w->qkv_w, z.N,
-                              z.C, 3 * z.Cl));
+  GT_CALL(op->linear_backward(be, dt, s->dln, g->qkv_w, g->qkv_b, s->dqkv, a->ln1, w->qkv_w,
+                              z.N, z.C, 3 * z.Cl));
   GT_CALL(gt_progress_poll(d.progress));
   GT_CALL(gt_tp_sum(&d, s->dln, nc));
-  GT_CALL(op->layernorm_backward(be, dres, g->ln1_w, g->ln1_b, s->dln, x, w->ln1_w,
+  GT_CALL(op->layernorm_backward(be, dt, dres, g->ln1_w, g->ln1_b, s->dln, x, w->ln1_w,
                                  a->ln1_mean, a->ln1_rstd, z.N, z.C));
   GT_CALL(gt_progress_poll(d.progress));
   return GT_SUCCESS;

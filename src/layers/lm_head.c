@@ -5,56 +5,57 @@
 #include "gridtrain/error.h"
 #include "gridtrain/layers.h"
 
-int gt_lm_head_forward(gt_backend *be, const float *wte, const float *lnf_w,
-                       const float *lnf_b, const gt_head_acts *a, const float *x,
-                       const int32_t *targets, float *stats_all, gt_head_dims d,
-                       float grad_scale)
+int gt_lm_head_forward(gt_backend *be, const void *wte, const void *lnf_w, const void *lnf_b,
+                       const gt_head_acts *a, const void *x, const int32_t *targets,
+                       float *stats_all, gt_head_dims d, float dlogit_scale)
 {
   const gt_backend_ops *op = be->ops;
   const int P = d.tp ? d.tp->size : 1;
-  GT_CALL(op->layernorm_forward(be, a->lnf, a->lnf_mean, a->lnf_rstd, x, lnf_w, lnf_b, d.N,
-                                d.C));
-  GT_CALL(op->linear_forward(be, a->logits, a->lnf, wte, NULL, NULL, d.N, d.C, d.Vl));
-  GT_CALL(op->xent_partial(be, a->stats, a->logits, targets, d.N, d.nv, d.Vl, d.v0));
+  GT_CALL(op->layernorm_forward(be, d.dt, a->lnf, a->lnf_mean, a->lnf_rstd, x, lnf_w, lnf_b,
+                                d.N, d.C));
+  GT_CALL(op->linear_forward(be, d.dt, a->logits, a->lnf, wte, NULL, NULL, d.N, d.C, d.Vl));
+  GT_CALL(op->xent_partial(be, d.dt, a->stats, a->logits, targets, d.N, d.nv, d.Vl, d.v0));
   const float *stats = a->stats;
-  if (P > 1) {
-    GT_CALL(gt_group_allgather(d.tp, a->stats, stats_all, 3 * (size_t)d.N));
+  if (P > 1) { /* the statistics are fp32 whatever the compute type */
+    GT_CALL(gt_group_allgather(d.tp, a->stats, stats_all, 3 * (size_t)d.N, GT_F32));
     stats = stats_all;
   }
-  GT_CALL(op->xent_finish(be, a->losses, a->logits, stats, P, targets, d.N, d.nv, d.Vl, d.v0,
-                          grad_scale));
+  GT_CALL(op->xent_finish(be, d.dt, a->losses, a->logits, stats, P, targets, d.N, d.nv, d.Vl,
+                          d.v0, dlogit_scale));
   return GT_SUCCESS;
 }
 
-int gt_lm_head_backward(gt_backend *be, const float *wte, float *dwte, const float *lnf_w,
-                        float *dlnf_w, float *dlnf_b, const gt_head_acts *a, const float *x,
-                        float *dx, float *dlnf, gt_head_dims d)
+int gt_lm_head_backward(gt_backend *be, const void *wte, float *dwte, const void *lnf_w,
+                        float *dlnf_w, float *dlnf_b, const gt_head_acts *a, const void *x,
+                        void *dx, void *dlnf, gt_head_dims d)
 {
   const gt_backend_ops *op = be->ops;
-  GT_CALL(op->linear_backward(be, dlnf, dwte, NULL, a->logits, a->lnf, wte, d.N, d.C, d.Vl));
+  GT_CALL(op->linear_backward(be, d.dt, dlnf, dwte, NULL, a->logits, a->lnf, wte, d.N, d.C,
+                              d.Vl));
   if (d.tp) /* each rank's dlnf covers its vocabulary rows only */
-    GT_CALL(gt_group_allreduce_sum(d.tp, dlnf, (size_t)d.N * d.C));
-  GT_CALL(op->zero(be, dx, sizeof(float) * (size_t)d.N * d.C));
-  GT_CALL(op->layernorm_backward(be, dx, dlnf_w, dlnf_b, dlnf, x, lnf_w, a->lnf_mean,
+    GT_CALL(gt_group_allreduce_sum(d.tp, dlnf, (size_t)(d.N * d.C), d.dt));
+  GT_CALL(op->zero(be, dx, gt_dtype_size(d.dt) * (size_t)(d.N * d.C)));
+  GT_CALL(op->layernorm_backward(be, d.dt, dx, dlnf_w, dlnf_b, dlnf, x, lnf_w, a->lnf_mean,
                                  a->lnf_rstd, d.N, d.C));
   return GT_SUCCESS;
 }
 
-int gt_embedding_forward(gt_backend *be, float *out, const int32_t *tokens, const float *wte,
-                         const float *wpe, int B, int T, int C, int v0, int nv,
-                         const gt_group *tp)
+int gt_embedding_forward(gt_backend *be, gt_dtype dt, void *out, const int32_t *tokens,
+                         const void *wte, const void *wpe, int64_t B, int64_t T, int64_t C,
+                         int64_t v0, int64_t nv, const gt_group *tp)
 {
   const bool lead = !tp || tp->rank == 0;
-  GT_CALL(be->ops->embedding_forward(be, out, tokens, wte, lead ? wpe : NULL, B, T, C, v0,
+  GT_CALL(be->ops->embedding_forward(be, dt, out, tokens, wte, lead ? wpe : NULL, B, T, C, v0,
                                      nv));
   if (tp)
-    GT_CALL(gt_group_allreduce_sum(tp, out, (size_t)B * T * C));
+    GT_CALL(gt_group_allreduce_sum(tp, out, (size_t)(B * T * C), dt));
   return GT_SUCCESS;
 }
 
-int gt_embedding_backward(gt_backend *be, float *dwte, float *dwpe, const float *dout,
-                          const int32_t *tokens, int B, int T, int C, int v0, int nv)
+int gt_embedding_backward(gt_backend *be, gt_dtype dt, float *dwte, float *dwpe,
+                          const void *dout, const int32_t *tokens, int64_t B, int64_t T,
+                          int64_t C, int64_t v0, int64_t nv)
 {
-  GT_CALL(be->ops->embedding_backward(be, dwte, dwpe, dout, tokens, B, T, C, v0, nv));
+  GT_CALL(be->ops->embedding_backward(be, dt, dwte, dwpe, dout, tokens, B, T, C, v0, nv));
   return GT_SUCCESS;
 }

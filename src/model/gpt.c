@@ -14,11 +14,14 @@
 
 /* One micro-batch in flight: what forward keeps for backward. */
 typedef struct gt_gpt_slot {
-  float **resid;       /* nl+1 views (N,C): resid[0] stage input, resid[nl] output */
+  void **resid;        /* nl+1 views (N,C): resid[0] stage input, resid[nl] output */
   gt_block_acts *acts; /* nl */
   gt_head_acts head;   /* last stage */
-  float *dgrad;        /* (N,C) gradient travelling backward */
-  int32_t *tokens, *targets; /* device (N) */
+  void *dgrad;         /* (N,C) gradient travelling backward */
+  int32_t *tokens, *targets;           /* device (N) */
+  int32_t *host_tokens, *host_targets; /* pinned (N): what the uploads read */
+  gt_device_event *uploaded;                  /* the uploads from them have run */
+  bool upload_pending;
   int B, T;
   bool grad_ready;
 } gt_gpt_slot;
@@ -27,16 +30,18 @@ struct gt_gpt {
   gt_backend *be;
   gt_gpt_shape shape;
   gt_gpt_part part;
+  gt_dtype dt;    /* compute type */
   int batch, seq; /* largest micro-batch */
   int nl;         /* blocks on this rank */
   int H;          /* heads on this rank */
   int Vl, v0, nv; /* vocabulary rows here (with padding), first, real */
   gt_params *params;
 
-  /* views into params (values and gradients) */
-  float *wte, *wpe, *lnf_w, *lnf_b;
+  /* views into params (compute copy and gradients) */
+  const void *wte, *wpe, *lnf_w, *lnf_b;
   float *dwte, *dwpe, *dlnf_w, *dlnf_b;
-  gt_block_weights *w, *g; /* per local block */
+  gt_block_weights *w; /* per local block */
+  gt_block_grads *g;
   int p_wte, p_emb_count;  /* parameter indices: embedding (wte[, wpe]) */
   int *p_block;            /* first of 12 per local block */
   int p_head, p_head_count; /* ln_f (+ the wte copy on a last stage) */
@@ -47,9 +52,8 @@ struct gt_gpt {
   int nslots;
   gt_gpt_slot *slots;
   gt_block_scratch scratch;
-  float *dlnf;      /* (N,C) */
+  void *dlnf;       /* (N,C) */
   float *stats_all; /* (tp, N, 3) */
-  float *host_losses; /* host (N) */
 };
 
 // ---- the logical parameters ----------------------------------------------------------
@@ -141,15 +145,15 @@ size_t gt_gpt_logical_param(const gt_gpt_shape *shape, int i, char name[GT_PARAM
   return (size_t)d.dims[0] * (size_t)(d.ndim == 2 ? d.dims[1] : 1);
 }
 
-static int gt_gpt_add(gt_gpt *m, const gt_gpt_pdesc *d, bool owner_if_replicated,
-                      bool owner_if_split)
+static int gt_gpt_add(gt_gpt *m, const gt_gpt_pdesc *d, bool counted_if_replicated,
+                      bool counted_if_split)
 {
   const gt_group *tp = &m->part.tp;
   gt_shard sh = d->axis < 0 || tp->size == 1
                     ? GT_SHARD_NONE
                     : (gt_shard){d->axis, d->blocks, tp->size, tp->rank};
-  bool owner = sh.axis < 0 ? owner_if_replicated : owner_if_split;
-  GT_CALL(gt_params_add(m->params, d->name, d->ndim, d->dims, sh, owner, d->init, d->std,
+  bool counted = sh.axis < 0 ? counted_if_replicated : counted_if_split;
+  GT_CALL(gt_params_add(m->params, d->name, d->ndim, d->dims, sh, counted, d->init, d->std,
                         d->decay));
   return GT_SUCCESS;
 }
@@ -194,17 +198,17 @@ static int gt_gpt_bind(gt_gpt *m)
   if (m->part.first || m->part.last) {
     gt_param *wte = gt_params_find(p, "wte");
     GT_ASSERT(wte != NULL);
-    m->wte = wte->value.data;
+    m->wte = wte->compute.data;
     m->dwte = wte->grad.data;
   }
   if (m->part.first) {
     gt_param *wpe = gt_params_find(p, "wpe");
-    m->wpe = wpe->value.data;
+    m->wpe = wpe->compute.data;
     m->dwpe = wpe->grad.data;
   }
   for (int l = 0; l < m->nl; l++) {
     gt_param *t = &p->list[m->p_block[l]];
-    float **wv[GT_BLOCK_PARAMS] = {
+    const void **wv[GT_BLOCK_PARAMS] = {
       &m->w[l].ln1_w, &m->w[l].ln1_b, &m->w[l].qkv_w, &m->w[l].qkv_b,
       &m->w[l].proj_w, &m->w[l].proj_b, &m->w[l].ln2_w, &m->w[l].ln2_b,
       &m->w[l].fc_w, &m->w[l].fc_b, &m->w[l].fcproj_w, &m->w[l].fcproj_b};
@@ -213,15 +217,15 @@ static int gt_gpt_bind(gt_gpt *m)
       &m->g[l].proj_w, &m->g[l].proj_b, &m->g[l].ln2_w, &m->g[l].ln2_b,
       &m->g[l].fc_w, &m->g[l].fc_b, &m->g[l].fcproj_w, &m->g[l].fcproj_b};
     for (int i = 0; i < GT_BLOCK_PARAMS; i++) {
-      *wv[i] = t[i].value.data;
+      *wv[i] = t[i].compute.data;
       *gv[i] = t[i].grad.data;
     }
   }
   if (m->part.last) {
     gt_param *lnf = &p->list[m->p_head];
-    m->lnf_w = lnf[0].value.data;
+    m->lnf_w = lnf[0].compute.data;
     m->dlnf_w = lnf[0].grad.data;
-    m->lnf_b = lnf[1].value.data;
+    m->lnf_b = lnf[1].compute.data;
     m->dlnf_b = lnf[1].grad.data;
   }
   return GT_SUCCESS;
@@ -246,33 +250,33 @@ static void gt_gpt_layout_slot(gt_gpt *m, gt_gpt_slot *sl, gt_carver *c)
 {
   const size_t B = (size_t)m->batch, T = (size_t)m->seq, N = B * T;
   const size_t C = (size_t)m->shape.dim, P = (size_t)m->part.tp.size, H = (size_t)m->H;
-  const size_t Cl = C / P, F4 = 4 * C / P, F = sizeof(float);
+  const size_t Cl = C / P, F4 = 4 * C / P, F = sizeof(float), E = gt_dtype_size(m->dt);
   for (int l = 0; l <= m->nl; l++)
-    sl->resid[l] = gt_carve(c, N * C * F);
+    sl->resid[l] = gt_carve(c, N * C * E);
   for (int l = 0; l < m->nl; l++) {
     gt_block_acts *a = &sl->acts[l];
-    a->ln1 = gt_carve(c, N * C * F);
+    a->ln1 = gt_carve(c, N * C * E);
     a->ln1_mean = gt_carve(c, N * F);
     a->ln1_rstd = gt_carve(c, N * F);
-    a->qkv = gt_carve(c, 3 * N * Cl * F);
-    a->att = gt_carve(c, B * H * T * T * F);
-    a->atty = gt_carve(c, N * Cl * F);
-    a->res2 = gt_carve(c, N * C * F);
-    a->ln2 = gt_carve(c, N * C * F);
+    a->qkv = gt_carve(c, 3 * N * Cl * E);
+    a->lse = gt_carve(c, B * H * T * F);
+    a->atty = gt_carve(c, N * Cl * E);
+    a->res2 = gt_carve(c, N * C * E);
+    a->ln2 = gt_carve(c, N * C * E);
     a->ln2_mean = gt_carve(c, N * F);
     a->ln2_rstd = gt_carve(c, N * F);
-    a->fc = gt_carve(c, N * F4 * F);
-    a->gelu = gt_carve(c, N * F4 * F);
+    a->fc = gt_carve(c, N * F4 * E);
+    a->gelu = gt_carve(c, N * F4 * E);
   }
   if (m->part.last) {
-    sl->head.lnf = gt_carve(c, N * C * F);
+    sl->head.lnf = gt_carve(c, N * C * E);
     sl->head.lnf_mean = gt_carve(c, N * F);
     sl->head.lnf_rstd = gt_carve(c, N * F);
-    sl->head.logits = gt_carve(c, N * (size_t)m->Vl * F);
+    sl->head.logits = gt_carve(c, N * (size_t)m->Vl * E);
     sl->head.losses = gt_carve(c, N * F);
     sl->head.stats = gt_carve(c, 3 * N * F);
   }
-  sl->dgrad = gt_carve(c, N * C * F);
+  sl->dgrad = gt_carve(c, N * C * E);
   sl->tokens = gt_carve(c, N * sizeof(int32_t));
   sl->targets = gt_carve(c, N * sizeof(int32_t));
 }
@@ -280,19 +284,18 @@ static void gt_gpt_layout_slot(gt_gpt *m, gt_gpt_slot *sl, gt_carver *c)
 static void gt_gpt_layout(gt_gpt *m, gt_carver *c)
 {
   const size_t B = (size_t)m->batch, T = (size_t)m->seq, N = B * T;
-  const size_t C = (size_t)m->shape.dim, P = (size_t)m->part.tp.size, H = (size_t)m->H;
-  const size_t Cl = C / P, F4 = 4 * C / P, F = sizeof(float);
+  const size_t C = (size_t)m->shape.dim, P = (size_t)m->part.tp.size;
+  const size_t Cl = C / P, F4 = 4 * C / P, F = sizeof(float), E = gt_dtype_size(m->dt);
   size_t before = c->off;
   gt_gpt_layout_slot(m, &m->slots[0], c);
   m->slot_bytes = c->off - before;
   for (int s = 1; s < m->nslots; s++)
     gt_gpt_layout_slot(m, &m->slots[s], c);
-  m->scratch.dln = gt_carve(c, N * C * F);
-  m->scratch.dqkv = gt_carve(c, 3 * N * Cl * F);
-  m->scratch.datt = gt_carve(c, B * H * T * T * F);
-  m->scratch.datty = gt_carve(c, N * Cl * F);
-  m->scratch.dfc = gt_carve(c, N * F4 * F);
-  m->dlnf = gt_carve(c, N * C * F);
+  m->scratch.dln = gt_carve(c, N * C * E);
+  m->scratch.dqkv = gt_carve(c, 3 * N * Cl * E);
+  m->scratch.datty = gt_carve(c, N * Cl * E);
+  m->scratch.dfc = gt_carve(c, N * F4 * E);
+  m->dlnf = gt_carve(c, N * C * E);
   m->stats_all = gt_carve(c, 3 * N * P * F);
 }
 
@@ -300,12 +303,14 @@ static void gt_gpt_layout(gt_gpt *m, gt_carver *c)
 
 gt_gpt_part gt_gpt_whole(const gt_gpt_shape *shape)
 {
-  gt_gpt_part p = {0, shape->layers, true, true, {MPI_COMM_NULL, 0, 1, -1}};
+  gt_gpt_part p = {0, shape->layers, true, true, {MPI_COMM_NULL, 0, 1, -1, NULL}};
   return p;
 }
 
-int gt_gpt_create(gt_backend *be, const gt_gpt_shape *shape, const gt_gpt_part *part,
-                  int batch, int seq, int slots, gt_gpt **model)
+/* The model's sizes and its host-side bookkeeping (views, slots), no device
+ * memory: what gt_gpt_create builds on, and all gt_gpt_plan needs. */
+static int gt_gpt_shell(gt_backend *be, const gt_gpt_shape *shape, const gt_gpt_part *part,
+                        gt_dtype dtype, int batch, int seq, int slots, gt_gpt **model)
 {
   const int P = part->tp.size;
   GT_ASSERT(shape->dim % shape->heads == 0 && shape->heads % P == 0);
@@ -318,6 +323,7 @@ int gt_gpt_create(gt_backend *be, const gt_gpt_shape *shape, const gt_gpt_part *
   m->be = be;
   m->shape = *shape;
   m->part = *part;
+  m->dt = dtype;
   m->batch = batch;
   m->seq = seq;
   m->nl = part->layer_end - part->layer_begin;
@@ -332,8 +338,7 @@ int gt_gpt_create(gt_backend *be, const gt_gpt_shape *shape, const gt_gpt_part *
   m->g = calloc((size_t)nl, sizeof *m->g);
   m->p_block = calloc((size_t)nl, sizeof *m->p_block);
   m->slots = calloc((size_t)slots, sizeof *m->slots);
-  m->host_losses = malloc(sizeof(float) * (size_t)batch * seq);
-  bool ok = m->w && m->g && m->p_block && m->slots && m->host_losses;
+  bool ok = m->w && m->g && m->p_block && m->slots;
   for (int s = 0; ok && s < slots; s++) {
     m->slots[s].acts = calloc((size_t)nl, sizeof *m->slots[s].acts);
     m->slots[s].resid = calloc((size_t)m->nl + 1, sizeof *m->slots[s].resid);
@@ -343,19 +348,48 @@ int gt_gpt_create(gt_backend *be, const gt_gpt_shape *shape, const gt_gpt_part *
     gt_gpt_destroy(model);
     return GT_ERROR(GT_ERR_SYSTEM, "out of memory creating the GPT");
   }
-  int status = gt_params_create(be, &m->params);
+  gt_carver measure = {NULL, 0};
+  gt_gpt_layout(m, &measure);
+  m->act_bytes = measure.off;
+  return GT_SUCCESS;
+}
+
+int gt_gpt_plan(const gt_gpt_shape *shape, const gt_gpt_part *part, gt_dtype dtype, int batch,
+                int seq, int slots, size_t *act_bytes, size_t *slot_bytes)
+{
+  gt_gpt *m = NULL;
+  GT_CALL(gt_gpt_shell(NULL, shape, part, dtype, batch, seq, slots, &m));
+  *act_bytes = m->act_bytes;
+  *slot_bytes = m->slot_bytes;
+  gt_gpt_destroy(&m);
+  return GT_SUCCESS;
+}
+
+int gt_gpt_create(gt_backend *be, const gt_gpt_shape *shape, const gt_gpt_part *part,
+                  gt_dtype dtype, int batch, int seq, int slots, gt_gpt **model)
+{
+  GT_CALL(gt_gpt_shell(be, shape, part, dtype, batch, seq, slots, model));
+  gt_gpt *m = *model;
+  const size_t ntok = (size_t)batch * (size_t)seq * sizeof(int32_t);
+  int status = GT_SUCCESS;
+  for (int s = 0; s < slots && status == GT_SUCCESS; s++) {
+    gt_gpt_slot *sl = &m->slots[s];
+    status = be->ops->alloc_host(be, ntok, (void **)&sl->host_tokens);
+    if (status == GT_SUCCESS)
+      status = be->ops->alloc_host(be, ntok, (void **)&sl->host_targets);
+    if (status == GT_SUCCESS)
+      status = be->ops->event_create(be, &sl->uploaded);
+  }
+  if (status == GT_SUCCESS)
+    status = gt_params_create(be, dtype, &m->params);
   if (status == GT_SUCCESS)
     status = gt_gpt_register(m);
   if (status == GT_SUCCESS)
     status = gt_params_finalize(m->params);
   if (status == GT_SUCCESS)
     status = gt_gpt_bind(m);
-  if (status == GT_SUCCESS) {
-    gt_carver measure = {NULL, 0};
-    gt_gpt_layout(m, &measure);
-    m->act_bytes = measure.off;
+  if (status == GT_SUCCESS)
     status = be->ops->alloc(be, m->act_bytes, &m->act_buffer);
-  }
   if (status == GT_SUCCESS) {
     gt_carver carve = {m->act_buffer, 0};
     gt_gpt_layout(m, &carve);
@@ -374,18 +408,25 @@ int gt_gpt_destroy(gt_gpt **model)
   gt_gpt *m = *model;
   if (!m)
     return GT_SUCCESS;
+  gt_backend *be = m->be;
   if (m->act_buffer)
-    m->be->ops->free(m->be, m->act_buffer);
+    be->ops->free(be, m->act_buffer);
   gt_params_destroy(&m->params);
   for (int s = 0; m->slots && s < m->nslots; s++) {
-    free(m->slots[s].acts);
-    free(m->slots[s].resid);
+    gt_gpt_slot *sl = &m->slots[s];
+    free(sl->acts);
+    free(sl->resid);
+    if (sl->host_tokens)
+      be->ops->free_host(be, sl->host_tokens);
+    if (sl->host_targets)
+      be->ops->free_host(be, sl->host_targets);
+    if (sl->uploaded)
+      be->ops->event_destroy(be, sl->uploaded);
   }
   free(m->slots);
   free(m->w);
   free(m->g);
   free(m->p_block);
-  free(m->host_losses);
   free(m);
   *model = NULL;
   return GT_SUCCESS;
@@ -401,45 +442,75 @@ int gt_gpt_init(gt_gpt *m, uint64_t seed)
 
 size_t gt_gpt_activation_bytes(const gt_gpt *m) { return m->act_bytes; }
 size_t gt_gpt_slot_bytes(const gt_gpt *m) { return m->slot_bytes; }
-float *gt_gpt_input(gt_gpt *m, int slot) { return m->slots[slot].resid[0]; }
-float *gt_gpt_output(gt_gpt *m, int slot) { return m->slots[slot].resid[m->nl]; }
-float *gt_gpt_grad(gt_gpt *m, int slot) { return m->slots[slot].dgrad; }
+void *gt_gpt_input(gt_gpt *m, int slot) { return m->slots[slot].resid[0]; }
+void *gt_gpt_output(gt_gpt *m, int slot) { return m->slots[slot].resid[m->nl]; }
+void *gt_gpt_grad(gt_gpt *m, int slot) { return m->slots[slot].dgrad; }
+gt_dtype gt_gpt_dtype(const gt_gpt *m) { return m->dt; }
+const gt_gpt_shape *gt_gpt_shape_of(const gt_gpt *m) { return &m->shape; }
+
+void gt_gpt_tied_grad(gt_gpt *m, float **grad, size_t *n)
+{
+  *grad = NULL;
+  *n = 0;
+  if (m->part.first == m->part.last) /* both ends here, or neither */
+    return;
+  const gt_param *wte = gt_params_find(m->params, "wte");
+  *grad = wte->grad.data;
+  *n = wte->numel;
+}
 
 // ---- forward and backward -----------------------------------------------------------------------
 
-static gt_head_dims gt_gpt_head_dims(const gt_gpt *m, int N)
+static gt_head_dims gt_gpt_head_dims(const gt_gpt *m, int64_t N)
 {
-  return (gt_head_dims){N, m->shape.dim, m->Vl, m->v0, m->nv, &m->part.tp};
+  return (gt_head_dims){N, m->shape.dim, m->Vl, m->v0, m->nv, m->dt, &m->part.tp};
+}
+
+/* Upload a micro-batch's tokens (n of them) through the slot's pinned
+ * buffer, which the previous upload from it must have left. */
+static int gt_gpt_upload_ids(gt_gpt *m, gt_gpt_slot *sl, int32_t *dev, int32_t *pinned,
+                             const int32_t *ids, size_t n)
+{
+  gt_backend *be = m->be;
+  if (sl->upload_pending) {
+    GT_CALL(be->ops->event_wait(be, sl->uploaded));
+    sl->upload_pending = false;
+  }
+  memcpy(pinned, ids, n * sizeof(int32_t));
+  GT_CALL(be->ops->upload(be, dev, pinned, n * sizeof(int32_t), NULL));
+  return GT_SUCCESS;
 }
 
 int gt_gpt_forward(gt_gpt *m, int slot, const int32_t *tokens, const int32_t *targets, int B,
-                   int T, float grad_scale, double *loss_sum)
+                   int T, float dlogit_scale, double *loss_acc)
 {
   GT_ASSERT(B >= 1 && B <= m->batch && T >= 1 && T <= m->seq);
   GT_ASSERT(slot >= 0 && slot < m->nslots);
   gt_backend *be = m->be;
   gt_gpt_slot *sl = &m->slots[slot];
-  const int N = B * T, C = m->shape.dim;
-  const gt_layer_dims d = {B, T, C, m->H, &m->part.tp, NULL};
-  if (m->part.first) {
-    GT_CALL(be->ops->upload(be, sl->tokens, tokens, sizeof(int32_t) * (size_t)N));
-    GT_CALL(gt_embedding_forward(be, sl->resid[0], sl->tokens, m->wte, m->wpe, B, T, C, m->v0,
-                                 m->nv, &m->part.tp));
+  const int64_t N = (int64_t)B * T, C = m->shape.dim;
+  const gt_layer_dims d = {B, T, C, m->H, m->dt, &m->part.tp, NULL};
+  if (m->part.first)
+    GT_CALL(gt_gpt_upload_ids(m, sl, sl->tokens, sl->host_tokens, tokens, (size_t)N));
+  if (m->part.last)
+    GT_CALL(gt_gpt_upload_ids(m, sl, sl->targets, sl->host_targets, targets, (size_t)N));
+  if (m->part.first || m->part.last) {
+    GT_CALL(be->ops->event_record(be, sl->uploaded, NULL));
+    sl->upload_pending = true;
   }
+  if (m->part.first)
+    GT_CALL(gt_embedding_forward(be, m->dt, sl->resid[0], sl->tokens, m->wte, m->wpe, B, T, C,
+                                 m->v0, m->nv, &m->part.tp));
   for (int l = 0; l < m->nl; l++)
     GT_CALL(gt_block_forward(be, &m->w[l], &sl->acts[l], sl->resid[l], sl->resid[l + 1], d));
-  *loss_sum = 0;
   if (m->part.last) {
-    GT_CALL(be->ops->upload(be, sl->targets, targets, sizeof(int32_t) * (size_t)N));
     GT_CALL(gt_lm_head_forward(be, m->wte, m->lnf_w, m->lnf_b, &sl->head, sl->resid[m->nl],
-                               sl->targets, m->stats_all, gt_gpt_head_dims(m, N), grad_scale));
-    GT_CALL(be->ops->download(be, m->host_losses, sl->head.losses, sizeof(float) * (size_t)N));
-    double s = 0;
-    for (int i = 0; i < N; i++)
-      s += m->host_losses[i];
-    *loss_sum = s;
+                               sl->targets, m->stats_all, gt_gpt_head_dims(m, N),
+                               dlogit_scale));
+    if (loss_acc)
+      GT_CALL(be->ops->sum_add(be, loss_acc, sl->head.losses, (size_t)N));
   }
-  sl->grad_ready = grad_scale != 0.0f;
+  sl->grad_ready = dlogit_scale != 0.0f;
   sl->B = B;
   sl->T = T;
   return GT_SUCCESS;
@@ -457,10 +528,10 @@ int gt_gpt_backward(gt_gpt *m, int slot, const gt_grad_hook *hook)
   GT_ASSERT(slot >= 0 && slot < m->nslots);
   gt_gpt_slot *sl = &m->slots[slot];
   GT_CHECK(sl->grad_ready, GT_ERR_INTERNAL,
-           "gt_gpt_backward needs a forward with grad_scale != 0 first");
+           "gt_gpt_backward needs a forward with dlogit_scale != 0 first");
   gt_backend *be = m->be;
-  const int B = sl->B, T = sl->T, N = B * T, C = m->shape.dim;
-  const gt_layer_dims d = {B, T, C, m->H, &m->part.tp, hook ? &hook->progress : NULL};
+  const int64_t B = sl->B, T = sl->T, N = B * T, C = m->shape.dim;
+  const gt_layer_dims d = {B, T, C, m->H, m->dt, &m->part.tp, hook ? &hook->progress : NULL};
   if (m->part.last) {
     GT_CALL(gt_lm_head_backward(be, m->wte, m->dwte, m->lnf_w, m->dlnf_w, m->dlnf_b, &sl->head,
                                 sl->resid[m->nl], sl->dgrad, m->dlnf, gt_gpt_head_dims(m, N)));
@@ -473,8 +544,8 @@ int gt_gpt_backward(gt_gpt *m, int slot, const gt_grad_hook *hook)
     GT_CALL(gt_gpt_ready(hook, m->p_block[l], GT_BLOCK_PARAMS));
   }
   if (m->part.first) {
-    GT_CALL(gt_embedding_backward(be, m->dwte, m->dwpe, sl->dgrad, sl->tokens, B, T, C, m->v0,
-                                  m->nv));
+    GT_CALL(gt_embedding_backward(be, m->dt, m->dwte, m->dwpe, sl->dgrad, sl->tokens, B, T, C,
+                                  m->v0, m->nv));
     GT_CALL(gt_gpt_ready(hook, 0, m->p_emb_count));
   }
   sl->grad_ready = false;

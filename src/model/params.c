@@ -10,11 +10,13 @@
 #include "gridtrain/error.h"
 #include "gridtrain/rng.h"
 
-int gt_params_create(gt_backend *be, gt_params **params)
+int gt_params_create(gt_backend *be, gt_dtype dtype, gt_params **params)
 {
+  GT_ASSERT(dtype == GT_F32 || dtype == GT_BF16 || dtype == GT_F16);
   gt_params *p = calloc(1, sizeof *p);
   GT_CHECK_ALLOC(p, sizeof *p);
   p->be = be;
+  p->dtype = dtype;
   *params = p;
   return GT_SUCCESS;
 }
@@ -27,7 +29,7 @@ static long gt_shard_extent(long full, gt_shard sh)
 }
 
 int gt_params_add(gt_params *p, const char *name, int ndim, const long *full_shape,
-                  gt_shard shard, bool owner, gt_init_kind init, float init_std,
+                  gt_shard shard, bool counted, gt_init_kind init, float init_std,
                   bool decay)
 {
   GT_ASSERT(!p->finalized);
@@ -49,7 +51,7 @@ int gt_params_add(gt_params *p, const char *name, int ndim, const long *full_sha
   snprintf(t->name, sizeof t->name, "%s", name);
   t->ndim = ndim;
   t->shard = shard;
-  t->owner = owner;
+  t->counted = counted;
   t->value.ndim = ndim;
   t->numel = 1;
   for (int i = 0; i < ndim; i++) {
@@ -60,8 +62,10 @@ int gt_params_add(gt_params *p, const char *name, int ndim, const long *full_sha
     t->numel *= (size_t)t->value.shape[i];
   }
   t->value.dtype = GT_F32;
-  t->value.device = p->be->device;
+  t->value.device = p->be ? p->be->device : GT_HOST;
   t->grad = t->value;
+  t->compute = t->value;
+  t->compute.dtype = p->dtype;
   t->init = init;
   t->init_std = init_std;
   t->decay = decay;
@@ -136,9 +140,15 @@ int gt_params_finalize(gt_params *p)
   GT_CALL(p->be->ops->alloc(p->be, off * sizeof(float), (void **)&p->grads));
   GT_CALL(p->be->ops->zero(p->be, p->values, off * sizeof(float)));
   GT_CALL(p->be->ops->zero(p->be, p->grads, off * sizeof(float)));
+  p->compute = p->values;
+  if (p->dtype != GT_F32) {
+    GT_CALL(p->be->ops->alloc(p->be, off * gt_dtype_size(p->dtype), &p->compute));
+    GT_CALL(p->be->ops->zero(p->be, p->compute, off * gt_dtype_size(p->dtype)));
+  }
   for (int i = 0; i < p->count; i++) {
     p->list[i].value.data = p->values + p->list[i].offset;
     p->list[i].grad.data = p->grads + p->list[i].offset;
+    p->list[i].compute.data = (char *)p->compute + p->list[i].offset * gt_dtype_size(p->dtype);
   }
   p->finalized = true;
   return GT_SUCCESS;
@@ -170,10 +180,21 @@ int gt_params_init(gt_params *p, uint64_t seed)
       break;
     }
     gt_param_extract(t, full, local);
-    status = p->be->ops->upload(p->be, t->value.data, local, t->numel * sizeof(float));
+    status = p->be->ops->upload(p->be, t->value.data, local, t->numel * sizeof(float), NULL);
+    if (status == GT_SUCCESS) /* the host buffer is refilled for the next tensor */
+      status = p->be->ops->sync(p->be);
   }
   free(host);
   GT_CALL(status);
+  GT_CALL(gt_params_refresh_compute(p));
+  return GT_SUCCESS;
+}
+
+int gt_params_refresh_compute(gt_params *p)
+{
+  GT_ASSERT(p->finalized);
+  if (p->dtype != GT_F32)
+    GT_CALL(p->be->ops->cast(p->be, p->dtype, p->compute, GT_F32, p->values, p->numel));
   return GT_SUCCESS;
 }
 
@@ -181,6 +202,34 @@ int gt_params_zero_grads(gt_params *p)
 {
   GT_CALL(p->be->ops->zero(p->be, p->grads, p->numel * sizeof(float)));
   return GT_SUCCESS;
+}
+
+int gt_params_grad_sumsq(gt_params *p, double *acc)
+{
+  /* One sum per run of consecutive counted parameters (the alignment gaps
+   * between them hold zeros): a single call when every parameter here is
+   * counted. */
+  for (int i = 0; i < p->count;) {
+    if (!p->list[i].counted) {
+      i++;
+      continue;
+    }
+    int j = i;
+    while (j < p->count && p->list[j].counted)
+      j++;
+    const size_t begin = p->list[i].offset;
+    const size_t end = p->list[j - 1].offset + p->list[j - 1].numel;
+    GT_CALL(p->be->ops->sumsq_add(p->be, acc, p->grads + begin, end - begin));
+    i = j;
+  }
+  return GT_SUCCESS;
+}
+
+size_t gt_params_master_bytes(const gt_params *p) { return p->numel * sizeof(float); }
+
+size_t gt_params_compute_bytes(const gt_params *p)
+{
+  return p->dtype == GT_F32 ? 0 : p->numel * gt_dtype_size(p->dtype);
 }
 
 gt_param *gt_params_find(gt_params *p, const char *name)
@@ -200,6 +249,8 @@ int gt_params_destroy(gt_params **params)
     p->be->ops->free(p->be, p->values);
   if (p->grads)
     p->be->ops->free(p->be, p->grads);
+  if (p->compute && p->compute != p->values)
+    p->be->ops->free(p->be, p->compute);
   free(p->list);
   free(p);
   *params = NULL;

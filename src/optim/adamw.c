@@ -27,7 +27,7 @@ double gt_lr_at(const gt_adamw_config *c, long s)
   return c->min_lr + (c->lr - c->min_lr) * 0.5 * (1.0 + cos(M_PI * progress));
 }
 
-double gt_clip_scale(const gt_adamw_config *c, double grad_norm)
+double gt_clip_factor(const gt_adamw_config *c, double grad_norm)
 {
   if (c->grad_clip <= 0.0)
     return 1.0;
@@ -79,7 +79,7 @@ void gt_adamw_moments(gt_adamw *o, float **m, float **v)
   *v = o->v;
 }
 
-int gt_adamw_step(gt_adamw *o, long s, double lr, double grad_scale)
+int gt_adamw_step(gt_adamw *o, long s, double lr, double grad_mult)
 {
   const gt_adamw_config *c = &o->cfg;
   gt_params *p = o->params;
@@ -90,10 +90,11 @@ int gt_adamw_step(gt_adamw *o, long s, double lr, double grad_scale)
   for (int i = 0; i < p->count; i++) {
     gt_param *t_ = &p->list[i];
     size_t off = t_->offset;
-    GT_CALL(be->ops->adamw(be, p->values + off, p->grads + off, o->m + off, o->v + off,
-                           t_->numel, (float)lr, (float)c->beta1, (float)c->beta2,
+    void *compute = p->dtype == GT_F32 ? NULL : t_->compute.data;
+    GT_CALL(be->ops->adamw(be, p->values + off, p->grads + off, o->m + off, o->v + off, compute,
+                           p->dtype, t_->numel, (float)lr, (float)c->beta1, (float)c->beta2,
                            (float)c->eps, t_->decay ? (float)c->weight_decay : 0.0f, bc1, bc2,
-                           (float)grad_scale));
+                           (float)grad_mult));
   }
   return GT_SUCCESS;
 }
