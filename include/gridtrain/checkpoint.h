@@ -5,7 +5,8 @@
  * layout loads into any other (docs/checkpoints.md).
  *
  * File (format version GT_CKPT_FORMAT):
- *   /model/<name>      float32, the parameter's logical shape
+ *   /model/<name>      float32, the parameter's logical shape (the fp32
+ *                      master weights whatever the training precision)
  *   /optim/m/<name>    AdamW first moment, same shape
  *   /optim/v/<name>    AdamW second moment, same shape
  * Every dataset is chunked along its first axis (at most 1 MiB a chunk) with
@@ -28,7 +29,9 @@
 #include "gridtrain/params.h"
 #include "gridtrain/tensor.h"
 
-#define GT_CKPT_FORMAT 1
+/* Format 2 adds precision, loss_scale_good_steps and skipped_steps (a
+ * format-1 file reads as fp32 with a fresh scaler). */
+#define GT_CKPT_FORMAT 2
 #define GT_CKPT_NAME_MAX 64 /* "step_NNNNNNNN.h5" and longer step numbers */
 
 /* What a checkpoint records besides its tensors. */
@@ -38,7 +41,10 @@ typedef struct gt_ckpt_meta {
   long long tokens;            /* tokens trained on */
   long long samples;           /* data-stream position: sequences consumed */
   unsigned long long seed;     /* [run] seed: initial weights and data order */
-  double loss_scale;           /* 1 for fp32 training */
+  double loss_scale;           /* the fp16 loss scale; 1 for fp32 and bf16 */
+  long long scale_good_steps;  /* good steps since the scale last changed */
+  long long skipped_steps;     /* steps skipped for overflow so far */
+  char precision[8];           /* "fp32", "bf16", "fp16": the run that wrote it */
   double loss;                 /* loss of the last step (NaN before any) */
   int dp, pp, tp;              /* layout that wrote it */
   int layers, heads, dim, seq_len, vocab; /* model shape */
@@ -68,6 +74,11 @@ typedef struct gt_ckpt_state {
   bool writer;                   /* write this rank's owned entries (one replica
                                     of each: dp rank 0) */
 } gt_ckpt_state;
+
+/* The number of entries this rank's part of t selects in the file (the
+ * logical tensor) and in its local tensor; the two are equal. 64-bit, and no
+ * tensor data is touched (for tests of large shapes). Not collective. */
+int gt_ckpt_selection_size(const gt_param *t, long long *file_points, long long *mem_points);
 
 /* Collective on comm: write the checkpoint file `path` (created or
  * truncated) with MPI-IO, flush and close it. Each entry of every tensor is

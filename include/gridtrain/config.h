@@ -53,7 +53,13 @@ typedef struct gt_config {
   } optim;
   struct {
     char device[GT_NAME_MAX];
-    long threads; /* 0 means auto */
+    long threads;                 /* 0 means auto */
+    char precision[GT_NAME_MAX];  /* fp32 | bf16 | fp16 */
+    char mpi_device[GT_NAME_MAX]; /* auto | on | off */
+    double loss_scale;            /* fp16: initial loss scale */
+    long loss_scale_interval;     /* fp16: good steps before the scale grows */
+    double loss_scale_factor;     /* fp16: growth and back-off factor */
+    double loss_scale_min;        /* fp16: smallest scale before it is an error */
   } backend;
   struct {
     char wait[GT_NAME_MAX];       /* auto | busy | yield */

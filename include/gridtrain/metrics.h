@@ -2,8 +2,10 @@
  * gridtrain/metrics.h - what a training step reports, on the console (rank 0,
  * one compact key:value line) and as JSON lines for tools.
  *
- * JSON keys of a step record: step, loss, lr, grad_norm, step_ms,
- * tokens_per_s, and rank 0's split of the step: compute_ms, comm_ms,
+ * JSON keys of a step record: step, loss, lr, grad_norm, loss_scale,
+ * skipped (the step's update was skipped for an fp16 overflow),
+ * skipped_steps (so far), step_ms, tokens_per_s, and rank 0's split of the
+ * step: compute_ms, comm_ms,
  * data_ms, bubble_ms (by kind) and forward_ms, backward_ms, tp_comm_ms,
  * pp_comm_ms, dp_exposed_ms, optimizer_ms (by event); val_loss when the
  * step evaluated. A final record has "summary": true with run totals.
@@ -19,7 +21,11 @@ typedef struct gt_step_stats {
   double loss;          /* mean token loss of the global batch */
   double val_loss;      /* NaN when not evaluated this step */
   double lr;
-  double grad_norm;     /* before clipping */
+  double grad_norm;     /* before clipping, of the unscaled gradients */
+  double loss_scale;    /* the scale the step used (1 but with fp16) */
+  bool dynamic_scale;   /* fp16: the console line shows the scale */
+  bool skipped;         /* overflow: the update was skipped */
+  long skipped_total;   /* steps skipped so far */
   double step_ms;
   double tokens_per_s;  /* global tokens of the step / step time */
   double compute_ms, comm_ms, data_ms, bubble_ms; /* this rank's split of the step */
@@ -50,7 +56,9 @@ int gt_metrics_write_summary(gt_metrics *m, const gt_run_summary *s);
 
 /* The console line of a step:
  * "step 10/200 | loss 3.4521 | val 3.5012 | lr 1.00e-03 | gnorm 1.234 |
- *  412.3 ms | 9934 tok/s | compute 91% comm 8% bubble 0% data 1%" */
+ *  412.3 ms | 9934 tok/s | compute 91% comm 8% bubble 0% data 1%"
+ * with fp16 also " | scale 32768 (2 skipped)" and ", skipped" on a step
+ * whose update was skipped. */
 void gt_metrics_format_step(const gt_step_stats *s, long total_steps, char *buf,
                             size_t size);
 

@@ -73,7 +73,10 @@ static int gt_ckpt_info(const char *path)
       printf("loss           -\n");
     else
       printf("loss           %.6f\n", m.loss);
-    printf("loss scale     %g\n", m.loss_scale);
+    printf("precision      %s (the tensors are the fp32 master weights and moments)\n",
+           m.precision);
+    printf("loss scale     %g (%lld good steps since it last changed; %lld steps skipped)\n",
+           m.loss_scale, m.scale_good_steps, m.skipped_steps);
     printf("layout         dp=%d x pp=%d x tp=%d (%d ranks)\n", m.dp, m.pp, m.tp,
            m.dp * m.pp * m.tp);
     printf("model          gpt: layers %d, heads %d, dim %d, seq_len %d, vocab %d; %.2fM "

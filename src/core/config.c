@@ -39,7 +39,7 @@ typedef struct {
 
 static const gt_key gt_keys[] = {
   {"run", "steps", GT_KEY_INT, GT_OFF(run.steps), 0, 1e12, NULL, "100",
-   "optimizer steps to run", false, false},
+   "optimizer steps to run (0: set up, print the tables and stop)", false, false},
   {"run", "seed", GT_KEY_U64, GT_OFF(run.seed), 0, 0, NULL, "1337",
    "seed of the initial weights and of the data order", false, false},
   {"run", "log_every", GT_KEY_INT, GT_OFF(run.log_every), 1, 1e12, NULL, "10",
@@ -99,11 +99,29 @@ static const gt_key gt_keys[] = {
   {"optim", "grad_clip", GT_KEY_REAL, GT_OFF(optim.grad_clip), 0, 1e9, NULL, "1.0",
    "clip the global gradient norm to this value; 0 turns clipping off", false, false},
 
-  {"backend", "device", GT_KEY_ENUM, GT_OFF(backend.device), 0, 0, "cpu|cuda",
-   "cpu", "compute backend", false, false},
+  {"backend", "device", GT_KEY_ENUM, GT_OFF(backend.device), 0, 0,
+   "cpu|cpu-async|cpu-guard|cuda", "cpu",
+   "compute backend; cpu-async and cpu-guard are test modes of cpu (ops run later on a "
+   "worker thread / device memory is unreachable from the host outside ops)", false, false},
   {"backend", "threads", GT_KEY_INT_AUTO, GT_OFF(backend.threads), 1, 4096, NULL,
    "auto", "OpenMP/BLAS threads per rank; auto: OMP_NUM_THREADS, else cores "
    "per node / ranks per node", false, false},
+  {"backend", "precision", GT_KEY_ENUM, GT_OFF(backend.precision), 0, 0, "fp32|bf16|fp16",
+   "fp32", "type of the compute weights and activations; master weights, gradients and "
+   "AdamW moments stay fp32 (docs/precision.md)", false, false},
+  {"backend", "mpi_device", GT_KEY_ENUM, GT_OFF(backend.mpi_device), 0, 0, "auto|on|off",
+   "auto", "whether MPI takes device buffers (auto: when the memory is host-visible or MPI "
+   "is CUDA-aware) or they are staged through pinned host buffers (off)", false, false},
+  {"backend", "loss_scale", GT_KEY_REAL, GT_OFF(backend.loss_scale), 0, 1e30, NULL, "65536",
+   "fp16: initial dynamic loss scale", true, false},
+  {"backend", "loss_scale_interval", GT_KEY_INT, GT_OFF(backend.loss_scale_interval), 1,
+   1e12, NULL, "1000", "fp16: good steps in a row before the loss scale grows", false,
+   false},
+  {"backend", "loss_scale_factor", GT_KEY_REAL, GT_OFF(backend.loss_scale_factor), 1, 1e6,
+   NULL, "2", "fp16: the loss scale grows and backs off by this factor", true, false},
+  {"backend", "loss_scale_min", GT_KEY_REAL, GT_OFF(backend.loss_scale_min), 0, 1e30, NULL,
+   "1", "fp16: a loss scale below this is an error (the gradients overflow at any scale)",
+   true, false},
 
   {"parallel", "wait", GT_KEY_ENUM, GT_OFF(parallel.wait), 0, 0,
    "auto|busy|yield", "auto",

@@ -80,10 +80,46 @@ static int gt_ckpt_local_space(const gt_param *t, hid_t *space)
   return GT_SUCCESS;
 }
 
+int gt_ckpt_selection_size(const gt_param *t, long long *file_points, long long *mem_points)
+{
+  hsize_t dims[GT_TENSOR_MAX_DIMS];
+  for (int d = 0; d < t->ndim; d++)
+    dims[d] = (hsize_t)t->full_shape[d];
+  hid_t ids[2] = {H5I_INVALID_HID, H5I_INVALID_HID};
+  int status = GT_SUCCESS;
+  ids[0] = H5Screate_simple(t->ndim, dims, NULL);
+  if (ids[0] < 0)
+    status = gt_error_hdf5("H5Screate_simple", __FILE__, __LINE__, __func__);
+  if (status == GT_SUCCESS)
+    status = gt_ckpt_local_space(t, &ids[1]);
+  if (status == GT_SUCCESS)
+    status = gt_ckpt_select(t, ids[0], ids[1]);
+  if (status == GT_SUCCESS) {
+    *file_points = (long long)H5Sget_select_npoints(ids[0]);
+    *mem_points = (long long)H5Sget_select_npoints(ids[1]);
+  }
+  GT_CALL(gt_h5_close_all(status, 2, ids));
+  return GT_SUCCESS;
+}
+
 static float *gt_ckpt_kind_data(const gt_ckpt_state *st, const gt_param *t, int kind)
 {
   float *base = kind == GT_KIND_MODEL ? st->params->values : kind == GT_KIND_M ? st->m : st->v;
   return base + t->offset;
+}
+
+/* The host waits for the copy just queued between the device and the
+ * staging buffer (HDF5 reads the staging buffer next, or it is refilled). */
+static int gt_ckpt_copy_done(gt_backend *be)
+{
+  gt_device_event *ev;
+  GT_CALL(be->ops->event_create(be, &ev));
+  int status = be->ops->event_record(be, ev, NULL);
+  if (status == GT_SUCCESS)
+    status = be->ops->event_wait(be, ev);
+  be->ops->event_destroy(be, ev);
+  GT_CALL(status);
+  return GT_SUCCESS;
 }
 
 static size_t gt_ckpt_largest_local(const gt_ckpt_state *st)
@@ -105,6 +141,9 @@ static int gt_ckpt_write_meta(hid_t file, const gt_ckpt_meta *m)
   GT_CALL(gt_h5_write_attr_i64(file, "data_samples", m->samples));
   GT_CALL(gt_h5_write_attr_u64(file, "seed", m->seed));
   GT_CALL(gt_h5_write_attr_f64(file, "loss_scale", m->loss_scale));
+  GT_CALL(gt_h5_write_attr_i64(file, "loss_scale_good_steps", m->scale_good_steps));
+  GT_CALL(gt_h5_write_attr_i64(file, "skipped_steps", m->skipped_steps));
+  GT_CALL(gt_h5_write_attr_str(file, "precision", m->precision[0] ? m->precision : "fp32"));
   GT_CALL(gt_h5_write_attr_f64(file, "loss", m->loss));
   const long long layout[3] = {m->dp, m->pp, m->tp};
   GT_CALL(gt_h5_write_attr_i64s(file, "layout", 3, layout));
@@ -156,13 +195,14 @@ static int gt_ckpt_write_tensor_in(hid_t file, hid_t dxpl, const gt_ckpt_tensor 
                                       ids[GT_W_DCPL], H5P_DEFAULT));
 
   gt_param *t = st->params ? gt_params_find(st->params, tensor->name) : NULL;
-  if (t && st->writer && t->owner) {
+  if (t && st->writer && t->counted) {
     for (int d = 0; d < tensor->ndim; d++)
       GT_CHECK(t->ndim == tensor->ndim && t->full_shape[d] == tensor->dims[d], GT_ERR_INTERNAL,
                "internal error: parameter %s does not have its logical shape", t->name);
     gt_backend *be = st->params->be;
     GT_CALL(be->ops->download(be, staging, gt_ckpt_kind_data(st, t, kind),
-                              t->numel * sizeof(float)));
+                              t->numel * sizeof(float), NULL));
+    GT_CALL(gt_ckpt_copy_done(be));
     GT_CALL(gt_ckpt_local_space(t, &ids[GT_W_MSPACE]));
     GT_CALL(gt_ckpt_select(t, ids[GT_W_SPACE], ids[GT_W_MSPACE]));
   } else {
@@ -279,6 +319,20 @@ static int gt_ckpt_read_meta_in(hid_t file, const char *path, gt_ckpt_meta *m)
   m->seed = (unsigned long long)v;
   GT_CALL(gt_h5_read_attr_f64(file, "loss_scale", path, &found, &m->loss_scale));
   GT_CHECK(found, GT_ERR_INPUT, "checkpoint %s has no 'loss_scale' attribute", path);
+  snprintf(m->precision, sizeof m->precision, "fp32");
+  if (m->format >= 2) {
+    const char *need[2] = {"loss_scale_good_steps", "skipped_steps"};
+    long long *dst[2] = {&m->scale_good_steps, &m->skipped_steps};
+    for (int i = 0; i < 2; i++) {
+      GT_CALL(gt_h5_read_attr_i64(file, need[i], path, &found, dst[i]));
+      GT_CHECK(found, GT_ERR_INPUT, "checkpoint %s has no '%s' attribute", path, need[i]);
+    }
+    char *prec = NULL;
+    GT_CALL(gt_h5_read_attr_str(file, "precision", path, &found, &prec));
+    GT_CHECK(found, GT_ERR_INPUT, "checkpoint %s has no 'precision' attribute", path);
+    snprintf(m->precision, sizeof m->precision, "%s", prec);
+    free(prec);
+  }
   GT_CALL(gt_h5_read_attr_f64(file, "loss", path, &found, &m->loss));
   if (!found)
     m->loss = NAN;
@@ -393,7 +447,9 @@ static int gt_ckpt_read_tensor_in(hid_t file, const char *path, const gt_ckpt_te
   if (status == GT_SUCCESS) {
     gt_backend *be = st->params->be;
     status = be->ops->upload(be, gt_ckpt_kind_data(st, t, kind), staging,
-                             t->numel * sizeof(float));
+                             t->numel * sizeof(float), NULL);
+    if (status == GT_SUCCESS)
+      status = gt_ckpt_copy_done(be);
   }
   *local = status;
   return GT_SUCCESS;

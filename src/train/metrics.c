@@ -69,6 +69,9 @@ int gt_metrics_write_step(gt_metrics *m, const gt_step_stats *s)
     gt_json_num(f, "val_loss", s->val_loss, true);
   gt_json_num(f, "lr", s->lr, true);
   gt_json_num(f, "grad_norm", s->grad_norm, true);
+  gt_json_num(f, "loss_scale", s->loss_scale, true);
+  fprintf(f, ",\"skipped\":%s,\"skipped_steps\":%ld", s->skipped ? "true" : "false",
+          s->skipped_total);
   gt_json_num(f, "step_ms", s->step_ms, true);
   gt_json_num(f, "tokens_per_s", s->tokens_per_s, true);
   gt_json_num(f, "compute_ms", s->compute_ms, true);
@@ -107,14 +110,17 @@ int gt_metrics_write_summary(gt_metrics *m, const gt_run_summary *s)
 
 void gt_metrics_format_step(const gt_step_stats *s, long total_steps, char *buf, size_t size)
 {
-  char val[32] = "";
+  char val[32] = "", scale[64] = "";
   if (!isnan(s->val_loss))
     snprintf(val, sizeof val, " | val %.4f", s->val_loss);
+  if (s->dynamic_scale)
+    snprintf(scale, sizeof scale, " | scale %g (%ld skipped)%s", s->loss_scale,
+             s->skipped_total, s->skipped ? ", skipped" : "");
   double ms = s->step_ms > 0 ? s->step_ms : 1;
   snprintf(buf, size,
-           "step %ld/%ld | loss %.4f%s | lr %.2e | gnorm %.3f | %.1f ms | %.0f tok/s | "
+           "step %ld/%ld | loss %.4f%s | lr %.2e | gnorm %.3f%s | %.1f ms | %.0f tok/s | "
            "compute %.0f%% comm %.0f%% bubble %.0f%% data %.0f%%",
-           s->step, total_steps, s->loss, val, s->lr, s->grad_norm, s->step_ms,
+           s->step, total_steps, s->loss, val, s->lr, s->grad_norm, scale, s->step_ms,
            s->tokens_per_s, 100 * s->compute_ms / ms, 100 * s->comm_ms / ms,
            100 * s->bubble_ms / ms, 100 * s->data_ms / ms);
 }

@@ -1,0 +1,203 @@
+/*
+ * checkpointing.c - the trainer's checkpoints: what a file records of the
+ * run (step, data position, loss-scaler state, precision, the deck), saving
+ * and loading it, and the resume policy at start-up (see trainer.h and
+ * docs/checkpoints.md).
+ */
+#include "trainer_impl.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "gridtrain/comm.h"
+#include "gridtrain/error.h"
+#include "gridtrain/log.h"
+#include "gridtrain/version.h"
+
+/* The scaler state of a checkpoint written in the same precision carries
+ * over bit for bit; another precision starts the deck's scaler afresh (a
+ * bf16 checkpoint has scale 1, which means nothing to fp16). */
+static void gt_trainer_restore_scaler(gt_trainer *tr, const char *path, const gt_ckpt_meta *m)
+{
+  if (strcmp(m->precision, gt_dtype_name(tr->dtype)) == 0) {
+    tr->scaler.scale = tr->scaler.dynamic ? m->loss_scale : 1.0;
+    tr->scaler.good = (long)m->scale_good_steps;
+    tr->scaler.skipped = (long)m->skipped_steps;
+    return;
+  }
+  if (tr->grid->world_rank == 0)
+    gt_info("gridtrain: checkpoint %s was written in %s; continuing in %s from its fp32 master "
+            "weights%s\n",
+            path, m->precision, gt_dtype_name(tr->dtype),
+            tr->scaler.dynamic ? " with the deck's initial loss scale" : "");
+}
+
+static gt_ckpt_state gt_trainer_ckpt_state(gt_trainer *tr)
+{
+  gt_ckpt_state st = {tr->ntensors, tr->tensors, gt_gpt_params(tr->model), NULL, NULL,
+                      tr->grid->dp_rank == 0};
+  gt_adamw_moments(tr->opt, &st.m, &st.v);
+  return st;
+}
+
+long gt_trainer_step_index(const gt_trainer *tr) { return tr->step; }
+
+int gt_trainer_save(gt_trainer *tr, const char *dir, char *path, size_t size)
+{
+  const gt_config *cfg = &tr->cfg;
+  const gt_grid *g = tr->grid;
+  if (!dir)
+    dir = cfg->checkpoint.dir;
+  GT_CHECK(dir[0], GT_ERR_INPUT, "no checkpoint directory: set [checkpoint] dir");
+  gt_ckpt_meta meta = {
+    .format = GT_CKPT_FORMAT,
+    .step = tr->step,
+    .tokens = tr->samples * tr->T,
+    .samples = tr->samples,
+    .seed = cfg->run.seed,
+    .loss_scale = tr->scaler.scale,
+    .scale_good_steps = tr->scaler.good,
+    .skipped_steps = tr->scaler.skipped,
+    .loss = tr->last_loss,
+    .dp = g->dp_size, .pp = g->pp_size, .tp = g->tp_size,
+    .layers = tr->shape.layers, .heads = tr->shape.heads, .dim = tr->shape.dim,
+    .seq_len = tr->shape.max_seq, .vocab = tr->shape.vocab,
+    .batch = tr->B,
+  };
+  snprintf(meta.code_version, sizeof meta.code_version, "%s", gt_version());
+  snprintf(meta.precision, sizeof meta.precision, "%s", gt_dtype_name(tr->dtype));
+  /* Rank 0's clock names the time, so every rank writes the same attribute. */
+  double now = (double)time(NULL);
+  GT_CALL(gt_allreduce_f64(&now, 1, MPI_MAX, g->world));
+  time_t t = (time_t)now;
+  struct tm utc;
+  gmtime_r(&t, &utc);
+  strftime(meta.created, sizeof meta.created, "%Y-%m-%dT%H:%M:%SZ", &utc);
+  int n = gt_config_to_ini(cfg, NULL, 0);
+  meta.deck = malloc((size_t)n + 1);
+  GT_CALL(gt_error_agree(meta.deck ? GT_SUCCESS : GT_ERROR(GT_ERR_SYSTEM, "out of memory"),
+                         g->world));
+  gt_config_to_ini(cfg, meta.deck, (size_t)n + 1);
+  gt_ckpt_state st = gt_trainer_ckpt_state(tr);
+  int status = gt_ckpt_save(dir, (int)cfg->checkpoint.keep, &meta, &st, tr->writers, g->world,
+                            path, size);
+  gt_ckpt_meta_free(&meta);
+  GT_CALL(status);
+  return GT_SUCCESS;
+}
+
+/* The checkpoint's model must be the deck's. */
+static int gt_check_ckpt_model(const gt_trainer *tr, const char *path, const gt_ckpt_meta *m)
+{
+  const gt_gpt_shape *s = &tr->shape;
+  const long have[5] = {m->layers, m->heads, m->dim, m->seq_len, m->vocab};
+  const long want[5] = {s->layers, s->heads, s->dim, s->max_seq, s->vocab};
+  const char *key[5] = {"layers", "heads", "dim", "seq_len", "vocab"};
+  for (int i = 0; i < 5; i++)
+    GT_CHECK(have[i] == want[i], GT_ERR_INPUT,
+             "checkpoint %s holds a model with %s = %ld but the deck has [model] %s = %ld; "
+             "use the deck that wrote it (gridtrain ckpt info %s)",
+             path, key[i], have[i], key[i], want[i], path);
+  return GT_SUCCESS;
+}
+
+int gt_trainer_load(gt_trainer *tr, const char *path)
+{
+  const gt_grid *g = tr->grid;
+  gt_ckpt_meta meta;
+  GT_CALL(gt_error_agree(gt_ckpt_read_meta(path, g->world, &meta), g->world));
+  int status = gt_check_ckpt_model(tr, path, &meta);
+  if (status == GT_SUCCESS) {
+    gt_ckpt_state st = gt_trainer_ckpt_state(tr);
+    status = gt_ckpt_read(path, &st, g->world);
+  }
+  if (status == GT_SUCCESS) /* the compute copy follows the master just read */
+    status = gt_params_refresh_compute(gt_gpt_params(tr->model));
+  status = gt_error_agree(status, g->world);
+  if (status == GT_SUCCESS) {
+    tr->step = meta.step;
+    tr->samples = meta.samples;
+    tr->last_loss = meta.loss;
+    gt_trainer_restore_scaler(tr, path, &meta);
+    if (meta.seed != tr->cfg.run.seed)
+      gt_warn("checkpoint %s was written with [run] seed = %llu, the deck "
+              "has %llu: the data order from here on follows the deck",
+              path, meta.seed, tr->cfg.run.seed);
+  }
+  gt_ckpt_meta_free(&meta);
+  GT_CALL(status);
+  return GT_SUCCESS;
+}
+
+/* [checkpoint] resume at start-up (see gt_trainer_create). */
+int gt_trainer_resume(gt_trainer *tr, bool quiet)
+{
+  const gt_config *cfg = &tr->cfg;
+  const gt_grid *g = tr->grid;
+  const char *resume = cfg->checkpoint.resume;
+  if (strcmp(resume, "never") == 0)
+    return GT_SUCCESS;
+  if (strcmp(resume, "auto") != 0) { /* an explicit file: it must load */
+    GT_CALL(gt_trainer_load(tr, resume));
+    if (!quiet)
+      gt_info("gridtrain: resumed from %s at step %ld\n", resume, tr->step);
+    return GT_SUCCESS;
+  }
+  if (!cfg->checkpoint.dir[0])
+    return GT_SUCCESS;
+  /* Rank 0 lists the directory; every rank tries the same files in turn. */
+  char (*list)[GT_PATH_MAX] = NULL, problem[GT_PATH_MAX + 128] = "";
+  int n = 0;
+  int status = g->world_rank == 0 ? gt_ckpt_candidates(cfg->checkpoint.dir, &list, &n, problem,
+                                                       sizeof problem)
+                                  : GT_SUCCESS;
+  GT_CALL(gt_error_agree(status, g->world));
+  GT_CALL_MPI(MPI_Bcast(&n, 1, MPI_INT, 0, g->world));
+  if (g->world_rank != 0 && n > 0) {
+    list = calloc((size_t)n, sizeof *list);
+    status = list ? GT_SUCCESS : GT_ERROR(GT_ERR_SYSTEM, "out of memory");
+  }
+  status = gt_error_agree(status, g->world);
+  if (status == GT_SUCCESS && n > 0)
+    status = MPI_Bcast(list, (int)(sizeof *list * (size_t)n), MPI_BYTE, 0, g->world) ==
+                     MPI_SUCCESS
+                 ? GT_SUCCESS
+                 : GT_ERROR(GT_ERR_MPI, "MPI_Bcast of the checkpoint list failed");
+  if (status != GT_SUCCESS) {
+    free(list);
+    return gt_error_push(status, __FILE__, __LINE__, __func__);
+  }
+  if (problem[0])
+    gt_warn("%s; looking for other checkpoints", problem);
+  char first_error[512] = "";
+  for (int i = 0; i < n; i++) {
+    status = gt_trainer_load(tr, list[i]);
+    if (status == GT_SUCCESS) {
+      if (!quiet)
+        gt_info("gridtrain: resumed from %s at step %ld\n", list[i], tr->step);
+      free(list);
+      return GT_SUCCESS;
+    }
+    if (status == GT_ERR_SYSTEM || status == GT_ERR_MPI) /* not the file's fault */
+      break;
+    if (!first_error[0])
+      snprintf(first_error, sizeof first_error, "%s", gt_error_message());
+    gt_warn("cannot resume from %s: %s; %s", list[i],
+            gt_error_message(),
+            i + 1 < n ? "trying the previous checkpoint" : "no older checkpoint left");
+    gt_error_clear();
+  }
+  if (n > 0 && status != GT_SUCCESS && status != GT_ERR_SYSTEM && status != GT_ERR_MPI) {
+    gt_error_set(GT_ERR_INPUT, __FILE__, __LINE__, __func__,
+                 "none of the %d checkpoint%s in %s can be resumed from (newest: %s); to start "
+                 "from scratch set [checkpoint] resume = never or use another dir",
+                 n, n == 1 ? "" : "s", cfg->checkpoint.dir, first_error);
+    gt_error_set_collective(true);
+    status = GT_ERR_INPUT;
+  }
+  free(list);
+  GT_CALL(status);
+  return GT_SUCCESS;
+}
+

@@ -1,0 +1,420 @@
+/*
+ * setup.c - the trainer's set-up and tear-down, the configuration table and
+ * the per-rank memory table (see trainer.h).
+ */
+#include "trainer_impl.h"
+
+#include "build_config.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gridtrain/comm.h"
+#include "gridtrain/error.h"
+#include "gridtrain/log.h"
+
+/* Every rank reaches each set-up phase; a failure on any rank becomes the
+ * same collective error on all of them. */
+#define GT_AGREE(comm, expr)                                                               \
+  do {                                                                                     \
+    int gt_agree_status_ = (expr);                                                         \
+    GT_CALL(gt_error_agree(gt_agree_status_, comm));                                       \
+  } while (0)
+
+// ---- resolved values ---------------------------------------------------------------------
+
+static int gt_resolve_threads(const gt_config *cfg, const gt_grid *g)
+{
+  if (cfg->backend.threads > 0)
+    return (int)cfg->backend.threads;
+  const char *env = getenv("OMP_NUM_THREADS");
+  if (env && atoi(env) > 0)
+    return atoi(env);
+  int t = g->node_cores / g->node_size;
+  return t >= 1 ? t : 1;
+}
+
+static gt_dtype gt_precision_of(const char *name)
+{
+  return strcmp(name, "bf16") == 0 ? GT_BF16 : strcmp(name, "fp16") == 0 ? GT_F16 : GT_F32;
+}
+
+static int gt_check_data(const gt_trainer *tr, const gt_dataset *ds, long needed_seqs)
+{
+  const gt_config *cfg = &tr->cfg;
+  GT_CHECK(gt_dataset_vocab(ds) <= cfg->model.vocab, GT_ERR_INPUT,
+           "dataset %s has vocab_size %ld but [model] vocab = %ld; set [model] vocab to at "
+           "least %ld",
+           gt_dataset_name(ds), gt_dataset_vocab(ds), cfg->model.vocab, gt_dataset_vocab(ds));
+  long long nseq = gt_dataset_nseq(ds, tr->T);
+  GT_CHECK(nseq >= needed_seqs, GT_ERR_INPUT,
+           "dataset %s has %lld tokens: %lld sequences of seq_len+1 = %d tokens, fewer than "
+           "one batch of %ld; use more data or a smaller [data] batch or [model] seq_len",
+           gt_dataset_name(ds), gt_dataset_ntokens(ds), nseq, tr->T + 1, needed_seqs);
+  return GT_SUCCESS;
+}
+
+// ---- the tables ----------------------------------------------------------------------------
+
+/* Rank 0: the configuration and what was resolved from it, as one table. */
+static void gt_print_setup(const gt_trainer *tr, size_t params_max, size_t act_max)
+{
+  const gt_grid *g = tr->grid;
+  const gt_config *cfg = &tr->cfg;
+  if (g->world_rank != 0)
+    return;
+  char act[32], par[32], v[GT_PATH_MAX + 64];
+  gt_format_bytes((double)act_max, act, sizeof act);
+  /* master, gradients, two moments (fp32) and the compute copy */
+  const double per_param = 16.0 + (tr->dtype == GT_F32 ? 0.0 : (double)gt_dtype_size(tr->dtype));
+  gt_format_bytes(per_param * (double)params_max, par, sizeof par);
+  printf("gridtrain %s: configuration (%s) and layout\n", PACKAGE_VERSION,
+         cfg->deck_path[0] ? cfg->deck_path : "defaults");
+  gt_config_print_table(cfg, stdout);
+  snprintf(v, sizeof v, "dp=%d x pp=%d x tp=%d", g->dp_size, g->pp_size, g->tp_size);
+  gt_config_print_row(stdout, "layout", v, "resolved");
+  if (g->pp_size > 1) {
+    int n = snprintf(v, sizeof v, "blocks");
+    for (int s = 0; s < g->pp_size && n < (int)sizeof v - 16; s++)
+      n += snprintf(v + n, sizeof v - (size_t)n, "%s%d-%d", s ? ", " : " ", tr->stage_first[s],
+                    tr->stage_first[s + 1] - 1);
+    snprintf(v + n, sizeof v - (size_t)n, "; %s schedule", gt_schedule_name(tr->schedule));
+    gt_config_print_row(stdout, "pipeline stages", v, "resolved");
+  }
+  snprintf(v, sizeof v, "%d (%d per node, %d cores per node)", g->world_size, g->node_size,
+           g->node_cores);
+  gt_config_print_row(stdout, "ranks", v, "resolved");
+  snprintf(v, sizeof v, "%d", tr->threads);
+  gt_config_print_row(stdout, "threads per rank", v, "resolved");
+  gt_config_print_row(stdout, "mpi waits",
+                      gt_comm_get_wait_mode() == GT_WAIT_YIELD ? "yield (oversubscribed)"
+                                                               : "busy-poll",
+                      "resolved");
+  gt_config_print_row(stdout, "mpi and device memory", gt_coll_describe(tr->coll), "resolved");
+  if (tr->dtype == GT_F16)
+    snprintf(v, sizeof v, "fp16 compute, fp32 master; dynamic loss scale from %g",
+             tr->scaler.scale);
+  else
+    snprintf(v, sizeof v, "%s compute%s", gt_dtype_name(tr->dtype),
+             tr->dtype == GT_F32 ? "" : ", fp32 master; loss scale 1");
+  gt_config_print_row(stdout, "precision", v, "resolved");
+  snprintf(v, sizeof v, "%.2fM; at most %.2fM on a rank (%s with grads and AdamW)",
+           (double)gt_gpt_param_count(&tr->shape) / 1e6, (double)params_max / 1e6, par);
+  gt_config_print_row(stdout, "parameters", v, "resolved");
+  snprintf(v, sizeof v, "%s at most on a rank (micro-batch %d x %d)", act, tr->B_micro, tr->T);
+  gt_config_print_row(stdout, "activations", v, "resolved");
+  snprintf(v, sizeof v, "%d tokens = %d x %d; %d seq per dp rank in %d micro-batch%s",
+           tr->B * tr->T, tr->B, tr->T, tr->B_rank, tr->M, tr->M == 1 ? "" : "es");
+  gt_config_print_row(stdout, "step", v, "resolved");
+  if (g->dp_size > 1) {
+    snprintf(v, sizeof v, "%d bucket%s on rank 0, %s", gt_buckets_count(tr->buckets),
+             gt_buckets_count(tr->buckets) == 1 ? "" : "s",
+             tr->overlap ? "overlapping the last backward" : "after backward");
+    gt_config_print_row(stdout, "dp all-reduce", v, "resolved");
+  }
+  snprintf(v, sizeof v, "%s (%lld tokens, vocab %ld)", gt_dataset_name(tr->train),
+           gt_dataset_ntokens(tr->train), gt_dataset_vocab(tr->train));
+  gt_config_print_row(stdout, "train data", v, "file");
+  if (tr->val) {
+    snprintf(v, sizeof v, "%s (%lld tokens)", gt_dataset_name(tr->val),
+             gt_dataset_ntokens(tr->val));
+    gt_config_print_row(stdout, "val data", v, "file");
+  }
+  snprintf(v, sizeof v, "%s; BLAS %s", tr->be->name, gt_backend_blas_info());
+  gt_config_print_row(stdout, "backend", v, "resolved");
+  fflush(stdout);
+  if (gt_backend_blas_warning())
+    gt_warn("%s", gt_backend_blas_warning());
+}
+
+/* What a rank holds, in bytes, by kind (the memory table's columns). */
+enum { GT_MEM_COMPUTE, GT_MEM_MASTER, GT_MEM_GRADS, GT_MEM_MOMENTS, GT_MEM_ACTS, GT_MEM_COMM,
+       GT_MEM_TOTAL, GT_NMEM };
+
+/* Collective on world: rank 0 prints every rank's bytes by kind (one row a
+ * rank; the largest of each pipeline stage when there are more than 32). */
+static int gt_report_memory(const gt_trainer *tr, FILE *out)
+{
+  const gt_grid *g = tr->grid;
+  const gt_params *p = gt_gpt_params(tr->model);
+  double mine[GT_NMEM];
+  mine[GT_MEM_MASTER] = (double)gt_params_master_bytes(p);
+  mine[GT_MEM_COMPUTE] = tr->dtype == GT_F32 ? mine[GT_MEM_MASTER]
+                                             : (double)gt_params_compute_bytes(p);
+  mine[GT_MEM_GRADS] = (double)p->numel * sizeof(float);
+  mine[GT_MEM_MOMENTS] = 2.0 * (double)p->numel * sizeof(float);
+  mine[GT_MEM_ACTS] = (double)gt_gpt_activation_bytes(tr->model);
+  mine[GT_MEM_COMM] = (double)gt_coll_staging_bytes(tr->coll);
+  /* in fp32 the compute copy is the master itself */
+  mine[GT_MEM_TOTAL] = (tr->dtype == GT_F32 ? 0.0 : mine[GT_MEM_COMPUTE]) +
+                       mine[GT_MEM_MASTER] + mine[GT_MEM_GRADS] + mine[GT_MEM_MOMENTS] +
+                       mine[GT_MEM_ACTS] + mine[GT_MEM_COMM];
+  double *all = g->world_rank == 0 ? malloc(sizeof(double) * GT_NMEM * (size_t)g->world_size)
+                                   : NULL;
+  int status = g->world_rank == 0 && !all ? GT_ERROR(GT_ERR_SYSTEM, "out of memory") : GT_SUCCESS;
+  GT_CALL(gt_error_agree(status, g->world));
+  MPI_Request req;
+  GT_CALL_MPI(MPI_Igather(mine, GT_NMEM, MPI_DOUBLE, all, GT_NMEM, MPI_DOUBLE, 0, g->world,
+                          &req));
+  GT_CALL(gt_comm_wait(&req));
+  if (g->world_rank != 0)
+    return GT_SUCCESS;
+  static const char *head[GT_NMEM] = {"compute w", "master w", "gradients", "moments",
+                                      "activations", "comm bufs", "total"};
+  fprintf(out, "# memory per rank (%s compute; fp32 master, gradients and AdamW moments%s)\n",
+          gt_dtype_name(tr->dtype),
+          tr->dtype == GT_F32 ? "; the compute weights are the master" : "");
+  fprintf(out, "# %-12s", g->world_size > 32 ? "stage (max)" : "rank");
+  for (int k = 0; k < GT_NMEM; k++)
+    fprintf(out, " %11s", head[k]);
+  fprintf(out, "\n");
+  const bool by_stage = g->world_size > 32;
+  const int rows = by_stage ? g->pp_size : g->world_size;
+  for (int r = 0; r < rows; r++) {
+    double row[GT_NMEM] = {0};
+    for (int w = 0; w < g->world_size; w++) {
+      const int stage = w / (g->dp_size * g->tp_size);
+      if (by_stage ? stage != r : w != r)
+        continue;
+      for (int k = 0; k < GT_NMEM; k++)
+        row[k] = fmax(row[k], all[(size_t)w * GT_NMEM + k]);
+    }
+    char label[32];
+    snprintf(label, sizeof label, "%d", r);
+    fprintf(out, "  %-12s", label);
+    for (int k = 0; k < GT_NMEM; k++) {
+      char b[32];
+      gt_format_bytes(row[k], b, sizeof b);
+      fprintf(out, " %11s", b);
+    }
+    fprintf(out, "\n");
+  }
+  fflush(out);
+  free(all);
+  return GT_SUCCESS;
+}
+
+// ---- set-up ------------------------------------------------------------------------------
+
+static int gt_trainer_bucket_ready(void *ctx, int first, int count)
+{
+  return gt_buckets_ready(((gt_trainer *)ctx)->buckets, first, count);
+}
+
+static int gt_trainer_bucket_progress(void *ctx)
+{
+  return gt_buckets_progress(((gt_trainer *)ctx)->buckets);
+}
+
+/* The stage split and schedule; errors are the same on every rank. */
+static int gt_trainer_plan(gt_trainer *tr)
+{
+  const int p = tr->grid->pp_size;
+  tr->stage_first = malloc(sizeof(int) * (size_t)(p + 1));
+  GT_CHECK_ALLOC(tr->stage_first, sizeof(int) * (size_t)(p + 1));
+  double block_cost, head_cost;
+  gt_gpt_stage_costs(&tr->shape, tr->T, &block_cost, &head_cost);
+  GT_CALL(gt_pipeline_split(tr->shape.layers, p, block_cost, head_cost, tr->cfg.parallel.stages,
+                            tr->stage_first));
+  GT_CALL(gt_schedule_parse(tr->cfg.parallel.schedule, &tr->schedule));
+  return GT_SUCCESS;
+}
+
+static void gt_trainer_events(gt_trainer *tr)
+{
+  tr->ev.data = gt_event("data", GT_EV_DATA);
+  tr->ev.forward = gt_event("forward", GT_EV_COMPUTE);
+  tr->ev.backward = gt_event("backward", GT_EV_COMPUTE);
+  tr->ev.tp_comm = gt_event("tp.comm", GT_EV_COMM);
+  tr->ev.pp_comm = gt_event("pp.comm", GT_EV_COMM);
+  tr->ev.bubble = gt_event("pp.bubble", GT_EV_IDLE);
+  tr->ev.dp_exposed = gt_event("dp.exposed", GT_EV_COMM);
+  tr->ev.tied = gt_event("tied.allreduce", GT_EV_COMM);
+  tr->ev.reduce = gt_event("loss_norm.allreduce", GT_EV_COMM);
+  tr->ev.zero = gt_event("zero_grad", GT_EV_COMPUTE);
+  tr->ev.norm = gt_event("grad_norm", GT_EV_COMPUTE);
+  tr->ev.optimizer = gt_event("optimizer", GT_EV_COMPUTE);
+  tr->ev.eval = gt_event("eval", GT_EV_OTHER);
+  tr->ev.checkpoint = gt_event("checkpoint", GT_EV_OTHER);
+}
+
+/* Backend, collectives context and device clock. */
+static int gt_trainer_device(gt_trainer *tr)
+{
+  GT_CALL(gt_backend_create(tr->cfg.backend.device, tr->threads, &tr->be));
+  GT_CALL(gt_coll_create(tr->be, tr->cfg.backend.mpi_device, &tr->coll));
+  GT_CALL(gt_backend_clock_create(tr->be, &tr->clock));
+  gt_events_set_clock(tr->clock);
+  gt_backend *be = tr->be;
+  GT_CALL(be->ops->alloc(be, sizeof(double) * GT_NSCALARS, (void **)&tr->scalars));
+  GT_CALL(be->ops->alloc_host(be, sizeof(double) * GT_NSCALARS, (void **)&tr->host_scalars));
+  GT_CALL(be->ops->event_create(be, &tr->scalars_ready));
+  return GT_SUCCESS;
+}
+
+int gt_trainer_create(const gt_config *cfg, MPI_Comm world, bool quiet, gt_trainer **trainer)
+{
+  gt_trainer *tr = calloc(1, sizeof *tr);
+  GT_CHECK_ALLOC(tr, sizeof *tr);
+  *trainer = tr;
+  tr->writers = MPI_COMM_NULL;
+  tr->cfg = *cfg;
+  GT_CALL(gt_grid_create(cfg, world, &tr->grid));
+  const gt_grid *g = tr->grid;
+  MPI_Comm comm = g->world;
+
+  tr->T = (int)cfg->model.seq_len;
+  tr->B = (int)cfg->data.batch;
+  tr->M = (int)cfg->data.microbatches;
+  tr->B_rank = tr->B / g->dp_size;
+  tr->B_micro = tr->B_rank / tr->M;
+  tr->shape = (gt_gpt_shape){(int)cfg->model.layers, (int)cfg->model.heads,
+                             (int)cfg->model.dim, (int)cfg->model.seq_len,
+                             (int)cfg->model.vocab};
+  tr->dtype = gt_precision_of(cfg->backend.precision);
+  gt_scaler_init(&tr->scaler, tr->dtype == GT_F16, cfg->backend.loss_scale,
+                 cfg->backend.loss_scale_factor, cfg->backend.loss_scale_min,
+                 cfg->backend.loss_scale_interval);
+  tr->threads = gt_resolve_threads(cfg, g);
+  const bool oversubscribed = (long)g->node_size * tr->threads > g->node_cores;
+  if (strcmp(cfg->parallel.wait, "yield") == 0 ||
+      (strcmp(cfg->parallel.wait, "auto") == 0 && oversubscribed))
+    gt_comm_set_wait_mode(GT_WAIT_YIELD);
+  else
+    gt_comm_set_wait_mode(GT_WAIT_BUSY);
+
+  int status = gt_trainer_plan(tr);
+  if (status != GT_SUCCESS && status != GT_ERR_SYSTEM)
+    gt_error_set_collective(true); /* same configuration, same error everywhere */
+  GT_AGREE(comm, status);
+  GT_AGREE(comm, gt_trainer_device(tr));
+  GT_AGREE(comm, cfg->run.eval_every > 0 && !cfg->data.val[0]
+                     ? GT_ERROR(GT_ERR_INPUT,
+                                "[run] eval_every = %ld needs a validation set: set [data] "
+                                "val (or eval_every = 0)",
+                                cfg->run.eval_every)
+                     : GT_SUCCESS);
+
+  GT_CALL(gt_dataset_open(cfg->data.train, "/train/tokens", comm, &tr->train));
+  GT_AGREE(comm, gt_check_data(tr, tr->train, tr->B));
+  if (cfg->data.val[0]) {
+    GT_CALL(gt_dataset_open(cfg->data.val, "/val/tokens", comm, &tr->val));
+    GT_AGREE(comm, gt_check_data(tr, tr->val, tr->B_micro));
+  }
+
+  gt_trainer_events(tr);
+  const int s = g->pp_rank;
+  gt_gpt_part part = {tr->stage_first[s], tr->stage_first[s + 1], s == 0,
+                      s == g->pp_size - 1,
+                      {g->tp, g->tp_rank, g->tp_size, tr->ev.tp_comm, tr->coll}};
+  const int slots = gt_schedule_in_flight(tr->schedule, g->pp_size, s, tr->M);
+  GT_AGREE(comm, gt_gpt_create(tr->be, &tr->shape, &part, tr->dtype, tr->B_micro, tr->T, slots,
+                               &tr->model));
+  GT_AGREE(comm, gt_gpt_init(tr->model, cfg->run.seed));
+  const gt_pipe_events pev = {tr->ev.forward, tr->ev.backward, tr->ev.pp_comm, tr->ev.bubble};
+  GT_AGREE(comm, gt_pipe_create(tr->model, tr->coll, g, tr->schedule, tr->M, tr->B_micro,
+                                tr->T, pev, &tr->pipe));
+  gt_params *params = gt_gpt_params(tr->model);
+  tr->opt_cfg = (gt_adamw_config){cfg->optim.lr,        cfg->optim.min_lr,
+                                  cfg->optim.warmup,    cfg->run.steps,
+                                  cfg->optim.weight_decay, cfg->optim.beta1,
+                                  cfg->optim.beta2,     cfg->optim.eps,
+                                  cfg->optim.grad_clip};
+  GT_AGREE(comm, gt_adamw_create(params, &tr->opt_cfg, &tr->opt));
+  GT_AGREE(comm, gt_buckets_create(params, tr->coll, g->dp,
+                                   (size_t)(cfg->parallel.bucket_mb * 1024.0 * 1024.0),
+                                   &tr->buckets));
+  tr->overlap = strcmp(cfg->parallel.dp_overlap, "on") == 0;
+  tr->hook = (gt_grad_hook){gt_trainer_bucket_ready, tr, {gt_trainer_bucket_progress, tr}};
+  tr->embed = (gt_group){g->embed, 0, 1, tr->ev.tied, tr->coll};
+  if (g->embed != MPI_COMM_NULL) {
+    GT_CALL_MPI(MPI_Comm_rank(g->embed, &tr->embed.rank));
+    GT_CALL_MPI(MPI_Comm_size(g->embed, &tr->embed.size));
+  }
+
+  size_t n = (size_t)tr->B_micro * (size_t)(tr->T + 1);
+  tr->window = malloc(sizeof(int32_t) * n);
+  tr->tokens = malloc(sizeof(int32_t) * n);
+  tr->targets = malloc(sizeof(int32_t) * n);
+  GT_AGREE(comm, tr->window && tr->tokens && tr->targets
+                     ? GT_SUCCESS
+                     : GT_ERROR(GT_ERR_SYSTEM, "out of memory for token buffers"));
+  tr->ntensors = gt_gpt_logical_count(&tr->shape);
+  tr->tensors = calloc((size_t)tr->ntensors, sizeof *tr->tensors);
+  GT_AGREE(comm, tr->tensors ? GT_SUCCESS
+                             : GT_ERROR(GT_ERR_SYSTEM, "out of memory for the tensor list"));
+  for (int i = 0; i < tr->ntensors; i++)
+    gt_gpt_logical_param(&tr->shape, i, tr->tensors[i].name, &tr->tensors[i].ndim,
+                         tr->tensors[i].dims);
+  tr->last_loss = NAN;
+  GT_CALL_MPI(MPI_Comm_split(comm, g->dp_rank == 0 ? 0 : MPI_UNDEFINED, g->world_rank,
+                             &tr->writers));
+  if (tr->writers != MPI_COMM_NULL)
+    GT_CALL_MPI(MPI_Comm_set_errhandler(tr->writers, MPI_ERRORS_RETURN));
+  if (cfg->checkpoint.dir[0])
+    GT_CALL(gt_ckpt_dir_prepare(cfg->checkpoint.dir, comm));
+
+  /* The largest rank decides what fits: report it. */
+  double most[2] = {(double)params->numel, (double)gt_gpt_activation_bytes(tr->model)};
+  GT_CALL(gt_allreduce_f64(most, 2, MPI_MAX, comm));
+  if (!quiet) {
+    gt_print_setup(tr, (size_t)most[0], (size_t)most[1]);
+    GT_CALL(gt_report_memory(tr, stdout));
+  }
+  GT_CALL(gt_trainer_resume(tr, quiet));
+  tr->start_step = tr->step;
+  /* A resumed run adds to the metrics of the run it continues. */
+  GT_AGREE(comm, g->world_rank == 0
+                     ? gt_metrics_open(cfg->run.metrics, tr->step > 0, &tr->metrics)
+                     : GT_SUCCESS);
+  return GT_SUCCESS;
+}
+
+int gt_trainer_destroy(gt_trainer **trainer)
+{
+  gt_trainer *tr = *trainer;
+  if (!tr)
+    return GT_SUCCESS;
+  /* Queued work first: nothing may still run on what is freed below. */
+  int status = tr->be ? tr->be->ops->sync(tr->be) : GT_SUCCESS;
+  gt_metrics_close(&tr->metrics);
+  if (tr->val)
+    gt_dataset_close(&tr->val);
+  if (tr->train)
+    gt_dataset_close(&tr->train);
+  gt_pipe_destroy(&tr->pipe);
+  gt_buckets_destroy(&tr->buckets);
+  gt_adamw_destroy(&tr->opt);
+  gt_gpt_destroy(&tr->model);
+  if (tr->clock) {
+    gt_events_set_clock(NULL);
+    gt_backend_clock_destroy(&tr->clock);
+  }
+  if (tr->be) {
+    if (tr->scalars)
+      tr->be->ops->free(tr->be, tr->scalars);
+    if (tr->host_scalars)
+      tr->be->ops->free_host(tr->be, tr->host_scalars);
+    if (tr->scalars_ready)
+      tr->be->ops->event_destroy(tr->be, tr->scalars_ready);
+  }
+  gt_coll_destroy(&tr->coll);
+  gt_backend_destroy(&tr->be);
+  free(tr->window);
+  free(tr->tokens);
+  free(tr->targets);
+  free(tr->stage_first);
+  free(tr->tensors);
+  if (tr->writers != MPI_COMM_NULL)
+    MPI_Comm_free(&tr->writers);
+  gt_grid_destroy(&tr->grid);
+  free(tr);
+  *trainer = NULL;
+  GT_CALL(status);
+  return GT_SUCCESS;
+}
+
+gt_params *gt_trainer_params(gt_trainer *tr) { return gt_gpt_params(tr->model); }
+
+const gt_grid *gt_trainer_grid(const gt_trainer *tr) { return tr->grid; }

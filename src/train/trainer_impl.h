@@ -1,0 +1,94 @@
+/*
+ * trainer_impl.h - the trainer's state, shared by its parts (internal to
+ * src/train):
+ *   setup.c          create and destroy, the configuration and memory tables
+ *   checkpointing.c  checkpoint metadata, save, load and the resume policy
+ *   trainer.c        one step, evaluation, the run loop and the reports
+ * The pipeline executor is src/parallel/pipeline.c.
+ */
+#ifndef GT_TRAINER_IMPL_H
+#define GT_TRAINER_IMPL_H
+
+#include "gridtrain/backend.h"
+#include "gridtrain/buckets.h"
+#include "gridtrain/checkpoint.h"
+#include "gridtrain/collectives.h"
+#include "gridtrain/data.h"
+#include "gridtrain/gpt.h"
+#include "gridtrain/optim.h"
+#include "gridtrain/pipeline.h"
+#include "gridtrain/scaler.h"
+#include "gridtrain/schedule.h"
+#include "gridtrain/timer.h"
+#include "gridtrain/trainer.h"
+
+/* Device scalars of a step: reduced over the world at its end. */
+enum { GT_SC_LOSS = 0, GT_SC_SUMSQ, GT_SC_EVAL, GT_NSCALARS };
+
+struct gt_trainer {
+  gt_config cfg;
+  gt_grid *grid;
+  gt_backend *be;
+  gt_coll *coll;
+  gt_timer_clock *clock;
+  gt_dtype dtype;
+  gt_gpt *model;
+  gt_adamw *opt;
+  gt_adamw_config opt_cfg;
+  gt_scaler scaler;
+  gt_dataset *train, *val;
+  gt_metrics *metrics;
+
+  int T;          /* tokens per sequence */
+  int B;          /* global batch, sequences */
+  int B_rank;     /* sequences per DP rank and step */
+  int B_micro;    /* sequences per micro-batch */
+  int M;          /* micro-batches */
+  int threads;
+  long step;      /* next step to run */
+  long long samples; /* data-stream position: sequences consumed before step */
+  double last_loss;  /* loss of the last step run (NaN before any) */
+  long start_step;   /* the step this run started at (after a resume) */
+  gt_ckpt_tensor *tensors; /* every logical parameter, for checkpoints */
+  MPI_Comm writers;        /* dp rank 0 of every (pp, tp) position; else NULL */
+  int ntensors;
+  int32_t *window, *tokens, *targets; /* host (B_micro, T+1), (B_micro, T) x 2 */
+
+  /* what the feed reads next: dataset, shuffle, first sample of the batch */
+  gt_dataset *feed_ds;
+  bool feed_shuffle;
+  long long feed_base;
+
+  gt_gpt_shape shape;
+  int *stage_first;       /* pp + 1: first block of every stage */
+  gt_schedule_kind schedule;
+  gt_pipe *pipe;
+
+  /* data parallelism and the tied embedding */
+  gt_buckets *buckets;
+  bool overlap;
+  gt_grad_hook hook;
+  gt_group embed;         /* first and last stage (pp > 1) */
+
+  double *scalars;        /* device: GT_NSCALARS doubles */
+  double *host_scalars;   /* pinned */
+  gt_device_event *scalars_ready;
+
+  struct {
+    int data, forward, backward, zero, tp_comm, pp_comm, bubble, dp_exposed, tied, reduce,
+        norm, optimizer, eval, checkpoint;
+  } ev;
+};
+
+/* setup.c: the checkpoint policy's start-up part, run by gt_trainer_create. */
+int gt_trainer_resume(gt_trainer *tr, bool quiet);
+
+/* trainer.c: read micro-batch mb of the batch at tr->feed_base (the feed of
+ * the pipeline; tokens and targets into tr->tokens / tr->targets). */
+int gt_trainer_feed_read(void *ctx, int mb, const int32_t **tokens, const int32_t **targets);
+
+/* trainer.c: the device scalars [first, first + n) to the host
+ * (tr->host_scalars) and summed over the world into out. */
+int gt_trainer_reduce_scalars(gt_trainer *tr, int first, int n, double *out);
+
+#endif /* GT_TRAINER_IMPL_H */
