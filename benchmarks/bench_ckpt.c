@@ -315,7 +315,8 @@ static int bench_same_values(gt_params *p, const float *ref, float *buf, bool *s
   *same = true;
   for (size_t at = 0; at < p->numel; at += BENCH_CHUNK) {
     size_t n = p->numel - at < BENCH_CHUNK ? p->numel - at : BENCH_CHUNK;
-    GT_CALL(p->be->ops->download(p->be, buf, p->values + at, n * sizeof(float)));
+    GT_CALL(p->be->ops->download(p->be, buf, p->values + at, n * sizeof(float), NULL));
+    GT_CALL(p->be->ops->sync(p->be));
     if (memcmp(buf, ref + at, n * sizeof(float)) != 0) {
       *same = false;
       return GT_SUCCESS;
@@ -349,7 +350,8 @@ static int bench_run_layout(const bench_opts *o, MPI_Comm world, MPI_Comm node, 
   float *ref = malloc(bytes ? bytes : 1), *buf = malloc(BENCH_CHUNK * sizeof(float));
   GT_CHECK(ref && buf, GT_ERR_SYSTEM, "out of memory allocating %zu bytes",
            bytes + BENCH_CHUNK * sizeof(float));
-  GT_CALL(p->be->ops->download(p->be, ref, p->values, bytes));
+  GT_CALL(p->be->ops->download(p->be, ref, p->values, bytes, NULL));
+  GT_CALL(p->be->ops->sync(p->be));
 
   const int rounds = o->c.warmup + o->c.steps;
   double *w = calloc((size_t)o->c.steps, sizeof(double));

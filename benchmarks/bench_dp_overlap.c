@@ -150,7 +150,8 @@ static int bench_pair(const bench_opts *o, MPI_Comm world, double bucket_mb, ben
   GT_CALL(bench_create(o, world, bucket_mb, true, &tr[1]));
   gt_params *params = gt_trainer_params(tr[0]);
   gt_buckets *b = NULL; /* the trainer's layout, rebuilt to count it (no communication) */
-  GT_CALL(gt_buckets_create(params, MPI_COMM_SELF, (size_t)(bucket_mb * 1024.0 * 1024.0), &b));
+  GT_CALL(gt_buckets_create(params, NULL, MPI_COMM_SELF, (size_t)(bucket_mb * 1024.0 * 1024.0),
+                            &b));
   *nbuckets = gt_buckets_count(b);
   GT_CALL(gt_buckets_destroy(&b));
   *grad_bytes = (double)params->numel * sizeof(float);
@@ -189,9 +190,8 @@ static int bench_allreduce_ms(MPI_Comm world, size_t n, int reps, double *ms)
 }
 
 /* How many progress calls MPI needs to finish one bucket: start a
- * non-blocking all-reduce of n floats (gt_allreduce_f32_start, as the
- * buckets do) and test it (gt_comm_test) every gap_ms of busy work, as
- * backward does between blocks. *tests: the most over ranks (capped at 1000,
+ * non-blocking all-reduce of n floats (as a bucket's request does) and test
+ * it every gap_ms of busy work, as backward does between blocks. *tests: the most over ranks (capped at 1000,
  * then it waits). */
 static int bench_progress_probe(MPI_Comm world, size_t n, double gap_ms, int *tests)
 {
@@ -199,13 +199,13 @@ static int bench_progress_probe(MPI_Comm world, size_t n, double gap_ms, int *te
   GT_CHECK(buf, GT_ERR_SYSTEM, "out of memory for %zu floats", n);
   GT_CALL_MPI(MPI_Barrier(world));
   MPI_Request req;
-  GT_CALL(gt_allreduce_f32_start(buf, n, MPI_SUM, world, &req));
+  GT_CALL_MPI(MPI_Iallreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, world, &req));
   int done = 0, count = 0;
   while (!done && count < 1000) {
     const double t0 = gt_now();
     while (gt_now() - t0 < 1e-3 * gap_ms) /* stands for backward's GEMMs */
       ;
-    GT_CALL(gt_comm_test(&req, &done));
+    GT_CALL_MPI(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
     count++;
   }
   if (!done)

@@ -257,7 +257,9 @@ class Bench:
             "data.microbatches=1", f"data.train={data}", "data.val=",
             f"run.steps={a.warmup + a.steps}", "run.log_every=1000",
             "run.eval_every=0", f"run.metrics={metrics}",
-            f"backend.threads={a.threads}", "grid.dp=1", "grid.pp=1", "grid.tp=1"] + a.set
+            f"backend.threads={a.threads}", "grid.dp=1", "grid.pp=1", "grid.tp=1",
+            # never the default run's checkpoints: neither resume nor write them
+            "checkpoint.dir=", "checkpoint.resume=never"] + a.set
         rc, _, err = run_logged(cmd, env, self.tmp,
                                 os.path.join(self.tmp, f"gt-{name}-{label}"),
                                 a.timeout)

@@ -8,10 +8,12 @@
 #include <math.h>
 #include <mpi.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "gridtrain/backend.h"
 #include "gridtrain/error.h"
 #include "gridtrain/log.h"
 #include "tap.h"
@@ -60,6 +62,40 @@ static inline float *tu_copy(const float *x, size_t n)
   float *p = tu_alloc(n);
   memcpy(p, x, n * sizeof(float));
   return p;
+}
+
+/* Device memory from and to the host: queue the copy and wait for it (the
+ * backend's memory may be asynchronous or unreachable from the host:
+ * cpu-async, cpu-guard). 0 on success. */
+static inline int tu_download(gt_backend *be, void *host, const void *dev, size_t bytes)
+{
+  int rc = be->ops->download(be, host, dev, bytes, NULL);
+  return rc != GT_SUCCESS ? rc : be->ops->sync(be);
+}
+
+static inline int tu_upload(gt_backend *be, void *dev, const void *host, size_t bytes)
+{
+  int rc = be->ops->upload(be, dev, host, bytes, NULL);
+  return rc != GT_SUCCESS ? rc : be->ops->sync(be);
+}
+
+/* A fresh host copy of n floats of device memory (abort on failure). */
+static inline float *tu_fetch(gt_backend *be, const float *dev, size_t n)
+{
+  float *h = calloc(n ? n : 1, sizeof(float));
+  if (!h || tu_download(be, h, dev, n * sizeof(float)) != GT_SUCCESS)
+    abort();
+  return h;
+}
+
+/* The scratch directory of test `name` under the build tree; under a CPU
+ * test mode (GT_CPU_MODE) the mode is part of the name, so that the same
+ * program in two modes can run at once. */
+static inline void tu_tmp_dir(const char *name, char *dir, size_t size)
+{
+  const char *mode = getenv("GT_CPU_MODE");
+  snprintf(dir, size, "%s/tests/tmp/%s%s%s", getenv("GT_BUILDDIR"), name,
+           mode && mode[0] ? "-" : "", mode ? mode : "");
 }
 
 /* Barrier that sleeps while it waits, so that ranks with nothing to do do

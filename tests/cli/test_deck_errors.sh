@@ -46,7 +46,7 @@ deck_with "[optim]" "beta1 = fast"
 expect "not a number" "[optim] beta1 = 'fast' is not valid; expected a number in [0, 1)" train "$bad" data.train="$data"
 expect "value out of range" "[model] layers = '5000' is not valid; expected an integer in [1, 1024]" \
   train "$deck" data.train="$data" model.layers=5000
-expect "unknown choice" "[backend] device = 'gpu' is not valid; expected one of cpu, cuda" \
+expect "unknown choice" "[backend] device = 'gpu' is not valid; expected one of cpu, cpu-async, cpu-guard, cuda" \
   train "$deck" data.train="$data" backend.device=gpu
 deck_with "[run]" "steps = 3"
 expect "key set twice" "[run] steps is set twice (first on line 4)" train "$bad" data.train="$data"

@@ -37,13 +37,15 @@ static void check_replicas(MPI_Comm comm, int dp, int steps, int microbatches)
     return;
   gt_params *p = gt_trainer_params(tr);
   size_t bytes = p->numel * sizeof(float);
-  float *initial = tu_copy(p->values, p->numel);
+  float *initial = tu_fetch(p->be, p->values, p->numel);
   gt_step_stats stats;
   for (int s = 0; s < steps && st == GT_SUCCESS; s++)
     st = gt_trainer_step(tr, &stats);
   tu_ok_status(st, "training steps");
   float *all = rank == 0 ? malloc(bytes * (size_t)dp) : NULL;
-  MPI_Gather(p->values, (int)p->numel, MPI_FLOAT, all, (int)p->numel, MPI_FLOAT, 0, comm);
+  float *mine = tu_fetch(p->be, p->values, p->numel);
+  MPI_Gather(mine, (int)p->numel, MPI_FLOAT, all, (int)p->numel, MPI_FLOAT, 0, comm);
+  free(mine);
   if (rank == 0) {
     int differing = 0;
     for (int r = 1; r < dp; r++)
@@ -67,7 +69,7 @@ int main(int argc, char **argv)
   if (!src || !build)
     return tap_bail("run through make check (GT_SRCDIR, GT_BUILDDIR unset)");
   char dir[900], text[1024];
-  snprintf(dir, sizeof dir, "%s/tests/tmp/test_dp_replicas", build);
+  tu_tmp_dir("test_dp_replicas", dir, sizeof dir);
   snprintf(dataset, sizeof dataset, "%s/genesis.h5", dir);
   snprintf(text, sizeof text, "%s/tests/data/genesis.txt", src);
   int st = GT_SUCCESS;

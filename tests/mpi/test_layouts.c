@@ -136,9 +136,11 @@ static double param_err(const gt_gpt_shape *shape, const float *a, const float *
 
 static void make_dataset(int rank, int nranks, char *path, size_t size)
 {
-  const char *src = getenv("GT_SRCDIR"), *build = getenv("GT_BUILDDIR");
+  const char *src = getenv("GT_SRCDIR");
   char dir[900], text[1024];
-  snprintf(dir, sizeof dir, "%s/tests/tmp/test_layouts%d", build, nranks);
+  char name[32];
+  snprintf(name, sizeof name, "test_layouts%d", nranks);
+  tu_tmp_dir(name, dir, sizeof dir);
   snprintf(path, size, "%s/genesis.h5", dir);
   snprintf(text, sizeof text, "%s/tests/data/genesis.txt", src);
   int st = GT_SUCCESS;

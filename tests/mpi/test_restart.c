@@ -101,8 +101,8 @@ static bool same_bits(const float *a, const float *b, size_t n)
 
 static int setup_dirs(int rank, char *dataset, size_t dsize, char *dir, size_t size)
 {
-  const char *src = getenv("GT_SRCDIR"), *build = getenv("GT_BUILDDIR");
-  snprintf(dir, size, "%s/tests/tmp/test_restart", build);
+  const char *src = getenv("GT_SRCDIR");
+  tu_tmp_dir("test_restart", dir, size);
   snprintf(dataset, dsize, "%s/genesis.h5", dir);
   int st = GT_SUCCESS;
   if (rank == 0) {

@@ -107,7 +107,7 @@ int main(int argc, char **argv)
   expect_error("trailing garbage in a number", "[optim]\nlr = 1e-3x\n", NULL, "[optim] lr",
                "a number");
   expect_error("bad choice", "[backend]\ndevice = gpu\n", NULL, "[backend] device = 'gpu'",
-               "one of cpu, cuda");
+               "one of cpu, cpu-async, cpu-guard, cuda");
   expect_error("bad auto", "[grid]\ntp = automatic\n", NULL, "[grid] tp = 'automatic'",
                "'auto' or an integer");
   expect_error("negative seed", "[run]\nseed = -1\n", NULL, "[run] seed = '-1'", NULL);

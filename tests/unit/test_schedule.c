@@ -184,7 +184,9 @@ static void test_buckets(int rank)
 {
   gt_backend *be;
   gt_params *p;
-  if (gt_backend_create("cpu", 1, &be) || gt_params_create(be, &p)) {
+  gt_coll *coll;
+  if (gt_backend_create("cpu", 1, &be) || gt_params_create(be, GT_F32, &p) ||
+      gt_coll_create(be, "auto", &coll)) {
     tap_ok(false, "bucket set-up: %s", gt_error_message());
     return;
   }
@@ -196,16 +198,18 @@ static void test_buckets(int rank)
   }
   gt_params_finalize(p);
   gt_buckets *one, *small;
-  gt_buckets_create(p, MPI_COMM_WORLD, 0, &one);
-  gt_buckets_create(p, MPI_COMM_WORLD, 4096, &small); /* 1024 floats */
+  gt_buckets_create(p, coll, MPI_COMM_WORLD, 0, &one);
+  gt_buckets_create(p, coll, MPI_COMM_WORLD, 4096, &small); /* 1024 floats */
   tap_ok(gt_buckets_count(one) == 1, "bucket_mb 0: one bucket (%d)", gt_buckets_count(one));
   /* from the last: {t4, t3, t2} reaches 4096 bytes, then {t1, t0} */
   tap_ok(gt_buckets_count(small) == 2, "4 KiB buckets over 18 KiB: 2 buckets (%d)",
          gt_buckets_count(small));
   bool sums_ok = true;
+  float *host = tu_alloc(p->numel);
   for (int trial = 0; trial < 2; trial++) {
     for (size_t j = 0; j < p->numel; j++)
-      p->grads[j] = (float)(rank + 1) * (float)(j % 7);
+      host[j] = (float)(rank + 1) * (float)(j % 7);
+    tu_upload(be, p->grads, host, p->numel * sizeof(float));
     gt_buckets_reset(small);
     /* report in backward order in pieces, one parameter twice */
     int order[][2] = {{4, 1}, {3, 1}, {2, 1}, {2, 1}, {1, 1}, {0, 1}};
@@ -213,15 +217,18 @@ static void test_buckets(int rank)
       if (trial == 0)
         gt_buckets_ready(small, order[i][0], order[i][1]);
     gt_buckets_wait(small); /* trial 1: nothing reported, wait starts all */
+    tu_download(be, host, p->grads, p->numel * sizeof(float));
     for (int i = 0; i < p->count; i++) {
       const gt_param *t = &p->list[i];
       for (size_t j = 0; j < t->numel; j++)
-        sums_ok &= p->grads[t->offset + j] == 3.0f * (float)((t->offset + j) % 7);
+        sums_ok &= host[t->offset + j] == 3.0f * (float)((t->offset + j) % 7);
     }
   }
   tap_ok(sums_ok, "every gradient is the sum over both ranks (reported or not)");
+  free(host);
   gt_buckets_destroy(&one);
   gt_buckets_destroy(&small);
+  gt_coll_destroy(&coll);
   gt_params_destroy(&p);
   gt_backend_destroy(&be);
 }

@@ -1,0 +1,3 @@
+#!/bin/sh
+# tests/modes/async-layouts.sh - the layout parity test (8 ranks) under cpu-async (tests/modes/run-mode.sh).
+. "$GT_SRCDIR/tests/modes/run-mode.sh" async tests/mpi/test_layouts

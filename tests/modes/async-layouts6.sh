@@ -1,0 +1,3 @@
+#!/bin/sh
+# tests/modes/async-layouts6.sh - the layout parity test (6 ranks) under cpu-async (tests/modes/run-mode.sh).
+. "$GT_SRCDIR/tests/modes/run-mode.sh" async tests/mpi/test_layouts6

@@ -1,0 +1,3 @@
+#!/bin/sh
+# tests/modes/guard-layouts.sh - the layout parity test (8 ranks) under cpu-guard (tests/modes/run-mode.sh).
+. "$GT_SRCDIR/tests/modes/run-mode.sh" guard tests/mpi/test_layouts

@@ -1,0 +1,3 @@
+#!/bin/sh
+# tests/modes/guard-layouts6.sh - the layout parity test (6 ranks) under cpu-guard (tests/modes/run-mode.sh).
+. "$GT_SRCDIR/tests/modes/run-mode.sh" guard tests/mpi/test_layouts6

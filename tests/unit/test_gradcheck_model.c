@@ -1,0 +1,291 @@
+/*
+ * test_gradcheck_model.c - a transformer block's and the whole GPT's
+ * gradients against central finite differences, for both host backends
+ * (fp32; the kernels' own checks are in test_gradcheck.c and
+ * test_attention.c).
+ *
+ * For an op y = f(x1, x2, ...) the scalar L = sum(y * r) (r random, fixed)
+ * has dL/dy = r, so backward with dout = r gives dL/dx. Finite differences
+ * take L from the cpu-ref forward (double accumulation inside), perturbing
+ * sampled entries by +-h and dividing by the perturbation actually applied
+ * after rounding to float. Error per tensor: ||fd - analytic|| / ||fd|| over
+ * the sampled entries (the norm floored so an all-but-zero gradient cannot
+ * pass by luck or fail on noise).
+ *
+ * gt-test: ranks=1
+ */
+#include <stdio.h>
+
+#include "../test_util.h"
+#include "gridtrain/backend.h"
+#include "gridtrain/gpt.h"
+#include "gridtrain/layers.h"
+
+#define FD_H 1e-2
+#define FD_SAMPLES 24
+#define FD_TOL 2e-3
+
+static gt_backend *fast, *ref;
+
+/* An op under test: inputs it perturbs, its loss and its gradients. */
+typedef struct fd_case fd_case;
+struct fd_case {
+  const char *name;
+  int ninputs;
+  float *x[4];       /* inputs (perturbed in place) */
+  size_t n[4];
+  const char *xname[4];
+  float *grad[4];    /* analytical gradients, filled by grads() */
+  double (*loss)(fd_case *c, gt_backend *be);
+  void (*grads)(fd_case *c, gt_backend *be);
+  void *ctx;
+};
+
+static double dot_r(const float *y, const float *r, size_t n)
+{
+  double s = 0;
+  for (size_t i = 0; i < n; i++)
+    s += (double)y[i] * r[i];
+  return s;
+}
+
+static void run_case(fd_case *c, gt_backend *be)
+{
+  c->grads(c, be);
+  for (int k = 0; k < c->ninputs; k++) {
+    double num = 0, den = 0;
+    uint64_t s = 1234 + (uint64_t)k;
+    for (int j = 0; j < FD_SAMPLES; j++) {
+      s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+      size_t i = (size_t)((s >> 33) % c->n[k]);
+      float x0 = c->x[k][i];
+      float xp = (float)(x0 + FD_H), xm = (float)(x0 - FD_H);
+      c->x[k][i] = xp;
+      double lp = c->loss(c, ref);
+      c->x[k][i] = xm;
+      double lm = c->loss(c, ref);
+      c->x[k][i] = x0;
+      double fd = (lp - lm) / ((double)xp - (double)xm);
+      double an = c->grad[k][i];
+      num += (fd - an) * (fd - an);
+      den += fd * fd;
+    }
+    double err = sqrt(num) / fmax(sqrt(den), 1e-4);
+    if (!tap_ok(err <= FD_TOL, "%s [%s] d/d%s vs finite differences (err %.2e)", c->name,
+                be->name, c->xname[k], err))
+      tap_diag("%s d/d%s: error %.3e > %.1e", c->name, c->xname[k], err, FD_TOL);
+  }
+}
+
+// ---- transformer block ----------------------------------------------------------------------
+
+/* The block's 12 weights and its input as FD inputs, 4 at a time. */
+typedef struct {
+  gt_layer_dims d;
+  gt_block_weights w;
+  gt_block_grads g;
+  gt_block_acts a;
+  gt_block_scratch s;
+  float *x, *dx, *y, *r, *dres;
+} blk_ctx;
+
+static float *blk_buf(size_t n)
+{
+  float *p = tu_alloc(n);
+  return p;
+}
+
+static double blk_loss(fd_case *c, gt_backend *be)
+{
+  blk_ctx *b = c->ctx;
+  gt_block_forward(be, &b->w, &b->a, b->x, b->y, b->d);
+  be->ops->sync(be);
+  return dot_r(b->y, b->r, (size_t)b->d.B * b->d.T * b->d.C);
+}
+
+static void blk_grads(fd_case *c, gt_backend *be)
+{
+  blk_ctx *b = c->ctx;
+  const size_t N = (size_t)b->d.B * b->d.T, C = (size_t)b->d.C;
+  float **gs[12] = {&b->g.ln1_w, &b->g.ln1_b, &b->g.qkv_w, &b->g.qkv_b, &b->g.proj_w,
+                    &b->g.proj_b, &b->g.ln2_w, &b->g.ln2_b, &b->g.fc_w, &b->g.fc_b,
+                    &b->g.fcproj_w, &b->g.fcproj_b};
+  size_t sizes[12] = {C, C, 3 * C * C, 3 * C, C * C, C, C, C, 4 * C * C, 4 * C, 4 * C * C, C};
+  for (int i = 0; i < 12; i++)
+    memset(*gs[i], 0, sizes[i] * sizeof(float));
+  blk_loss(c, be);
+  memcpy(b->dres, b->r, N * C * sizeof(float));
+  gt_block_backward(be, &b->w, &b->g, &b->a, b->x, b->dres, &b->s, b->d);
+  be->ops->sync(be);
+  memcpy(b->dx, b->dres, N * C * sizeof(float));
+}
+
+static void test_block(gt_backend *be)
+{
+  blk_ctx b;
+  memset(&b, 0, sizeof b);
+  b.d = (gt_layer_dims){.B = 2, .T = 6, .C = 8, .H = 2, .dt = GT_F32};
+  const size_t N = 12, C = 8, B = 2, T = 6, H = 2;
+  float *wbuf[12];
+  float **ws[12];
+  const void **wv[12] = {&b.w.ln1_w, &b.w.ln1_b, &b.w.qkv_w, &b.w.qkv_b, &b.w.proj_w,
+                         &b.w.proj_b, &b.w.ln2_w, &b.w.ln2_b, &b.w.fc_w, &b.w.fc_b,
+                         &b.w.fcproj_w, &b.w.fcproj_b};
+  for (int i = 0; i < 12; i++)
+    ws[i] = &wbuf[i];
+  float **gs[12] = {&b.g.ln1_w, &b.g.ln1_b, &b.g.qkv_w, &b.g.qkv_b, &b.g.proj_w, &b.g.proj_b,
+                    &b.g.ln2_w, &b.g.ln2_b, &b.g.fc_w, &b.g.fc_b, &b.g.fcproj_w,
+                    &b.g.fcproj_b};
+  const char *names[12] = {"ln_1.weight", "ln_1.bias", "attn.qkv.weight", "attn.qkv.bias",
+                           "attn.proj.weight", "attn.proj.bias", "ln_2.weight", "ln_2.bias",
+                           "mlp.fc.weight", "mlp.fc.bias", "mlp.proj.weight", "mlp.proj.bias"};
+  size_t sizes[12] = {C, C, 3 * C * C, 3 * C, C * C, C, C, C, 4 * C * C, 4 * C, 4 * C * C, C};
+  for (int i = 0; i < 12; i++) {
+    *ws[i] = blk_buf(sizes[i]);
+    *gs[i] = blk_buf(sizes[i]);
+    bool ln_weight = i == 0 || i == 6;
+    tu_fill(*ws[i], sizes[i], 100 + (uint64_t)i, ln_weight ? 0.5f : -0.5f, ln_weight ? 1.5f : 0.5f);
+    *wv[i] = *ws[i];
+  }
+  b.a = (gt_block_acts){blk_buf(N * C), blk_buf(N), blk_buf(N), blk_buf(3 * N * C),
+                        blk_buf(B * H * T), blk_buf(N * C), blk_buf(N * C), blk_buf(N * C),
+                        blk_buf(N), blk_buf(N), blk_buf(4 * N * C), blk_buf(4 * N * C)};
+  b.s = (gt_block_scratch){blk_buf(N * C), blk_buf(3 * N * C), blk_buf(N * C),
+                           blk_buf(4 * N * C)};
+  b.x = blk_buf(N * C);
+  b.dx = blk_buf(N * C);
+  b.y = blk_buf(N * C);
+  b.r = blk_buf(N * C);
+  b.dres = blk_buf(N * C);
+  tu_fill(b.x, N * C, 120, -1, 1);
+  tu_fill(b.r, N * C, 121, -1, 1);
+  /* inputs: x and the 12 weights, in groups of up to 4 */
+  float *xs[13] = {b.x};
+  float *grads[13] = {b.dx};
+  size_t ns[13] = {N * C};
+  const char *xn[13] = {"x"};
+  for (int i = 0; i < 12; i++) {
+    xs[i + 1] = *ws[i];
+    grads[i + 1] = *gs[i];
+    ns[i + 1] = sizes[i];
+    xn[i + 1] = names[i];
+  }
+  for (int g0 = 0; g0 < 13; g0 += 4) {
+    fd_case c = {.name = "block", .loss = blk_loss, .grads = blk_grads, .ctx = &b};
+    for (int k = 0; k < 4 && g0 + k < 13; k++) {
+      c.x[k] = xs[g0 + k];
+      c.grad[k] = grads[g0 + k];
+      c.n[k] = ns[g0 + k];
+      c.xname[k] = xn[g0 + k];
+      c.ninputs = k + 1;
+    }
+    run_case(&c, be);
+  }
+  for (int i = 0; i < 12; i++)
+    free(*ws[i]), free(*gs[i]);
+  void *acts[] = {b.a.ln1, b.a.ln1_mean, b.a.ln1_rstd, b.a.qkv, b.a.lse, b.a.atty, b.a.res2,
+                  b.a.ln2, b.a.ln2_mean, b.a.ln2_rstd, b.a.fc, b.a.gelu, b.s.dln, b.s.dqkv,
+                  b.s.datty, b.s.dfc, b.x, b.dx, b.y, b.r, b.dres};
+  for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++)
+    free(acts[i]);
+}
+
+// ---- the whole GPT -----------------------------------------------------------------------------
+
+/* The loss sum of one forward of m (device accumulator acc). */
+static double gpt_loss_sum(gt_gpt *m, double *acc, const int32_t *tok, const int32_t *tgt,
+                           int B, int T, float dlogit_scale)
+{
+  gt_backend *be = gt_gpt_params(m)->be;
+  double sum = NAN;
+  be->ops->zero(be, acc, sizeof(double));
+  gt_gpt_forward(m, 0, tok, tgt, B, T, dlogit_scale, acc);
+  tu_download(be, &sum, acc, sizeof sum);
+  return sum;
+}
+
+static void test_gpt(gt_backend *be)
+{
+  gt_gpt_shape shape = {2, 2, 8, 8, 11};
+  const int B = 2, T = 6, N = B * T;
+  const gt_gpt_part whole = gt_gpt_whole(&shape);
+  gt_gpt *fwd = NULL, *model = NULL; /* cpu-ref model perturbed for FD; the one under test */
+  double *acc_f = NULL, *acc_m = NULL;
+  if (gt_gpt_create(ref, &shape, &whole, GT_F32, B, T, 1, &fwd) ||
+      gt_gpt_create(be, &shape, &whole, GT_F32, B, T, 1, &model) ||
+      ref->ops->alloc(ref, sizeof(double), (void **)&acc_f) ||
+      be->ops->alloc(be, sizeof(double), (void **)&acc_m)) {
+    tap_ok(false, "gpt create: %s", gt_error_message());
+    return;
+  }
+  gt_params *pf = gt_gpt_params(fwd), *pm = gt_gpt_params(model);
+  /* Larger weights than GPT-2's init so that every path carries signal. */
+  float *w = tu_alloc(pf->numel);
+  tu_fill(w, pf->numel, 130, -0.4f, 0.4f);
+  for (int i = 0; i < pf->count; i++)
+    if (strstr(pf->list[i].name, "ln_") && strstr(pf->list[i].name, "weight"))
+      tu_fill(w + pf->list[i].offset, pf->list[i].numel, 131 + (uint64_t)i, 0.7f, 1.3f);
+  tu_upload(ref, pf->values, w, pf->numel * sizeof(float));
+  tu_upload(be, pm->values, w, pm->numel * sizeof(float));
+  int32_t tok[12], tgt[12];
+  tu_fill_int(tok, 12, 132, shape.vocab);
+  tu_fill_int(tgt, 12, 133, shape.vocab);
+  gt_params_zero_grads(pm);
+  gpt_loss_sum(model, acc_m, tok, tgt, B, T, 1.0f / N);
+  gt_gpt_backward(model, 0, NULL);
+  float *grads = tu_fetch(be, pm->grads, pm->numel);
+  double worst = 0;
+  const char *worst_name = "";
+  for (int p = 0; p < pf->count; p++) {
+    const size_t off = pf->list[p].offset, n = pf->list[p].numel;
+    const float *an = grads + pm->list[p].offset;
+    double num = 0, den = 0;
+    uint64_t s = 777 + (uint64_t)p;
+    for (int j = 0; j < 8; j++) {
+      s = s * 6364136223846793005ULL + 1442695040888963407ULL;
+      size_t i = (size_t)((s >> 33) % n);
+      float x0 = w[off + i], xp = (float)(x0 + FD_H), xm = (float)(x0 - FD_H);
+      float *dev = (float *)pf->values + off + i;
+      tu_upload(ref, dev, &xp, sizeof xp);
+      double lp = gpt_loss_sum(fwd, acc_f, tok, tgt, B, T, 0.0f);
+      tu_upload(ref, dev, &xm, sizeof xm);
+      double lm = gpt_loss_sum(fwd, acc_f, tok, tgt, B, T, 0.0f);
+      tu_upload(ref, dev, &x0, sizeof x0);
+      double fd = (lp - lm) / N / ((double)xp - (double)xm);
+      num += (fd - an[i]) * (fd - an[i]);
+      den += fd * fd;
+    }
+    double err = sqrt(num) / fmax(sqrt(den), 1e-3);
+    if (err > worst) {
+      worst = err;
+      worst_name = pf->list[p].name;
+    }
+    if (err > FD_TOL)
+      tap_diag("gpt [%s] %s: error %.3e", be->name, pf->list[p].name, err);
+  }
+  tap_ok(worst <= FD_TOL, "gpt [%s] all %d parameter gradients vs finite differences (worst %.2e, %s)",
+         be->name, pf->count, worst, worst_name);
+  free(w);
+  free(grads);
+  ref->ops->free(ref, acc_f);
+  be->ops->free(be, acc_m);
+  gt_gpt_destroy(&fwd);
+  gt_gpt_destroy(&model);
+}
+
+int main(int argc, char **argv)
+{
+  tu_mpi_init(&argc, &argv);
+  if (gt_backend_create("cpu", 2, &fast) || gt_backend_create("cpu-ref", 1, &ref))
+    return tap_bail("cannot create the backends: %s", gt_error_message());
+  gt_backend *backends[2] = {ref, fast};
+  for (int i = 0; i < 2; i++) {
+    test_block(backends[i]);
+    test_gpt(backends[i]);
+  }
+  gt_backend_destroy(&fast);
+  gt_backend_destroy(&ref);
+  int rc = tap_done();
+  MPI_Finalize();
+  return rc;
+}
