@@ -71,7 +71,12 @@ typedef struct gt_ckpt_state {
 
 /* Collective on comm: write the checkpoint file `path` (created or
  * truncated) with MPI-IO, flush and close it. Each entry of every tensor is
- * written by the one rank that is a writer and owns it. */
+ * written by the one rank that is a writer and owns it. A failure on some
+ * ranks only - an MPI-IO write error (inside HDF5 too: gt_comm_io_begin), a
+ * failed copy to the host - does not take them out of the write: every
+ * rank makes every collective call and closes the file, and the error
+ * ("cannot write checkpoint PATH: CAUSE") is known to the ranks that met
+ * it; agree on it (gt_error_agree). The file is then not a checkpoint. */
 int gt_ckpt_write(const char *path, const gt_ckpt_meta *meta, const gt_ckpt_state *st,
                   MPI_Comm comm);
 
@@ -113,7 +118,10 @@ int gt_ckpt_dir_prepare(const char *dir, MPI_Comm comm);
  * sub-communicator of comm holding rank 0 of comm and, between them, every
  * entry of every tensor; MPI_COMM_NULL on the other ranks, which only wait):
  * data-parallel replicas hold the same values, so one replica writes. The
- * file name is returned in path. Errors collective. */
+ * file name is returned in path. Errors collective. A write that fails on
+ * any rank, or a failure while rank 0 makes it durable and names it (fsync,
+ * rename, latest.tmp on a full disk), leaves dir as it was: the earlier
+ * step files and `latest` untouched, no .tmp of this write left. */
 int gt_ckpt_save(const char *dir, int keep, const gt_ckpt_meta *meta,
                  const gt_ckpt_state *st, MPI_Comm writers, MPI_Comm comm, char *path,
                  size_t size);
