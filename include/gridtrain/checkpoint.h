@@ -14,9 +14,10 @@
  *
  * A directory of checkpoints holds step_NNNNNNNN.h5 files and `latest`, a
  * one-line text file naming the newest complete one. A checkpoint is written
- * as step_NNNNNNNN.h5.tmp, flushed and closed, fsync'ed, renamed; only then is
- * `latest` replaced (written to latest.tmp, fsync'ed, renamed), so a crash at
- * any point leaves `latest` naming a complete file.
+ * as step_NNNNNNNN.h5.tmp, flushed and closed, fsync'ed; latest.tmp is
+ * written and fsync'ed; the file is renamed; only then is `latest` replaced
+ * (latest.tmp renamed over it), so a crash at any point leaves `latest`
+ * naming a complete file, and a failure leaves the directory as it was.
  */
 #ifndef GRIDTRAIN_CHECKPOINT_H
 #define GRIDTRAIN_CHECKPOINT_H
