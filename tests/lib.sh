@@ -23,6 +23,16 @@ ok() {
   fi
 }
 
+# skip N REASON: record N points that cannot run here (TAP "# SKIP").
+skip() {
+  gt_skip_i=0
+  while [ "$gt_skip_i" -lt "$1" ]; do
+    gt_tap_n=$((gt_tap_n + 1))
+    echo "ok $gt_tap_n # SKIP $2"
+    gt_skip_i=$((gt_skip_i + 1))
+  done
+}
+
 # diag TEXT...: a TAP comment (each line prefixed with '# ').
 diag() { printf '%s\n' "$*" | sed 's/^/# /'; }
 

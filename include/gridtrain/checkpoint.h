@@ -15,9 +15,10 @@
  *
  * A directory of checkpoints holds step_NNNNNNNN.h5 files and `latest`, a
  * one-line text file naming the newest complete one. A checkpoint is written
- * as step_NNNNNNNN.h5.tmp, flushed and closed, fsync'ed, renamed; only then is
- * `latest` replaced (written to latest.tmp, fsync'ed, renamed), so a crash at
- * any point leaves `latest` naming a complete file.
+ * as step_NNNNNNNN.h5.tmp, flushed and closed, fsync'ed; latest.tmp is
+ * written and fsync'ed; the file is renamed; only then is `latest` replaced
+ * (latest.tmp renamed over it), so a crash at any point leaves `latest`
+ * naming a complete file, and a failure leaves the directory as it was.
  */
 #ifndef GRIDTRAIN_CHECKPOINT_H
 #define GRIDTRAIN_CHECKPOINT_H
@@ -82,7 +83,12 @@ int gt_ckpt_selection_size(const gt_param *t, long long *file_points, long long 
 
 /* Collective on comm: write the checkpoint file `path` (created or
  * truncated) with MPI-IO, flush and close it. Each entry of every tensor is
- * written by the one rank that is a writer and owns it. */
+ * written by the one rank that is a writer and owns it. A failure on some
+ * ranks only - an MPI-IO write error (inside HDF5 too: gt_comm_io_begin), a
+ * failed copy to the host - does not take them out of the write: every
+ * rank makes every collective call and closes the file, and the error
+ * ("cannot write checkpoint PATH: CAUSE") is known to the ranks that met
+ * it; agree on it (gt_error_agree). The file is then not a checkpoint. */
 int gt_ckpt_write(const char *path, const gt_ckpt_meta *meta, const gt_ckpt_state *st,
                   MPI_Comm comm);
 
@@ -124,7 +130,10 @@ int gt_ckpt_dir_prepare(const char *dir, MPI_Comm comm);
  * sub-communicator of comm holding rank 0 of comm and, between them, every
  * entry of every tensor; MPI_COMM_NULL on the other ranks, which only wait):
  * data-parallel replicas hold the same values, so one replica writes. The
- * file name is returned in path. Errors collective. */
+ * file name is returned in path. Errors collective. A write that fails on
+ * any rank, or a failure while rank 0 makes it durable and names it (fsync,
+ * rename, latest.tmp on a full disk), leaves dir as it was: the earlier
+ * step files and `latest` untouched, no .tmp of this write left. */
 int gt_ckpt_save(const char *dir, int keep, const gt_ckpt_meta *meta,
                  const gt_ckpt_state *st, MPI_Comm writers, MPI_Comm comm, char *path,
                  size_t size);

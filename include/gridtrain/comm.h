@@ -14,6 +14,7 @@
 #define GRIDTRAIN_COMM_H
 
 #include <mpi.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 typedef enum { GT_WAIT_BUSY = 0, GT_WAIT_YIELD = 1 } gt_wait_mode;
@@ -78,6 +79,26 @@ int gt_barrier(MPI_Comm comm);
  * collective cannot match a blocking one). Scopes do not nest. */
 int gt_comm_foreign_begin(MPI_Comm comm);
 void gt_comm_foreign_end(void);
+
+/* A write scope: between begin and end, the MPI-IO calls that put data on
+ * disk (MPI_File_write_at_all, MPI_File_write_at, MPI_File_set_size,
+ * MPI_File_sync, MPI_File_close), whoever makes them, note the first error
+ * on this rank - a failed call or a write of fewer bytes than asked - and
+ * report success in full, so that a library such as parallel HDF5 makes the
+ * same collective calls on every rank to the end instead of leaving them on
+ * the rank that failed (src/comm/yield_pmpi.c says why). The data written
+ * in the scope can then not be trusted on any rank until the error has been
+ * agreed on. fail_writes makes every write of the scope on this rank fail
+ * with an MPI_ERR_IO error (GT_FAULT=ckpt_write_fail, fault.h); a collective
+ * write still takes part in the collective, with no data.
+ * Not collective; scopes do not nest. Works in both wait modes. */
+void gt_comm_io_begin(bool fail_writes);
+
+/* End the write scope. GT_SUCCESS when no call failed; otherwise
+ * GT_ERR_SYSTEM with the first error as the current one ("MPI_File_write_at_all
+ * failed: No space left on device"). The error is this rank's alone: agree
+ * on it (gt_error_agree) after the file is closed everywhere. */
+int gt_comm_io_end(void);
 
 /* Agree on an error. Collective on comm: every rank passes its local status;
  * if any rank failed, the lowest failing rank's code and message become

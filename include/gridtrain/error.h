@@ -20,6 +20,7 @@
 #define GRIDTRAIN_ERROR_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 /* Status codes. The exit code of the program follows from the code of the
  * first error (gt_error_exit_code). */
@@ -44,7 +45,8 @@ int gt_error_exit_code(int code);
 const char *gt_error_name(int code);
 
 /* Record a new error (clears the stack) with a printf-style message and
- * return code. Not collective. */
+ * return code. The message is kept on one line (newlines become spaces).
+ * Not collective. */
 int gt_error_set(int code, const char *file, int line, const char *func,
                  const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 
@@ -110,6 +112,12 @@ void gt_error_clear(void);
 #define GT_CHECK_ALLOC(ptr, bytes)                                          \
   GT_CHECK((ptr) != NULL, GT_ERR_SYSTEM,                                    \
            "out of memory allocating %zu bytes", (size_t)(bytes))
+
+/* One line describing an MPI error code into buf. MPICH's "error stack"
+ * strings ("Other I/O error , error stack:\nADIOI_GEN_WRITECONTIG(80): Other
+ * I/O error No space left on device") come down to their innermost cause
+ * ("No space left on device"). Not collective. */
+void gt_error_mpi_text(int mpi_code, char *buf, size_t size);
 
 /* Translate an MPI return code (communicators use MPI_ERRORS_RETURN). */
 int gt_error_mpi(int mpi_code, const char *call, const char *file, int line,

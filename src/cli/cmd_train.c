@@ -62,7 +62,15 @@ int gt_cmd_train(int argc, char **argv, MPI_Comm world)
   GT_CALL(gt_config_load(&cfg, argv[1], argc - 2, argv + 2, world));
   gt_trainer *tr = NULL;
   GT_CALL(gt_trainer_create(&cfg, world, false, &tr));
-  GT_CALL(gt_trainer_run(tr));
-  GT_CALL(gt_trainer_destroy(&tr));
+  int status = gt_trainer_run(tr);
+  /* An error every rank knows (a failed checkpoint, a requeue) ends in
+   * MPI_Finalize: close the data files here, so that HDF5's close callbacks
+   * there have nothing collective left to do. An error of this rank alone
+   * ends in MPI_Abort, and the other ranks may be inside a collective. */
+  if (status != GT_SUCCESS && !gt_error_is_collective())
+    return gt_error_push(status, __FILE__, __LINE__, __func__);
+  const int closed = gt_trainer_destroy(&tr);
+  GT_CALL(status);
+  GT_CALL(closed);
   return GT_SUCCESS;
 }

@@ -12,6 +12,7 @@
 #include "cli.h"
 #include "gridtrain/comm.h"
 #include "gridtrain/error.h"
+#include "gridtrain/fault.h"
 #include "gridtrain/log.h"
 #include "gridtrain/version.h"
 
@@ -90,6 +91,10 @@ int main(int argc, char **argv)
   gt_log_init(rank);
   H5Eset_auto2(H5E_DEFAULT, NULL, NULL); /* HDF5 errors come back through GT_CALL_HDF5 */
 
-  int status = gt_dispatch(argc, argv, MPI_COMM_WORLD);
+  /* Test-only fault switches (fault.h): a GT_FAULT that does not parse
+   * stops every command at once, with one line. */
+  int status = gt_error_agree(gt_fault_init(), MPI_COMM_WORLD);
+  if (status == GT_SUCCESS)
+    status = gt_dispatch(argc, argv, MPI_COMM_WORLD);
   return gt_comm_finish(status);
 }

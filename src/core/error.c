@@ -75,6 +75,11 @@ static int gt_error_vset(int code, const char *file, int line, const char *func,
   gt_err_state.collective = false;
   gt_err_state.nframes = 0;
   vsnprintf(gt_err_state.message, sizeof gt_err_state.message, fmt, ap);
+  /* One error, one line: foreign messages (MPICH error stacks inside HDF5's
+   * descriptions) can carry newlines. */
+  for (char *c = gt_err_state.message; *c; c++)
+    if (*c == '\n' || *c == '\r')
+      *c = ' ';
   snprintf(gt_err_state.origin, sizeof gt_err_state.origin, "%s:%d (%s)", file,
            line, func);
   gt_add_frame(file, line, func);
@@ -161,18 +166,53 @@ void gt_error_print(int rank)
 
 // ---- foreign errors ---------------------------------------------------------
 
+void gt_error_mpi_text(int mpi_code, char *buf, size_t size)
+{
+  char text[MPI_MAX_ERROR_STRING + 1];
+  int len = 0;
+  if (MPI_Error_string(mpi_code, text, &len) != MPI_SUCCESS || len <= 0) {
+    snprintf(buf, size, "MPI error code %d", mpi_code);
+    return;
+  }
+  text[len < MPI_MAX_ERROR_STRING ? len : MPI_MAX_ERROR_STRING] = '\0';
+  while (len > 0 && (text[len - 1] == '\n' || text[len - 1] == ' '))
+    text[--len] = '\0';
+  const char *line = text;
+  char *stack = strstr(text, ", error stack:");
+  if (stack) {
+    /* The last line of the stack holds the cause: "FUNC(LINE): CLASS CAUSE". */
+    const char *last = strrchr(text, '\n');
+    if (last && last[1]) {
+      line = last + 1;
+      const char *frame = strstr(line, "): ");
+      if (frame)
+        line = frame + 3;
+      int cls = 0, clen = 0;
+      char ctext[MPI_MAX_ERROR_STRING + 1];
+      if (MPI_Error_class(mpi_code, &cls) == MPI_SUCCESS &&
+          MPI_Error_string(cls, ctext, &clen) == MPI_SUCCESS && clen > 0) {
+        ctext[clen < MPI_MAX_ERROR_STRING ? clen : MPI_MAX_ERROR_STRING] = '\0';
+        size_t n = strlen(ctext);
+        while (n > 0 && ctext[n - 1] == ' ') /* MPICH's class texts end in a space */
+          ctext[--n] = '\0';
+        if (strncmp(line, ctext, n) == 0 && line[n] == ' ' && line[n + 1])
+          line += n + 1;
+      }
+    } else {
+      *stack = '\0'; /* just the first line's class */
+    }
+  }
+  snprintf(buf, size, "%s", line);
+  for (char *c = buf; *c; c++)
+    if (*c == '\n')
+      *c = ' ';
+}
+
 int gt_error_mpi(int mpi_code, const char *call, const char *file, int line,
                  const char *func)
 {
-  char text[MPI_MAX_ERROR_STRING];
-  int len = 0;
-  if (MPI_Error_string(mpi_code, text, &len) != MPI_SUCCESS)
-    snprintf(text, sizeof text, "MPI error code %d", mpi_code);
-  text[len < MPI_MAX_ERROR_STRING ? len : MPI_MAX_ERROR_STRING - 1] = '\0';
-  /* MPICH error strings can run over several lines: keep the first. */
-  char *nl = strchr(text, '\n');
-  if (nl)
-    *nl = '\0';
+  char text[MPI_MAX_ERROR_STRING + 1];
+  gt_error_mpi_text(mpi_code, text, sizeof text);
   return gt_error_set(GT_ERR_MPI, file, line, func, "%s failed: %s", call, text);
 }
 

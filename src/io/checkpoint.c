@@ -19,6 +19,8 @@
 
 #include "gridtrain/comm.h"
 #include "gridtrain/error.h"
+#include "gridtrain/fault.h"
+#include "gridtrain/log.h"
 #include "h5util.h"
 
 /* Chunks hold at most this many bytes (whole rows of the first axis). */
@@ -156,14 +158,60 @@ static int gt_ckpt_write_meta(hid_t file, const gt_ckpt_meta *m)
   return GT_SUCCESS;
 }
 
+/* One rank's state through a write. A failure that only this rank meets (a
+ * download, a broken invariant) must not take it out of the collective
+ * calls that the other ranks go on making (H5Dcreate2, H5Dwrite, H5Fclose):
+ * the first one is kept in `local`, message and all, and the rank writes
+ * empty selections from then on. Errors of HDF5 calls themselves are the
+ * same on every rank (their I/O errors are held back by the write scope,
+ * comm.h) and end the write everywhere alike. */
+typedef struct {
+  const gt_ckpt_state *st;
+  float *staging;
+  int rank;  /* world rank, for the fault hooks */
+  long step; /* the checkpoint's step, for the fault hooks */
+  int local; /* first local failure, or GT_SUCCESS */
+  char local_message[1024];
+} gt_ckpt_writer;
+
+static void gt_ckpt_note_local(gt_ckpt_writer *w, int code)
+{
+  if (w->local == GT_SUCCESS) {
+    w->local = code;
+    snprintf(w->local_message, sizeof w->local_message, "%s", gt_error_message());
+  }
+  gt_error_clear();
+}
+
+/* Put this rank's entries of t (kind) into staging and select them in the
+ * file space and a new memory space. */
+static int gt_ckpt_stage(gt_ckpt_writer *w, const gt_param *t, const gt_ckpt_tensor *tensor,
+                         int kind, hid_t fspace, hid_t *mspace)
+{
+  for (int d = 0; d < tensor->ndim; d++)
+    GT_CHECK(t->ndim == tensor->ndim && t->full_shape[d] == tensor->dims[d], GT_ERR_INTERNAL,
+             "internal error: parameter %s does not have its logical shape", t->name);
+  GT_CHECK(!gt_fault_hit("ckpt_local_fail", w->rank, w->step), GT_ERR_DEVICE,
+           "copying %s/%s to the host failed (injected by GT_FAULT=ckpt_local_fail)",
+           gt_kind_group[kind], tensor->name);
+  gt_backend *be = w->st->params->be;
+  GT_CALL(be->ops->download(be, w->staging, gt_ckpt_kind_data(w->st, t, kind),
+                            t->numel * sizeof(float), NULL));
+  GT_CALL(gt_ckpt_copy_done(be));
+  GT_CALL(gt_ckpt_local_space(t, mspace));
+  GT_CALL(gt_ckpt_select(t, fspace, *mspace));
+  return GT_SUCCESS;
+}
+
 enum { GT_W_SPACE, GT_W_DCPL, GT_W_DSET, GT_W_MSPACE, GT_W_N };
 
 /* Create dataset `group/name` of one logical tensor and write this rank's
- * part of it (collective: ranks without a part write an empty selection). */
+ * part of it (collective: ranks without a part, or after a local failure,
+ * write an empty selection). */
 static int gt_ckpt_write_tensor_in(hid_t file, hid_t dxpl, const gt_ckpt_tensor *tensor,
-                                   int kind, const gt_ckpt_state *st, float *staging,
-                                   hid_t ids[])
+                                   int kind, gt_ckpt_writer *w, hid_t ids[])
 {
+  const gt_ckpt_state *st = w->st;
   char path[GT_PARAM_NAME_MAX + 16];
   snprintf(path, sizeof path, "%s/%s", gt_kind_group[kind], tensor->name);
   hsize_t dims[GT_TENSOR_MAX_DIMS], chunk[GT_TENSOR_MAX_DIMS];
@@ -195,46 +243,39 @@ static int gt_ckpt_write_tensor_in(hid_t file, hid_t dxpl, const gt_ckpt_tensor 
                                       ids[GT_W_DCPL], H5P_DEFAULT));
 
   gt_param *t = st->params ? gt_params_find(st->params, tensor->name) : NULL;
-  if (t && st->writer && t->counted) {
-    for (int d = 0; d < tensor->ndim; d++)
-      GT_CHECK(t->ndim == tensor->ndim && t->full_shape[d] == tensor->dims[d], GT_ERR_INTERNAL,
-               "internal error: parameter %s does not have its logical shape", t->name);
-    gt_backend *be = st->params->be;
-    GT_CALL(be->ops->download(be, staging, gt_ckpt_kind_data(st, t, kind),
-                              t->numel * sizeof(float), NULL));
-    GT_CALL(gt_ckpt_copy_done(be));
-    GT_CALL(gt_ckpt_local_space(t, &ids[GT_W_MSPACE]));
-    GT_CALL(gt_ckpt_select(t, ids[GT_W_SPACE], ids[GT_W_MSPACE]));
-  } else {
+  if (t && st->writer && t->counted && w->local == GT_SUCCESS) {
+    int status = gt_ckpt_stage(w, t, tensor, kind, ids[GT_W_SPACE], &ids[GT_W_MSPACE]);
+    if (status != GT_SUCCESS) {
+      gt_ckpt_note_local(w, status);
+      GT_CALL(gt_h5_close(&ids[GT_W_MSPACE])); /* and write nothing */
+    }
+  }
+  if (ids[GT_W_MSPACE] < 0) {
     GT_H5_ID(ids[GT_W_MSPACE], H5Screate_simple(1, (hsize_t[]){1}, NULL));
     GT_CALL_HDF5(H5Sselect_none(ids[GT_W_MSPACE]));
     GT_CALL_HDF5(H5Sselect_none(ids[GT_W_SPACE]));
   }
   GT_CALL_HDF5(H5Dwrite(ids[GT_W_DSET], H5T_NATIVE_FLOAT, ids[GT_W_MSPACE], ids[GT_W_SPACE],
-                        dxpl, staging));
+                        dxpl, w->staging));
   return GT_SUCCESS;
 }
 
 static int gt_ckpt_write_tensor(hid_t file, hid_t dxpl, const gt_ckpt_tensor *tensor, int kind,
-                                const gt_ckpt_state *st, float *staging)
+                                gt_ckpt_writer *w)
 {
   hid_t ids[GT_W_N] = {H5I_INVALID_HID, H5I_INVALID_HID, H5I_INVALID_HID, H5I_INVALID_HID};
-  int status = gt_ckpt_write_tensor_in(file, dxpl, tensor, kind, st, staging, ids);
+  int status = gt_ckpt_write_tensor_in(file, dxpl, tensor, kind, w, ids);
   GT_CALL(gt_h5_close_all(status, GT_W_N, ids));
   return GT_SUCCESS;
 }
 
-/* Fault injection for the tests (docs/checkpoints.md): GT_TEST_CKPT_CRASH=S
- * kills rank 0 halfway through writing the checkpoint of step S, as a node
- * failure would. */
-static void gt_ckpt_maybe_crash(long step, int done, int total, MPI_Comm comm)
+/* GT_FAULT=ckpt_kill[:step=S] (fault.h): rank 0 dies halfway through the
+ * write, as a node failure would. */
+static void gt_ckpt_maybe_kill(const gt_ckpt_writer *w, int done, int total)
 {
-  const char *crash = getenv("GT_TEST_CKPT_CRASH");
-  int rank = 0;
-  MPI_Comm_rank(comm, &rank);
-  if (crash && atol(crash) == step && rank == 0 && done == total / 2) {
-    fprintf(stderr, "gridtrain: GT_TEST_CKPT_CRASH=%ld: killing rank 0 in a checkpoint write\n",
-            step);
+  if (done == total / 2 && gt_fault_hit("ckpt_kill", w->rank, w->step)) {
+    fprintf(stderr, "gridtrain: GT_FAULT=ckpt_kill: killing rank %d in the checkpoint write of "
+            "step %ld\n", w->rank, w->step);
     fflush(stderr);
     raise(SIGKILL);
   }
@@ -242,9 +283,8 @@ static void gt_ckpt_maybe_crash(long step, int done, int total, MPI_Comm comm)
 
 enum { GT_WF_FILE, GT_WF_DXPL, GT_WF_GROUP, GT_WF_N };
 
-static int gt_ckpt_write_in(const char *path, const gt_ckpt_meta *meta,
-                            const gt_ckpt_state *st, MPI_Comm comm, float *staging,
-                            hid_t ids[])
+static int gt_ckpt_write_in(const char *path, const gt_ckpt_meta *meta, gt_ckpt_writer *w,
+                            MPI_Comm comm, hid_t ids[])
 {
   GT_CALL(gt_h5_create_mpio(path, comm, &ids[GT_WF_FILE]));
   const hid_t file = ids[GT_WF_FILE];
@@ -259,32 +299,58 @@ static int gt_ckpt_write_in(const char *path, const gt_ckpt_meta *meta,
    * HDF5. */
   GT_H5_ID(ids[GT_WF_DXPL], H5Pcreate(H5P_DATASET_XFER));
   GT_CALL_HDF5(H5Pset_dxpl_mpio(ids[GT_WF_DXPL], H5FD_MPIO_COLLECTIVE));
+  const gt_ckpt_state *st = w->st;
   for (int i = 0; i < st->ntensors; i++) {
-    gt_ckpt_maybe_crash(meta->step, i, st->ntensors, comm);
+    gt_ckpt_maybe_kill(w, i, st->ntensors);
     for (int k = 0; k < GT_NKINDS; k++)
-      GT_CALL(gt_ckpt_write_tensor(file, ids[GT_WF_DXPL], &st->tensors[i], k, st, staging));
+      GT_CALL(gt_ckpt_write_tensor(file, ids[GT_WF_DXPL], &st->tensors[i], k, w));
   }
   GT_CALL_HDF5(H5Fflush(file, H5F_SCOPE_GLOBAL));
+  return GT_SUCCESS;
+}
+
+/* gt_ckpt_write, naming the checkpoint `shown` in its error message. */
+static int gt_ckpt_write_file(const char *path, const char *shown, const gt_ckpt_meta *meta,
+                              const gt_ckpt_state *st, MPI_Comm comm)
+{
+  static float no_data; /* the buffer of empty selections when staging is missing */
+  gt_ckpt_writer w = {.st = st, .step = meta->step, .local = GT_SUCCESS};
+  MPI_Comm_rank(MPI_COMM_WORLD, &w.rank);
+  const size_t n = gt_ckpt_largest_local(st);
+  float *staging = malloc(n * sizeof(float));
+  if (!staging)
+    gt_ckpt_note_local(&w, GT_ERROR(GT_ERR_SYSTEM, "out of memory allocating %zu bytes",
+                                    n * sizeof(float)));
+  w.staging = staging ? staging : &no_data;
+  hid_t ids[GT_WF_N] = {H5I_INVALID_HID, H5I_INVALID_HID, H5I_INVALID_HID};
+  int status = gt_comm_foreign_begin(comm);
+  if (status == GT_SUCCESS) {
+    /* Every rank makes every collective call of the write, whatever failed
+     * here (write scope, `local`), and closes the file; only then is the
+     * outcome known. The first I/O error is the cause of whatever followed,
+     * then a local failure, then HDF5's own error. */
+    gt_comm_io_begin(gt_fault_hit("ckpt_write_fail", w.rank, w.step));
+    status = gt_ckpt_write_in(path, meta, &w, comm, ids);
+    status = gt_h5_close_all(status, GT_WF_N, ids);
+    const int io = gt_comm_io_end();
+    gt_comm_foreign_end();
+    if (io != GT_SUCCESS) {
+      status = io;
+    } else if (w.local != GT_SUCCESS) {
+      status = gt_error_set(w.local, __FILE__, __LINE__, __func__, "%s", w.local_message);
+    }
+  }
+  free(staging);
+  if (status != GT_SUCCESS)
+    return gt_error_wrap(status, __FILE__, __LINE__, __func__, "cannot write checkpoint %s",
+                         shown);
   return GT_SUCCESS;
 }
 
 int gt_ckpt_write(const char *path, const gt_ckpt_meta *meta, const gt_ckpt_state *st,
                   MPI_Comm comm)
 {
-  const size_t n = gt_ckpt_largest_local(st);
-  float *staging = malloc(n * sizeof(float));
-  GT_CHECK_ALLOC(staging, n * sizeof(float));
-  hid_t ids[GT_WF_N] = {H5I_INVALID_HID, H5I_INVALID_HID, H5I_INVALID_HID};
-  int status = gt_comm_foreign_begin(comm);
-  if (status == GT_SUCCESS) {
-    status = gt_ckpt_write_in(path, meta, st, comm, staging, ids);
-    status = gt_h5_close_all(status, GT_WF_N, ids);
-    gt_comm_foreign_end();
-  }
-  free(staging);
-  if (status != GT_SUCCESS)
-    return gt_error_wrap(status, __FILE__, __LINE__, __func__, "cannot write checkpoint %s",
-                         path);
+  GT_CALL(gt_ckpt_write_file(path, path, meta, st, comm));
   return GT_SUCCESS;
 }
 
@@ -787,29 +853,96 @@ static int gt_ckpt_prune(const char *dir, int keep, long newest)
   return GT_SUCCESS;
 }
 
-/* Rank 0, after every rank has closed the .tmp file: make it durable,
- * give it its name, then point `latest` at it. */
+/* Write `text` to the new file `path` and fsync it; on failure remove it. */
+static int gt_write_synced(const char *path, const char *text)
+{
+  FILE *f = fopen(path, "w");
+  GT_CHECK(f != NULL, GT_ERR_SYSTEM, "cannot create %s: %s", path, strerror(errno));
+  int ok = fputs(text, f) >= 0 && fflush(f) == 0 && fsync(fileno(f)) == 0;
+  int err = errno;
+  if (fclose(f) != 0 && ok) {
+    ok = 0;
+    err = errno;
+  }
+  if (!ok)
+    unlink(path);
+  GT_CHECK(ok, GT_ERR_SYSTEM, "cannot write %s: %s", path, strerror(err));
+  return GT_SUCCESS;
+}
+
+/* How far gt_ckpt_publish_in got: what a failure has to undo. */
+enum { GT_PUB_NONE, GT_PUB_RENAMED, GT_PUB_LATEST };
+
+static int gt_ckpt_publish_in(const char *dir, const char *tmp, const char *path,
+                              const char *latest, const char *latest_tmp, int *stage)
+{
+  GT_CALL(gt_fsync_path(tmp, false));
+  /* latest.tmp first: on a full disk this is what fails, while nothing has a
+   * new name yet. */
+  char line[GT_PATH_MAX];
+  const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+  snprintf(line, sizeof line, "%s\n", base);
+  GT_CALL(gt_write_synced(latest_tmp, line));
+  GT_CHECK(rename(tmp, path) == 0, GT_ERR_SYSTEM, "cannot rename %s to %s: %s", tmp, path,
+           strerror(errno));
+  *stage = GT_PUB_RENAMED;
+  GT_CALL(gt_fsync_path(dir, true));
+  GT_CHECK(rename(latest_tmp, latest) == 0, GT_ERR_SYSTEM, "cannot rename %s to %s: %s",
+           latest_tmp, latest, strerror(errno));
+  *stage = GT_PUB_LATEST;
+  GT_CALL(gt_fsync_path(dir, true));
+  return GT_SUCCESS;
+}
+
+/* Rank 0, after every rank has closed the .tmp file: make it durable, give
+ * it its name, point `latest` at it, then prune. A failure on the way
+ * undoes what was done (best effort; the first error is the one reported),
+ * so that the directory is as before the write: the earlier step files and
+ * `latest` as they were, neither the new file nor a .tmp left. */
 static int gt_ckpt_publish(const char *dir, const char *tmp, const char *path, int keep,
                            long step)
 {
-  GT_CALL(gt_fsync_path(tmp, false));
-  GT_CHECK(rename(tmp, path) == 0, GT_ERR_SYSTEM, "cannot rename %s to %s: %s", tmp, path,
-           strerror(errno));
-  GT_CALL(gt_fsync_path(dir, true));
-  char latest[GT_PATH_MAX + 16], latest_tmp[GT_PATH_MAX + 16];
+  char latest[GT_PATH_MAX + 16], latest_tmp[GT_PATH_MAX + 16], before[GT_PATH_MAX] = "";
   snprintf(latest, sizeof latest, "%s/latest", dir);
   snprintf(latest_tmp, sizeof latest_tmp, "%s/latest.tmp", dir);
-  FILE *f = fopen(latest_tmp, "w");
-  GT_CHECK(f != NULL, GT_ERR_SYSTEM, "cannot create %s: %s", latest_tmp, strerror(errno));
-  const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
-  int ok = fprintf(f, "%s\n", base) > 0 && fflush(f) == 0 && fsync(fileno(f)) == 0;
-  int err = errno;
-  ok = fclose(f) == 0 && ok;
-  GT_CHECK(ok, GT_ERR_SYSTEM, "cannot write %s: %s", latest_tmp, strerror(err));
-  GT_CHECK(rename(latest_tmp, latest) == 0, GT_ERR_SYSTEM, "cannot rename %s to %s: %s",
-           latest_tmp, latest, strerror(errno));
-  GT_CALL(gt_fsync_path(dir, true));
-  GT_CALL(gt_ckpt_prune(dir, keep, step));
+  FILE *f = fopen(latest, "r");
+  const bool had_latest = f != NULL;
+  if (f) {
+    if (!fgets(before, sizeof before, f))
+      before[0] = '\0';
+    fclose(f);
+  }
+  int stage = GT_PUB_NONE;
+  int status = gt_ckpt_publish_in(dir, tmp, path, latest, latest_tmp, &stage);
+  if (status != GT_SUCCESS) {
+    char cause[1024];
+    snprintf(cause, sizeof cause, "%s", gt_error_message());
+    if (stage == GT_PUB_LATEST) {
+      /* `latest` names the new file, whose name may not be durable: put the
+       * old text back (the new one's space is free again) or remove it. */
+      if (!had_latest)
+        unlink(latest);
+      else if (gt_write_synced(latest_tmp, before) != GT_SUCCESS ||
+               rename(latest_tmp, latest) != 0)
+        unlink(latest_tmp);
+    }
+    if (stage >= GT_PUB_RENAMED)
+      unlink(path);
+    unlink(tmp);
+    unlink(latest_tmp);
+    if (stage >= GT_PUB_RENAMED)
+      gt_fsync_path(dir, true);
+    status = gt_error_set(status, __FILE__, __LINE__, __func__, "%s", cause);
+    return gt_error_wrap(status, __FILE__, __LINE__, __func__, "cannot write checkpoint %s",
+                         path);
+  }
+  /* The checkpoint is complete and named: old files that cannot be removed
+   * cost space, not data. */
+  if (gt_ckpt_prune(dir, keep, step) != GT_SUCCESS) {
+    gt_warn("checkpoint %s is written, but pruning %s failed: %s", path, dir,
+            gt_error_message());
+    gt_error_clear();
+  }
   return GT_SUCCESS;
 }
 
@@ -822,7 +955,9 @@ int gt_ckpt_save(const char *dir, int keep, const gt_ckpt_meta *meta, const gt_c
   GT_CALL(gt_ckpt_dir_prepare(dir, comm));
   char tmp[GT_PATH_MAX + 16];
   snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  int status = writers != MPI_COMM_NULL ? gt_ckpt_write(tmp, meta, st, writers) : GT_SUCCESS;
+  int status = writers != MPI_COMM_NULL ? gt_ckpt_write_file(tmp, path, meta, st, writers)
+                                        : GT_SUCCESS;
+  /* Every writer has closed the file: agree, then publish or clean up. */
   status = gt_error_agree(status, comm);
   if (status != GT_SUCCESS) {
     if (rank == 0)

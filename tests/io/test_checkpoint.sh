@@ -146,7 +146,7 @@ ok $? "resuming a finished run: exit 0, nothing to do"
 
 # ---- a crash in the middle of a write leaves latest on the previous file
 cx="$GT_TMP/crash"
-GT_TEST_CKPT_CRASH=8 train 2 "$GT_TMP/x" grid.pp=2 run.steps=12 checkpoint.dir="$cx" \
+GT_FAULT=ckpt_kill:step=8 train 2 "$GT_TMP/x" grid.pp=2 run.steps=12 checkpoint.dir="$cx" \
   checkpoint.every=4
 status=$?
 [ $status -ne 0 ] && [ "$(cat "$cx/latest")" = "step_00000004.h5" ] &&
