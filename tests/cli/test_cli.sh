@@ -22,7 +22,9 @@ missing=""
 for key in run.steps run.seed run.log_every run.metrics grid.dp grid.pp grid.tp model.type \
   model.layers model.heads model.dim model.seq_len model.vocab data.train data.val data.batch \
   data.microbatches optim.lr optim.min_lr optim.warmup optim.weight_decay optim.beta1 \
-  optim.beta2 optim.grad_clip backend.device backend.threads parallel.wait parallel.schedule \
+  optim.beta2 optim.grad_clip backend.device backend.threads backend.precision \
+  backend.mpi_device backend.loss_scale backend.loss_scale_interval backend.loss_scale_factor \
+  backend.loss_scale_min parallel.wait parallel.schedule \
   parallel.stages parallel.bucket_mb parallel.dp_overlap checkpoint.dir checkpoint.every \
   checkpoint.keep checkpoint.resume; do
   grep -q "^    $key " "$GT_TMP/train-help" || missing="$missing $key"
@@ -81,6 +83,49 @@ assert [("val_loss" in r) for r in steps] == [False] * 4 + [True] + [False] * 4 
 assert len(summary) == 1 and summary[0]["steps"] == 10
 PY
 ok $? "metrics file: 10 step records with every key, val_loss at steps 4 and 9, one summary"
+grep -q "^  precision  *fp32 compute  *resolved" "$GT_TMP/run.out" &&
+  grep -q "^  mpi and device memory  *MPI on device buffers (host-visible device memory)" "$GT_TMP/run.out"
+ok $? "the start-up table shows the precision and how MPI meets device memory"
+grep -q "^# memory per rank (fp32 compute" "$GT_TMP/run.out" &&
+  [ "$(grep -c -E '^  [0-3]( +[0-9.]+ [KMG]?i?B){7}$' "$GT_TMP/run.out")" -eq 4 ]
+ok $? "a memory table with one row per rank and 7 byte columns"
+
+# ---- precisions and test modes on the command line
+run_mpi 2 300 "$GT_BIN" train "$GT_SRCDIR/tests/decks/tiny.in" data.train="$data" grid.pp=2 \
+  backend.precision=fp16 backend.loss_scale=1e12 run.steps=4 run.log_every=1 \
+  run.metrics="$GT_TMP/m16.jsonl" >"$GT_TMP/run16.out" 2>"$GT_TMP/run16.err"
+ok $? "an fp16 run on 2 ranks (pp = 2) with a loss scale of 1e12 exits 0"
+grep -E -q '^step 0/4 .* \| scale 1e\+12 \(1 skipped\), skipped \|' "$GT_TMP/run16.out" &&
+  grep -E -q '^step 1/4 .* \| scale 5e\+11 \(2 skipped\), skipped \|' "$GT_TMP/run16.out"
+ok $? "fp16: the log line shows the loss scale, the skipped steps and that a step was skipped"
+"$PYTHON_REF" - "$GT_TMP/m16.jsonl" <<'PY'
+import json, sys
+steps = [json.loads(l) for l in open(sys.argv[1]) if '"summary"' not in l]
+assert [r["loss_scale"] for r in steps[:2]] == [1e12, 5e11], steps
+assert steps[0]["skipped"] is True and steps[0]["skipped_steps"] == 1
+PY
+ok $? "fp16: loss_scale, skipped and skipped_steps in the JSON records"
+run_mpi 2 300 "$GT_BIN" train "$GT_SRCDIR/tests/decks/tiny.in" data.train="$data" grid.pp=2 \
+  backend.precision=fp16 backend.loss_scale=1e12 backend.loss_scale_min=4e11 run.steps=4 \
+  >"$GT_TMP/min.out" 2>"$GT_TMP/min.err"
+status=$?
+[ $status -eq 1 ] && [ "$(grep -c . "$GT_TMP/min.err")" -eq 1 ] &&
+  grep -q "^gridtrain: error: fp16 gradients overflow at step 1 even with loss scale 5e+11: the scale would fall to 2.5e+11, below \[backend\] loss_scale_min = 4e+11" "$GT_TMP/min.err"
+ok $? "a loss scale below loss_scale_min: exit 1 and one error naming the step (got $status)"
+"$GT_BIN" train "$GT_SRCDIR/tests/decks/tiny.in" data.train="$data" backend.precision=bf16 \
+  run.steps=0 >"$GT_TMP/zero.out" 2>&1
+[ $? -eq 0 ] && grep -q "^# memory per rank (bf16 compute" "$GT_TMP/zero.out" &&
+  grep -q "nothing to do" "$GT_TMP/zero.out" && ! grep -q "^step " "$GT_TMP/zero.out"
+ok $? "run.steps=0 prints the tables and stops"
+run_mpi 2 300 "$GT_BIN" train "$GT_SRCDIR/tests/decks/tiny.in" data.train="$data" grid.tp=2 \
+  backend.device=cpu-guard run.steps=2 >"$GT_TMP/guard.out" 2>"$GT_TMP/guard.err"
+ok $? "backend.device = cpu-guard trains on 2 ranks (tp = 2)"
+grep -q "^  mpi and device memory  *staged through pinned host buffers (device memory is not host-visible)" "$GT_TMP/guard.out"
+ok $? "cpu-guard: MPI is staged through pinned host buffers"
+run_mpi 2 300 "$GT_BIN" train "$GT_SRCDIR/tests/decks/tiny.in" data.train="$data" \
+  backend.device=cpu-guard backend.mpi_device=on run.steps=2 >/dev/null 2>"$GT_TMP/on.err"
+[ $? -eq 2 ] && grep -q "mpi_device = on: MPI cannot take the device pointers of backend cpu-guard" "$GT_TMP/on.err"
+ok $? "mpi_device = on with cpu-guard: exit 2 and why"
 # (a warning about the BLAS kernels may appear on machines OpenBLAS misdetects)
 [ -z "$(grep -v -e '^$' -e '^gridtrain: warning: OpenBLAS' "$GT_TMP/run.err")" ]
 ok $? "nothing else on stderr"
