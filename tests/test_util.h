@@ -15,6 +15,7 @@
 
 #include "gridtrain/backend.h"
 #include "gridtrain/error.h"
+#include "gridtrain/ingest.h"
 #include "gridtrain/log.h"
 #include "tap.h"
 
@@ -96,6 +97,33 @@ static inline void tu_tmp_dir(const char *name, char *dir, size_t size)
   const char *mode = getenv("GT_CPU_MODE");
   snprintf(dir, size, "%s/tests/tmp/%s%s%s", getenv("GT_BUILDDIR"), name,
            mode && mode[0] ? "-" : "", mode ? mode : "");
+}
+
+/* Collective on the world: a fresh scratch directory for test `name`
+ * (tu_tmp_dir; dir, at least 1024 bytes) holding genesis.h5, the bytes of
+ * tests/data/genesis.txt as a dataset (all train, no validation), whose
+ * path goes to path (size bytes). Rank 0 makes it; on failure the test bails
+ * out and the job aborts. */
+static inline void tu_genesis_dataset(const char *name, char *dir, size_t dsize, char *path,
+                                      size_t size)
+{
+  int rank;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  tu_tmp_dir(name, dir, dsize);
+  snprintf(path, size, "%s/genesis.h5", dir);
+  int st = GT_SUCCESS;
+  if (rank == 0) {
+    char cmd[4400], text[4200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s'", dir, dir);
+    snprintf(text, sizeof text, "%s/tests/data/genesis.txt", getenv("GT_SRCDIR"));
+    char *files[1] = {text};
+    st = system(cmd) == 0 ? gt_ingest_text(1, files, path, 0.0, NULL) : GT_ERR_SYSTEM;
+  }
+  MPI_Bcast(&st, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  if (st != GT_SUCCESS) {
+    tap_bail("cannot make the dataset %s: %s", path, rank == 0 ? gt_error_message() : "");
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
 }
 
 /* Barrier that sleeps while it waits, so that ranks with nothing to do do

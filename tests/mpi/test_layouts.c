@@ -37,7 +37,6 @@
 
 #include "../test_util.h"
 #include "gridtrain/gpt.h"
-#include "gridtrain/ingest.h"
 #include "gridtrain/trainer.h"
 
 #define STEPS 10
@@ -134,28 +133,6 @@ static double param_err(const gt_gpt_shape *shape, const float *a, const float *
   return err;
 }
 
-static void make_dataset(int rank, int nranks, char *path, size_t size)
-{
-  const char *src = getenv("GT_SRCDIR");
-  char dir[900], text[1024];
-  char name[32];
-  snprintf(name, sizeof name, "test_layouts%d", nranks);
-  tu_tmp_dir(name, dir, sizeof dir);
-  snprintf(path, size, "%s/genesis.h5", dir);
-  snprintf(text, sizeof text, "%s/tests/data/genesis.txt", src);
-  int st = GT_SUCCESS;
-  if (rank == 0) {
-    char cmd[1100];
-    snprintf(cmd, sizeof cmd, "mkdir -p '%s'", dir);
-    char *files[1] = {text};
-    st = system(cmd) == 0 ? gt_ingest_text(1, files, path, 0.0, NULL) : GT_ERR_SYSTEM;
-  }
-  MPI_Bcast(&st, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  if (st != GT_SUCCESS) {
-    tap_bail("cannot make the dataset %s: %s", path, gt_error_message());
-    MPI_Abort(MPI_COMM_WORLD, 1);
-  }
-}
 
 int main(int argc, char **argv)
 {
@@ -172,11 +149,12 @@ int main(int argc, char **argv)
     MPI_Finalize();
     return 1;
   }
-  char dataset[1024];
-  make_dataset(rank, nranks, dataset, sizeof dataset);
+  char dataset[1200], dir[1024], name[32];
+  snprintf(name, sizeof name, "test_layouts%d", nranks);
+  tu_genesis_dataset(name, dir, sizeof dir, dataset, sizeof dataset);
 
   /* batch: divisible by dp x microbatches of every layout in the set */
-  char deck[1400];
+  char deck[1800];
   snprintf(deck, sizeof deck,
            "[run]\nsteps = %d\nseed = 7\n"
            "[model]\nlayers = %d\nheads = %d\ndim = %d\nseq_len = %d\nvocab = 256\n"

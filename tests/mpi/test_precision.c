@@ -45,7 +45,6 @@
 
 #include "../test_util.h"
 #include "gridtrain/gpt.h"
-#include "gridtrain/ingest.h"
 #include "gridtrain/trainer.h"
 
 #define STEPS 6
@@ -170,26 +169,6 @@ static double loss_err(const double *a, const double *b, int n, int *at)
   return worst;
 }
 
-static void make_dataset(int rank, char *path, size_t size)
-{
-  const char *src = getenv("GT_SRCDIR");
-  char dir[900], text[1024];
-  tu_tmp_dir("test_precision", dir, sizeof dir);
-  snprintf(path, size, "%s/genesis.h5", dir);
-  snprintf(text, sizeof text, "%s/tests/data/genesis.txt", src);
-  int st = GT_SUCCESS;
-  if (rank == 0) {
-    char cmd[2100];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s'", dir, dir);
-    char *files[1] = {text};
-    st = system(cmd) == 0 ? gt_ingest_text(1, files, path, 0.0, NULL) : GT_ERR_SYSTEM;
-  }
-  MPI_Bcast(&st, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  if (st != GT_SUCCESS) {
-    tap_bail("cannot make the dataset %s: %s", path, gt_error_message());
-    MPI_Abort(MPI_COMM_WORLD, 1);
-  }
-}
 
 static gt_config with(const gt_config *base, const char *precision, int dp, int pp, int tp)
 {
@@ -390,9 +369,8 @@ int main(int argc, char **argv)
     MPI_Finalize();
     return 1;
   }
-  char dataset[1024], dir[1100];
-  make_dataset(rank, dataset, sizeof dataset);
-  tu_tmp_dir("test_precision", dir, sizeof dir);
+  char dataset[1200], dir[1100];
+  tu_genesis_dataset("test_precision", dir, sizeof dir, dataset, sizeof dataset);
   char deck[1600];
   snprintf(deck, sizeof deck,
            "[run]\nsteps = %d\nseed = 11\n"

@@ -26,7 +26,6 @@
 
 #include "../test_util.h"
 #include "gridtrain/gpt.h"
-#include "gridtrain/ingest.h"
 #include "gridtrain/trainer.h"
 
 #define N 4 /* steps before and after the restart */
@@ -99,22 +98,6 @@ static bool same_bits(const float *a, const float *b, size_t n)
   return a && b && memcmp(a, b, n * sizeof(float)) == 0;
 }
 
-static int setup_dirs(int rank, char *dataset, size_t dsize, char *dir, size_t size)
-{
-  const char *src = getenv("GT_SRCDIR");
-  tu_tmp_dir("test_restart", dir, size);
-  snprintf(dataset, dsize, "%s/genesis.h5", dir);
-  int st = GT_SUCCESS;
-  if (rank == 0) {
-    char cmd[4200], text[2048];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s'", dir, dir);
-    snprintf(text, sizeof text, "%s/tests/data/genesis.txt", src);
-    char *files[1] = {text};
-    st = system(cmd) == 0 ? gt_ingest_text(1, files, dataset, 0.0, NULL) : GT_ERR_SYSTEM;
-  }
-  MPI_Bcast(&st, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  return st;
-}
 
 int main(int argc, char **argv)
 {
@@ -127,11 +110,8 @@ int main(int argc, char **argv)
     MPI_Finalize();
     return 1;
   }
-  char dataset[700], dir[512];
-  if (setup_dirs(rank, dataset, sizeof dataset, dir, sizeof dir) != GT_SUCCESS) {
-    tap_bail("cannot make the dataset: %s", gt_error_message());
-    MPI_Abort(MPI_COMM_WORLD, 1);
-  }
+  char dataset[800], dir[700];
+  tu_genesis_dataset("test_restart", dir, sizeof dir, dataset, sizeof dataset);
   char deck[2000];
   snprintf(deck, sizeof deck,
            "[run]\nsteps = %d\nseed = 11\n"
@@ -149,7 +129,7 @@ int main(int argc, char **argv)
   cfg.grid.dp = cfg.grid.pp = cfg.grid.tp = 2;
   const gt_gpt_shape shape = shape_of(&cfg);
   const size_t numel = gt_gpt_param_count(&shape);
-  char ckdir[700], ckdir2[700];
+  char ckdir[900], ckdir2[900];
   snprintf(ckdir, sizeof ckdir, "%s/ck", dir);
   snprintf(ckdir2, sizeof ckdir2, "%s/ck142", dir);
 
@@ -240,7 +220,7 @@ int main(int argc, char **argv)
   }
 
   // ---- 4. a checkpoint written by another layout holds the same tensors ----
-  char path2[1024];
+  char path2[1000];
   snprintf(path2, sizeof path2, "%s/step_%08d.h5", ckdir2, N);
   gt_config c = cfg;
   c.grid.dp = 8;

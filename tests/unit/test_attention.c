@@ -50,11 +50,10 @@
  */
 #include <stdio.h>
 
+#include "../compare.h"
 #include "../test_util.h"
 #include "gridtrain/backend.h"
 
-#define TOL32 2e-6
-#define ULP_SLACK 1e-5
 #define LSE_TOL 2e-6
 #define FD_H 1e-2
 #define FD_SAMPLES 16 /* per part (q, k, v) */
@@ -219,56 +218,10 @@ static bool backward(gt_backend *be, gt_dtype dt, shape s, const void *qkv, cons
 
 // ---- comparisons ------------------------------------------------------------------------
 
-static double ulp_of(gt_dtype t, double x)
-{
-  const int p = t == GT_BF16 ? 8 : t == GT_F16 ? 11 : 24; /* significant bits */
-  const int emin = t == GT_BF16 ? -133 : t == GT_F16 ? -24 : -149;
-  int e;
-  frexp(fabs(x), &e);
-  return x == 0 || e - p < emin ? ldexp(1, emin) : ldexp(1, e - p);
-}
-
-/* a (fast) against b (reference), n decoded values of type t (see the top). */
+/* a (fast) against b (reference), n decoded values of type t (compare.h). */
 static bool check(gt_dtype t, const char *what, const float *a, const float *b, size_t n)
 {
-  double num = 0, den = 0, inf = 0;
-  bool finite = true;
-  for (size_t i = 0; i < n; i++) {
-    const double d = (double)a[i] - b[i];
-    num += d * d;
-    den += (double)b[i] * b[i];
-    inf = fmax(inf, fabs(b[i]));
-    finite = finite && isfinite(a[i]) && isfinite(b[i]);
-  }
-  const double rel = sqrt(num) / fmax(sqrt(den), 1e-30);
-  if (t == GT_F32) {
-    const bool ok = finite && rel <= TOL32;
-    if (!tap_ok(ok, "%s (rel err %.2e)", what, rel))
-      tap_diag("%s: relative error %.3e > %.1e%s", what, rel, TOL32,
-               finite ? "" : " (or not finite)");
-    return ok;
-  }
-  double worst = 0;
-  size_t at = 0, differ = 0;
-  for (size_t i = 0; i < n; i++) {
-    const double d = fabs((double)a[i] - b[i]), slack = ULP_SLACK * inf;
-    differ += d > slack;
-    const double r = d / (ulp_of(t, b[i]) + slack);
-    if (r > worst) {
-      worst = r;
-      at = i;
-    }
-  }
-  const double u = t == GT_BF16 ? 0x1p-8 : 0x1p-11, norm_tol = n >= 256 ? u / 8 : u;
-  const size_t max_differ = 2 + n / 32;
-  const bool ok = finite && worst <= 1.0 && differ <= max_differ && rel <= norm_tol;
-  if (!tap_ok(ok, "%s (worst %.2f ulp, rel err %.2e, %zu of %zu differ)", what, worst, rel,
-              differ, n))
-    tap_diag("%s: element %zu: %.9g vs %.9g (bound 1 ulp + %.0e max|ref|); rel err %.3e "
-             "(bound %.2e); %zu elements differ (bound %zu)%s",
-             what, at, a[at], b[at], ULP_SLACK, rel, norm_tol, differ, max_differ,
-             finite ? "" : "; not finite");
-  return ok;
+  return tu_check_close(t, what, a, b, n, false);
 }
 
 /* lse of row t, head h, batch b in double from the decoded qkv. */

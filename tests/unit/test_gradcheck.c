@@ -17,12 +17,10 @@
  */
 #include <stdio.h>
 
+#include "../fd_check.h"
 #include "../test_util.h"
 #include "gridtrain/backend.h"
 
-#define FD_H 1e-2
-#define FD_SAMPLES 24
-#define FD_TOL 2e-3
 
 static gt_backend *fast, *ref;
 static int call_failures;
@@ -40,55 +38,6 @@ static void ok_call(gt_backend *be, int status, const char *what)
 }
 #define CALL(be, op, ...) ok_call((be), (be)->ops->op((be), __VA_ARGS__), #op)
 
-/* An op under test: inputs it perturbs, its loss and its gradients. */
-typedef struct fd_case fd_case;
-struct fd_case {
-  const char *name;
-  int ninputs;
-  float *x[4];       /* inputs (perturbed in place) */
-  size_t n[4];
-  const char *xname[4];
-  float *grad[4];    /* analytical gradients, filled by grads() */
-  double (*loss)(fd_case *c, gt_backend *be);
-  void (*grads)(fd_case *c, gt_backend *be);
-  void *ctx;
-};
-
-static double dot_r(const float *y, const float *r, size_t n)
-{
-  double s = 0;
-  for (size_t i = 0; i < n; i++)
-    s += (double)y[i] * r[i];
-  return s;
-}
-
-static void run_case(fd_case *c, gt_backend *be)
-{
-  c->grads(c, be);
-  for (int k = 0; k < c->ninputs; k++) {
-    double num = 0, den = 0;
-    uint64_t s = 1234 + (uint64_t)k;
-    for (int j = 0; j < FD_SAMPLES; j++) {
-      s = s * 6364136223846793005ULL + 1442695040888963407ULL;
-      size_t i = (size_t)((s >> 33) % c->n[k]);
-      float x0 = c->x[k][i];
-      float xp = (float)(x0 + FD_H), xm = (float)(x0 - FD_H);
-      c->x[k][i] = xp;
-      double lp = c->loss(c, ref);
-      c->x[k][i] = xm;
-      double lm = c->loss(c, ref);
-      c->x[k][i] = x0;
-      double fd = (lp - lm) / ((double)xp - (double)xm);
-      double an = c->grad[k][i];
-      num += (fd - an) * (fd - an);
-      den += fd * fd;
-    }
-    double err = sqrt(num) / fmax(sqrt(den), 1e-4);
-    if (!tap_ok(err <= FD_TOL, "%s [%s] d/d%s vs finite differences (err %.2e)", c->name,
-                be->name, c->xname[k], err))
-      tap_diag("%s d/d%s: error %.3e > %.1e", c->name, c->xname[k], err, FD_TOL);
-  }
-}
 
 // ---- linear ------------------------------------------------------------------------
 
@@ -129,7 +78,7 @@ static void test_linear(gt_backend *be)
   l.y = tu_alloc((size_t)l.N * l.OC);
   l.r = tu_alloc((size_t)l.N * l.OC);
   tu_fill(l.r, (size_t)l.N * l.OC, 49, -1, 1);
-  run_case(&c, be);
+  fd_run(&c, be, ref);
   for (int k = 0; k < 3; k++)
     free(c.x[k]), free(c.grad[k]);
   free(l.y), free(l.r);
@@ -178,7 +127,7 @@ static void test_layernorm(gt_backend *be)
   l.mean = tu_alloc(l.N);
   l.rstd = tu_alloc(l.N);
   tu_fill(l.r, sizes[0], 59, -1, 1);
-  run_case(&c, be);
+  fd_run(&c, be, ref);
   for (int k = 0; k < 3; k++)
     free(c.x[k]), free(c.grad[k]);
   free(l.y), free(l.r), free(l.mean), free(l.rstd);
@@ -216,7 +165,7 @@ static void test_gelu(gt_backend *be)
   g.y = tu_alloc(g.n);
   g.r = tu_alloc(g.n);
   tu_fill(g.r, g.n, 61, -1, 1);
-  run_case(&c, be);
+  fd_run(&c, be, ref);
   free(c.x[0]), free(c.grad[0]), free(g.y), free(g.r);
 }
 
@@ -264,7 +213,7 @@ static void test_embedding(gt_backend *be)
   e.y = tu_alloc((size_t)e.B * e.T * e.C);
   e.r = tu_alloc((size_t)e.B * e.T * e.C);
   tu_fill(e.r, (size_t)e.B * e.T * e.C, 83, -1, 1);
-  run_case(&c, be);
+  fd_run(&c, be, ref);
   for (int k = 0; k < 2; k++)
     free(c.x[k]), free(c.grad[k]);
   free(e.tok), free(e.y), free(e.r);
@@ -339,7 +288,7 @@ static void test_crossentropy(gt_backend *be, int P)
   x.work = tu_alloc((size_t)P * x.N * (w + 1));
   x.stats = tu_alloc(3 * (size_t)P * x.N);
   x.losses = tu_alloc(x.N);
-  run_case(&c, be);
+  fd_run(&c, be, ref);
   free(c.x[0]), free(c.grad[0]), free(x.y), free(x.work), free(x.stats), free(x.losses);
 }
 

@@ -16,66 +16,15 @@
  */
 #include <stdio.h>
 
+#include "../fd_check.h"
 #include "../test_util.h"
 #include "gridtrain/backend.h"
 #include "gridtrain/gpt.h"
 #include "gridtrain/layers.h"
 
-#define FD_H 1e-2
-#define FD_SAMPLES 24
-#define FD_TOL 2e-3
 
 static gt_backend *fast, *ref;
 
-/* An op under test: inputs it perturbs, its loss and its gradients. */
-typedef struct fd_case fd_case;
-struct fd_case {
-  const char *name;
-  int ninputs;
-  float *x[4];       /* inputs (perturbed in place) */
-  size_t n[4];
-  const char *xname[4];
-  float *grad[4];    /* analytical gradients, filled by grads() */
-  double (*loss)(fd_case *c, gt_backend *be);
-  void (*grads)(fd_case *c, gt_backend *be);
-  void *ctx;
-};
-
-static double dot_r(const float *y, const float *r, size_t n)
-{
-  double s = 0;
-  for (size_t i = 0; i < n; i++)
-    s += (double)y[i] * r[i];
-  return s;
-}
-
-static void run_case(fd_case *c, gt_backend *be)
-{
-  c->grads(c, be);
-  for (int k = 0; k < c->ninputs; k++) {
-    double num = 0, den = 0;
-    uint64_t s = 1234 + (uint64_t)k;
-    for (int j = 0; j < FD_SAMPLES; j++) {
-      s = s * 6364136223846793005ULL + 1442695040888963407ULL;
-      size_t i = (size_t)((s >> 33) % c->n[k]);
-      float x0 = c->x[k][i];
-      float xp = (float)(x0 + FD_H), xm = (float)(x0 - FD_H);
-      c->x[k][i] = xp;
-      double lp = c->loss(c, ref);
-      c->x[k][i] = xm;
-      double lm = c->loss(c, ref);
-      c->x[k][i] = x0;
-      double fd = (lp - lm) / ((double)xp - (double)xm);
-      double an = c->grad[k][i];
-      num += (fd - an) * (fd - an);
-      den += fd * fd;
-    }
-    double err = sqrt(num) / fmax(sqrt(den), 1e-4);
-    if (!tap_ok(err <= FD_TOL, "%s [%s] d/d%s vs finite differences (err %.2e)", c->name,
-                be->name, c->xname[k], err))
-      tap_diag("%s d/d%s: error %.3e > %.1e", c->name, c->xname[k], err, FD_TOL);
-  }
-}
 
 // ---- transformer block ----------------------------------------------------------------------
 
@@ -179,7 +128,7 @@ static void test_block(gt_backend *be)
       c.xname[k] = xn[g0 + k];
       c.ninputs = k + 1;
     }
-    run_case(&c, be);
+    fd_run(&c, be, ref);
   }
   for (int i = 0; i < 12; i++)
     free(*ws[i]), free(*gs[i]);

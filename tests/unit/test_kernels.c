@@ -39,11 +39,10 @@
 #include <float.h>
 #include <stdio.h>
 
+#include "../compare.h"
 #include "../test_util.h"
 #include "gridtrain/backend.h"
 
-#define TOL32 2e-6
-#define ULP_SLACK 1e-5
 
 static gt_backend *fast, *ref;
 static const gt_dtype all_dt[3] = {GT_F32, GT_BF16, GT_F16};
@@ -198,55 +197,10 @@ static float *dt_read(gt_dtype t, const void *p, size_t n)
 
 // ---- comparisons -----------------------------------------------------------------------
 
-static double ulp_of(gt_dtype t, double x)
-{
-  const int p = t == GT_BF16 ? 8 : t == GT_F16 ? 11 : 24; /* significant bits */
-  const int emin = t == GT_BF16 ? -133 : t == GT_F16 ? -24 : -149;
-  int e;
-  frexp(fabs(x), &e);
-  return x == 0 || e - p < emin ? ldexp(1, emin) : ldexp(1, e - p);
-}
-
-/* a (fast) against b (reference), n values of type t (see the top). */
+/* a (fast) against b (reference), n decoded values of type t (compare.h). */
 static bool check(gt_dtype t, const char *what, const float *a, const float *b, size_t n)
 {
-  double num = 0, den = 0, inf = 0;
-  for (size_t i = 0; i < n; i++) {
-    double d = (double)a[i] - b[i];
-    num += d * d;
-    den += (double)b[i] * b[i];
-    inf = fmax(inf, fabs(b[i]));
-  }
-  const double rel = sqrt(num) / fmax(sqrt(den), 1e-30);
-  bool finite = true;
-  for (size_t i = 0; i < n; i++)
-    finite = finite && isfinite(a[i]) == isfinite(b[i]);
-  if (t == GT_F32) {
-    bool ok = finite && rel <= TOL32;
-    if (!tap_ok(ok, "%s (rel err %.2e)", what, rel))
-      tap_diag("%s: relative error %.3e > %.1e", what, rel, TOL32);
-    return ok;
-  }
-  double worst = 0;
-  size_t at = 0, differ = 0;
-  for (size_t i = 0; i < n; i++) {
-    const double d = fabs((double)a[i] - b[i]), slack = ULP_SLACK * inf;
-    differ += d > slack;
-    const double r = d / (ulp_of(t, b[i]) + slack);
-    if (r > worst) {
-      worst = r;
-      at = i;
-    }
-  }
-  const double u = t == GT_BF16 ? 0x1p-8 : 0x1p-11, norm_tol = n >= 256 ? u / 8 : u;
-  const size_t max_differ = 2 + n / 32;
-  bool ok = finite && worst <= 1.0 && differ <= max_differ && rel <= norm_tol;
-  if (!tap_ok(ok, "%s (worst %.2f ulp, rel err %.2e, %zu of %zu differ)", what, worst, rel,
-              differ, n))
-    tap_diag("%s: element %zu: %.9g vs %.9g (bound 1 ulp + %.0e max|ref|); rel err %.3e "
-             "(bound %.2e); %zu elements differ (bound %zu)",
-             what, at, a[at], b[at], ULP_SLACK, rel, norm_tol, differ, max_differ);
-  return ok;
+  return tu_check_close(t, what, a, b, n, true);
 }
 
 /* Two arrays of type t, decoded. */
@@ -320,7 +274,7 @@ static void test_layernorm(gt_dtype dt, int64_t N, int64_t C)
   snprintf(what, sizeof what, "layernorm mean, rstd (fp32) N=%lld C=%lld [%s]", (long long)N,
            (long long)C, gt_dtype_name(dt));
   float mr1[2] = {(float)tu_rel_err(m1, m2, (size_t)N), (float)tu_rel_err(r1, r2, (size_t)N)};
-  tap_ok(mr1[0] <= TOL32 && mr1[1] <= TOL32, "%s (rel err %.2e, %.2e)", what, mr1[0], mr1[1]);
+  tap_ok(mr1[0] <= TU_TOL32 && mr1[1] <= TU_TOL32, "%s (rel err %.2e, %.2e)", what, mr1[0], mr1[1]);
   /* backward, with the reference's statistics for both */
   void *dx1 = dt_random(dt, nc, 14, -1, 1, NULL), *dx2 = dt_copy(dt, dx1, nc);
   float *dw1 = tu_alloc(cs), *db1 = tu_alloc(cs);
