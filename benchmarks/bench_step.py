@@ -1,15 +1,20 @@
 #!/usr/bin/python3
-"""Training-step benchmark: gridtrain vs PyTorch (float32, CPU).
+"""Training-step benchmark: gridtrain vs PyTorch on the CPU, per precision.
 
 usage: /usr/bin/python3 benchmarks/bench_step.py [--gridtrain PATH]
            [--steps N] [--warmup W] [--threads T] [--shapes default,small,124m]
-           [--csv FILE] [--no-torch] [--no-gridtrain] [--openblas-both]
+           [--precisions fp32,bf16,fp16] [--csv FILE] [--no-torch]
+           [--no-gridtrain] [--openblas-both]
 
-For every shape both implementations run W + N full training steps
-(forward, backward, global-norm clip 1.0, AdamW) on one MPI rank with T
-threads; the median step time over the last N steps is reported together
-with tokens/s, GFLOP/s (same FLOP formula for both) and the gridtrain/torch
-speed-up against the 2x target. See benchmarks/README.md.
+For every shape and precision both implementations run W + N full training
+steps (forward, backward, global-norm clip 1.0, AdamW) on one MPI rank with
+T threads; the median step time over the last N steps is reported together
+with tokens/s, GFLOP/s (same FLOP formula for both), GFLOP/s as a share of
+the fp32 sgemm peak measured in the same run, and the gridtrain/torch
+speed-up against the 2x target. gridtrain bf16 runs twice: with its default
+bf16 GEMM (oneDNN where built) and with GT_CPU_BF16_GEMM=sgemm (convert to
+fp32, OpenBLAS sgemm). PyTorch bf16 runs under torch.autocast("cpu"); fp16
+is n/a where CPU autocast does not support it. See benchmarks/README.md.
 
 PyTorch runs in a subprocess of /usr/bin/python3 (this file with
 --torch-worker), so that OMP_NUM_THREADS / OMP_WAIT_POLICY are in the
@@ -92,12 +97,60 @@ def torch_info():
             "threads": torch.get_num_threads()}
 
 
+def torch_autocast(precision):
+    """(context manager factory, None) for a precision, or (None, reason)."""
+    import contextlib
+    import warnings
+    import torch
+    if precision == "fp32":
+        return contextlib.nullcontext, None
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+    why = "autocast stays disabled"
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # some versions warn and disable
+            with torch.autocast("cpu", dtype=dtype):
+                ok = torch.is_autocast_cpu_enabled()
+    except RuntimeError as e:            # others refuse (torch 1.13)
+        ok, why = False, str(e).strip().splitlines()[0]
+    if not ok:
+        return None, (f"torch {torch.__version__} has no CPU autocast for "
+                      f"{precision}: {why}")
+    return (lambda: torch.autocast("cpu", dtype=dtype)), None
+
+
+def sgemm_peak_worker(spec):
+    """Best GFLOP/s of torch.mm on n x n float32 matrices (the system BLAS,
+    with this process's OpenBLAS environment); prints one JSON line."""
+    import torch
+    torch.set_num_threads(spec["threads"])
+    n = spec["n"]
+    gen = torch.Generator().manual_seed(7)
+    a = torch.randn(n, n, generator=gen)
+    b = torch.randn(n, n, generator=gen)
+    c = torch.empty(n, n)
+    best = float("inf")
+    for i in range(spec["reps"] + 2):
+        t0 = time.perf_counter()
+        torch.mm(a, b, out=c)
+        dt = time.perf_counter() - t0
+        if i >= 2:
+            best = min(best, dt)
+    print(json.dumps({"gflops": 2.0 * n ** 3 / best / 1e9, "n": n,
+                      "reps": spec["reps"], **torch_info()}))
+
+
 def torch_worker(spec):
     """Run W + N training steps; print one JSON line with the step times."""
     import torch
     torch.set_num_threads(spec["threads"])
     sys.path.insert(0, REF_DIR)
     import torch_gpt
+
+    autocast, why = torch_autocast(spec.get("precision", "fp32"))
+    if autocast is None:
+        print(json.dumps({"unsupported": why}))
+        return
 
     s = spec["shape"]
     params = torch_gpt.init_params(s["layers"], s["heads"], s["dim"],
@@ -114,7 +167,8 @@ def torch_worker(spec):
         targets = torch.randint(0, V, (B, T), generator=gen)
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
-        loss = torch_gpt.loss_fn(params, tokens, targets, s["heads"])
+        with autocast():
+            loss = torch_gpt.loss_fn(params, tokens, targets, s["heads"])
         loss.backward()
         torch.nn.utils.clip_grad_norm_(plist, 1.0)
         opt.step()
@@ -238,7 +292,7 @@ class Bench:
         self._mpi_prefix = cmd
         return list(cmd)
 
-    def run_gridtrain(self, name, s, env, label):
+    def run_gridtrain(self, name, s, env, label, precision):
         a = self.args
         if not (os.path.isfile(a.gridtrain) and os.access(a.gridtrain, os.X_OK)):
             return {"error": f"{a.gridtrain}: not found or not executable "
@@ -257,7 +311,8 @@ class Bench:
             "data.microbatches=1", f"data.train={data}", "data.val=",
             f"run.steps={a.warmup + a.steps}", "run.log_every=1000",
             "run.eval_every=0", f"run.metrics={metrics}",
-            f"backend.threads={a.threads}", "grid.dp=1", "grid.pp=1", "grid.tp=1",
+            f"backend.threads={a.threads}", f"backend.precision={precision}",
+            "grid.dp=1", "grid.pp=1", "grid.tp=1",
             # never the default run's checkpoints: neither resume nor write them
             "checkpoint.dir=", "checkpoint.resume=never"] + a.set
         rc, _, err = run_logged(cmd, env, self.tmp,
@@ -286,10 +341,10 @@ class Bench:
         e["OMP_NUM_THREADS"] = str(self.args.threads)
         return e
 
-    def run_torch(self, name, s, env, label):
+    def run_torch(self, name, s, env, label, precision):
         a = self.args
         spec = {"shape": s, "threads": a.threads, "steps": a.steps,
-                "warmup": a.warmup}
+                "warmup": a.warmup, "precision": precision}
         cmd = [TORCH_PYTHON, os.path.abspath(__file__), "--torch-worker",
                json.dumps(spec)]
         rc, out, err = run_logged(cmd, self.torch_env(env), self.tmp,
@@ -302,10 +357,29 @@ class Bench:
                 res = json.loads(f.read().strip().splitlines()[-1])
         except (OSError, ValueError, IndexError) as e:
             return {"error": f"bad torch worker output: {e}"}
+        if "unsupported" in res:
+            return {"na": res["unsupported"]}
         times = res["step_ms"][a.warmup:]
         return {"ms": statistics.median(times), "n": len(times),
                 "loss_first": res["loss"][0], "loss_last": res["loss"][-1],
                 "info": res}
+
+    def sgemm_peak(self, env, label):
+        """fp32 sgemm GFLOP/s of this machine now (torch.mm, T threads), or
+        None with the reason printed; the denominator of %peak."""
+        a = self.args
+        spec = {"threads": a.threads, "n": a.peak_n, "reps": 10}
+        cmd = [TORCH_PYTHON, os.path.abspath(__file__), "--sgemm-peak",
+               json.dumps(spec)]
+        rc, out, err = run_logged(cmd, self.torch_env(env), self.tmp,
+                                  os.path.join(self.tmp, f"peak-{label}"),
+                                  a.timeout)
+        try:
+            with open(out) as f:
+                res = json.loads(f.read().strip().splitlines()[-1])
+            return res["gflops"], res
+        except (OSError, ValueError, IndexError, KeyError) as e:
+            return None, {"error": f"sgemm peak rc {rc}: {e}\n{tail(err)}"}
 
     def torch_header(self, env):
         cmd = [TORCH_PYTHON, os.path.abspath(__file__), "--torch-info"]
@@ -323,18 +397,32 @@ class Bench:
 # ------------------------------------------------------------ driver
 
 COLS = [("shape", 8, "s"), ("L", 3, "d"), ("C", 5, "d"), ("H", 3, "d"),
-        ("T", 5, "d"), ("V", 6, "d"), ("B", 4, "d"), ("impl", 16, "s"),
-        ("ms/step(median)", 16, "s"), ("tok/s", 10, "s"),
-        ("GFLOP/s", 9, "s"), ("verdict", 20, "s")]
+        ("T", 5, "d"), ("V", 6, "d"), ("B", 4, "d"), ("prec", 5, "s"),
+        ("impl", 22, "s"), ("ms/step(median)", 16, "s"), ("tok/s", 10, "s"),
+        ("GFLOP/s", 9, "s"), ("%peak", 6, "s"), ("verdict", 30, "s")]
+LEFT = ("shape", "prec", "impl", "verdict")
+PRECISIONS = ("fp32", "bf16", "fp16")
 
 
 def fmt_row(values):
     out = []
     for (name, width, kind), v in zip(COLS, values):
         text = str(v)
-        out.append(text.ljust(width) if kind == "s" and name in ("shape", "impl", "verdict")
-                   else text.rjust(width))
+        out.append(text.ljust(width) if name in LEFT else text.rjust(width))
     return "  ".join(out).rstrip()
+
+
+def impl_runs(a, precision):
+    """(impl name, kind, extra environment) to time for one precision."""
+    runs = []
+    if not a.no_gridtrain:
+        runs.append(("gridtrain", "gridtrain", {}))
+        if precision == "bf16" and not a.no_sgemm_row:
+            runs.append(("gridtrain(bf16 as sgemm)", "gridtrain",
+                         {"GT_CPU_BF16_GEMM": "sgemm"}))
+    if not a.no_torch:
+        runs.append(("torch", "torch", {}))
+    return runs
 
 
 def main(argv=None):
@@ -346,6 +434,12 @@ def main(argv=None):
     ap.add_argument("--threads", type=int, default=2, help="threads per impl (2)")
     ap.add_argument("--shapes", default="default,small,124m",
                     help="comma list of default,small,124m")
+    ap.add_argument("--precisions", default=",".join(PRECISIONS),
+                    help="comma list of fp32,bf16,fp16 (all three)")
+    ap.add_argument("--no-sgemm-row", action="store_true",
+                    help="skip the gridtrain bf16 run with GT_CPU_BF16_GEMM=sgemm")
+    ap.add_argument("--peak-n", type=int, default=2048,
+                    help="matrix size of the sgemm peak measurement (2048)")
     ap.add_argument("--csv", help="also write the rows to this CSV file")
     ap.add_argument("--no-torch", action="store_true", help="skip PyTorch")
     ap.add_argument("--no-gridtrain", action="store_true", help="skip gridtrain")
@@ -365,10 +459,14 @@ def main(argv=None):
     ap.add_argument("--keep", action="store_true", help="keep the temp directory")
     ap.add_argument("--torch-worker", help=argparse.SUPPRESS)
     ap.add_argument("--torch-info", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--sgemm-peak", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
 
     if a.torch_worker:
         torch_worker(json.loads(a.torch_worker))
+        return 0
+    if a.sgemm_peak:
+        sgemm_peak_worker(json.loads(a.sgemm_peak))
         return 0
     if a.torch_info:
         import torch
@@ -380,6 +478,11 @@ def main(argv=None):
     a.gridtrain = os.path.abspath(a.gridtrain)
     a.deck = os.path.abspath(a.deck)
 
+    precisions = [p.strip() for p in a.precisions.split(",") if p.strip()]
+    for p in precisions:
+        if p not in PRECISIONS:
+            ap.error(f"unknown precision '{p}' ({', '.join(PRECISIONS)})")
+    precisions = [p for p in PRECISIONS if p in precisions]  # fp32 first
     names = [n.strip() for n in a.shapes.split(",") if n.strip()]
     for n in names:
         if n != "default" and n not in SHAPES:
@@ -413,9 +516,22 @@ def main(argv=None):
         print(f"# gridtrain: {shlex.join(bench.mpi_prefix(base_env) + [a.gridtrain])}"
               f" train {a.deck} (backend.threads={a.threads})")
     print(f"# {FLOP_FORMULA}; GFLOP/s = flops/step / median step time")
+    print(f"# %peak = GFLOP/s / fp32 sgemm peak (torch.mm {a.peak_n}^3, "
+          f"T threads, best of 10, measured below in this run)")
     print(f"# median over {a.steps} steps after {a.warmup} warmup; "
           f"tok/s = B*T / median step time; target: gridtrain >= "
-          f"{TARGET_SPEEDUP:g}x torch tokens/s")
+          f"{TARGET_SPEEDUP:g}x torch tokens/s of the same precision")
+
+    peaks = {}
+    for label, env in variants:
+        peak, res = (None, {"error": "--no-torch"}) if a.no_torch else \
+            bench.sgemm_peak(env, label.strip("[]") or "env")
+        peaks[label] = peak
+        if peak is None:
+            print(f"# sgemm peak{' ' + label if label else ''}: unavailable, "
+                  f"%peak left empty ({res['error'].splitlines()[0]})")
+        else:
+            print(f"# sgemm peak{' ' + label if label else ''}: {peak:.1f} GFLOP/s")
     print(fmt_row([c[0] for c in COLS]))
     sys.stdout.flush()
 
@@ -437,44 +553,60 @@ def main(argv=None):
         flops = flops_per_step(s)
         tokens = s["batch"] * s["seq_len"]
         for label, env in variants:
-            results = {}
-            impls = ([] if a.no_gridtrain else ["gridtrain"]) + \
-                    ([] if a.no_torch else ["torch"])
-            for impl in impls:
-                run = bench.run_gridtrain if impl == "gridtrain" else bench.run_torch
-                results[impl] = run(name, s, env, label.strip("[]") or "env")
-            speedup = None
-            if all("ms" in results.get(i, {}) for i in ("gridtrain", "torch")):
-                speedup = results["torch"]["ms"] / results["gridtrain"]["ms"]
-            for impl in impls:
-                r = results[impl]
-                base = [name, s["layers"], s["dim"], s["heads"], s["seq_len"],
-                        s["vocab"], s["batch"], impl + label]
-                if "error" in r:
-                    bench.failures += 1
-                    print(fmt_row(base + ["FAILED", "-", "-", "-"]))
-                    for line in r["error"].splitlines():
-                        print(f"#   {line}")
-                    rows.append(base + [label.strip("[]"), a.threads, "", "", "",
-                                        0, "", "", "failed"])
-                    continue
-                sec = r["ms"] / 1e3
-                verdict = "-"
-                if impl == "gridtrain" and speedup is not None:
-                    verdict = ("target 2x: MET" if speedup >= TARGET_SPEEDUP
-                               else "target 2x: NOT MET")
-                print(fmt_row(base + [f"{r['ms']:.1f}", f"{tokens / sec:.0f}",
-                                      f"{flops / sec / 1e9:.2f}", verdict]))
-                rows.append(base + [label.strip("[]"), a.threads, f"{r['ms']:.3f}",
-                                    f"{tokens / sec:.1f}", f"{flops / sec / 1e9:.3f}",
-                                    r["n"], f"{speedup:.4f}" if speedup else "",
-                                    verdict if impl == "gridtrain" else "",
-                                    "ok"])
-            if speedup is not None:
-                verdict = "MET" if speedup >= TARGET_SPEEDUP else "NOT MET"
-                print(f"speedup gridtrain/torch = {speedup:.2f}x (tokens/s)  "
-                      f"[{name}{' ' + label.strip('[]') if label else ''}]  target {TARGET_SPEEDUP:g}x: {verdict}")
-            sys.stdout.flush()
+            tag = label.strip("[]") or "env"
+            peak = peaks[label]
+            torch_fp32_ms = None
+            for prec in precisions:
+                results = {}
+                runs = impl_runs(a, prec)
+                for impl, kind, extra in runs:
+                    e = dict(env, **extra)
+                    tag_i = f"{tag}-{prec}-{len(results)}"
+                    if kind == "gridtrain":
+                        results[impl] = bench.run_gridtrain(name, s, e, tag_i, prec)
+                    else:
+                        results[impl] = bench.run_torch(name, s, e, tag_i, prec)
+                t_ms = results.get("torch", {}).get("ms")
+                if prec == "fp32" and t_ms:
+                    torch_fp32_ms = t_ms
+                vs = ""
+                if t_ms is None and "na" in results.get("torch", {}) and torch_fp32_ms:
+                    t_ms, vs = torch_fp32_ms, " (vs torch fp32)"
+                for impl, kind, extra in runs:
+                    r = results[impl]
+                    base = [name, s["layers"], s["dim"], s["heads"], s["seq_len"],
+                            s["vocab"], s["batch"], prec, impl + label]
+                    csv_base = base + [tag, a.threads]
+                    peak_csv = f"{peak:.3f}" if peak else ""
+                    if "na" in r:
+                        print(fmt_row(base + ["n/a", "-", "-", "-", "-"]))
+                        print(f"#   {r['na']}")
+                        rows.append(csv_base + ["", "", "", peak_csv, "", 0, "", "", "n/a"])
+                        continue
+                    if "error" in r:
+                        bench.failures += 1
+                        print(fmt_row(base + ["FAILED", "-", "-", "-", "-"]))
+                        for line in r["error"].splitlines():
+                            print(f"#   {line}")
+                        rows.append(csv_base + ["", "", "", peak_csv, "", 0, "", "",
+                                                "failed"])
+                        continue
+                    sec = r["ms"] / 1e3
+                    gflops = flops / sec / 1e9
+                    pct = f"{100 * gflops / peak:.0f}%" if peak else ""
+                    speedup = t_ms / r["ms"] if t_ms and kind == "gridtrain" else None
+                    verdict = "-"
+                    if speedup is not None:
+                        verdict = (f"{speedup:.2f}x: MET" if speedup >= TARGET_SPEEDUP
+                                   else f"{speedup:.2f}x: NOT MET") + vs
+                    print(fmt_row(base + [f"{r['ms']:.1f}", f"{tokens / sec:.0f}",
+                                          f"{gflops:.2f}", pct, verdict]))
+                    rows.append(csv_base + [f"{r['ms']:.3f}", f"{tokens / sec:.1f}",
+                                            f"{gflops:.3f}", peak_csv,
+                                            pct.rstrip("%"), r["n"],
+                                            f"{speedup:.4f}" if speedup else "",
+                                            verdict if speedup else "", "ok"])
+                sys.stdout.flush()
 
     try:
         print("# load average at end: " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
@@ -483,10 +615,13 @@ def main(argv=None):
     if a.csv:
         with open(a.csv, "w", newline="") as f:
             w = csv.writer(f)
-            w.writerow(["shape", "L", "C", "H", "T", "V", "B", "impl", "env",
-                        "threads", "ms_per_step_median", "tok_per_s",
-                        "gflop_per_s", "steps_measured", "speedup_gt_over_torch",
-                        "verdict", "status"])
+            w.writerow(["shape", "L", "C", "H", "T", "V", "B", "precision",
+                        "impl", "env", "threads", "ms_per_step_median",
+                        "tok_per_s", "gflop_per_s", "sgemm_peak_gflops",
+                        "pct_of_sgemm_peak",
+                        "steps_measured", "speedup_gt_over_torch", "verdict",
+                        "status"])
+
             w.writerows(rows)
     if a.keep:
         print(f"# logs and metrics kept in {bench.tmp}")

@@ -64,7 +64,7 @@ PY
 printf '# activation memory and step time against T: GPT width 768, 12 heads, 2 layers, B = 1, fp32, 1 rank, %s threads\n' "$threads"
 printf '# before = %s (attention keeps the (B,H,T,T) probabilities), after = this build (flash-style)\n' "$before"
 printf '# %-6s %14s %14s %8s %12s %12s %8s\n' T act_before act_after ratio ms_before ms_after speedup
-[ -n "$csv" ] && echo "T,act_before,act_after,ms_before,ms_after" >"$csv"
+if [ -n "$csv" ]; then echo "T,act_before,act_after,ms_before,ms_after" >"$csv"; fi
 for T in $lengths; do
   b=$(run "$old" "$T" "old-$T")
   a=$(run "$now" "$T" "new-$T")
@@ -76,5 +76,5 @@ f=lambda s:float(s.split()[0])*u[s.split()[1]]
 print('%.2f' % (f(sys.argv[2]) / f(sys.argv[1])))" "$ab" "$aa")
   speed=$(/usr/bin/python3 -c "import sys; print('%.2f' % (float(sys.argv[1]) / float(sys.argv[2])))" "$mb" "$ma")
   printf '  %-6s %14s %14s %8s %12s %12s %8s\n' "$T" "$ab" "$aa" "$ratio" "$mb" "$ma" "$speed"
-  [ -n "$csv" ] && echo "$T,$ab,$aa,$mb,$ma" >>"$csv"
+  if [ -n "$csv" ]; then echo "$T,$ab,$aa,$mb,$ma" >>"$csv"; fi
 done
