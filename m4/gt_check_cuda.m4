@@ -7,7 +7,7 @@ AC_DEFUN([GT_CHECK_CUDA], [
     [AS_HELP_STRING([--with-cuda@<:@=DIR@:>@], [CUDA toolkit (default: /usr/local/cuda when present)])],
     [], [with_cuda=check])
   AC_ARG_VAR([NVCC], [CUDA compiler])
-  AC_ARG_VAR([NVCCFLAGS], [flags for nvcc (default: -O3 and sm_90 + compute_75 PTX)])
+  AC_ARG_VAR([NVCCFLAGS], [flags for nvcc (default: -O3, code for sm_80 and sm_90, compute_90 PTX for later GPUs)])
   gt_have_cuda=no
   gt_cuda_dir=
   AS_CASE([$with_cuda],
@@ -42,10 +42,11 @@ AC_DEFUN([GT_CHECK_CUDA], [
     LIBS=$gt_save_LIBS
   ])
   AS_IF([test "x$gt_have_cuda" = xyes], [
-    CUDA_CPPFLAGS="-I$gt_cuda_dir/include"
-    CUDA_LIBS="-L$gt_cuda_libdir -Wl,-rpath,$gt_cuda_libdir -lcublasLt -lcublas -lcudart"
+    CUDA_CPPFLAGS="-isystem $gt_cuda_dir/include"
+    # -lstdc++: the C++ runtime that nvcc-compiled objects (launch stubs, CUB) need in a C link
+    CUDA_LIBS="-L$gt_cuda_libdir -Wl,-rpath,$gt_cuda_libdir -lcublasLt -lcublas -lcudart -lstdc++"
     AS_IF([test -z "$NVCCFLAGS"],
-      [NVCCFLAGS="-O3 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_75,code=compute_75"])
+      [NVCCFLAGS="-O3 -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90"])
     gt_cuda_version=`$NVCC --version 2>/dev/null | sed -n 's/.*release \([[0-9.]]*\).*/\1/p'`
     AC_DEFINE([GT_HAVE_CUDA], [1], [Define to 1 when the CUDA toolkit is used])
   ], [

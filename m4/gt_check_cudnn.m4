@@ -25,7 +25,7 @@ AC_DEFUN([GT_CHECK_CUDNN], [
         CPPFLAGS=$gt_save_CPPFLAGS
         LIBS=$gt_save_LIBS
         AS_IF([test "x$gt_have_cudnn" = xyes], [
-          CUDNN_CPPFLAGS="-I$gt_dir/include"
+          AS_IF([test "x$gt_dir" = x/usr], [CUDNN_CPPFLAGS=], [CUDNN_CPPFLAGS="-isystem $gt_dir/include"])
           gt_cudnn_libdir=$gt_dir/lib64
           AS_IF([test -d "$gt_cudnn_libdir"], [], [gt_cudnn_libdir=$gt_dir/lib])
           CUDNN_LIBS="-L$gt_cudnn_libdir -Wl,-rpath,$gt_cudnn_libdir -lcudnn"

@@ -16,7 +16,9 @@
  *                backend's own ops (test mode: a touch by model code, the
  *                trainer, MPI or HDF5 faults, and the SIGSEGV handler names
  *                the address and says that device memory was touched)
- *   "cuda"       CUDA C kernels + cuBLASLt + cuDNN (a later version)
+ *   "cuda"       CUDA C kernels, cuBLASLt GEMMs, attention through cuDNN's
+ *                graph API or our own flash-attention kernels; the GPU is
+ *                picked by the node-local rank (binding.h)
  *
  * ---- streams, events and the rules of asynchrony --------------------------
  * Every op (kernels, fills, copies, uploads and downloads) is queued in order
@@ -232,8 +234,29 @@ struct gt_backend {
  * Not collective. */
 int gt_backend_create(const char *name, int threads, gt_backend **be);
 
+/* What a backend is created with beyond its name. */
+typedef struct gt_backend_options {
+  int threads;           /* CPU threads of the kernels (>= 1) */
+  int local_rank;        /* node-local rank, picks the GPU; < 0: from the
+                            launcher's environment (binding.h) */
+  const char *attention; /* cuda: "cudnn" or "own"; NULL or "": the
+                            environment's GT_CUDA_ATTENTION, else cudnn */
+} gt_backend_options;
+
+/* gt_backend_create with options. For "cuda", GT_ERR_INPUT when the build
+ * has no CUDA or no GPU is visible (the message says which). Not collective. */
+int gt_backend_create_with(const char *name, const gt_backend_options *opt, gt_backend **be);
+
 /* Wait for all queued work, free the backend and set *be to NULL. */
 int gt_backend_destroy(gt_backend **be);
+
+/* One line about where be runs: "cpu (N threads)" or "GPU 0 of 4: NVIDIA
+ * H200 (sm_90, 139 GiB, PCI 0000:19:00.0)". Owned by be. */
+const char *gt_backend_describe(gt_backend *be);
+
+/* Device bytes allocated through be now and at most so far (0 for the host
+ * backends, whose memory the start-up table counts instead). */
+void gt_backend_device_memory(gt_backend *be, size_t *in_use, size_t *peak);
 
 /* A device clock for the named timers (timer.h) that marks be's compute
  * stream with events. Not collective. */

@@ -7,6 +7,7 @@
 
 #include "build_config.h"
 #include "cpu/cpu_backends.h"
+#include "cuda/cuda_entry.h"
 #include "gridtrain/backend.h"
 #include "gridtrain/cuda_info.h"
 #include "gridtrain/error.h"
@@ -64,6 +65,33 @@ static int gt_async_delay(double *us)
 
 int gt_backend_create(const char *name, int threads, gt_backend **be)
 {
+  gt_backend_options opt = {.threads = threads, .local_rank = -1};
+  GT_CALL(gt_backend_create_with(name, &opt, be));
+  return GT_SUCCESS;
+}
+
+static int gt_backend_create_cuda(const gt_backend_options *opt, gt_backend **be)
+{
+  if (!gt_cuda_built())
+    return GT_ERROR(GT_ERR_INPUT,
+                    "[backend] device = cuda: this gridtrain was built without CUDA; "
+                    "reconfigure with --with-cuda=DIR (or use device = cpu)");
+  gt_backend *b = calloc(1, sizeof *b);
+  GT_CHECK_ALLOC(b, sizeof *b);
+  b->threads = opt->threads;
+  int status = gt_cuda_backend_init(b, opt->local_rank, opt->attention);
+  if (status != GT_SUCCESS) {
+    (void)gt_cuda_backend_fini(b);
+    free(b);
+    return gt_error_push(status, __FILE__, __LINE__, __func__);
+  }
+  *be = b;
+  return GT_SUCCESS;
+}
+
+int gt_backend_create_with(const char *name, const gt_backend_options *opt, gt_backend **be)
+{
+  int threads = opt->threads;
   GT_CHECK(threads >= 1, GT_ERR_INPUT, "backend threads must be >= 1 (got %d)", threads);
   GT_CALL(gt_cpu_mode_from_env(&name));
   static const struct {
@@ -79,14 +107,8 @@ int gt_backend_create(const char *name, int threads, gt_backend **be)
     if (strcmp(name, host[i].name) == 0)
       which = i;
   if (which < 0 && strcmp(name, "cuda") == 0) {
-    if (!gt_cuda_built())
-      return GT_ERROR(GT_ERR_INPUT,
-                      "[backend] device = cuda: this gridtrain was built without CUDA; "
-                      "reconfigure with --with-cuda=DIR (or use device = cpu)");
-    return GT_ERROR(GT_ERR_INPUT,
-                    "[backend] device = cuda: the CUDA backend is not part of gridtrain %s "
-                    "yet (CUDA is detected, kernels come later); use device = cpu",
-                    PACKAGE_VERSION);
+    GT_CALL(gt_backend_create_cuda(opt, be));
+    return GT_SUCCESS;
   }
   if (which < 0)
     return GT_ERROR(GT_ERR_INPUT,
@@ -113,11 +135,29 @@ int gt_backend_destroy(gt_backend **be)
 {
   if (!*be)
     return GT_SUCCESS;
-  int status = gt_cpu_backend_fini(*be);
+  int status = (*be)->device == GT_CUDA ? gt_cuda_backend_fini(*be) : gt_cpu_backend_fini(*be);
   free(*be);
   *be = NULL;
   GT_CALL(status);
   return GT_SUCCESS;
+}
+
+const char *gt_backend_describe(gt_backend *be)
+{
+  if (be->device == GT_CUDA)
+    return gt_cuda_backend_describe(be);
+  static _Thread_local char line[64];
+  snprintf(line, sizeof line, "%s (%d thread%s)", be->name, be->threads,
+           be->threads == 1 ? "" : "s");
+  return line;
+}
+
+void gt_backend_device_memory(gt_backend *be, size_t *in_use, size_t *peak)
+{
+  size_t cached = 0;
+  *in_use = *peak = 0;
+  if (be->device == GT_CUDA)
+    gt_cuda_memory_stats(be, in_use, peak, &cached);
 }
 
 const char *gt_backend_blas_warning(void)

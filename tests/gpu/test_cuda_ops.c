@@ -1,0 +1,1505 @@
+/*
+ * test_cuda_ops.c - every op of the backend table on "cuda" against
+ * "cpu-ref", in fp32, bf16 and fp16, on fresh random inputs (fixed seeds,
+ * never zeros), plus the stream and event contract of backend.h and the
+ * determinism the contract promises.
+ *
+ * Inputs are made on the host in fp32 and converted to the compute type by
+ * cpu-ref's cast (upload fp32, cast, download the dt bytes); the very same
+ * bytes are then uploaded to both backends. Every "=" output is poisoned
+ * before each call (all bytes 0xff: a NaN in fp32, bf16 and fp16), so an
+ * element an op leaves unwritten fails the comparison; "+=" outputs start
+ * from the same random, non-zero values on both. Device memory is reached
+ * only through uploads and downloads that the test waits for.
+ *
+ * Bounds (a = cuda, b = cpu-ref):
+ *   fp32 outputs (fp32 compute, and every fp32 result of a 16-bit compute
+ *   type: gradients of parameters, LayerNorm and softmax statistics, lse,
+ *   losses, AdamW state): ||a - b|| / ||b|| <= 1e-5 and max|a - b| <=
+ *   1e-5 max|b|. Both sides read the same inputs and differ only in the
+ *   order (and width) of their accumulations: fp32 sums of up to K terms in
+ *   another order against double sums, ~sqrt(K) 2^-24 ~ 1e-6 for the K <= 1024
+ *   here (test_kernels.c measures <= 2e-6 for the cpu backend; the GPU's
+ *   reduction trees and split-K GEMMs get 5x more room). A TF32 GEMM (10-bit
+ *   mantissa, ~5e-4) or a missing term fails it by far.
+ *   bf16 / fp16 outputs: the contract rounds each output to dt once, so the
+ *   two sides differ only where their unrounded fp32 / double values straddle
+ *   a rounding boundary: tests/compare.h's rule (worst element 1 ulp of the
+ *   type + 1e-5 max|ref|; at most 2 + n/32 elements off by more than the
+ *   slack; norm-wise u/8, u = 2^-8 bf16, 2^-11 fp16 the unit roundoff, and
+ *   u for n < 256). A truncation, a double rounding or an intermediate
+ *   rounded to dt moves about half the elements and fails.
+ *   Attention bf16 / fp16 outputs (out, dqkv) get a bound of their own,
+ *   since flash-attention kernels on tensor cores (cuDNN's, and ours if
+ *   they use mma) round the probabilities P (for out = P V and dV = P^T dO)
+ *   and dS = P o (dP - D) (for dQ, dK) to dt before the second product: one
+ *   more rounding, of relative size <= u per term. It moves the unrounded
+ *   value by a good fraction of u, so a third or more of the elements come
+ *   out one ulp off, and the cancellation in small outputs (dS rows sum to
+ *   zero) lets a few move further. A host simulation of exactly those
+ *   roundings on this test's shapes and inputs gives norm-wise <= 0.69 u and
+ *   every element within 1 ulp(ref) + 0.51 u max|ref| (bf16 and fp16 alike).
+ *   Bounds: norm-wise <= ATTN_NORM u = 1.5 u, every element within 1
+ *   ulp(ref) + ATTN_ELEM u max|ref| = 1.5 u max|ref| (bf16: 0.6% of the
+ *   largest). A wrong scale, a missing causal mask, a wrong lse or a row of
+ *   another head is off by O(1). Whether the kernels also meet compare.h's
+ *   round-once rule is printed as a diagnostic.
+ *   lse (fp32): |a - b| <= 1e-5 max(1, |b|) per element.
+ *   Casts, the compute copy of AdamW, embedding rows copied without wpe,
+ *   padding columns, outputs that must stay untouched: bit for bit.
+ *   AdamW: p, m, v by the fp32 rule; the update p' - p norm-wise within
+ *   1e-3 (p' is rounded to fp32, an ulp of |p| <= 1 is 6e-8 against an
+ *   update of ~lr = 1e-3).
+ *   sum_add / sumsq_add: |a - b| <= 1e-12 |b| (double sums in another
+ *   order); NaN in, NaN out.
+ *   Determinism (embedding_backward, layernorm_backward, attention forward
+ *   and backward, sum_add): the same call twice gives the same bits; the
+ *   embedding's dwte rows are summed in token order (checked bit for bit
+ *   on values where any other order gives another result).
+ *   Unaligned addresses (casts one element past an aligned address, sums of
+ *   the same values at offsets of 0..3 floats: the same bits, as the order
+ *   is fixed by n) run last, on a backend of their own, since a faulting
+ *   access can end the process's device context for every later check.
+ *
+ * Attention runs under the backend's default implementation and, for
+ * "cuda", again with GT_CUDA_ATTENTION=own and =cudnn set before creating
+ * the backend (cuDNN falls back to our kernels for fp32 and where no engine
+ * fits). The reference results are computed once.
+ *
+ * Skips (exit 77, one line "1..0 # SKIP ...") only when creating "cuda"
+ * fails because the build has no CUDA or no GPU is visible; any other
+ * failure to create it, and any mismatch, fails. GT_GPU_TEST_BACKEND=cpu
+ * (or cpu-async, cpu-guard) runs every check against that backend instead,
+ * to check this test itself where there is no GPU.
+ *
+ * gt-test: ranks=1
+ */
+#include <float.h>
+#include <stdio.h>
+
+#include "../compare.h"
+#include "../test_util.h"
+#include "gridtrain/backend.h"
+#include "gridtrain/cuda_info.h"
+
+#define TOL32 1e-5
+#define LSE_TOL 1e-5
+#define SUM_TOL 1e-12
+#define UPD_TOL 1e-3
+#define ATTN_NORM 1.5
+#define ATTN_ELEM 1.5
+
+static gt_backend *gpu, *ref;
+static const char *gpu_name = "cuda";
+static const gt_dtype all_dt[3] = {GT_F32, GT_BF16, GT_F16};
+
+static size_t es(gt_dtype t) { return gt_dtype_size(t); }
+
+__attribute__((noreturn)) static void fatal(const char *what, gt_backend *be)
+{
+  tap_bail("%s [%s]: %s", what, be ? be->name : "", gt_error_message());
+  exit(1);
+}
+
+static void *xmalloc(size_t bytes)
+{
+  void *p = malloc(bytes ? bytes : 1);
+  if (!p)
+    abort();
+  return p;
+}
+
+// ---- device memory, through the table only ------------------------------------------------
+
+static void *dev_alloc(gt_backend *be, size_t bytes)
+{
+  void *p = NULL;
+  if (be->ops->alloc(be, bytes ? bytes : 1, &p) != GT_SUCCESS)
+    fatal("alloc", be);
+  return p;
+}
+
+static void dev_free(gt_backend *be, void *p)
+{
+  if (p && be->ops->free(be, p) != GT_SUCCESS)
+    fatal("free", be);
+}
+
+static void dev_put(gt_backend *be, void *dev, const void *host, size_t bytes)
+{
+  if (bytes && tu_upload(be, dev, host, bytes) != GT_SUCCESS)
+    fatal("upload", be);
+}
+
+static void dev_get(gt_backend *be, void *host, const void *dev, size_t bytes)
+{
+  if (bytes && tu_download(be, host, dev, bytes) != GT_SUCCESS)
+    fatal("download", be);
+}
+
+static void *dev_fetch(gt_backend *be, const void *dev, size_t bytes)
+{
+  void *h = xmalloc(bytes);
+  dev_get(be, h, dev, bytes);
+  return h;
+}
+
+/* All bytes 0xff: NaN in fp32, bf16 and fp16. */
+static void dev_poison(gt_backend *be, void *dev, size_t bytes)
+{
+  void *h = xmalloc(bytes);
+  memset(h, 0xff, bytes);
+  dev_put(be, dev, h, bytes);
+  free(h);
+}
+
+/* The same buffer on both backends. */
+typedef struct {
+  void *g, *r;
+  size_t bytes;
+} twin;
+
+static twin tw_new(size_t bytes) /* poisoned */
+{
+  twin t = {dev_alloc(gpu, bytes), dev_alloc(ref, bytes), bytes};
+  dev_poison(gpu, t.g, bytes);
+  dev_poison(ref, t.r, bytes);
+  return t;
+}
+
+static void tw_put(twin t, const void *host)
+{
+  dev_put(gpu, t.g, host, t.bytes);
+  dev_put(ref, t.r, host, t.bytes);
+}
+
+static void tw_poison(twin t)
+{
+  dev_poison(gpu, t.g, t.bytes);
+  dev_poison(ref, t.r, t.bytes);
+}
+
+static twin tw_from(const void *host, size_t bytes)
+{
+  twin t = {dev_alloc(gpu, bytes), dev_alloc(ref, bytes), bytes};
+  tw_put(t, host);
+  return t;
+}
+
+static void tw_free(twin *t)
+{
+  dev_free(gpu, t->g);
+  dev_free(ref, t->r);
+  t->g = t->r = NULL;
+}
+
+/* Element offsets into a twin's device memory. */
+static void *at_g(twin t, gt_dtype dt, size_t i) { return (char *)t.g + i * es(dt); }
+
+// ---- calls --------------------------------------------------------------------------------
+
+/* The op's status, then sync (where a queued op's error shows); a failure
+ * is a failed TAP line. */
+static bool call_ok(gt_backend *be, int status, const char *what)
+{
+  if (status == GT_SUCCESS)
+    status = be->ops->sync(be);
+  if (status != GT_SUCCESS) {
+    tap_ok(false, "%s [%s] returned an error: %s", what, be->name, gt_error_message());
+    gt_error_clear();
+  }
+  return status == GT_SUCCESS;
+}
+#define RUN(be, op, ...) call_ok((be), (be)->ops->op((be), __VA_ARGS__), #op)
+
+// ---- values ---------------------------------------------------------------------------------
+
+static float dec(gt_dtype t, const void *p, size_t i)
+{
+  switch (t) {
+  case GT_BF16: {
+    const uint32_t u = (uint32_t)((const uint16_t *)p)[i] << 16;
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+  }
+  case GT_F16: {
+    _Float16 v;
+    memcpy(&v, (const uint16_t *)p + i, sizeof v);
+    return (float)v;
+  }
+  default: return ((const float *)p)[i];
+  }
+}
+
+static float *decode(gt_dtype t, const void *p, size_t n)
+{
+  float *x = tu_alloc(n);
+  for (size_t i = 0; i < n; i++)
+    x[i] = dec(t, p, i);
+  return x;
+}
+
+/* x (n fp32) as bytes of dt, converted by cpu-ref's cast. */
+static void *to_dt(gt_dtype dt, const float *x, size_t n)
+{
+  void *out = xmalloc(n * es(dt));
+  if (dt == GT_F32 || n == 0) {
+    memcpy(out, x, n * es(dt));
+    return out;
+  }
+  void *src = dev_alloc(ref, n * sizeof(float)), *dst = dev_alloc(ref, n * es(dt));
+  dev_put(ref, src, x, n * sizeof(float));
+  if (!RUN(ref, cast, dt, dst, GT_F32, src, n))
+    fatal("cpu-ref cast of the inputs", ref);
+  dev_get(ref, out, dst, n * es(dt));
+  dev_free(ref, src);
+  dev_free(ref, dst);
+  return out;
+}
+
+/* n random values of dt in [lo, hi) as host bytes. */
+static void *rand_dt(gt_dtype dt, size_t n, uint64_t seed, float lo, float hi)
+{
+  float *x = tu_alloc(n);
+  tu_fill(x, n, seed, lo, hi);
+  void *p = to_dt(dt, x, n);
+  free(x);
+  return p;
+}
+
+/* The same n random values of dt on both backends. */
+static twin tw_rand(gt_dtype dt, size_t n, uint64_t seed, float lo, float hi)
+{
+  void *h = rand_dt(dt, n, seed, lo, hi);
+  twin t = tw_from(h, n * es(dt));
+  free(h);
+  return t;
+}
+
+// ---- comparisons ----------------------------------------------------------------------------
+
+/* fp32 rule: norm-wise and max-abs relative error <= TOL32, all finite. */
+static bool check32(const char *what, const float *a, const float *b, size_t n)
+{
+  double num = 0, den = 0, dmax = 0, bmax = 0;
+  size_t at = 0, bad_at = 0;
+  bool finite = true;
+  for (size_t i = 0; i < n; i++) {
+    if (!isfinite(a[i]) || !isfinite(b[i])) {
+      if (finite)
+        bad_at = i;
+      finite = false;
+      continue;
+    }
+    const double d = (double)a[i] - b[i];
+    num += d * d;
+    den += (double)b[i] * b[i];
+    if (fabs(d) > dmax) {
+      dmax = fabs(d);
+      at = i;
+    }
+    bmax = fmax(bmax, fabs(b[i]));
+  }
+  const double rel = sqrt(num) / fmax(sqrt(den), 1e-30), mx = dmax / fmax(bmax, 1e-30);
+  const bool ok = finite && rel <= TOL32 && mx <= TOL32;
+  if (!tap_ok(ok, "%s (rel err %.2e, max err %.2e of max|ref|)", what, rel, mx)) {
+    if (!finite)
+      tap_diag("%s: element %zu not finite: %.9g vs %.9g", what, bad_at, a[bad_at], b[bad_at]);
+    else
+      tap_diag("%s: element %zu: %.9g vs %.9g; bound %.0e norm-wise and of max|ref| %.3g",
+               what, at, a[at], b[at], TOL32, bmax);
+  }
+  return ok;
+}
+
+/* n decoded values of type t: fp32 rule or compare.h's round-once rule. */
+static bool check_vals(gt_dtype t, const char *what, const float *a, const float *b, size_t n)
+{
+  return t == GT_F32 ? check32(what, a, b, n) : tu_check_close(t, what, a, b, n, false);
+}
+
+/* Two host arrays of type t. */
+static bool check_bytes(gt_dtype t, const char *what, const void *a, const void *b, size_t n)
+{
+  float *x = decode(t, a, n), *y = decode(t, b, n);
+  const bool ok = check_vals(t, what, x, y, n);
+  free(x), free(y);
+  return ok;
+}
+
+/* The first n elements of twin x (type t), cuda against cpu-ref. */
+static bool check_tw(gt_dtype t, const char *what, twin x, size_t n)
+{
+  void *a = dev_fetch(gpu, x.g, n * es(t)), *b = dev_fetch(ref, x.r, n * es(t));
+  const bool ok = check_bytes(t, what, a, b, n);
+  free(a), free(b);
+  return ok;
+}
+
+/* The gpu side of x equals host bytes bit for bit. */
+static bool gpu_equals(twin x, const void *host, size_t bytes)
+{
+  void *a = dev_fetch(gpu, x.g, bytes);
+  const bool same = memcmp(a, host, bytes) == 0;
+  free(a);
+  return same;
+}
+
+// ---- casts ------------------------------------------------------------------------------------
+
+static bool is_nan_at(gt_dtype t, const void *p, size_t i)
+{
+  if (t == GT_F32)
+    return isnan(((const float *)p)[i]);
+  const uint16_t h = ((const uint16_t *)p)[i] & 0x7fff;
+  return h > (t == GT_BF16 ? 0x7f80 : 0x7c00);
+}
+
+/* Bit for bit, NaN for NaN; index of the first difference in *bad. */
+static bool same_or_nan(gt_dtype t, const void *a, const void *b, size_t n, size_t *bad)
+{
+  for (size_t i = 0; i < n; i++) {
+    const bool na = is_nan_at(t, a, i), nb = is_nan_at(t, b, i);
+    if (na != nb || (!na && memcmp((const char *)a + i * es(t), (const char *)b + i * es(t),
+                                   es(t)) != 0)) {
+      *bad = i;
+      return false;
+    }
+  }
+  return true;
+}
+
+static uint32_t bits_at(gt_dtype t, const void *p, size_t i)
+{
+  if (t == GT_F32) {
+    uint32_t u;
+    memcpy(&u, (const float *)p + i, 4);
+    return u;
+  }
+  return ((const uint16_t *)p)[i];
+}
+
+/* src (n of st) cast to dt on both: the same bits. */
+static void cast_case(gt_dtype dt, gt_dtype st, const void *src, size_t n, const char *label)
+{
+  twin s = tw_from(src, n * es(st)), d = tw_new(n * es(dt));
+  RUN(gpu, cast, dt, d.g, st, s.g, n);
+  RUN(ref, cast, dt, d.r, st, s.r, n);
+  void *a = dev_fetch(gpu, d.g, n * es(dt)), *b = dev_fetch(ref, d.r, n * es(dt));
+  size_t bad = 0;
+  if (!tap_ok(same_or_nan(dt, a, b, n, &bad), "cast %s -> %s, %zu %s: bit for bit",
+              gt_dtype_name(st), gt_dtype_name(dt), n, label))
+    tap_diag("element %zu: source %#x, cuda %#x, cpu-ref %#x", bad, bits_at(st, src, bad),
+             bits_at(dt, a, bad), bits_at(dt, b, bad));
+  free(a), free(b);
+  tw_free(&s), tw_free(&d);
+}
+
+/* The slice [1, n-1) of src cast into [1, n-1) of a poisoned output (both
+ * one element past an aligned address): cpu-ref's bits inside, the two
+ * ends left alone (no element written past the n asked for). */
+static void cast_slice_case(gt_dtype dt, gt_dtype st, const void *src, size_t n)
+{
+  twin s = tw_from(src, n * es(st)), d = tw_new(n * es(dt));
+  RUN(gpu, cast, dt, at_g(d, dt, 1), st, at_g(s, st, 1), n - 2);
+  RUN(ref, cast, dt, d.r, st, s.r, n);
+  void *c = dev_fetch(gpu, d.g, n * es(dt)), *b = dev_fetch(ref, d.r, n * es(dt));
+  size_t bad = 0;
+  const bool inside = same_or_nan(dt, (char *)c + es(dt), (char *)b + es(dt), n - 2, &bad);
+  const unsigned char ff[4] = {0xff, 0xff, 0xff, 0xff};
+  const bool ends = !memcmp(c, ff, es(dt)) && !memcmp((char *)c + (n - 1) * es(dt), ff, es(dt));
+  tap_ok(inside && ends,
+         "cast %s -> %s of elements [1, %zu) at unaligned addresses: the same bits, the ends "
+         "untouched",
+         gt_dtype_name(st), gt_dtype_name(dt), n - 1);
+  free(c), free(b);
+  tw_free(&s), tw_free(&d);
+}
+
+/* fp32 sources for the casts: the specials x[0..ns) and random values over
+ * exponents -40..20 (both formats' subnormals, fp16 overflow). */
+static float *cast_sources(const float *x, size_t ns, size_t nr)
+{
+  float *r = tu_alloc(ns + nr), *u = tu_alloc(nr);
+  memcpy(r, x, ns * sizeof(float));
+  tu_fill(u, nr, 43, -1, 1);
+  tu_fill(r + ns, nr, 44, -40, 20);
+  for (size_t i = 0; i < nr; i++)
+    r[ns + i] = (u[i] < 0 ? -1.0f : 1.0f) * (1.0f + fabsf(u[i])) * exp2f(roundf(r[ns + i]));
+  free(u);
+  return r;
+}
+
+static uint16_t *all_patterns(void)
+{
+  uint16_t *pat = xmalloc(65536 * 2);
+  for (size_t i = 0; i < 65536; i++)
+    pat[i] = (uint16_t)i;
+  return pat;
+}
+
+static void test_cast(void)
+{
+  /* special values with their expected patterns (as test_kernels.c) */
+  const float nan = NAN, inf = INFINITY;
+  const struct {
+    float x;
+    uint16_t bf16, f16;
+  } sp[] = {
+    {0.0f, 0x0000, 0x0000},          {-0.0f, 0x8000, 0x8000},
+    {1.0f, 0x3f80, 0x3c00},          {-1.0f, 0xbf80, 0xbc00},
+    {nan, 0x7fc0, 0x7e00},           {-nan, 0xffc0, 0xfe00},
+    {inf, 0x7f80, 0x7c00},           {-inf, 0xff80, 0xfc00},
+    {65504.0f, 0x4780, 0x7bff},      {65519.996f, 0x4780, 0x7bff}, /* below the fp16 cut */
+    {65520.0f, 0x4780, 0x7c00},      {-65520.0f, 0xc780, 0xfc00}, /* fp16 overflows */
+    {65536.0f, 0x4780, 0x7c00},      {1e10f, 0x5015, 0x7c00},
+    {FLT_MAX, 0x7f80, 0x7c00},       /* bf16 overflows too */
+    {1.0f + 0x1p-8f, 0x3f80, 0x3c04}, /* bf16 tie: even (down) */
+    {1.0f + 0x3p-8f, 0x3f82, 0x3c0c}, /* bf16 tie: even (up) */
+    {1.0f + 0x1p-11f, 0x3f80, 0x3c00}, /* fp16 tie: even (down) */
+    {1.0f + 0x3p-11f, 0x3f80, 0x3c02}, /* fp16 tie: even (up) */
+    {0x1p-14f, 0x3880, 0x0400},      /* smallest fp16 normal */
+    {0x1p-24f, 0x3380, 0x0001},      /* smallest fp16 subnormal */
+    {0x1p-25f, 0x3300, 0x0000},      /* fp16 tie with 0: even */
+    {0x3p-25f, 0x33c0, 0x0002},      {FLT_MIN, 0x0080, 0x0000},
+    {1e-40f, 0x0001, 0x0000}, /* fp32 subnormal */
+  };
+  const size_t ns = sizeof sp / sizeof sp[0];
+  float *x = tu_alloc(ns);
+  uint16_t *wb = xmalloc(ns * 2), *wh = xmalloc(ns * 2);
+  for (size_t i = 0; i < ns; i++) {
+    x[i] = sp[i].x;
+    wb[i] = sp[i].bf16;
+    wh[i] = sp[i].f16;
+  }
+  twin s = tw_from(x, ns * 4), d = tw_new(ns * 2);
+  const gt_dtype h16[2] = {GT_BF16, GT_F16};
+  for (int k = 0; k < 2; k++) {
+    tw_poison(d);
+    RUN(gpu, cast, h16[k], d.g, GT_F32, s.g, ns);
+    void *a = dev_fetch(gpu, d.g, ns * 2);
+    size_t bad = 0;
+    if (!tap_ok(same_or_nan(h16[k], a, k ? (void *)wh : (void *)wb, ns, &bad),
+                "cast fp32 -> %s: zeros, NaN, inf, overflow to inf (65520 for fp16), ties to "
+                "even, subnormals: the expected patterns",
+                gt_dtype_name(h16[k])))
+      tap_diag("%a: cuda %#x, expected %#x", x[bad], ((uint16_t *)a)[bad],
+               k ? wh[bad] : wb[bad]);
+    free(a);
+  }
+  tw_free(&s), tw_free(&d);
+
+  /* fp32 sources: the specials and random values; 16-bit sources: every
+   * pattern */
+  const size_t nr = 100003, n32 = ns + nr;
+  float *r = cast_sources(x, ns, nr);
+  for (int k = 0; k < 3; k++)
+    cast_case(all_dt[k], GT_F32, r, n32, "specials and random values");
+  uint16_t *pat = all_patterns();
+  for (int j = 0; j < 2; j++)
+    for (int k = 0; k < 3; k++)
+      cast_case(all_dt[k], h16[j], pat, 65536, "patterns (all)");
+  free(x), free(wb), free(wh), free(r), free(pat);
+}
+
+// ---- dense algebra ----------------------------------------------------------------------------
+
+static void test_linear(gt_dtype dt, int64_t N, int64_t C, int64_t OC)
+{
+  const size_t nin = (size_t)(N * C), nw = (size_t)(OC * C), nout = (size_t)(N * OC);
+  const uint64_t sd = (uint64_t)(N * 7 + C * 3 + OC) * 10;
+  twin in = tw_rand(dt, nin, sd + 1, -1, 1), w = tw_rand(dt, nw, sd + 2, -0.5f, 0.5f);
+  twin b = tw_rand(dt, (size_t)OC, sd + 3, -1, 1), res = tw_rand(dt, nout, sd + 4, -1, 1);
+  twin dout = tw_rand(dt, nout, sd + 5, -1, 1), out = tw_new(nout * es(dt));
+  char what[160], tag[80];
+  snprintf(tag, sizeof tag, "N=%lld C=%lld OC=%lld [%s]", (long long)N, (long long)C,
+           (long long)OC, gt_dtype_name(dt));
+  for (int bias = 0; bias < 2; bias++)
+    for (int r = 0; r < 2; r++) {
+      tw_poison(out);
+      RUN(gpu, linear_forward, dt, out.g, in.g, w.g, bias ? b.g : NULL, r ? res.g : NULL, N, C,
+          OC);
+      RUN(ref, linear_forward, dt, out.r, in.r, w.r, bias ? b.r : NULL, r ? res.r : NULL, N, C,
+          OC);
+      snprintf(what, sizeof what, "linear forward bias=%d residual=%d %s", bias, r, tag);
+      check_tw(dt, what, out, nout);
+    }
+  float *dw0 = tu_alloc(nw), *db0 = tu_alloc((size_t)OC);
+  tu_fill(dw0, nw, sd + 6, -1, 1);
+  tu_fill(db0, (size_t)OC, sd + 7, -1, 1);
+  twin din = tw_new(nin * es(dt)), dw = tw_from(dw0, nw * 4), db = tw_from(db0, (size_t)OC * 4);
+  for (int with_din = 0; with_din < 2; with_din++)
+    for (int with_db = 0; with_db < 2; with_db++) {
+      tw_poison(din);
+      tw_put(dw, dw0);
+      tw_put(db, db0);
+      RUN(gpu, linear_backward, dt, with_din ? din.g : NULL, dw.g, with_db ? db.g : NULL, dout.g,
+          in.g, w.g, N, C, OC);
+      RUN(ref, linear_backward, dt, with_din ? din.r : NULL, dw.r, with_db ? db.r : NULL, dout.r,
+          in.r, w.r, N, C, OC);
+      if (with_din) {
+        snprintf(what, sizeof what, "linear backward din (=) dbias=%s %s",
+                 with_db ? "on" : "NULL", tag);
+        check_tw(dt, what, din, nin);
+      }
+      snprintf(what, sizeof what, "linear backward dw (+= onto random, fp32) din=%s dbias=%s %s",
+               with_din ? "on" : "NULL", with_db ? "on" : "NULL", tag);
+      check_tw(GT_F32, what, dw, nw);
+      if (with_db) {
+        snprintf(what, sizeof what, "linear backward dbias (+= onto random, fp32) din=%s %s",
+                 with_din ? "on" : "NULL", tag);
+        check_tw(GT_F32, what, db, (size_t)OC);
+      }
+    }
+  free(dw0), free(db0);
+  tw_free(&in), tw_free(&w), tw_free(&b), tw_free(&res), tw_free(&dout), tw_free(&out);
+  tw_free(&din), tw_free(&dw), tw_free(&db);
+}
+
+// ---- normalisation and activations --------------------------------------------------------------
+
+static void test_layernorm(gt_dtype dt, int64_t N, int64_t C)
+{
+  const size_t nc = (size_t)(N * C), cs = (size_t)C, ns = (size_t)N;
+  const uint64_t sd = (uint64_t)(N * 13 + C) * 10;
+  twin x = tw_rand(dt, nc, sd + 1, -2, 3), w = tw_rand(dt, cs, sd + 2, 0.5f, 1.5f);
+  twin b = tw_rand(dt, cs, sd + 3, -1, 1), dy = tw_rand(dt, nc, sd + 4, -1, 1);
+  twin y = tw_new(nc * es(dt)), mean = tw_new(ns * 4), rstd = tw_new(ns * 4);
+  char what[160], tag[64];
+  snprintf(tag, sizeof tag, "N=%lld C=%lld [%s]", (long long)N, (long long)C, gt_dtype_name(dt));
+  RUN(gpu, layernorm_forward, dt, y.g, mean.g, rstd.g, x.g, w.g, b.g, N, C);
+  RUN(ref, layernorm_forward, dt, y.r, mean.r, rstd.r, x.r, w.r, b.r, N, C);
+  snprintf(what, sizeof what, "layernorm forward out %s", tag);
+  check_tw(dt, what, y, nc);
+  snprintf(what, sizeof what, "layernorm forward mean (fp32) %s", tag);
+  check_tw(GT_F32, what, mean, ns);
+  snprintf(what, sizeof what, "layernorm forward rstd (fp32) %s", tag);
+  check_tw(GT_F32, what, rstd, ns);
+
+  /* backward: both from cpu-ref's statistics; din, dw, db "+=" onto random */
+  float *mr = dev_fetch(ref, mean.r, ns * 4), *rr = dev_fetch(ref, rstd.r, ns * 4);
+  dev_put(gpu, mean.g, mr, ns * 4);
+  dev_put(gpu, rstd.g, rr, ns * 4);
+  void *dx0 = rand_dt(dt, nc, sd + 5, -1, 1);
+  float *dw0 = tu_alloc(cs), *db0 = tu_alloc(cs);
+  tu_fill(dw0, cs, sd + 6, -1, 1);
+  tu_fill(db0, cs, sd + 7, -1, 1);
+  twin dx = tw_from(dx0, nc * es(dt)), dw = tw_from(dw0, cs * 4), db = tw_from(db0, cs * 4);
+  RUN(gpu, layernorm_backward, dt, dx.g, dw.g, db.g, dy.g, x.g, w.g, mean.g, rstd.g, N, C);
+  RUN(ref, layernorm_backward, dt, dx.r, dw.r, db.r, dy.r, x.r, w.r, mean.r, rstd.r, N, C);
+  snprintf(what, sizeof what, "layernorm backward din (+= onto random) %s", tag);
+  check_tw(dt, what, dx, nc);
+  snprintf(what, sizeof what, "layernorm backward dw (+= onto random, fp32) %s", tag);
+  check_tw(GT_F32, what, dw, cs);
+  snprintf(what, sizeof what, "layernorm backward db (+= onto random, fp32) %s", tag);
+  check_tw(GT_F32, what, db, cs);
+
+  /* din aliasing dout (the residual gradient of a pre-LN block): din =
+   * dout + the input gradient. Against cpu-ref aliased, and bit for bit the
+   * cuda result of the same values unaliased (din a copy of dout). */
+  void *dyh = dev_fetch(ref, dy.r, nc * es(dt));
+  twin al = tw_from(dyh, nc * es(dt)), aw = tw_from(dw0, cs * 4), ab = tw_from(db0, cs * 4);
+  RUN(gpu, layernorm_backward, dt, al.g, aw.g, ab.g, al.g, x.g, w.g, mean.g, rstd.g, N, C);
+  RUN(ref, layernorm_backward, dt, al.r, aw.r, ab.r, al.r, x.r, w.r, mean.r, rstd.r, N, C);
+  snprintf(what, sizeof what, "layernorm backward din aliasing dout %s", tag);
+  check_tw(dt, what, al, nc);
+  snprintf(what, sizeof what, "layernorm backward dw with din aliasing dout (fp32) %s", tag);
+  check_tw(GT_F32, what, aw, cs);
+  snprintf(what, sizeof what, "layernorm backward db with din aliasing dout (fp32) %s", tag);
+  check_tw(GT_F32, what, ab, cs);
+  void *ua = dev_alloc(gpu, nc * es(dt));
+  float *uw = dev_alloc(gpu, cs * 4), *ub = dev_alloc(gpu, cs * 4);
+  dev_put(gpu, ua, dyh, nc * es(dt));
+  dev_put(gpu, uw, dw0, cs * 4);
+  dev_put(gpu, ub, db0, cs * 4);
+  RUN(gpu, layernorm_backward, dt, ua, uw, ub, dy.g, x.g, w.g, mean.g, rstd.g, N, C);
+  void *h1 = dev_fetch(gpu, ua, nc * es(dt)), *h2 = dev_fetch(gpu, uw, cs * 4);
+  void *h3 = dev_fetch(gpu, ub, cs * 4);
+  tap_ok(gpu_equals(al, h1, nc * es(dt)) && gpu_equals(aw, h2, cs * 4) &&
+             gpu_equals(ab, h3, cs * 4),
+         "layernorm backward with din aliasing dout: the same bits as unaliased %s", tag);
+  free(h1), free(h2), free(h3), free(mr), free(rr), free(dx0), free(dw0), free(db0), free(dyh);
+  dev_free(gpu, ua), dev_free(gpu, uw), dev_free(gpu, ub);
+  tw_free(&x), tw_free(&w), tw_free(&b), tw_free(&dy), tw_free(&y), tw_free(&mean);
+  tw_free(&rstd), tw_free(&dx), tw_free(&dw), tw_free(&db), tw_free(&al), tw_free(&aw);
+  tw_free(&ab);
+}
+
+static void test_gelu(gt_dtype dt, size_t n)
+{
+  twin x = tw_rand(dt, n, 17 + n, -12, 12); /* both saturated ends and the middle */
+  twin dy = tw_rand(dt, n, 18 + n, -1, 1), y = tw_new(n * es(dt)), dx = tw_new(n * es(dt));
+  char what[96];
+  RUN(gpu, gelu_forward, dt, y.g, x.g, n);
+  RUN(ref, gelu_forward, dt, y.r, x.r, n);
+  snprintf(what, sizeof what, "gelu forward n=%zu [%s]", n, gt_dtype_name(dt));
+  check_tw(dt, what, y, n);
+  RUN(gpu, gelu_backward, dt, dx.g, x.g, dy.g, n);
+  RUN(ref, gelu_backward, dt, dx.r, x.r, dy.r, n);
+  snprintf(what, sizeof what, "gelu backward n=%zu [%s]", n, gt_dtype_name(dt));
+  check_tw(dt, what, dx, n);
+  /* din aliasing dout */
+  void *dyh = dev_fetch(ref, dy.r, n * es(dt)), *want = dev_fetch(gpu, dx.g, n * es(dt));
+  twin al = tw_from(dyh, n * es(dt));
+  RUN(gpu, gelu_backward, dt, al.g, x.g, al.g, n);
+  RUN(ref, gelu_backward, dt, al.r, x.r, al.r, n);
+  snprintf(what, sizeof what, "gelu backward din aliasing dout n=%zu [%s]", n,
+           gt_dtype_name(dt));
+  check_tw(dt, what, al, n);
+  tap_ok(gpu_equals(al, want, n * es(dt)),
+         "gelu backward din aliasing dout n=%zu [%s]: the same bits as unaliased", n,
+         gt_dtype_name(dt));
+  free(dyh), free(want);
+  tw_free(&x), tw_free(&dy), tw_free(&y), tw_free(&dx), tw_free(&al);
+}
+
+// ---- attention --------------------------------------------------------------------------------------
+
+typedef struct {
+  int64_t B, T, H, hs;
+} shape;
+
+static size_t n_qkv(shape s) { return (size_t)(s.B * s.T * 3 * s.H * s.hs); }
+static size_t n_out(shape s) { return (size_t)(s.B * s.T * s.H * s.hs); }
+static size_t n_lse(shape s) { return (size_t)(s.B * s.H * s.T); }
+
+/* One problem with cpu-ref's results, computed once. */
+typedef struct {
+  shape s;
+  gt_dtype dt;
+  void *qkv, *dout;      /* inputs, dt bytes */
+  void *out, *dqkv;      /* cpu-ref's forward out and backward dqkv (from its out, lse) */
+  float *lse;
+  bool ok;
+} attn_case;
+
+static attn_case attn_make(gt_dtype dt, shape s)
+{
+  attn_case c = {.s = s, .dt = dt};
+  const uint64_t sd = (uint64_t)(s.B * 1000003 + s.T * 1009 + s.H * 31 + s.hs) + 7 * (uint64_t)dt;
+  c.qkv = rand_dt(dt, n_qkv(s), sd, -2, 2);
+  c.dout = rand_dt(dt, n_out(s), sd + 1, -1, 1);
+  const size_t e = es(dt);
+  void *q = dev_alloc(ref, n_qkv(s) * e), *o = dev_alloc(ref, n_out(s) * e);
+  void *dy = dev_alloc(ref, n_out(s) * e), *dq = dev_alloc(ref, n_qkv(s) * e);
+  float *l = dev_alloc(ref, n_lse(s) * 4);
+  dev_put(ref, q, c.qkv, n_qkv(s) * e);
+  dev_put(ref, dy, c.dout, n_out(s) * e);
+  c.ok = RUN(ref, attention_forward, dt, o, l, q, s.B, s.T, s.H, s.hs) &&
+         RUN(ref, attention_backward, dt, dq, dy, q, o, l, s.B, s.T, s.H, s.hs);
+  c.out = dev_fetch(ref, o, n_out(s) * e);
+  c.dqkv = dev_fetch(ref, dq, n_qkv(s) * e);
+  c.lse = dev_fetch(ref, l, n_lse(s) * 4);
+  dev_free(ref, q), dev_free(ref, o), dev_free(ref, dy), dev_free(ref, dq), dev_free(ref, l);
+  return c;
+}
+
+static void attn_free(attn_case *c)
+{
+  free(c->qkv), free(c->dout), free(c->out), free(c->dqkv), free(c->lse);
+}
+
+/* Attention outputs of type t: the fp32 rule, or for 16 bits the bound of
+ * the header (one more rounding of P and dS allowed), with compare.h's
+ * round-once rule as a diagnostic. */
+static bool check_attn(gt_dtype t, const char *what, const void *ga, const void *rb, size_t n)
+{
+  float *a = decode(t, ga, n), *b = decode(t, rb, n);
+  if (t == GT_F32) {
+    const bool ok = check32(what, a, b, n);
+    free(a), free(b);
+    return ok;
+  }
+  const double u = t == GT_BF16 ? 0x1p-8 : 0x1p-11;
+  double num = 0, den = 0, inf = 0, worst = 0, strict_worst = 0;
+  size_t at = 0, differ = 0;
+  bool finite = true;
+  for (size_t i = 0; i < n; i++) {
+    finite = finite && isfinite(a[i]) && isfinite(b[i]);
+    if (isfinite(a[i]) && isfinite(b[i])) {
+      const double d = (double)a[i] - b[i];
+      num += d * d;
+      den += (double)b[i] * b[i];
+      inf = fmax(inf, fabs(b[i]));
+    }
+  }
+  for (size_t i = 0; i < n && finite; i++) {
+    const double d = fabs((double)a[i] - b[i]), ulp = tu_ulp_of(t, b[i]);
+    const double r = d / (ulp + ATTN_ELEM * u * inf);
+    if (r > worst) {
+      worst = r;
+      at = i;
+    }
+    strict_worst = fmax(strict_worst, d / (ulp + TU_ULP_SLACK * inf));
+    differ += d > TU_ULP_SLACK * inf;
+  }
+  const double rel = sqrt(num) / fmax(sqrt(den), 1e-30);
+  const bool ok = finite && worst <= 1.0 && rel <= ATTN_NORM * u;
+  if (!tap_ok(ok, "%s (rel err %.2e = %.2f u, worst %.2f of the element bound)", what, rel,
+              rel / u, worst))
+    tap_diag("%s: element %zu: %.9g vs %.9g (bound 1 ulp + %.2f u max|ref|); rel err %.3e "
+             "(bound %.2f u = %.2e)%s",
+             what, at, a[at], b[at], ATTN_ELEM, rel, ATTN_NORM, ATTN_NORM * u,
+             finite ? "" : "; not finite");
+  const bool strict = finite && strict_worst <= 1.0 && differ <= 2 + n / 32 &&
+                      rel <= (n >= 256 ? u / 8 : u);
+  tap_diag("  compare.h's round-once rule %s (worst %.2f ulp, %zu of %zu differ)",
+           strict ? "met" : "not met", strict_worst, differ, n);
+  free(a), free(b);
+  return ok;
+}
+
+static bool check_lse(const char *what, const float *a, const float *b, size_t n)
+{
+  double worst = 0;
+  size_t at = 0;
+  for (size_t i = 0; i < n; i++) {
+    const double e = isfinite(a[i]) ? fabs((double)a[i] - b[i]) / fmax(1.0, fabs(b[i])) : INFINITY;
+    if (!(e <= worst)) {
+      worst = e;
+      at = i;
+    }
+  }
+  const bool ok = worst <= LSE_TOL && isfinite(worst);
+  if (!tap_ok(ok, "%s (worst %.2e of max(1, |lse|))", what, worst))
+    tap_diag("%s: row %zu: %.9g vs %.9g (bound %.0e)", what, at, a[at], b[at], LSE_TOL);
+  return ok;
+}
+
+/* Every case on be: forward (out, lse), backward from cpu-ref's out and lse,
+ * and each twice for the same bits. */
+static void attn_run(gt_backend *be, const char *variant, attn_case *cs, int ncases)
+{
+  for (int k = 0; k < ncases; k++) {
+    attn_case *c = &cs[k];
+    if (!c->ok)
+      continue;
+    const shape s = c->s;
+    const gt_dtype dt = c->dt;
+    const size_t e = es(dt), bq = n_qkv(s) * e, bo = n_out(s) * e, bl = n_lse(s) * 4;
+    char tag[128], what[192];
+    snprintf(tag, sizeof tag, "B=%lld T=%lld H=%lld hs=%lld [%s] (%s)", (long long)s.B,
+             (long long)s.T, (long long)s.H, (long long)s.hs, gt_dtype_name(dt), variant);
+    void *q = dev_alloc(be, bq), *o = dev_alloc(be, bo), *dy = dev_alloc(be, bo);
+    void *o_ref = dev_alloc(be, bo), *dq = dev_alloc(be, bq);
+    float *l = dev_alloc(be, bl), *l_ref = dev_alloc(be, bl);
+    dev_put(be, q, c->qkv, bq);
+    dev_put(be, dy, c->dout, bo);
+    dev_put(be, o_ref, c->out, bo);
+    dev_put(be, l_ref, c->lse, bl);
+    void *h_o[2], *h_l[2], *h_d[2];
+    for (int rep = 0; rep < 2; rep++) {
+      dev_poison(be, o, bo);
+      dev_poison(be, l, bl);
+      dev_poison(be, dq, bq);
+      RUN(be, attention_forward, dt, o, l, q, s.B, s.T, s.H, s.hs);
+      RUN(be, attention_backward, dt, dq, dy, q, o_ref, l_ref, s.B, s.T, s.H, s.hs);
+      h_o[rep] = dev_fetch(be, o, bo);
+      h_l[rep] = dev_fetch(be, l, bl);
+      h_d[rep] = dev_fetch(be, dq, bq);
+    }
+    snprintf(what, sizeof what, "attention forward out %s", tag);
+    check_attn(dt, what, h_o[0], c->out, n_out(s));
+    snprintf(what, sizeof what, "attention forward lse (fp32) %s", tag);
+    check_lse(what, h_l[0], c->lse, n_lse(s));
+    snprintf(what, sizeof what, "attention backward dqkv %s", tag);
+    check_attn(dt, what, h_d[0], c->dqkv, n_qkv(s));
+    tap_ok(!memcmp(h_o[0], h_o[1], bo) && !memcmp(h_l[0], h_l[1], bl) &&
+               !memcmp(h_d[0], h_d[1], bq),
+           "attention forward and backward twice: the same bits %s", tag);
+    for (int rep = 0; rep < 2; rep++)
+      free(h_o[rep]), free(h_l[rep]), free(h_d[rep]);
+    dev_free(be, q), dev_free(be, o), dev_free(be, dy), dev_free(be, o_ref);
+    dev_free(be, dq), dev_free(be, l), dev_free(be, l_ref);
+  }
+}
+
+// ---- embeddings and loss ------------------------------------------------------------------------
+
+/* Rows [v0, v0 + nv) of a V-row vocabulary; tokens in [0, tok_upper)
+ * (repeats on purpose), with tokens on both edges of the shard and just
+ * outside it. */
+static void test_embedding(gt_dtype dt, int64_t B, int64_t T, int64_t C, int64_t V, int64_t v0,
+                           int64_t nv, int32_t tok_upper, bool with_wpe)
+{
+  const size_t N = (size_t)(B * T), n = N * (size_t)C, cs = (size_t)C, nr = (size_t)nv * cs;
+  int32_t *tok = xmalloc(N * sizeof(int32_t));
+  tu_fill_int(tok, N, (uint64_t)(V * 3 + v0 + C), tok_upper);
+  tok[0] = (int32_t)v0;
+  tok[N - 1] = (int32_t)(v0 + nv - 1);
+  if (v0 > 0 && N > 2)
+    tok[1] = (int32_t)(v0 - 1);
+  if (v0 + nv < V && N > 3)
+    tok[2] = (int32_t)(v0 + nv);
+  char tag[128], what[192];
+  snprintf(tag, sizeof tag, "B=%lld T=%lld C=%lld rows [%lld, %lld) of %lld wpe=%s [%s]",
+           (long long)B, (long long)T, (long long)C, (long long)v0, (long long)(v0 + nv),
+           (long long)V, with_wpe ? "on" : "NULL", gt_dtype_name(dt));
+  const uint64_t sd = (uint64_t)(B * T * C + v0) * 10;
+  twin tk = tw_from(tok, N * sizeof(int32_t)), wte = tw_rand(dt, nr, sd + 1, -1, 1);
+  twin wpe = tw_rand(dt, (size_t)T * cs, sd + 2, -1, 1), out = tw_new(n * es(dt));
+  twin dy = tw_rand(dt, n, sd + 3, -1, 1);
+  RUN(gpu, embedding_forward, dt, out.g, tk.g, wte.g, with_wpe ? wpe.g : NULL, B, T, C, v0, nv);
+  RUN(ref, embedding_forward, dt, out.r, tk.r, wte.r, with_wpe ? wpe.r : NULL, B, T, C, v0, nv);
+  snprintf(what, sizeof what, "embedding forward %s", tag);
+  check_tw(dt, what, out, n);
+  if (!with_wpe) {
+    void *want = dev_fetch(ref, out.r, n * es(dt));
+    tap_ok(gpu_equals(out, want, n * es(dt)),
+           "embedding forward without wpe: the shard's rows bit for bit, exact zeros for "
+           "other tokens %s",
+           tag);
+    free(want);
+  }
+  float *e0 = tu_alloc(nr), *p0 = tu_alloc((size_t)T * cs);
+  tu_fill(e0, nr, sd + 4, -1, 1);
+  tu_fill(p0, (size_t)T * cs, sd + 5, -1, 1);
+  twin dwte = tw_from(e0, nr * 4), dwpe = tw_from(p0, (size_t)T * cs * 4);
+  RUN(gpu, embedding_backward, dt, dwte.g, with_wpe ? dwpe.g : NULL, dy.g, tk.g, B, T, C, v0, nv);
+  RUN(ref, embedding_backward, dt, dwte.r, with_wpe ? dwpe.r : NULL, dy.r, tk.r, B, T, C, v0, nv);
+  snprintf(what, sizeof what, "embedding backward dwte (+= onto random, fp32) %s", tag);
+  check_tw(GT_F32, what, dwte, nr);
+  if (with_wpe) {
+    snprintf(what, sizeof what, "embedding backward dwpe (+= onto random, fp32) %s", tag);
+    check_tw(GT_F32, what, dwpe, (size_t)T * cs);
+  }
+  /* again from the same start: the same bits */
+  void *g1 = dev_fetch(gpu, dwte.g, nr * 4), *q1 = dev_fetch(gpu, dwpe.g, (size_t)T * cs * 4);
+  dev_put(gpu, dwte.g, e0, nr * 4);
+  dev_put(gpu, dwpe.g, p0, (size_t)T * cs * 4);
+  RUN(gpu, embedding_backward, dt, dwte.g, with_wpe ? dwpe.g : NULL, dy.g, tk.g, B, T, C, v0, nv);
+  tap_ok(gpu_equals(dwte, g1, nr * 4) && gpu_equals(dwpe, q1, (size_t)T * cs * 4),
+         "embedding backward twice: the same bits %s", tag);
+  free(g1), free(q1), free(tok), free(e0), free(p0);
+  tw_free(&tk), tw_free(&wte), tw_free(&wpe), tw_free(&out), tw_free(&dy), tw_free(&dwte);
+  tw_free(&dwpe);
+}
+
+/* "each row summed in token order": one row R of the shard gets 2^24 from
+ * its first token and 1 from each of its later ones, starting from 0.
+ * In token order every 1 is lost to rounding (2^24 + 1 ties to 2^24): the
+ * row stays 2^24 exactly. Any other order (the ones first, a tree) gives
+ * 2^24 + 2 or more. The other rows: random values, compared as usual. */
+static void test_embedding_order(gt_dtype dt)
+{
+  const int64_t B = 3, T = 16, C = 70, V = 40, v0 = 8, nv = 20, R = 10;
+  const size_t N = (size_t)(B * T), n = N * (size_t)C, cs = (size_t)C, nr = (size_t)nv * cs;
+  int32_t *tok = xmalloc(N * sizeof(int32_t));
+  tu_fill_int(tok, N, 77, (int32_t)V);
+  const size_t hits[] = {3, 7, 12, 16, 21, 31, 40, 47}; /* token order b*T + t */
+  for (size_t i = 0; i < N; i++)
+    if (tok[i] == R)
+      tok[i] = R + 1;
+  float *dy = tu_alloc(n);
+  tu_fill(dy, n, 78, -1, 1);
+  for (size_t k = 0; k < sizeof hits / sizeof *hits; k++) {
+    tok[hits[k]] = (int32_t)R;
+    for (size_t c = 0; c < cs; c++)
+      dy[hits[k] * cs + c] = k == 0 ? 0x1p24f : 1.0f;
+  }
+  void *dyb = to_dt(dt, dy, n);
+  float *e0 = tu_alloc(nr);
+  tu_fill(e0, nr, 79, -1, 1);
+  for (size_t c = 0; c < cs; c++)
+    e0[(size_t)(R - v0) * cs + c] = 0.0f;
+  twin tk = tw_from(tok, N * sizeof(int32_t)), d = tw_from(dyb, n * es(dt));
+  twin dwte = tw_from(e0, nr * 4);
+  RUN(gpu, embedding_backward, dt, dwte.g, NULL, d.g, tk.g, B, T, C, v0, nv);
+  RUN(ref, embedding_backward, dt, dwte.r, NULL, d.r, tk.r, B, T, C, v0, nv);
+  float *a = dev_fetch(gpu, dwte.g, nr * 4), *b = dev_fetch(ref, dwte.r, nr * 4);
+  bool row_ok = true;
+  size_t bad = 0;
+  for (size_t c = 0; c < cs; c++) {
+    const float want = 0x1p24f;
+    if (memcmp(&a[(size_t)(R - v0) * cs + c], &want, 4) != 0 && row_ok) {
+      row_ok = false;
+      bad = c;
+    }
+  }
+  if (!tap_ok(row_ok, "embedding backward [%s]: a repeated token's row is summed in token "
+                      "order (2^24 then 1s stays 2^24, bit for bit)",
+              gt_dtype_name(dt)))
+    tap_diag("column %zu: %.9g (cpu-ref %.9g), expected 16777216", bad,
+             a[(size_t)(R - v0) * cs + bad], b[(size_t)(R - v0) * cs + bad]);
+  /* the other rows by the fp32 rule */
+  for (size_t c = 0; c < cs; c++)
+    a[(size_t)(R - v0) * cs + c] = b[(size_t)(R - v0) * cs + c] = 0;
+  char what[96];
+  snprintf(what, sizeof what, "embedding backward [%s]: the other rows (+=, fp32)",
+           gt_dtype_name(dt));
+  check32(what, a, b, nr);
+  free(tok), free(dy), free(dyb), free(e0), free(a), free(b);
+  tw_free(&tk), tw_free(&d), tw_free(&dwte);
+}
+
+/* Cross-entropy over a vocabulary of V split into P shards of w = ceil(V/P)
+ * columns (the last shorter), each stored (N, ld) with padding garbage. */
+static void test_xent(gt_dtype dt, int64_t N, int64_t V, int P, int64_t ld)
+{
+  const int64_t w = (V + P - 1) / P;
+  const size_t e = es(dt), nl = (size_t)(N * ld), ns = 3 * (size_t)N;
+  char tag[112], what[192];
+  snprintf(tag, sizeof tag, "N=%lld V=%lld P=%d ld=%lld [%s]", (long long)N, (long long)V, P,
+           (long long)ld, gt_dtype_name(dt));
+  float *full = tu_alloc((size_t)(N * V));
+  tu_fill(full, (size_t)(N * V), (uint64_t)(N * V + P), -8, 8);
+  int32_t *y = xmalloc((size_t)N * sizeof(int32_t));
+  tu_fill_int(y, (size_t)N, (uint64_t)(N + V), (int32_t)V);
+  for (int r = 0; r < P && 2 * r + 1 < N; r++) { /* first and last column of each shard */
+    y[2 * r] = (int32_t)(r * w < V ? r * w : V - 1);
+    y[2 * r + 1] = (int32_t)((r + 1) * w < V ? (r + 1) * w - 1 : V - 1);
+  }
+  twin ty = tw_from(y, (size_t)N * sizeof(int32_t));
+  twin stats = tw_new((size_t)P * ns * 4), loss = tw_new((size_t)N * 4);
+  void **host = xmalloc(sizeof(void *) * (size_t)P);
+  twin *lg = xmalloc(sizeof(twin) * (size_t)P);
+  int64_t *v0 = xmalloc(sizeof(int64_t) * (size_t)P), *nv = xmalloc(sizeof(int64_t) * (size_t)P);
+  for (int r = 0; r < P; r++) {
+    v0[r] = r * w;
+    nv[r] = V - v0[r] < w ? V - v0[r] : w;
+    if (nv[r] < 0)
+      nv[r] = 0;
+    float *sh = tu_alloc(nl);
+    for (int64_t i = 0; i < N; i++)
+      for (int64_t j = 0; j < ld; j++)
+        sh[i * ld + j] = j < nv[r] ? full[i * V + v0[r] + j] : ((i + j) % 2 ? 60.0f : -60.0f);
+    host[r] = to_dt(dt, sh, nl);
+    lg[r] = tw_from(host[r], nl * e);
+    free(sh);
+    RUN(gpu, xent_partial, dt, (float *)stats.g + ns * r, lg[r].g, ty.g, N, nv[r], ld, v0[r]);
+    RUN(ref, xent_partial, dt, (float *)stats.r + ns * r, lg[r].r, ty.r, N, nv[r], ld, v0[r]);
+  }
+  snprintf(what, sizeof what, "xent_partial stats {m, s, t} (fp32) of every shard %s", tag);
+  check_tw(GT_F32, what, stats, (size_t)P * ns);
+  /* xent_finish from the same (cpu-ref's) stats on both */
+  float *st = dev_fetch(ref, stats.r, (size_t)P * ns * 4);
+  dev_put(gpu, stats.g, st, (size_t)P * ns * 4);
+  for (int pass = 0; pass < 2; pass++) {
+    const float scale = pass ? 0.25f : 0.0f;
+    bool same_losses = true, untouched = true, pad_zero = true;
+    float *loss0 = NULL;
+    float *ga = tu_alloc((size_t)(N * V)), *rb = tu_alloc((size_t)(N * V));
+    for (int r = 0; r < P; r++) {
+      tw_put(lg[r], host[r]);
+      tw_poison(loss);
+      RUN(gpu, xent_finish, dt, loss.g, lg[r].g, stats.g, P, ty.g, N, nv[r], ld, v0[r], scale);
+      RUN(ref, xent_finish, dt, loss.r, lg[r].r, stats.r, P, ty.r, N, nv[r], ld, v0[r], scale);
+      snprintf(what, sizeof what, "xent_finish losses (fp32) dlogit_scale=%g shard %d %s",
+               scale, r, tag);
+      check_tw(GT_F32, what, loss, (size_t)N);
+      float *l = dev_fetch(gpu, loss.g, (size_t)N * 4);
+      if (!loss0)
+        loss0 = l;
+      else {
+        same_losses = same_losses && !memcmp(l, loss0, (size_t)N * 4);
+        free(l);
+      }
+      void *a = dev_fetch(gpu, lg[r].g, nl * e), *b = dev_fetch(ref, lg[r].r, nl * e);
+      if (!pass)
+        untouched = untouched && !memcmp(a, host[r], nl * e);
+      for (int64_t i = 0; i < N; i++) {
+        for (int64_t j = 0; j < nv[r]; j++) {
+          ga[i * V + v0[r] + j] = dec(dt, a, (size_t)(i * ld + j));
+          rb[i * V + v0[r] + j] = dec(dt, b, (size_t)(i * ld + j));
+        }
+        for (int64_t j = nv[r]; j < ld && pass; j++)
+          pad_zero = pad_zero && dec(dt, a, (size_t)(i * ld + j)) == 0.0f &&
+                     !signbit(dec(dt, a, (size_t)(i * ld + j)));
+      }
+      free(a), free(b);
+    }
+    tap_ok(same_losses, "xent_finish dlogit_scale=%g: identical losses on every shard %s",
+           scale, tag);
+    if (!pass)
+      tap_ok(untouched, "xent_finish dlogit_scale=0 leaves the logits alone, bit for bit %s",
+             tag);
+    else {
+      snprintf(what, sizeof what, "xent_finish dlogits dlogit_scale=%g %s", scale, tag);
+      check_vals(dt, what, ga, rb, (size_t)(N * V));
+      tap_ok(pad_zero, "xent_finish padding columns exactly +0 (ld - nv = %lld on the last) %s",
+             (long long)(ld - nv[P - 1]), tag);
+    }
+    free(loss0), free(ga), free(rb);
+  }
+  for (int r = 0; r < P; r++) {
+    free(host[r]);
+    tw_free(&lg[r]);
+  }
+  free(host), free(lg), free(v0), free(nv), free(full), free(y), free(st);
+  tw_free(&ty), tw_free(&stats), tw_free(&loss);
+}
+
+// ---- optimizer and reductions ---------------------------------------------------------------------
+
+/* compute_t < 0: no compute copy. */
+static void test_adamw(size_t n, int compute_t)
+{
+  const gt_dtype ct = compute_t < 0 ? GT_F32 : (gt_dtype)compute_t;
+  const char *cname = compute_t < 0 ? "none" : gt_dtype_name(ct);
+  float *p0 = tu_alloc(n), *g = tu_alloc(n), *m0 = tu_alloc(n), *v0 = tu_alloc(n);
+  tu_fill(p0, n, 28, -1, 1);
+  tu_fill(g, n, 29, -0.1f, 0.1f);
+  tu_fill(m0, n, 30, -0.01f, 0.01f);
+  tu_fill(v0, n, 31, 1e-6f, 1e-3f);
+  twin p = tw_from(p0, n * 4), tg = tw_from(g, n * 4), m = tw_from(m0, n * 4);
+  twin v = tw_from(v0, n * 4), c = tw_new(n * es(ct));
+  RUN(gpu, adamw, p.g, tg.g, m.g, v.g, compute_t < 0 ? NULL : c.g, ct, n, 1e-3f, 0.9f, 0.95f,
+      1e-8f, 0.1f, 0.271f, 0.1426f, 0.8f);
+  RUN(ref, adamw, p.r, tg.r, m.r, v.r, compute_t < 0 ? NULL : c.r, ct, n, 1e-3f, 0.9f, 0.95f,
+      1e-8f, 0.1f, 0.271f, 0.1426f, 0.8f);
+  char what[112];
+  snprintf(what, sizeof what, "adamw n=%zu parameters (compute copy %s)", n, cname);
+  check_tw(GT_F32, what, p, n);
+  snprintf(what, sizeof what, "adamw n=%zu first moment (compute copy %s)", n, cname);
+  check_tw(GT_F32, what, m, n);
+  snprintf(what, sizeof what, "adamw n=%zu second moment (compute copy %s)", n, cname);
+  check_tw(GT_F32, what, v, n);
+  float *pa = dev_fetch(gpu, p.g, n * 4), *pb = dev_fetch(ref, p.r, n * 4);
+  double num = 0, den = 0;
+  for (size_t i = 0; i < n; i++) {
+    const double ua = (double)pa[i] - p0[i], ub = (double)pb[i] - p0[i];
+    num += (ua - ub) * (ua - ub);
+    den += ub * ub;
+  }
+  const double rel = sqrt(num) / fmax(sqrt(den), 1e-30);
+  tap_ok(rel <= UPD_TOL && isfinite(rel),
+         "adamw n=%zu (compute copy %s): the update p' - p within %.0e (rel err %.2e)", n, cname,
+         UPD_TOL, rel);
+  if (compute_t >= 0) {
+    void *want = to_dt(ct, pa, n), *got = dev_fetch(gpu, c.g, n * es(ct));
+    tap_ok(!memcmp(want, got, n * es(ct)),
+           "adamw n=%zu: the compute copy (%s) is cuda's new master rounded, bit for bit", n,
+           cname);
+    free(want), free(got);
+  }
+  free(p0), free(g), free(m0), free(v0), free(pa), free(pb);
+  tw_free(&p), tw_free(&tg), tw_free(&m), tw_free(&v), tw_free(&c);
+}
+
+/* *acc on the device, from 0.375, += the sum (or sum of squares) of x. */
+static double sum_on(gt_backend *be, bool sq, const float *x_dev, size_t n)
+{
+  double acc = 0.375, *d = dev_alloc(be, sizeof(double));
+  dev_put(be, d, &acc, sizeof acc);
+  if (sq)
+    RUN(be, sumsq_add, d, x_dev, n);
+  else
+    RUN(be, sum_add, d, x_dev, n);
+  dev_get(be, &acc, d, sizeof acc);
+  dev_free(be, d);
+  return acc;
+}
+
+static void test_sums(size_t n)
+{
+  float *x = tu_alloc(n + 1);
+  tu_fill(x, n + 1, 42 + n, -0.5f, 1.0f);
+  twin t = tw_from(x, (n + 1) * 4);
+  for (int sq = 0; sq < 2; sq++) {
+    const char *name = sq ? "sumsq_add" : "sum_add";
+    const double a1 = sum_on(gpu, sq, t.g, n), b = sum_on(ref, sq, t.r, n);
+    const double a2 = sum_on(gpu, sq, t.g, n);
+    tap_ok(fabs(a1 - b) <= SUM_TOL * fabs(b), "%s n=%zu onto *acc = 0.375 (%.17g vs %.17g)",
+           name, n, a1, b);
+    tap_ok(!memcmp(&a1, &a2, sizeof a1), "%s n=%zu twice: the same bits", name, n);
+    /* NaN in the middle (and at the end) propagates */
+    float *xn = tu_copy(x, n + 1);
+    xn[n / 2] = NAN;
+    float *dn = dev_alloc(gpu, (n + 1) * 4);
+    dev_put(gpu, dn, xn, (n + 1) * 4);
+    const double an = sum_on(gpu, sq, dn, n);
+    xn[n / 2] = x[n / 2];
+    xn[n - 1] = NAN;
+    dev_put(gpu, dn, xn, (n + 1) * 4);
+    const double an2 = sum_on(gpu, sq, dn, n);
+    tap_ok(isnan(an) && isnan(an2), "%s n=%zu: a NaN input (middle, last) gives NaN (%g, %g)",
+           name, n, an, an2);
+    dev_free(gpu, dn);
+    free(xn);
+    const double z = sum_on(gpu, sq, t.g, 0);
+    tap_ok(z == 0.375, "%s of nothing leaves *acc alone (%.17g)", name, z);
+  }
+  free(x);
+  tw_free(&t);
+}
+
+// ---- fills, copies, streams, events, host memory ---------------------------------------------------
+
+static void test_zero(void)
+{
+  const size_t bytes = 4099;
+  unsigned char *h = xmalloc(bytes);
+  for (size_t i = 0; i < bytes; i++)
+    h[i] = (unsigned char)(i * 131 + 7) | 1; /* never 0 */
+  void *d = dev_alloc(gpu, bytes);
+  dev_put(gpu, d, h, bytes);
+  const size_t off = 6, len = 2003;
+  RUN(gpu, zero, (char *)d + off, len);
+  unsigned char *back = dev_fetch(gpu, d, bytes);
+  bool ok = true;
+  for (size_t i = 0; i < bytes; i++)
+    ok = ok && back[i] == (i >= off && i < off + len ? 0 : h[i]);
+  tap_ok(ok, "zero of %zu bytes at byte offset %zu: exactly those bytes", len, off);
+  free(back), free(h);
+  dev_free(gpu, d);
+  const size_t n = 3000001;
+  float *x = tu_alloc(n);
+  tu_fill(x, n, 55, 1, 2);
+  float *dx = dev_alloc(gpu, n * 4);
+  dev_put(gpu, dx, x, n * 4);
+  RUN(gpu, zero, dx, n * 4);
+  float *y = dev_fetch(gpu, dx, n * 4);
+  ok = true;
+  for (size_t i = 0; i < n; i++)
+    ok = ok && y[i] == 0.0f && !signbit(y[i]);
+  tap_ok(ok, "zero of %zu floats: all +0", n);
+  free(x), free(y);
+  dev_free(gpu, dx);
+}
+
+/* Upload on a second stream, a kernel and a copy on the compute stream
+ * after it (stream_wait), the download on the second stream after those;
+ * 64 MiB, so that a missing wait reads the poisoned buffers. */
+static void test_streams(void)
+{
+  const gt_backend_ops *o = gpu->ops;
+  const size_t n = (size_t)16 << 20, bytes = n * 4;
+  float *hx = NULL, *hy = NULL;
+  if (!tu_ok_status(o->alloc_host(gpu, bytes, (void **)&hx), "alloc_host 64 MiB") ||
+      !tu_ok_status(o->alloc_host(gpu, bytes, (void **)&hy), "alloc_host 64 MiB (second)"))
+    return;
+  tu_fill(hx, n, 61, -3, 3);
+  for (size_t i = 0; i < n; i++)
+    hy[i] = -1;
+  float *a = dev_alloc(gpu, bytes), *b = dev_alloc(gpu, bytes), *c = dev_alloc(gpu, bytes);
+  float *c2 = dev_alloc(gpu, bytes);
+  dev_poison(gpu, a, bytes), dev_poison(gpu, b, bytes), dev_poison(gpu, c, bytes);
+  dev_poison(gpu, c2, bytes);
+  gt_stream *s2 = NULL;
+  gt_device_event *e0 = NULL, *e1 = NULL, *e2 = NULL, *e3 = NULL;
+  bool ok = tu_ok_status(o->stream_create(gpu, &s2), "stream_create");
+  ok = ok && tu_ok_status(o->event_create(gpu, &e0), "event_create") &&
+       o->event_create(gpu, &e1) == GT_SUCCESS && o->event_create(gpu, &e2) == GT_SUCCESS &&
+       o->event_create(gpu, &e3) == GT_SUCCESS;
+  if (!ok)
+    return;
+  int st = o->event_record(gpu, e0, s2);
+  if (!st) st = o->upload(gpu, a, hx, bytes, s2);
+  if (!st) st = o->event_record(gpu, e1, s2);
+  if (!st) st = o->stream_wait(gpu, gpu->compute, e1);
+  if (!st) st = o->gelu_forward(gpu, GT_F32, b, a, n);
+  if (!st) st = o->copy(gpu, c, b, bytes, NULL);
+  if (!st) st = o->event_record(gpu, e2, NULL);
+  if (!st) st = o->stream_wait(gpu, s2, e2);
+  if (!st) st = o->copy(gpu, c2, a, bytes, s2); /* device to device on s2 */
+  if (!st) st = o->download(gpu, hy, c, bytes, s2);
+  if (!st) st = o->event_record(gpu, e3, s2);
+  bool early = false;
+  if (!st) st = o->event_query(gpu, e3, &early);
+  if (!st) st = o->event_wait(gpu, e3);
+  tu_ok_status(st, "upload, stream_wait, kernel, copy, stream_wait, download, event_wait "
+                   "across two streams");
+  tap_diag("event_query right after queuing 64 MiB each way: %s",
+           early ? "complete" : "pending");
+  bool d0 = false, d3 = false;
+  double sec = -1;
+  st = o->event_query(gpu, e0, &d0);
+  if (!st) st = o->event_query(gpu, e3, &d3);
+  if (!st) st = o->event_elapsed(gpu, e0, e3, &sec);
+  tap_ok(st == GT_SUCCESS && d0 && d3,
+         "event_query after event_wait: the waited-for event and an earlier one are complete");
+  tap_ok(st == GT_SUCCESS && sec >= 0 && sec < 60,
+         "event_elapsed between the first and the last marker: %.3f ms >= 0", 1e3 * sec);
+  /* the expected bits: the same kernel on the compute stream alone */
+  float *want_d = dev_alloc(gpu, bytes);
+  dev_put(gpu, a, hx, bytes);
+  RUN(gpu, gelu_forward, GT_F32, want_d, a, n);
+  float *want = dev_fetch(gpu, want_d, bytes);
+  tap_ok(!memcmp(hy, want, bytes),
+         "the download on the second stream saw the kernel's result, which saw the upload "
+         "(64 MiB bit for bit)");
+  float *got2 = dev_fetch(gpu, c2, bytes);
+  tap_ok(!memcmp(got2, hx, bytes), "copy on the second stream after its upload: bit for bit");
+  /* pageable host memory both ways on the second stream */
+  float *px = tu_alloc(n), *py = tu_alloc(n);
+  tu_fill(px, n, 62, -1, 1);
+  st = o->upload(gpu, b, px, bytes, s2);
+  if (!st) st = o->download(gpu, py, b, bytes, s2);
+  if (!st) st = o->event_record(gpu, e3, s2);
+  if (!st) st = o->event_wait(gpu, e3);
+  tap_ok(st == GT_SUCCESS && !memcmp(px, py, bytes),
+         "pageable host memory: upload then download on the second stream, bit for bit");
+  st = o->sync(gpu);
+  tu_ok_status(st, "sync");
+  free(want), free(got2), free(px), free(py);
+  dev_free(gpu, want_d), dev_free(gpu, a), dev_free(gpu, b), dev_free(gpu, c);
+  dev_free(gpu, c2);
+  st = o->event_destroy(gpu, e0);
+  if (!st) st = o->event_destroy(gpu, e1);
+  if (!st) st = o->event_destroy(gpu, e2);
+  if (!st) st = o->event_destroy(gpu, e3);
+  if (!st) st = o->stream_destroy(gpu, s2);
+  if (!st) st = o->free_host(gpu, hx);
+  if (!st) st = o->free_host(gpu, hy);
+  tu_ok_status(st, "event_destroy, stream_destroy, free_host");
+}
+
+static void test_host_memory(void)
+{
+  const gt_backend_ops *o = gpu->ops;
+  const size_t sizes[3] = {1, 4096 + 3, (size_t)3 << 20};
+  for (int k = 0; k < 3; k++) {
+    unsigned char *h = NULL;
+    int st = o->alloc_host(gpu, sizes[k], (void **)&h);
+    if (!tu_ok_status(st, "alloc_host"))
+      continue;
+    for (size_t i = 0; i < sizes[k]; i++)
+      h[i] = (unsigned char)(i * 7 + 1);
+    void *d = dev_alloc(gpu, sizes[k]);
+    dev_put(gpu, d, h, sizes[k]);
+    unsigned char *back = dev_fetch(gpu, d, sizes[k]);
+    tap_ok(((uintptr_t)h % 16) == 0 && !memcmp(back, h, sizes[k]),
+           "alloc_host %zu bytes: aligned, writable, round trip through the device", sizes[k]);
+    free(back);
+    dev_free(gpu, d);
+    tu_ok_status(o->free_host(gpu, h), "free_host");
+  }
+}
+
+// ---- determinism at larger sizes -------------------------------------------------------------------
+
+static void test_determinism(gt_dtype dt)
+{
+  char tag[32];
+  snprintf(tag, sizeof tag, "[%s]", gt_dtype_name(dt));
+  /* embedding backward: 1024 tokens over 256 rows */
+  {
+    const int64_t B = 8, T = 128, C = 768, V = 256;
+    const size_t N = (size_t)(B * T), n = N * (size_t)C;
+    int32_t *tok = xmalloc(N * 4);
+    tu_fill_int(tok, N, 91, (int32_t)V);
+    void *dy = rand_dt(dt, n, 92, -1, 1);
+    float *e0 = tu_alloc((size_t)(V * C)), *p0 = tu_alloc((size_t)(T * C));
+    tu_fill(e0, (size_t)(V * C), 93, -1, 1);
+    tu_fill(p0, (size_t)(T * C), 94, -1, 1);
+    int32_t *dt_tok = dev_alloc(gpu, N * 4);
+    void *ddy = dev_alloc(gpu, n * es(dt));
+    float *de = dev_alloc(gpu, (size_t)(V * C) * 4), *dp = dev_alloc(gpu, (size_t)(T * C) * 4);
+    dev_put(gpu, dt_tok, tok, N * 4);
+    dev_put(gpu, ddy, dy, n * es(dt));
+    void *r1[2], *r2[2];
+    for (int rep = 0; rep < 2; rep++) {
+      dev_put(gpu, de, e0, (size_t)(V * C) * 4);
+      dev_put(gpu, dp, p0, (size_t)(T * C) * 4);
+      RUN(gpu, embedding_backward, dt, de, dp, ddy, dt_tok, B, T, C, 0, V);
+      r1[rep] = dev_fetch(gpu, de, (size_t)(V * C) * 4);
+      r2[rep] = dev_fetch(gpu, dp, (size_t)(T * C) * 4);
+    }
+    tap_ok(!memcmp(r1[0], r1[1], (size_t)(V * C) * 4) &&
+               !memcmp(r2[0], r2[1], (size_t)(T * C) * 4),
+           "embedding backward B=8 T=128 C=768 V=256 twice: the same bits %s", tag);
+    for (int rep = 0; rep < 2; rep++)
+      free(r1[rep]), free(r2[rep]);
+    free(tok), free(dy), free(e0), free(p0);
+    dev_free(gpu, dt_tok), dev_free(gpu, ddy), dev_free(gpu, de), dev_free(gpu, dp);
+  }
+  /* layernorm backward: dw, db reduced over 2048 rows */
+  {
+    const int64_t N = 2048, C = 768;
+    const size_t nc = (size_t)(N * C);
+    void *x = rand_dt(dt, nc, 95, -2, 3), *w = rand_dt(dt, (size_t)C, 96, 0.5f, 1.5f);
+    void *b = rand_dt(dt, (size_t)C, 97, -1, 1), *dy = rand_dt(dt, nc, 98, -1, 1);
+    void *dx0 = rand_dt(dt, nc, 99, -1, 1);
+    void *dxd = dev_alloc(gpu, nc * es(dt)), *yd = dev_alloc(gpu, nc * es(dt));
+    void *wd = dev_alloc(gpu, (size_t)C * es(dt)), *bd = dev_alloc(gpu, (size_t)C * es(dt));
+    void *dyd = dev_alloc(gpu, nc * es(dt)), *xd = dev_alloc(gpu, nc * es(dt));
+    float *md = dev_alloc(gpu, (size_t)N * 4), *rd = dev_alloc(gpu, (size_t)N * 4);
+    float *dwd = dev_alloc(gpu, (size_t)C * 4), *dbd = dev_alloc(gpu, (size_t)C * 4);
+    dev_put(gpu, xd, x, nc * es(dt));
+    dev_put(gpu, wd, w, (size_t)C * es(dt));
+    dev_put(gpu, bd, b, (size_t)C * es(dt));
+    dev_put(gpu, dyd, dy, nc * es(dt));
+    RUN(gpu, layernorm_forward, dt, yd, md, rd, xd, wd, bd, N, C);
+    void *r[2][3];
+    for (int rep = 0; rep < 2; rep++) {
+      dev_put(gpu, dxd, dx0, nc * es(dt));
+      RUN(gpu, zero, dwd, (size_t)C * 4);
+      RUN(gpu, zero, dbd, (size_t)C * 4);
+      RUN(gpu, layernorm_backward, dt, dxd, dwd, dbd, dyd, xd, wd, md, rd, N, C);
+      r[rep][0] = dev_fetch(gpu, dxd, nc * es(dt));
+      r[rep][1] = dev_fetch(gpu, dwd, (size_t)C * 4);
+      r[rep][2] = dev_fetch(gpu, dbd, (size_t)C * 4);
+    }
+    tap_ok(!memcmp(r[0][0], r[1][0], nc * es(dt)) && !memcmp(r[0][1], r[1][1], (size_t)C * 4) &&
+               !memcmp(r[0][2], r[1][2], (size_t)C * 4),
+           "layernorm backward N=2048 C=768 twice: the same bits (din, dw, db) %s", tag);
+    for (int rep = 0; rep < 2; rep++)
+      for (int k = 0; k < 3; k++)
+        free(r[rep][k]);
+    free(x), free(w), free(b), free(dy), free(dx0);
+    dev_free(gpu, dxd), dev_free(gpu, yd), dev_free(gpu, wd), dev_free(gpu, bd);
+    dev_free(gpu, dyd), dev_free(gpu, xd), dev_free(gpu, md), dev_free(gpu, rd);
+    dev_free(gpu, dwd), dev_free(gpu, dbd);
+  }
+}
+
+// ---- unaligned addresses (last: a faulting access may end the device context) --------------
+
+static void test_odd_addresses(void)
+{
+  const float sp[4] = {INFINITY, NAN, 65520.0f, 1e-40f};
+  float *r = cast_sources(sp, 4, 20011);
+  uint16_t *pat = all_patterns();
+  const gt_dtype h16[2] = {GT_BF16, GT_F16};
+  for (int k = 0; k < 3; k++)
+    cast_slice_case(all_dt[k], GT_F32, r, 20015);
+  for (int j = 0; j < 2; j++)
+    for (int k = 0; k < 3; k++)
+      cast_slice_case(all_dt[k], h16[j], pat, 65536);
+  free(r), free(pat);
+  /* sums: an order fixed by n, so the same values at any address give the
+   * same bits */
+  const size_t sizes[2] = {1000, 3000001};
+  for (int k = 0; k < 2; k++) {
+    const size_t n = sizes[k];
+    float *x = tu_alloc(n);
+    tu_fill(x, n, 45 + n, -0.5f, 1.0f);
+    float *d = dev_alloc(gpu, (n + 4) * 4);
+    for (int sq = 0; sq < 2; sq++) {
+      double at[4];
+      for (int off = 0; off < 4; off++) {
+        dev_put(gpu, d + off, x, n * 4);
+        at[off] = sum_on(gpu, sq, d + off, n);
+      }
+      float *dr = dev_alloc(ref, n * 4);
+      dev_put(ref, dr, x, n * 4);
+      const double want = sum_on(ref, sq, dr, n);
+      dev_free(ref, dr);
+      tap_ok(!memcmp(&at[0], &at[1], 8) && !memcmp(&at[0], &at[2], 8) &&
+                 !memcmp(&at[0], &at[3], 8) && fabs(at[1] - want) <= SUM_TOL * fabs(want),
+             "%s n=%zu at offsets of 0..3 floats: the same bits (%.17g, %.17g, %.17g, %.17g)",
+             sq ? "sumsq_add" : "sum_add", n, at[0], at[1], at[2], at[3]);
+    }
+    dev_free(gpu, d);
+    free(x);
+  }
+}
+
+// ---- set-up --------------------------------------------------------------------------------------------
+
+/* Create the backend under test; skip (exit 77) when "cuda" cannot be
+ * created because there is no CUDA or no GPU, bail out otherwise. */
+static gt_backend *create_gpu(const char *what)
+{
+  gt_backend *be = NULL;
+  if (gt_backend_create(gpu_name, 1, &be) == GT_SUCCESS)
+    return be;
+  if (strcmp(gpu_name, "cuda") == 0 && (!gt_cuda_built() || gt_cuda_device_count() == 0)) {
+    char desc[256];
+    gt_cuda_describe(desc, sizeof desc);
+    printf("1..0 # SKIP no CUDA device: %s\n", desc);
+    fflush(stdout);
+    gt_backend_destroy(&ref);
+    MPI_Finalize();
+    exit(77);
+  }
+  tap_bail("cannot create the %s backend (%s): %s", gpu_name, what, gt_error_message());
+  exit(1);
+}
+
+int main(int argc, char **argv)
+{
+  tu_mpi_init(&argc, &argv);
+  const char *env = getenv("GT_GPU_TEST_BACKEND");
+  if (env && env[0])
+    gpu_name = env;
+  if (gt_backend_create("cpu-ref", 1, &ref) != GT_SUCCESS)
+    return tap_bail("cannot create cpu-ref: %s", gt_error_message());
+  gpu = create_gpu("default");
+  char desc[256];
+  gt_cuda_describe(desc, sizeof desc);
+  tap_diag("backend under test: %s, reference: %s; %s", gpu->name, ref->name, desc);
+
+  test_cast();
+  for (int k = 0; k < 3; k++) {
+    const gt_dtype dt = all_dt[k];
+    test_linear(dt, 257, 96, 200); /* several tiles in N and OC, C not a multiple of 64 */
+    test_linear(dt, 37, 24, 40);
+    test_linear(dt, 1, 7, 3);
+    test_linear(dt, 33, 100, 1);
+    test_linear(dt, 256, 512, 520); /* a K of 512, OC past 512 */
+    test_linear(dt, 3, 0, 5);       /* C = 0: out = bias + residual, dw unchanged */
+    test_layernorm(dt, 33, 40);
+    test_layernorm(dt, 9, 600);
+    test_layernorm(dt, 5, 13);
+    test_layernorm(dt, 7, 1001);
+    test_layernorm(dt, 512, 768);
+    test_gelu(dt, 1001);
+    test_gelu(dt, 20011);
+    test_gelu(dt, ((size_t)1 << 20) + 3);
+    test_embedding(dt, 3, 11, 300, 37, 0, 37, 12, true);  /* repeats, the whole vocabulary */
+    test_embedding(dt, 3, 11, 300, 37, 5, 12, 37, false); /* a shard, tokens on both sides */
+    test_embedding(dt, 3, 11, 300, 37, 5, 12, 37, true);
+    test_embedding(dt, 8, 128, 768, 256, 100, 100, 256, true);
+    test_xent(dt, 19, 67, 1, 67);
+    test_xent(dt, 7, 61, 1, 64);     /* padding */
+    test_xent(dt, 33, 1000, 1, 1024);
+    test_xent(dt, 19, 67, 3, 23);    /* padding on the last shard only */
+    test_xent(dt, 13, 61, 3, 32);    /* padding on every shard */
+    test_xent(dt, 16, 50257, 3, 16768); /* GPT-2 vocabulary rows */
+    test_determinism(dt);
+  }
+  test_embedding_order(GT_F32);
+  test_embedding_order(GT_BF16);
+  test_adamw(1000003, -1);
+  for (int k = 0; k < 3; k++)
+    test_adamw(1000003, all_dt[k]);
+  test_sums(1);
+  test_sums(1000);
+  test_sums(3000001);
+  test_zero();
+  test_streams();
+  test_host_memory();
+
+  /* attention: cpu-ref once, then the default backend and both variants */
+  const shape shapes[] = {{2, 1, 3, 16},  {2, 1, 3, 64},  {2, 17, 3, 16}, {2, 17, 3, 64},
+                          {2, 64, 3, 16}, {2, 64, 3, 64}, {2, 130, 3, 16}, {2, 130, 3, 64},
+                          {1, 1024, 3, 64}};
+  const int nsh = (int)(sizeof shapes / sizeof *shapes);
+  attn_case cases[3 * sizeof shapes / sizeof *shapes];
+  int nc = 0;
+  for (int k = 0; k < 3; k++)
+    for (int i = 0; i < nsh; i++)
+      cases[nc++] = attn_make(all_dt[k], shapes[i]);
+  attn_run(gpu, "default", cases, nc);
+  gt_backend_destroy(&gpu);
+  if (strcmp(gpu_name, "cuda") == 0) {
+    const char *kinds[2] = {"own", "cudnn"};
+    char *saved = getenv("GT_CUDA_ATTENTION") ? strdup(getenv("GT_CUDA_ATTENTION")) : NULL;
+    for (int k = 0; k < 2; k++) {
+      char label[40];
+      snprintf(label, sizeof label, "GT_CUDA_ATTENTION=%s", kinds[k]);
+      setenv("GT_CUDA_ATTENTION", kinds[k], 1);
+      gpu = create_gpu(label);
+      attn_run(gpu, label, cases, nc);
+      gt_backend_destroy(&gpu);
+    }
+    if (saved)
+      setenv("GT_CUDA_ATTENTION", saved, 1);
+    else
+      unsetenv("GT_CUDA_ATTENTION");
+    free(saved);
+  } else {
+    tap_diag("GT_CUDA_ATTENTION variants: only for the cuda backend");
+  }
+  for (int k = 0; k < nc; k++)
+    attn_free(&cases[k]);
+  gpu = create_gpu("for unaligned addresses");
+  test_odd_addresses();
+  gt_backend_destroy(&gpu);
+  gt_backend_destroy(&ref);
+  int rc = tap_done();
+  MPI_Finalize();
+  return rc;
+}
