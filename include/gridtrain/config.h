@@ -56,6 +56,7 @@ typedef struct gt_config {
     long threads;                 /* 0 means auto */
     char precision[GT_NAME_MAX];  /* fp32 | bf16 | fp16 */
     char mpi_device[GT_NAME_MAX]; /* auto | on | off */
+    char attention[GT_NAME_MAX];  /* cuda: cudnn | own */
     double loss_scale;            /* fp16: initial loss scale */
     long loss_scale_interval;     /* fp16: good steps before the scale grows */
     double loss_scale_factor;     /* fp16: growth and back-off factor */

@@ -195,6 +195,36 @@ static int gt_report_memory(const gt_trainer *tr, FILE *out)
   return GT_SUCCESS;
 }
 
+/* Collective on world: for a device backend, rank 0 prints which rank drives
+ * which GPU (the first 64 ranks; the rest follow the same rule). */
+static int gt_report_devices(const gt_trainer *tr, FILE *out)
+{
+  if (tr->be->device == GT_HOST)
+    return GT_SUCCESS;
+  const gt_grid *g = tr->grid;
+  enum { LEN = 160, MAX_ROWS = 64 };
+  char mine[LEN];
+  snprintf(mine, sizeof mine, "%s", gt_backend_describe(tr->be));
+  const int rows = g->world_size < MAX_ROWS ? g->world_size : MAX_ROWS;
+  char *all = g->world_rank == 0 ? malloc((size_t)LEN * (size_t)g->world_size) : NULL;
+  int status = g->world_rank == 0 && !all ? GT_ERROR(GT_ERR_SYSTEM, "out of memory") : GT_SUCCESS;
+  GT_CALL(gt_error_agree(status, g->world));
+  MPI_Request req;
+  GT_CALL_MPI(MPI_Igather(mine, LEN, MPI_CHAR, all, LEN, MPI_CHAR, 0, g->world, &req));
+  GT_CALL(gt_comm_wait(&req));
+  if (g->world_rank != 0)
+    return GT_SUCCESS;
+  fprintf(out, "# devices (%s; node-local rank mod the GPUs a rank sees; %d rank%s on rank 0's "
+          "node)\n", tr->be->name, g->node_size, g->node_size == 1 ? "" : "s");
+  for (int r = 0; r < rows; r++)
+    fprintf(out, "  rank %-6d %s\n", r, all + (size_t)r * LEN);
+  if (rows < g->world_size)
+    fprintf(out, "  ... %d more ranks\n", g->world_size - rows);
+  fflush(out);
+  free(all);
+  return GT_SUCCESS;
+}
+
 // ---- set-up ------------------------------------------------------------------------------
 
 static int gt_trainer_bucket_ready(void *ctx, int first, int count)
@@ -242,7 +272,8 @@ static void gt_trainer_events(gt_trainer *tr)
 /* Backend, collectives context and device clock. */
 static int gt_trainer_device(gt_trainer *tr)
 {
-  GT_CALL(gt_backend_create(tr->cfg.backend.device, tr->threads, &tr->be));
+  const gt_backend_options opt = {tr->threads, tr->grid->node_rank, tr->cfg.backend.attention};
+  GT_CALL(gt_backend_create_with(tr->cfg.backend.device, &opt, &tr->be));
   GT_CALL(gt_coll_create(tr->be, tr->cfg.backend.mpi_device, &tr->coll));
   GT_CALL(gt_backend_clock_create(tr->be, &tr->clock));
   gt_events_set_clock(tr->clock);
@@ -361,6 +392,7 @@ int gt_trainer_create(const gt_config *cfg, MPI_Comm world, bool quiet, gt_train
   if (!quiet) {
     gt_print_setup(tr, (size_t)most[0], (size_t)most[1]);
     GT_CALL(gt_report_memory(tr, stdout));
+    GT_CALL(gt_report_devices(tr, stdout));
   }
   GT_CALL(gt_trainer_resume(tr, quiet));
   tr->start_step = tr->step;
