@@ -71,6 +71,7 @@ printf '# wall seconds of the whole run (start-up included); x = against device 
 printf '# %-34s %8s %8s %6s %8s %6s  %s\n' case cpu_s async_s x guard_s x check
 if [ -n "$csv" ]; then echo "case,ranks,steps,cpu_s,async_s,guard_s,check" >"$csv"; fi
 for c in "default-1rank 1" "pp2xtp2-4ranks 4"; do
+  # shellcheck disable=SC2086
   set -- $c
   name=$1 n=$2
   if [ "$n" = 1 ]; then over=$one; else over=$four; fi

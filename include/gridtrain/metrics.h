@@ -40,6 +40,7 @@ typedef struct gt_run_summary {
   double model_tflops;  /* model FLOP/s, all ranks, in TFLOP/s */
   double final_loss;
   double final_val_loss; /* NaN when never evaluated */
+  double device_peak_bytes; /* most device memory any rank allocated; 0: host backend */
 } gt_run_summary;
 
 typedef struct gt_metrics gt_metrics;

@@ -102,7 +102,8 @@ static const gt_key gt_keys[] = {
   {"backend", "device", GT_KEY_ENUM, GT_OFF(backend.device), 0, 0,
    "cpu|cpu-async|cpu-guard|cuda", "cpu",
    "compute backend; cpu-async and cpu-guard are test modes of cpu (ops run later on a "
-   "worker thread / device memory is unreachable from the host outside ops)", false, false},
+   "worker thread / device memory is unreachable from the host outside ops); cuda runs on "
+   "the GPU that the node-local rank picks (docs/cuda.md)", false, false},
   {"backend", "threads", GT_KEY_INT_AUTO, GT_OFF(backend.threads), 1, 4096, NULL,
    "auto", "OpenMP/BLAS threads per rank; auto: OMP_NUM_THREADS, else cores "
    "per node / ranks per node", false, false},

@@ -102,6 +102,8 @@ int gt_metrics_write_summary(gt_metrics *m, const gt_run_summary *s)
   gt_json_num(f, "model_tflops", s->model_tflops, true);
   gt_json_num(f, "final_loss", s->final_loss, true);
   gt_json_num(f, "final_val_loss", s->final_val_loss, true);
+  if (s->device_peak_bytes > 0)
+    gt_json_num(f, "device_peak_bytes", s->device_peak_bytes, true);
   fprintf(f, "}\n");
   GT_CHECK(fflush(f) == 0, GT_ERR_SYSTEM, "cannot write the metrics file '%s': %s", m->path,
            strerror(errno));

@@ -370,6 +370,10 @@ int gt_trainer_run(gt_trainer *tr)
   GT_CALL(gt_barrier(g->world));
   const double wall = gt_now() - t_start;
   const long ran = steps - tr->start_step;
+  size_t dev_in_use, dev_peak;
+  gt_backend_device_memory(tr->be, &dev_in_use, &dev_peak);
+  double device_peak = (double)dev_peak;
+  GT_CALL(gt_allreduce_f64(&device_peak, 1, MPI_MAX, g->world));
   gt_run_summary sum = {
     .steps = ran,
     .tokens = (double)ran * tr->B * tr->T,
@@ -378,16 +382,22 @@ int gt_trainer_run(gt_trainer *tr)
     .model_tflops = wall > 0 ? flops_per_token * ran * tr->B * tr->T / wall / 1e12 : 0,
     .final_loss = st.loss,
     .final_val_loss = last_val,
+    .device_peak_bytes = device_peak,
   };
   if (g->world_rank == 0) {
     GT_CALL(gt_metrics_write_summary(tr->metrics, &sum));
-    char val[48] = "";
+    char val[48] = "", mem[96] = "";
     if (!isnan(last_val))
       snprintf(val, sizeof val, ", val loss %.4f", last_val);
+    if (device_peak > 0) {
+      char b[32];
+      gt_format_bytes(device_peak, b, sizeof b);
+      snprintf(mem, sizeof mem, "; device memory at most %s on a rank", b);
+    }
     gt_info("gridtrain: done: %ld steps, %.3gM tokens in %.1f s (%.0f tok/s, %.1f GFLOP/s "
-            "model, %.2f per rank); final loss %.4f%s\n",
+            "model, %.2f per rank); final loss %.4f%s%s\n",
             ran, sum.tokens / 1e6, wall, sum.tokens_per_s, 1e3 * sum.model_tflops,
-            1e3 * sum.model_tflops / g->world_size, st.loss, val);
+            1e3 * sum.model_tflops / g->world_size, st.loss, val, mem);
   }
   GT_CALL(gt_events_report(g->world, wall, stdout));
   GT_CALL(gt_trainer_report_activations(tr, stdout));

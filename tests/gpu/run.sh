@@ -197,10 +197,15 @@ flops = 6 * N + 12 * L * C * T          # per token, attention included
 ceiling = max(json.loads(open(f"{w}/ceiling.json").read().strip().splitlines()[-1])["gemm_tflops"], 1e-9)
 t = json.loads(open(f"{w}/torch-{name}.json").read().strip().splitlines()[-1])
 c = json.loads(open(f"{w}/compile-{name}.json").read().strip().splitlines()[-1])
-split = {k: recs[-1].get(k) for k in ("compute", "comm", "bubble")}
+last = recs[-1]
+split = "compute %.0f%% comm %.0f%% bubble %.0f%%" % tuple(
+    100 * statistics.median(r[k] / r["step_ms"] for r in recs[3:])
+    for k in ("compute_ms", "comm_ms", "bubble_ms"))
+summ = [json.loads(l) for l in open(f"{w}/bench-{name}.jsonl") if '"summary"' in l]
+peak = summ[-1].get("device_peak_bytes", 0) / 2 ** 30 if summ else 0
 print(f"{name}: B={B} T={T} gridtrain {ms:.1f} ms/step {tok:.0f} tok/s, "
       f"MFU {100 * tok * flops / 989e12:.1f}% of 989 TFLOP/s, {100 * tok * flops / ceiling / 1e12:.1f}% of the "
-      f"{ceiling:.0f} TFLOP/s GEMM ceiling; split {split}; "
+      f"{ceiling:.0f} TFLOP/s GEMM ceiling; {split}; device memory peak {peak:.1f} GiB; "
       f"torch eager {t.get('tok_s', 0):.0f} tok/s ({tok / max(t.get('tok_s', 0), 1e-9):.2f}x), "
       f"torch.compile {c.get('tok_s', 0):.0f} tok/s ({tok / max(c.get('tok_s', 0), 1e-9):.2f}x); "
       f"torch peak {t.get('peak_gib', 0):.1f} GiB")
@@ -209,8 +214,8 @@ PY
 python3 "$src/benchmarks/bench_gpu_torch.py" --gemm-ceiling >"$work/ceiling.json" 2>&1 ||
   echo '{"gemm_tflops": 0}' >"$work/ceiling.json"
 say "bf16 GEMM ceiling: $(cat "$work/ceiling.json")"
-step bench-124m 120 bench 124m 12 768 12 16
-step bench-350m 120 bench 350m 24 1024 16 8
+step bench-124m 120 bench 124m 12 768 12 32
+step bench-350m 120 bench 350m 24 1024 16 16
 
 say "# done in $(($(date +%s) - t_start)) s, $failed step(s) failed"
 rm -rf "$work"
