@@ -47,6 +47,16 @@ typedef struct gt_coll gt_coll;
  * engine with comm.h (one context per process at a time). Not collective. */
 int gt_coll_create(gt_backend *be, const char *mpi_device, gt_coll **coll);
 
+/* [parallel] collectives = nccl: the group operations and data-parallel
+ * all-reduces on each of the n communicators (MPI_COMM_NULL and groups of
+ * one are skipped) go through an NCCL communicator made here, queued on the
+ * device's streams with no host wait; pipeline sends and receives stay MPI.
+ * GT_ERR_INPUT when the build has no NCCL, the backend is not cuda, or two
+ * ranks of a group share a GPU (NCCL needs one per rank). Collective on
+ * each comms[i], in the order given (call it with the same list on every
+ * rank). */
+int gt_coll_use_nccl(gt_coll *coll, const MPI_Comm *comms, int n);
+
 /* Complete everything in flight, free the staging buffers and streams. */
 int gt_coll_destroy(gt_coll **coll);
 

@@ -19,10 +19,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../backend/cuda/cuda_entry.h"
 #include "gridtrain/error.h"
 #include "gridtrain/timer.h"
 
 #define GT_PIECE_ELEMS ((size_t)4 << 20) /* all-reduce pieces: 16 MiB of fp32 */
+#define GT_COLL_NCCL_MAX 8                /* groups that may use NCCL */
 
 typedef enum { GT_X_IDLE = 0, GT_X_SEND, GT_X_RECV, GT_X_ALLREDUCE } gt_xkind;
 typedef enum { GT_P_IDLE = 0, GT_P_DEVICE, GT_P_MPI } gt_xphase;
@@ -59,6 +61,12 @@ struct gt_coll {
   gt_xfer *active;    /* requests in flight */
   unsigned long long issued, started; /* collectives issued / MPI-started */
   size_t staging_bytes;
+  /* [parallel] collectives = nccl: the NCCL communicator of each group */
+  struct {
+    MPI_Comm comm;
+    gt_nccl *nc;
+  } nccl[GT_COLL_NCCL_MAX];
+  int n_nccl;
 };
 
 // ---- chunks ------------------------------------------------------------------------
@@ -205,6 +213,10 @@ int gt_coll_destroy(gt_coll **coll)
                       "with requests in flight");
   int s2 = be->ops->sync(be);
   status = status != GT_SUCCESS ? status : s2;
+  for (int i = 0; i < c->n_nccl; i++) {
+    int s3 = gt_nccl_destroy(&c->nccl[i].nc);
+    status = status != GT_SUCCESS ? status : s3;
+  }
   for (int i = 0; i < 2; i++)
     if (c->sum16[i] != MPI_OP_NULL)
       MPI_Op_free(&c->sum16[i]);
@@ -248,6 +260,81 @@ static int gt_coll_device_done(gt_coll *c)
   return GT_SUCCESS;
 }
 
+// ---- NCCL ------------------------------------------------------------------------------------
+
+/* The NCCL communicator of comm, or NULL (MPI then carries it). */
+static gt_nccl *gt_coll_nccl(const gt_coll *c, MPI_Comm comm)
+{
+  for (int i = 0; i < c->n_nccl; i++)
+    if (c->nccl[i].comm == comm)
+      return c->nccl[i].nc;
+  return NULL;
+}
+
+/* Collective on comm: NCCL needs a GPU of its own for every member. */
+static int gt_nccl_check_gpus(gt_coll *c, MPI_Comm comm, int rank, int size)
+{
+  enum { LEN = 384 };
+  char mine[LEN] = "";
+  int len = 0;
+  GT_CALL_MPI(MPI_Get_processor_name(mine, &len));
+  snprintf(mine + strlen(mine), LEN - strlen(mine), " %s", gt_backend_describe(c->be));
+  char *all = malloc((size_t)LEN * (size_t)size);
+  GT_CHECK_ALLOC(all, (size_t)LEN * (size_t)size);
+  MPI_Request req;
+  int status = MPI_Iallgather(mine, LEN, MPI_CHAR, all, LEN, MPI_CHAR, comm, &req) == MPI_SUCCESS
+                   ? gt_comm_wait(&req)
+                   : GT_ERROR(GT_ERR_MPI, "MPI_Iallgather of the GPU names failed");
+  for (int a = 0; a < size && status == GT_SUCCESS; a++)
+    for (int b = a + 1; b < size && status == GT_SUCCESS; b++)
+      if (strcmp(all + (size_t)a * LEN, all + (size_t)b * LEN) == 0)
+        status = GT_ERROR(GT_ERR_INPUT,
+                          "[parallel] collectives = nccl: ranks %d and %d of a group share one "
+                          "GPU (%s), and NCCL needs a GPU for every rank of a group; use "
+                          "collectives = mpi, or as many GPUs as ranks on a node",
+                          a, b, all + (size_t)a * LEN);
+  (void)rank;
+  free(all);
+  GT_CALL(status);
+  return GT_SUCCESS;
+}
+
+int gt_coll_use_nccl(gt_coll *c, const MPI_Comm *comms, int n)
+{
+  GT_CHECK(c->be->device == GT_CUDA, GT_ERR_INPUT,
+           "[parallel] collectives = nccl needs [backend] device = cuda (not %s); use "
+           "collectives = mpi",
+           c->be->name);
+  GT_CHECK(gt_nccl_built(), GT_ERR_INPUT,
+           "[parallel] collectives = nccl: this gridtrain was built without NCCL; reconfigure "
+           "with --with-nccl=DIR, or use collectives = mpi");
+  for (int i = 0; i < n; i++) {
+    if (comms[i] == MPI_COMM_NULL || gt_coll_nccl(c, comms[i]))
+      continue;
+    int rank, size;
+    GT_CALL_MPI(MPI_Comm_rank(comms[i], &rank));
+    GT_CALL_MPI(MPI_Comm_size(comms[i], &size));
+    if (size == 1)
+      continue;
+    GT_CHECK(c->n_nccl < GT_COLL_NCCL_MAX, GT_ERR_INTERNAL, "too many NCCL groups");
+    GT_CALL(gt_nccl_check_gpus(c, comms[i], rank, size));
+    char id[GT_NCCL_ID_BYTES] = {0};
+    if (rank == 0)
+      GT_CALL(gt_nccl_unique_id(id));
+    MPI_Request req;
+    GT_CALL_MPI(MPI_Ibcast(id, GT_NCCL_ID_BYTES, MPI_BYTE, 0, comms[i], &req));
+    GT_CALL(gt_comm_wait(&req));
+    gt_nccl *nc = NULL;
+    GT_CALL(gt_nccl_create(c->be, id, size, rank, &nc));
+    c->nccl[c->n_nccl].comm = comms[i];
+    c->nccl[c->n_nccl].nc = nc;
+    c->n_nccl++;
+  }
+  snprintf(c->describe + strlen(c->describe), sizeof c->describe - strlen(c->describe),
+           "; TP and DP collectives through %s", gt_nccl_describe());
+  return GT_SUCCESS;
+}
+
 // ---- blocking group operations ------------------------------------------------------------
 
 /* In-place all-reduce of host-addressable memory, in pieces. */
@@ -274,6 +361,11 @@ static int gt_group_allreduce_in(const gt_group *g, void *buf, size_t n, gt_dtyp
   gt_coll *c = g->coll;
   gt_backend *be = c->be;
   const size_t bytes = n * gt_dtype_size(t);
+  gt_nccl *nc = gt_coll_nccl(c, g->comm);
+  if (nc) { /* in order on the compute stream: no host wait */
+    GT_CALL(gt_nccl_allreduce(be, nc, buf, n, t, NULL));
+    return GT_SUCCESS;
+  }
   if (gt_direct_for(c, t, true)) {
     GT_CALL(gt_coll_device_done(c));
     GT_CALL(gt_mpi_allreduce(c, buf, n, t, g->comm));
@@ -319,6 +411,11 @@ static int gt_group_allgather_in(const gt_group *g, const void *send, void *recv
   gt_coll *c = g->coll;
   gt_backend *be = c->be;
   const size_t bytes = n * gt_dtype_size(t);
+  gt_nccl *nc = gt_coll_nccl(c, g->comm);
+  if (nc) {
+    GT_CALL(gt_nccl_allgather(be, nc, send, recv, n, t, NULL));
+    return GT_SUCCESS;
+  }
   if (gt_direct_for(c, t, false)) {
     GT_CALL(gt_coll_device_done(c));
     GT_CALL(gt_mpi_allgather(send, recv, n, t, g->comm));
@@ -461,9 +558,33 @@ int gt_xfer_recv(gt_xfer *x, void *buf, size_t n, gt_dtype t, int peer, int tag,
   return GT_SUCCESS;
 }
 
+/* NCCL on the copy stream, after the compute stream's work so far; the
+ * compute stream waits for it; the request is complete for the host at once
+ * (NCCL calls are issued in the same order on every rank, as the buckets'). */
+static int gt_xfer_allreduce_nccl(gt_xfer *x, gt_nccl *nc, float *buf, size_t n)
+{
+  gt_coll *c = x->coll;
+  gt_backend *be = c->be;
+  GT_CHECK(x->phase == GT_P_IDLE, GT_ERR_INTERNAL,
+           "internal error: a request was started while the previous one is in flight");
+  c->issued++;
+  c->started++;
+  GT_CALL(be->ops->event_record(be, x->ready, NULL));
+  GT_CALL(be->ops->stream_wait(be, c->copy, x->ready));
+  GT_CALL(gt_nccl_allreduce(be, nc, buf, n, GT_F32, c->copy));
+  GT_CALL(be->ops->event_record(be, x->copied, c->copy));
+  GT_CALL(be->ops->stream_wait(be, be->compute, x->copied));
+  return GT_SUCCESS;
+}
+
 int gt_xfer_allreduce(gt_xfer *x, float *buf, size_t n, MPI_Comm comm)
 {
   gt_backend *be = x->coll->be;
+  gt_nccl *nc = gt_coll_nccl(x->coll, comm);
+  if (nc) {
+    GT_CALL(gt_xfer_allreduce_nccl(x, nc, buf, n));
+    return GT_SUCCESS;
+  }
   GT_CALL(gt_xfer_begin(x, GT_X_ALLREDUCE, buf, n, GT_F32, -1, 0, comm));
   x->order = x->coll->issued++;
   GT_CALL(be->ops->event_record(be, x->ready, NULL));

@@ -145,6 +145,10 @@ static const gt_key gt_keys[] = {
   {"parallel", "dp_overlap", GT_KEY_ENUM, GT_OFF(parallel.dp_overlap), 0, 0, "on|off", "on",
    "start each bucket's all-reduce during the last micro-batch's backward (on) or "
    "all of them after backward (off)", false, false},
+  {"parallel", "collectives", GT_KEY_ENUM, GT_OFF(parallel.collectives), 0, 0, "mpi|nccl",
+   "mpi", "who carries the tensor- and data-parallel collectives: MPI (device buffers "
+   "direct or staged, see backend.mpi_device) or NCCL on the GPU's streams (device = cuda, "
+   "a GPU per rank of a group); pipeline sends and receives are always MPI", false, false},
 
   {"checkpoint", "dir", GT_KEY_STRING, GT_OFF(checkpoint.dir), 0, 0, NULL, "",
    "directory of checkpoints (step_NNNNNNNN.h5 and latest); empty: no checkpoints",

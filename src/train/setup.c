@@ -275,6 +275,11 @@ static int gt_trainer_device(gt_trainer *tr)
   const gt_backend_options opt = {tr->threads, tr->grid->node_rank, tr->cfg.backend.attention};
   GT_CALL(gt_backend_create_with(tr->cfg.backend.device, &opt, &tr->be));
   GT_CALL(gt_coll_create(tr->be, tr->cfg.backend.mpi_device, &tr->coll));
+  if (strcmp(tr->cfg.parallel.collectives, "nccl") == 0) {
+    const gt_grid *g = tr->grid;
+    const MPI_Comm groups[] = {g->tp, g->dp, g->embed};
+    GT_CALL(gt_coll_use_nccl(tr->coll, groups, 3));
+  }
   GT_CALL(gt_backend_clock_create(tr->be, &tr->clock));
   gt_events_set_clock(tr->clock);
   gt_backend *be = tr->be;

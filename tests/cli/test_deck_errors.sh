@@ -88,6 +88,8 @@ not\ built*) expect "CUDA backend not built" "device = cuda: this gridtrain was 
   train "$deck" data.train="$data" backend.device=cuda ;;
 *) skip 1 "device = cuda works on this machine ($cuda)" ;;
 esac
+expect "NCCL collectives on the cpu backend" "[parallel] collectives = nccl needs [backend] device = cuda (not cpu)" \
+  train "$deck" data.train="$data" parallel.collectives=nccl
 expect "unknown attention kind" "[backend] attention = 'flash' is not valid; expected one of cudnn, own" \
   train "$deck" data.train="$data" backend.attention=flash
 expect "metrics file cannot be created" "cannot create the metrics file '$GT_TMP/no/dir/m.jsonl'" \

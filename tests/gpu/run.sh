@@ -124,6 +124,18 @@ for tag in ("dp2", "tp2", "pp2", "pp2-1f1b", "3d", "staged"):
 sys.exit(1 if bad else 0)
 PY
 }
+# NCCL: two ranks of a group on one GPU are refused with one clear error
+# (exit 2). With one GPU, NCCL parity itself (a GPU per rank) cannot run here:
+# the layout parity below is MPI's, direct or staged.
+nccl_shared() {
+  mpiexec -n 2 "$gt" train "$deck" data.train="$work/g.h5" data.val= run.eval_every=0 \
+    backend.device=cuda grid.dp=1 grid.pp=1 grid.tp=2 parallel.collectives=nccl \
+    checkpoint.dir= checkpoint.resume=never run.steps=2 2>"$work/nccl.err"
+  rc=$?
+  cat "$work/nccl.err"
+  [ $rc -eq 2 ] && grep -q "share one GPU" "$work/nccl.err"
+}
+step nccl-shared-gpu 60 nccl_shared
 step layouts-fp32 120 layouts fp32
 step layouts-bf16 90 layouts bf16
 

@@ -8,6 +8,7 @@
 #ifndef GT_CUDA_ENTRY_H
 #define GT_CUDA_ENTRY_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "gridtrain/backend.h"
@@ -28,5 +29,37 @@ const char *gt_cuda_backend_describe(gt_backend *be);
 /* Bytes of device memory allocated through be now, at most so far, and kept
  * in the allocator's cache. */
 void gt_cuda_memory_stats(gt_backend *be, size_t *in_use, size_t *peak, size_t *cached);
+
+/* ---- NCCL (cuda_nccl.c; cuda_nccl_none.c in builds without it) ----------------
+ * One NCCL communicator per MPI communicator, made by src/comm/collectives.c:
+ * rank 0 of the group makes the unique id, MPI broadcasts it, and every
+ * member calls gt_nccl_create. Operations are queued on a stream of be
+ * (NULL: the compute stream) and complete in stream order; the host does
+ * not wait. */
+typedef struct gt_nccl gt_nccl;
+#define GT_NCCL_ID_BYTES 128
+
+/* True when this build includes NCCL. */
+bool gt_nccl_built(void);
+
+/* "NCCL 2.28.3" or why it is not there. */
+const char *gt_nccl_describe(void);
+
+/* A fresh unique id (GT_NCCL_ID_BYTES bytes) for a new communicator. */
+int gt_nccl_unique_id(void *id);
+
+/* Collective over the nranks members that call it with the same id: the
+ * communicator of rank `rank` on be's GPU. */
+int gt_nccl_create(gt_backend *be, const void *id, int nranks, int rank, gt_nccl **comm);
+
+/* Free the communicator (after its work on the device has run). */
+int gt_nccl_destroy(gt_nccl **comm);
+
+/* In-place sum of n elements of t (fp32, bf16, fp16) over the communicator;
+ * recv (n * nranks) "=" every member's send (n) in rank order. */
+int gt_nccl_allreduce(gt_backend *be, gt_nccl *comm, void *buf, size_t n, gt_dtype t,
+                      gt_stream *s);
+int gt_nccl_allgather(gt_backend *be, gt_nccl *comm, const void *send, void *recv, size_t n,
+                      gt_dtype t, gt_stream *s);
 
 #endif /* GT_CUDA_ENTRY_H */
