@@ -4,7 +4,7 @@
 # ../shared/PLATFORM.md): a CUDA build of gridtrain and of the GPU tests, made
 # here, plus the shared libraries they load that such a machine lacks, and
 # MPICH's launcher, in one xz tarball under DIR (default gpu-pack/, which git
-# ignores, so it travels as a carried path).
+# ignores, so it travels as a carried path; the build itself is in gpu-build/).
 #
 # usage: tests/gpu/pack.sh [DIR]      (from a git checkout; ~5 min on 2 cores)
 #
@@ -17,7 +17,7 @@ src=$(cd "$(dirname "$0")/../.." && pwd)
 dir=${1:-$src/gpu-pack}
 mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)
-build=$dir/src    # a copy of the working tree (tracked and untracked files), built there
+build=${GT_PACK_BUILD:-$src/gpu-build}  # a copy of the working tree, built there (not carried)
 stage=$dir/stage
 rm -rf "$stage"
 mkdir -p "$stage/bin" "$stage/lib" "$stage/tests" "$build"
@@ -27,15 +27,15 @@ mkdir -p "$stage/bin" "$stage/lib" "$stage/tests" "$build"
 (cd "$src" && git ls-files -co --exclude-standard -z) | (cd "$src" && xargs -0 cp --parents -t "$build")
 if [ ! -f "$build/Makefile" ]; then
   (cd "$build" && autoreconf -fi && ./configure --with-cuda=/usr/local/cuda --disable-native \
-     CFLAGS="-g -O3 -march=x86-64-v3") >"$dir/configure.log" 2>&1 ||
-    { echo "$0: configure failed, see $dir/configure.log" >&2; exit 1; }
+     CFLAGS="-g -O3 -march=x86-64-v3") >"$build/pack-configure.log" 2>&1 ||
+    { echo "$0: configure failed, see $build/pack-configure.log" >&2; exit 1; }
 fi
 grep -q '^#define GT_HAVE_CUDA 1' "$build/build_config.h" ||
-  { echo "$0: the copy was configured without CUDA (see $dir/configure.log)" >&2; exit 1; }
+  { echo "$0: the copy was configured without CUDA (see $build/pack-configure.log)" >&2; exit 1; }
 progs="tests/gpu/test_cuda_ops tests/gpu/test_cuda_train"
 # shellcheck disable=SC2086
-make -C "$build" -j"$(nproc)" gridtrain $progs >"$dir/make.log" 2>&1 ||
-  { echo "$0: build failed, see $dir/make.log" >&2; tail -20 "$dir/make.log" >&2; exit 1; }
+make -C "$build" -j"$(nproc)" gridtrain $progs >"$build/pack-make.log" 2>&1 ||
+  { echo "$0: build failed, see $build/pack-make.log" >&2; tail -20 "$build/pack-make.log" >&2; exit 1; }
 
 cp "$build/gridtrain" "$stage/bin/"
 for p in $progs; do cp "$build/$p" "$stage/tests/"; done
