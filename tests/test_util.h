@@ -159,4 +159,52 @@ static inline bool tu_ok_status(int status, const char *what)
   return tap_ok(status == GT_SUCCESS, "%s", what);
 }
 
+/* A backend op's status, then sync (where an error of a queued op shows): a
+ * failure is a failed TAP line naming the op and the backend; true when ok. */
+static inline bool tu_call_ok(gt_backend *be, int status, const char *what)
+{
+  if (status == GT_SUCCESS)
+    status = be->ops->sync(be);
+  if (status != GT_SUCCESS) {
+    tap_ok(false, "%s [%s]: %s", what, be->name, gt_error_message());
+    gt_error_clear();
+  }
+  return status == GT_SUCCESS;
+}
+
+/* fp32 values with the bf16 and fp16 patterns that round to nearest even
+ * gives them, written out by hand: specials, overflow, ties, subnormals. */
+typedef struct {
+  float x;
+  uint16_t bf16, f16;
+} tu_cast_case;
+
+static inline size_t tu_cast_cases(const tu_cast_case **cases)
+{
+  static const tu_cast_case sp[] = {
+    {0.0f, 0x0000, 0x0000},          {-0.0f, 0x8000, 0x8000},
+    {1.0f, 0x3f80, 0x3c00},          {-1.0f, 0xbf80, 0xbc00},
+    {NAN, 0x7fc0, 0x7e00},           {-NAN, 0xffc0, 0xfe00},
+    {INFINITY, 0x7f80, 0x7c00},      {-INFINITY, 0xff80, 0xfc00},
+    {65504.0f, 0x4780, 0x7bff},      {65519.996f, 0x4780, 0x7bff}, /* below the fp16 cut */
+    {65520.0f, 0x4780, 0x7c00},      {-65520.0f, 0xc780, 0xfc00}, /* fp16 overflows */
+    {65536.0f, 0x4780, 0x7c00},      {1e10f, 0x5015, 0x7c00},
+    {3.40282347e38f, 0x7f80, 0x7c00}, /* FLT_MAX: bf16 overflows too */
+    {1.0f + 0x1p-8f, 0x3f80, 0x3c04}, /* bf16 tie: even (down) */
+    {1.0f + 0x3p-8f, 0x3f82, 0x3c0c}, /* bf16 tie: even (up) */
+    {1.0f + 0x1p-8f + 0x1p-20f, 0x3f81, 0x3c04},
+    {1.0f + 0x1p-11f, 0x3f80, 0x3c00}, /* fp16 tie: even (down) */
+    {1.0f + 0x3p-11f, 0x3f80, 0x3c02}, /* fp16 tie: even (up) */
+    {2049.0f, 0x4500, 0x6800},       {2051.0f, 0x4500, 0x6802},
+    {0x1p-14f, 0x3880, 0x0400},      /* smallest fp16 normal */
+    {0x1p-24f, 0x3380, 0x0001},      /* smallest fp16 subnormal */
+    {0x1p-25f, 0x3300, 0x0000},      /* fp16 tie with 0: even */
+    {-0x1p-25f, 0xb300, 0x8000},     {0x3p-25f, 0x33c0, 0x0002}, /* tie: even (up) */
+    {0x3p-26f, 0x3340, 0x0001},      {0x1p-126f, 0x0080, 0x0000}, /* FLT_MIN */
+    {1e-40f, 0x0001, 0x0000}, /* fp32 subnormal */
+  };
+  *cases = sp;
+  return sizeof sp / sizeof sp[0];
+}
+
 #endif /* GT_TESTS_UTIL_H */

@@ -198,19 +198,7 @@ static void *at_g(twin t, gt_dtype dt, size_t i) { return (char *)t.g + i * es(d
 
 // ---- calls --------------------------------------------------------------------------------
 
-/* The op's status, then sync (where a queued op's error shows); a failure
- * is a failed TAP line. */
-static bool call_ok(gt_backend *be, int status, const char *what)
-{
-  if (status == GT_SUCCESS)
-    status = be->ops->sync(be);
-  if (status != GT_SUCCESS) {
-    tap_ok(false, "%s [%s] returned an error: %s", what, be->name, gt_error_message());
-    gt_error_clear();
-  }
-  return status == GT_SUCCESS;
-}
-#define RUN(be, op, ...) call_ok((be), (be)->ops->op((be), __VA_ARGS__), #op)
+#define RUN(be, op, ...) tu_call_ok((be), (be)->ops->op((be), __VA_ARGS__), #op)
 
 // ---- values ---------------------------------------------------------------------------------
 
@@ -441,31 +429,9 @@ static uint16_t *all_patterns(void)
 
 static void test_cast(void)
 {
-  /* special values with their expected patterns (as test_kernels.c) */
-  const float nan = NAN, inf = INFINITY;
-  const struct {
-    float x;
-    uint16_t bf16, f16;
-  } sp[] = {
-    {0.0f, 0x0000, 0x0000},          {-0.0f, 0x8000, 0x8000},
-    {1.0f, 0x3f80, 0x3c00},          {-1.0f, 0xbf80, 0xbc00},
-    {nan, 0x7fc0, 0x7e00},           {-nan, 0xffc0, 0xfe00},
-    {inf, 0x7f80, 0x7c00},           {-inf, 0xff80, 0xfc00},
-    {65504.0f, 0x4780, 0x7bff},      {65519.996f, 0x4780, 0x7bff}, /* below the fp16 cut */
-    {65520.0f, 0x4780, 0x7c00},      {-65520.0f, 0xc780, 0xfc00}, /* fp16 overflows */
-    {65536.0f, 0x4780, 0x7c00},      {1e10f, 0x5015, 0x7c00},
-    {FLT_MAX, 0x7f80, 0x7c00},       /* bf16 overflows too */
-    {1.0f + 0x1p-8f, 0x3f80, 0x3c04}, /* bf16 tie: even (down) */
-    {1.0f + 0x3p-8f, 0x3f82, 0x3c0c}, /* bf16 tie: even (up) */
-    {1.0f + 0x1p-11f, 0x3f80, 0x3c00}, /* fp16 tie: even (down) */
-    {1.0f + 0x3p-11f, 0x3f80, 0x3c02}, /* fp16 tie: even (up) */
-    {0x1p-14f, 0x3880, 0x0400},      /* smallest fp16 normal */
-    {0x1p-24f, 0x3380, 0x0001},      /* smallest fp16 subnormal */
-    {0x1p-25f, 0x3300, 0x0000},      /* fp16 tie with 0: even */
-    {0x3p-25f, 0x33c0, 0x0002},      {FLT_MIN, 0x0080, 0x0000},
-    {1e-40f, 0x0001, 0x0000}, /* fp32 subnormal */
-  };
-  const size_t ns = sizeof sp / sizeof sp[0];
+  /* special values with their expected patterns (tu_cast_cases) */
+  const tu_cast_case *sp;
+  const size_t ns = tu_cast_cases(&sp);
   float *x = tu_alloc(ns);
   uint16_t *wb = xmalloc(ns * 2), *wh = xmalloc(ns * 2);
   for (size_t i = 0; i < ns; i++) {

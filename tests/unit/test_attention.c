@@ -170,26 +170,13 @@ static void dev_free(gt_backend *be, void *d)
     abort();
 }
 
-/* Report a failed call (the op, or the sync after it, where a queued op's
- * error shows); true when it succeeded. */
-static bool call_ok(gt_backend *be, int status, const char *what)
-{
-  if (status == GT_SUCCESS)
-    status = be->ops->sync(be);
-  if (status != GT_SUCCESS) {
-    tap_ok(false, "%s [%s]: %s", what, be->name, gt_error_message());
-    gt_error_clear();
-  }
-  return status == GT_SUCCESS;
-}
-
 /* out (dt) and lse (fp32) of be's forward for qkv (dt), host to host. */
 static bool forward(gt_backend *be, gt_dtype dt, shape s, const void *qkv, void *out, float *lse)
 {
   const size_t es = dt_size(dt);
   void *dq = dev_put(be, qkv, n_qkv(s) * es), *dout = dev_put(be, NULL, n_out(s) * es);
   float *dlse = dev_put(be, NULL, n_lse(s) * sizeof(float));
-  bool ok = call_ok(be, be->ops->attention_forward(be, dt, dout, dlse, dq, s.B, s.T, s.H, s.hs),
+  bool ok = tu_call_ok(be, be->ops->attention_forward(be, dt, dout, dlse, dq, s.B, s.T, s.H, s.hs),
                     "attention_forward");
   dev_get(be, out, dout, n_out(s) * es);
   dev_get(be, lse, dlse, n_lse(s) * sizeof(float));
@@ -206,7 +193,7 @@ static bool backward(gt_backend *be, gt_dtype dt, shape s, const void *qkv, cons
   void *dy_fwd = dev_put(be, out, n_out(s) * es);
   float *dlse = dev_put(be, lse, n_lse(s) * sizeof(float));
   void *dd = dev_put(be, NULL, n_qkv(s) * es);
-  bool ok = call_ok(be,
+  bool ok = tu_call_ok(be,
                     be->ops->attention_backward(be, dt, dd, dy, dq, dy_fwd, dlse, s.B, s.T, s.H,
                                                 s.hs),
                     "attention_backward");

@@ -717,34 +717,9 @@ static bool cast_both(gt_dtype dt, gt_dtype st, const void *src, const void *wan
 
 static void test_cast(void)
 {
-  /* special values, overflow and ties, with hand-written expected patterns */
-  const float nan = NAN, inf = INFINITY;
-  const struct {
-    float x;
-    uint16_t bf16, f16;
-  } sp[] = {
-    {0.0f, 0x0000, 0x0000},          {-0.0f, 0x8000, 0x8000},
-    {1.0f, 0x3f80, 0x3c00},          {-1.0f, 0xbf80, 0xbc00},
-    {nan, 0x7fc0, 0x7e00},           {-nan, 0xffc0, 0xfe00},
-    {inf, 0x7f80, 0x7c00},           {-inf, 0xff80, 0xfc00},
-    {65504.0f, 0x4780, 0x7bff},      {65519.996f, 0x4780, 0x7bff}, /* below the fp16 cut */
-    {65520.0f, 0x4780, 0x7c00},      {-65520.0f, 0xc780, 0xfc00}, /* fp16 overflows */
-    {65536.0f, 0x4780, 0x7c00},      {1e10f, 0x5015, 0x7c00},
-    {FLT_MAX, 0x7f80, 0x7c00},       /* bf16 overflows too */
-    {1.0f + 0x1p-8f, 0x3f80, 0x3c04}, /* bf16 tie: even (down) */
-    {1.0f + 0x3p-8f, 0x3f82, 0x3c0c}, /* bf16 tie: even (up) */
-    {1.0f + 0x1p-8f + 0x1p-20f, 0x3f81, 0x3c04},
-    {1.0f + 0x1p-11f, 0x3f80, 0x3c00}, /* fp16 tie: even (down) */
-    {1.0f + 0x3p-11f, 0x3f80, 0x3c02}, /* fp16 tie: even (up) */
-    {2049.0f, 0x4500, 0x6800},       {2051.0f, 0x4500, 0x6802},
-    {0x1p-14f, 0x3880, 0x0400},      /* smallest fp16 normal */
-    {0x1p-24f, 0x3380, 0x0001},      /* smallest fp16 subnormal */
-    {0x1p-25f, 0x3300, 0x0000},      /* fp16 tie with 0: even */
-    {-0x1p-25f, 0xb300, 0x8000},     {0x3p-25f, 0x33c0, 0x0002}, /* tie: even (up) */
-    {0x3p-26f, 0x3340, 0x0001},      {FLT_MIN, 0x0080, 0x0000},
-    {1e-40f, 0x0001, 0x0000}, /* fp32 subnormal */
-  };
-  const size_t ns = sizeof sp / sizeof sp[0];
+  /* special values, overflow and ties, with hand-written expected patterns (tu_cast_cases) */
+  const tu_cast_case *sp;
+  const size_t ns = tu_cast_cases(&sp);
   float *x = tu_alloc(ns);
   uint16_t *wb = malloc(ns * 2), *wh = malloc(ns * 2);
   bool enc_ok = true;
