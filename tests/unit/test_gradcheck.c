@@ -25,18 +25,9 @@
 static gt_backend *fast, *ref;
 static int call_failures;
 
-/* An op's status, then sync: its results may be read afterwards. */
-static void ok_call(gt_backend *be, int status, const char *what)
-{
-  if (status == GT_SUCCESS)
-    status = be->ops->sync(be);
-  if (status != GT_SUCCESS) {
-    call_failures++;
-    tap_diag("%s [%s]: %s", what, be->name, gt_error_message());
-    gt_error_clear();
-  }
-}
-#define CALL(be, op, ...) ok_call((be), (be)->ops->op((be), __VA_ARGS__), #op)
+/* An op, then sync (results may be read afterwards); failures are counted. */
+#define CALL(be, op, ...) \
+  tu_call_counted(&call_failures, (be), (be)->ops->op((be), __VA_ARGS__), #op)
 
 
 // ---- linear ------------------------------------------------------------------------
