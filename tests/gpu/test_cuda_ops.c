@@ -50,8 +50,10 @@
  *   AdamW: p, m, v by the fp32 rule; the update p' - p norm-wise within
  *   1e-3 (p' is rounded to fp32, an ulp of |p| <= 1 is 6e-8 against an
  *   update of ~lr = 1e-3).
- *   sum_add / sumsq_add: |a - b| <= 1e-12 |b| (double sums in another
- *   order); NaN in, NaN out.
+ *   sum_add / sumsq_add: |a - b| <= 1e-10 |b| (double sums in another
+ *   order: the worst case of n = 3e6 terms is about n eps = 3e-10, the
+ *   measured gap in a CPU emulation of the kernel 5e-13; a float
+ *   accumulator anywhere would be off by ~1e-7); NaN in, NaN out.
  *   Determinism (embedding_backward, layernorm_backward, attention forward
  *   and backward, sum_add): the same call twice gives the same bits; the
  *   embedding's dwte rows are summed in token order (checked bit for bit
@@ -84,7 +86,7 @@
 
 #define TOL32 1e-5
 #define LSE_TOL 1e-5
-#define SUM_TOL 1e-12
+#define SUM_TOL 1e-10
 #define UPD_TOL 1e-3
 #define ATTN_NORM 1.5
 #define ATTN_ELEM 1.5
