@@ -185,6 +185,16 @@ static inline void tu_call_counted(int *failures, gt_backend *be, int status, co
   }
 }
 
+/* An attention problem (batch, tokens, heads, head size) and the element
+ * counts of qkv (B,T,3,H,hs), out (B,T,H*hs) and lse (B,H,T). */
+typedef struct {
+  int64_t B, T, H, hs;
+} tu_attn_shape;
+
+static inline size_t tu_attn_n_qkv(tu_attn_shape s) { return (size_t)(s.B * s.T * 3 * s.H * s.hs); }
+static inline size_t tu_attn_n_out(tu_attn_shape s) { return (size_t)(s.B * s.T * s.H * s.hs); }
+static inline size_t tu_attn_n_lse(tu_attn_shape s) { return (size_t)(s.B * s.H * s.T); }
+
 /* fp32 values with the bf16 and fp16 patterns that round to nearest even
  * gives them, written out by hand: specials, overflow, ties, subnormals. */
 typedef struct {

@@ -624,13 +624,7 @@ static void test_gelu(gt_dtype dt, size_t n)
 
 // ---- attention --------------------------------------------------------------------------------------
 
-typedef struct {
-  int64_t B, T, H, hs;
-} shape;
-
-static size_t n_qkv(shape s) { return (size_t)(s.B * s.T * 3 * s.H * s.hs); }
-static size_t n_out(shape s) { return (size_t)(s.B * s.T * s.H * s.hs); }
-static size_t n_lse(shape s) { return (size_t)(s.B * s.H * s.T); }
+typedef tu_attn_shape shape;
 
 /* One problem with cpu-ref's results, computed once. */
 typedef struct {
@@ -646,19 +640,19 @@ static attn_case attn_make(gt_dtype dt, shape s)
 {
   attn_case c = {.s = s, .dt = dt};
   const uint64_t sd = (uint64_t)(s.B * 1000003 + s.T * 1009 + s.H * 31 + s.hs) + 7 * (uint64_t)dt;
-  c.qkv = rand_dt(dt, n_qkv(s), sd, -2, 2);
-  c.dout = rand_dt(dt, n_out(s), sd + 1, -1, 1);
+  c.qkv = rand_dt(dt, tu_attn_n_qkv(s), sd, -2, 2);
+  c.dout = rand_dt(dt, tu_attn_n_out(s), sd + 1, -1, 1);
   const size_t e = es(dt);
-  void *q = dev_alloc(ref, n_qkv(s) * e), *o = dev_alloc(ref, n_out(s) * e);
-  void *dy = dev_alloc(ref, n_out(s) * e), *dq = dev_alloc(ref, n_qkv(s) * e);
-  float *l = dev_alloc(ref, n_lse(s) * 4);
-  dev_put(ref, q, c.qkv, n_qkv(s) * e);
-  dev_put(ref, dy, c.dout, n_out(s) * e);
+  void *q = dev_alloc(ref, tu_attn_n_qkv(s) * e), *o = dev_alloc(ref, tu_attn_n_out(s) * e);
+  void *dy = dev_alloc(ref, tu_attn_n_out(s) * e), *dq = dev_alloc(ref, tu_attn_n_qkv(s) * e);
+  float *l = dev_alloc(ref, tu_attn_n_lse(s) * 4);
+  dev_put(ref, q, c.qkv, tu_attn_n_qkv(s) * e);
+  dev_put(ref, dy, c.dout, tu_attn_n_out(s) * e);
   c.ok = RUN(ref, attention_forward, dt, o, l, q, s.B, s.T, s.H, s.hs) &&
          RUN(ref, attention_backward, dt, dq, dy, q, o, l, s.B, s.T, s.H, s.hs);
-  c.out = dev_fetch(ref, o, n_out(s) * e);
-  c.dqkv = dev_fetch(ref, dq, n_qkv(s) * e);
-  c.lse = dev_fetch(ref, l, n_lse(s) * 4);
+  c.out = dev_fetch(ref, o, tu_attn_n_out(s) * e);
+  c.dqkv = dev_fetch(ref, dq, tu_attn_n_qkv(s) * e);
+  c.lse = dev_fetch(ref, l, tu_attn_n_lse(s) * 4);
   dev_free(ref, q), dev_free(ref, o), dev_free(ref, dy), dev_free(ref, dq), dev_free(ref, l);
   return c;
 }
@@ -745,7 +739,7 @@ static void attn_run(gt_backend *be, const char *variant, attn_case *cs, int nca
       continue;
     const shape s = c->s;
     const gt_dtype dt = c->dt;
-    const size_t e = es(dt), bq = n_qkv(s) * e, bo = n_out(s) * e, bl = n_lse(s) * 4;
+    const size_t e = es(dt), bq = tu_attn_n_qkv(s) * e, bo = tu_attn_n_out(s) * e, bl = tu_attn_n_lse(s) * 4;
     char tag[128], what[192];
     snprintf(tag, sizeof tag, "B=%lld T=%lld H=%lld hs=%lld [%s] (%s)", (long long)s.B,
              (long long)s.T, (long long)s.H, (long long)s.hs, gt_dtype_name(dt), variant);
@@ -768,11 +762,11 @@ static void attn_run(gt_backend *be, const char *variant, attn_case *cs, int nca
       h_d[rep] = dev_fetch(be, dq, bq);
     }
     snprintf(what, sizeof what, "attention forward out %s", tag);
-    check_attn(dt, what, h_o[0], c->out, n_out(s));
+    check_attn(dt, what, h_o[0], c->out, tu_attn_n_out(s));
     snprintf(what, sizeof what, "attention forward lse (fp32) %s", tag);
-    check_lse(what, h_l[0], c->lse, n_lse(s));
+    check_lse(what, h_l[0], c->lse, tu_attn_n_lse(s));
     snprintf(what, sizeof what, "attention backward dqkv %s", tag);
-    check_attn(dt, what, h_d[0], c->dqkv, n_qkv(s));
+    check_attn(dt, what, h_d[0], c->dqkv, tu_attn_n_qkv(s));
     tap_ok(!memcmp(h_o[0], h_o[1], bo) && !memcmp(h_l[0], h_l[1], bl) &&
                !memcmp(h_d[0], h_d[1], bq),
            "attention forward and backward twice: the same bits %s", tag);

@@ -62,14 +62,7 @@
 static gt_backend *fast, *ref;
 static const gt_dtype all_dt[3] = {GT_F32, GT_BF16, GT_F16};
 
-/* A problem: batch, tokens, heads, head size. */
-typedef struct {
-  int64_t B, T, H, hs;
-} shape;
-
-static size_t n_qkv(shape s) { return (size_t)(s.B * s.T * 3 * s.H * s.hs); }
-static size_t n_out(shape s) { return (size_t)(s.B * s.T * s.H * s.hs); }
-static size_t n_lse(shape s) { return (size_t)(s.B * s.H * s.T); }
+typedef tu_attn_shape shape; /* batch, tokens, heads, head size */
 
 // ---- the 16-bit formats, independently of the backends ---------------------------------
 
@@ -174,12 +167,12 @@ static void dev_free(gt_backend *be, void *d)
 static bool forward(gt_backend *be, gt_dtype dt, shape s, const void *qkv, void *out, float *lse)
 {
   const size_t es = dt_size(dt);
-  void *dq = dev_put(be, qkv, n_qkv(s) * es), *dout = dev_put(be, NULL, n_out(s) * es);
-  float *dlse = dev_put(be, NULL, n_lse(s) * sizeof(float));
+  void *dq = dev_put(be, qkv, tu_attn_n_qkv(s) * es), *dout = dev_put(be, NULL, tu_attn_n_out(s) * es);
+  float *dlse = dev_put(be, NULL, tu_attn_n_lse(s) * sizeof(float));
   bool ok = tu_call_ok(be, be->ops->attention_forward(be, dt, dout, dlse, dq, s.B, s.T, s.H, s.hs),
                     "attention_forward");
-  dev_get(be, out, dout, n_out(s) * es);
-  dev_get(be, lse, dlse, n_lse(s) * sizeof(float));
+  dev_get(be, out, dout, tu_attn_n_out(s) * es);
+  dev_get(be, lse, dlse, tu_attn_n_lse(s) * sizeof(float));
   dev_free(be, dq), dev_free(be, dout), dev_free(be, dlse);
   return ok;
 }
@@ -189,15 +182,15 @@ static bool backward(gt_backend *be, gt_dtype dt, shape s, const void *qkv, cons
                      const float *lse, const void *dout, void *dqkv)
 {
   const size_t es = dt_size(dt);
-  void *dq = dev_put(be, qkv, n_qkv(s) * es), *dy = dev_put(be, dout, n_out(s) * es);
-  void *dy_fwd = dev_put(be, out, n_out(s) * es);
-  float *dlse = dev_put(be, lse, n_lse(s) * sizeof(float));
-  void *dd = dev_put(be, NULL, n_qkv(s) * es);
+  void *dq = dev_put(be, qkv, tu_attn_n_qkv(s) * es), *dy = dev_put(be, dout, tu_attn_n_out(s) * es);
+  void *dy_fwd = dev_put(be, out, tu_attn_n_out(s) * es);
+  float *dlse = dev_put(be, lse, tu_attn_n_lse(s) * sizeof(float));
+  void *dd = dev_put(be, NULL, tu_attn_n_qkv(s) * es);
   bool ok = tu_call_ok(be,
                     be->ops->attention_backward(be, dt, dd, dy, dq, dy_fwd, dlse, s.B, s.T, s.H,
                                                 s.hs),
                     "attention_backward");
-  dev_get(be, dqkv, dd, n_qkv(s) * es);
+  dev_get(be, dqkv, dd, tu_attn_n_qkv(s) * es);
   dev_free(be, dq), dev_free(be, dy), dev_free(be, dy_fwd), dev_free(be, dlse);
   dev_free(be, dd);
   return ok;
@@ -260,7 +253,7 @@ static bool check_lse(const char *what, const float *lse, const float *qkv, shap
 
 static void test_against_ref(gt_dtype dt, shape s)
 {
-  const size_t nq = n_qkv(s), no = n_out(s), nl = n_lse(s), es = dt_size(dt);
+  const size_t nq = tu_attn_n_qkv(s), no = tu_attn_n_out(s), nl = tu_attn_n_lse(s), es = dt_size(dt);
   float *qkv_f, *dy_f;
   void *qkv = dt_random(dt, nq, 19 + (uint64_t)s.T, -2, 2, &qkv_f);
   void *dy = dt_random(dt, no, 20 + (uint64_t)s.T, -1, 1, &dy_f);
@@ -303,16 +296,16 @@ static double fd_loss(shape s, const float *qkv, const float *r, float *out, flo
   if (!forward(ref, GT_F32, s, qkv, out, lse))
     abort();
   double L = 0;
-  for (size_t i = 0; i < n_out(s); i++)
+  for (size_t i = 0; i < tu_attn_n_out(s); i++)
     L += (double)out[i] * r[i];
   return L;
 }
 
 static void test_gradcheck(gt_backend *be, shape s)
 {
-  const size_t nq = n_qkv(s), no = n_out(s);
+  const size_t nq = tu_attn_n_qkv(s), no = tu_attn_n_out(s);
   float *qkv = tu_alloc(nq), *r = tu_alloc(no), *out = tu_alloc(no), *grad = tu_alloc(nq);
-  float *lse = tu_alloc(n_lse(s)), *lse2 = tu_alloc(n_lse(s)), *out2 = tu_alloc(no);
+  float *lse = tu_alloc(tu_attn_n_lse(s)), *lse2 = tu_alloc(tu_attn_n_lse(s)), *out2 = tu_alloc(no);
   tu_fill(qkv, nq, 70, -1.5f, 1.5f);
   tu_fill(r, no, 71, -1, 1);
   /* analytic: be's forward, then its backward with dout = r */
@@ -356,8 +349,8 @@ done:
 static unsigned char *fwd_bwd_bytes(gt_backend *be, gt_dtype dt, shape s, const void *qkv,
                                     const void *dy, size_t *bytes)
 {
-  const size_t es = dt_size(dt), no = n_out(s) * es, nl = n_lse(s) * sizeof(float);
-  const size_t nq = n_qkv(s) * es;
+  const size_t es = dt_size(dt), no = tu_attn_n_out(s) * es, nl = tu_attn_n_lse(s) * sizeof(float);
+  const size_t nq = tu_attn_n_qkv(s) * es;
   *bytes = no + nl + nq;
   unsigned char *all = malloc(*bytes);
   if (!all)
@@ -377,8 +370,8 @@ static void test_determinism(gt_dtype dt, shape s)
     return;
   }
   float *xq, *xd;
-  void *qkv = dt_random(dt, n_qkv(s), 31, -2, 2, &xq);
-  void *dy = dt_random(dt, n_out(s), 32, -1, 1, &xd);
+  void *qkv = dt_random(dt, tu_attn_n_qkv(s), 31, -2, 2, &xq);
+  void *dy = dt_random(dt, tu_attn_n_out(s), 32, -1, 1, &xd);
   size_t n;
   unsigned char *r1 = fwd_bwd_bytes(fast, dt, s, qkv, dy, &n);
   unsigned char *r2 = fwd_bwd_bytes(fast, dt, s, qkv, dy, &n);
