@@ -14,6 +14,14 @@
  * gt_buckets_wait before the optimizer completes every bucket (the
  * optimizer's kernels then see the sums). Earlier micro-batches report
  * nothing, so gradient accumulation costs no communication.
+ *
+ * ZeRO (parameters sharded over dp, params.h): each bucket is reduce-
+ * scattered instead, so that every dp rank receives the sums of the part of
+ * the bucket that falls in its own piece (gt_xfer_reduce_scatter); the
+ * gradients outside the piece stay unreduced. A held bucket (the tied
+ * embedding's, whose two copies must be summed over the embedding group
+ * before dp reduces them piece by piece) is started by gt_buckets_wait_held
+ * only.
  */
 #ifndef GRIDTRAIN_BUCKETS_H
 #define GRIDTRAIN_BUCKETS_H
@@ -37,6 +45,10 @@ int gt_buckets_destroy(gt_buckets **buckets);
 /* Number of buckets. */
 int gt_buckets_count(const gt_buckets *b);
 
+/* The bucket of parameter `param` is held (see above). Before the first
+ * step, the same on every rank of dp. */
+void gt_buckets_hold(gt_buckets *b, int param);
+
 /* Start of a step: no parameter is ready. */
 void gt_buckets_reset(gt_buckets *b);
 
@@ -49,7 +61,9 @@ int gt_buckets_ready(gt_buckets *b, int first, int count);
 /* Test the buckets in flight (let MPI move them along). Not collective. */
 int gt_buckets_progress(gt_buckets *b);
 
-/* Start whatever was not started and wait for every bucket. */
+/* Start whatever was not started and wait for every bucket, but for the
+ * held ones; gt_buckets_wait_held then starts and waits for those too. */
 int gt_buckets_wait(gt_buckets *b);
+int gt_buckets_wait_held(gt_buckets *b);
 
 #endif /* GRIDTRAIN_BUCKETS_H */

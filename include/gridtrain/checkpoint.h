@@ -74,6 +74,8 @@ typedef struct gt_ckpt_state {
   float *m, *v;                  /* AdamW moments parallel to params (device) */
   bool writer;                   /* write this rank's owned entries (one replica
                                     of each: dp rank 0) */
+  float *values;                 /* fp32 master values parallel to params, all of
+                                    them (device); NULL: params->values */
 } gt_ckpt_state;
 
 /* The number of entries this rank's part of t selects in the file (the

@@ -97,8 +97,15 @@ typedef struct gt_group {
 int gt_group_allreduce_sum(const gt_group *g, void *buf, size_t n, gt_dtype t);
 
 /* recv (size, n) "=" every member's send (n) in rank order, device buffers
- * of type t. Collective on g. */
+ * of type t; send may be the member's own block of recv (in place).
+ * Collective on g. */
 int gt_group_allgather(const gt_group *g, const void *send, void *recv, size_t n, gt_dtype t);
+
+/* As gt_group_allgather, but only member root receives (recv is not
+ * touched elsewhere); always MPI (direct or staged), for the rare whole-
+ * state moves of checkpoints. Collective on g. */
+int gt_group_gather(const gt_group *g, const void *send, void *recv, size_t n, gt_dtype t,
+                    int root);
 
 /* ---- requests: point to point and overlapped all-reduce ------------------------
  * A gt_xfer is one reusable endpoint (a pipeline slot's activation send, a
@@ -126,6 +133,17 @@ int gt_xfer_recv(gt_xfer *x, void *buf, size_t n, gt_dtype t, int peer, int tag,
  * starts the same operations in the same order). Complete: work queued after
  * sees the sum. */
 int gt_xfer_allreduce(gt_xfer *x, float *buf, size_t n, MPI_Comm comm);
+
+/* Reduce-scatter in place over comm of n fp32 elements of the device buffer
+ * buf, final once the work queued before the call has run: buf is cut into
+ * member blocks of counts[r] elements (comm order, summing to n) and, once
+ * complete, member r's block holds the sum over comm of that block; the rest
+ * of buf is left as it was. Carried out as one reduction to each member with
+ * a non-empty block (a ZeRO bucket usually falls in one or two members'
+ * pieces), in block order, so every member issues the same operations.
+ * Collective on comm. */
+int gt_xfer_reduce_scatter(gt_xfer *x, float *buf, size_t n, const size_t *counts,
+                           MPI_Comm comm);
 
 /* Move the request along; *done true once complete (and also when idle). */
 int gt_xfer_test(gt_xfer *x, bool *done);

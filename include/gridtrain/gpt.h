@@ -53,6 +53,9 @@ typedef struct gt_gpt_part {
   int layer_begin, layer_end;
   bool first, last;
   gt_group tp;
+  int zero_rank, zero_size; /* ZeRO: the parameter buffers in zero_size pieces
+                               over dp, this rank owning zero_rank (params.h);
+                               zero_size 0 or 1: not split */
 } gt_gpt_part;
 
 /* The whole model on one rank (single stage, no tensor parallelism). */

@@ -33,17 +33,20 @@ double gt_lr_at(const gt_adamw_config *cfg, long s);
 double gt_clip_factor(const gt_adamw_config *cfg, double grad_norm);
 
 /* Create the optimizer for params (moments allocated and zeroed on the
- * params' backend). Not collective. */
+ * params' backend): for the owned piece of the flat buffers when params are
+ * sharded (ZeRO, params.h), else for all of them. Not collective. */
 int gt_adamw_create(gt_params *params, const gt_adamw_config *cfg, gt_adamw **opt);
 int gt_adamw_destroy(gt_adamw **opt);
 
-/* The moment buffers m and v (device), parallel to the parameters' values
- * (same offsets), for checkpoints. */
+/* The moment buffers m and v (device) of the flat elements [lo, hi) of the
+ * parameters (gt_adamw_range): entry k is element lo + k. */
 void gt_adamw_moments(gt_adamw *opt, float **m, float **v);
+void gt_adamw_range(const gt_adamw *opt, size_t *lo, size_t *hi);
 
 /* One update at 0-based step s with learning rate lr, the gradients first
- * multiplied by grad_mult (the clip factor divided by the loss scale).
- * Bias correction uses t = s + 1. */
+ * multiplied by grad_mult (the clip factor divided by the loss scale), of
+ * the elements in the optimizer's range (a parameter cut by it is updated
+ * in part, with its own decay rule). Bias correction uses t = s + 1. */
 int gt_adamw_step(gt_adamw *opt, long s, double lr, double grad_mult);
 
 #endif /* GRIDTRAIN_OPTIM_H */

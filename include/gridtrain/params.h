@@ -14,6 +14,15 @@
  * master (rounded) by gt_params_refresh_compute and by every AdamW step. In
  * fp32 the compute copy is the master buffer itself.
  *
+ * ZeRO (gt_params_shard, before finalize): the flat buffers are padded to
+ * `size` equal pieces of shard_n elements and this rank owns piece `rank`:
+ * the optimizer updates only that piece, whose gradients are the reduced
+ * ones. In bf16/fp16 only the owned piece of the fp32 master is allocated
+ * (values then holds [shard_lo, shard_lo + shard_n) and the value views are
+ * NULL); in fp32 the master is the compute copy, which every rank holds
+ * whole. Either way the compute copy outside the owned piece is what the
+ * data-parallel all-gather of zero.h brings in.
+ *
  * Initial values are generated element by element from (seed, name, index)
  * with counter-based random numbers (rng.h), so they do not depend on which
  * rank generates them or on the layout.
@@ -68,10 +77,14 @@ typedef struct gt_params {
   gt_dtype dtype; /* of the compute copy */
   int count, capacity;
   gt_param *list;
-  size_t numel;  /* total elements (views are 16-element aligned) */
-  float *values; /* device: fp32 master */
+  size_t numel;  /* total elements (views are 16-element aligned; a multiple
+                    of shard_size pieces) */
+  float *values; /* device: fp32 master (the owned piece when master_sharded) */
   float *grads;  /* device: fp32 */
   void *compute; /* device: compute copy (== values in fp32) */
+  int shard_rank, shard_size; /* ZeRO pieces; size 1: none */
+  size_t shard_lo, shard_n;    /* the owned piece of the flat buffers */
+  bool master_sharded;         /* values holds only the owned piece */
   bool finalized;
 } gt_params;
 
@@ -98,17 +111,32 @@ void gt_param_insert(const gt_param *t, const float *local, float *full);
 /* Elements of the logical tensor. */
 size_t gt_param_full_numel(const gt_param *t);
 
+/* ZeRO: split the flat buffers into `size` equal pieces over the
+ * data-parallel ranks, this rank owning piece `rank` (see above). Before
+ * finalize; size 1 is no split. Not collective. */
+int gt_params_shard(gt_params *p, int rank, int size);
+
+/* The fp32 master value of flat element `offset` (in the owned piece when
+ * the master is sharded). */
+float *gt_params_master(const gt_params *p, size_t offset);
+
+/* The flat range [*lo, *hi) of master values this rank holds: the owned
+ * piece when the master is sharded, else everything. */
+void gt_params_master_range(const gt_params *p, size_t *lo, size_t *hi);
+
 /* Allocate the buffers (64-byte aligned views) and zero the gradients. */
 int gt_params_finalize(gt_params *p);
 
 /* Fill every value from the seed (see above): each rank generates the
- * logical tensor and keeps its part, so every layout starts from the same
- * weights. Refreshes the compute copy. */
+ * logical tensor and keeps its part (of the master range), so every layout
+ * starts from the same weights. Refreshes the compute copy (see
+ * gt_params_refresh_compute). */
 int gt_params_init(gt_params *p, uint64_t seed);
 
 /* compute copy = master values rounded to the compute type (after the
- * master was loaded from a checkpoint). A no-op in fp32. Queued on the
- * compute stream. */
+ * master was loaded from a checkpoint), over the master range: with a
+ * sharded master the rest comes from the all-gather of zero.h. A no-op in
+ * fp32. Queued on the compute stream. */
 int gt_params_refresh_compute(gt_params *p);
 
 /* Set every gradient to zero (queued on the compute stream). */
@@ -116,11 +144,13 @@ int gt_params_zero_grads(gt_params *p);
 
 /* *acc (a double on the device) += the sum of squares of the gradients of
  * every counted parameter (each logical entry held by exactly one counted
- * copy), in a fixed order. Queued on the compute stream. */
+ * copy), in a fixed order; when sharded, of the owned piece only (whose
+ * gradients are the reduced ones). Queued on the compute stream. */
 int gt_params_grad_sumsq(gt_params *p, double *acc);
 
-/* Bytes of each buffer on this rank: master values, gradients, and the
- * compute copy (0 in fp32, where it is the master). */
+/* Bytes of each buffer on this rank: master values (the owned piece when
+ * sharded), gradients, and the compute copy (0 in fp32, where it is the
+ * master). */
 size_t gt_params_master_bytes(const gt_params *p);
 size_t gt_params_compute_bytes(const gt_params *p);
 

@@ -26,7 +26,14 @@
 #define GT_PIECE_ELEMS ((size_t)4 << 20) /* all-reduce pieces: 16 MiB of fp32 */
 #define GT_COLL_NCCL_MAX 8                /* groups that may use NCCL */
 
-typedef enum { GT_X_IDLE = 0, GT_X_SEND, GT_X_RECV, GT_X_ALLREDUCE } gt_xkind;
+typedef enum { GT_X_IDLE = 0, GT_X_SEND, GT_X_RECV, GT_X_ALLREDUCE, GT_X_REDUCE } gt_xkind;
+
+/* A reduction piece of a reduce-scatter: elements [off, off + len) of the
+ * buffer summed into member root. */
+typedef struct {
+  int root;
+  size_t off, len;
+} gt_xpiece;
 typedef enum { GT_P_IDLE = 0, GT_P_DEVICE, GT_P_MPI } gt_xphase;
 
 struct gt_xfer {
@@ -45,6 +52,10 @@ struct gt_xfer {
   MPI_Comm comm;
   MPI_Request req[2];
   size_t pieces, posted, finished;
+  gt_xpiece *plist;         /* reduce-scatter: its pieces */
+  size_t plist_cap;
+  size_t own_off, own_len;  /* reduce-scatter: this member's block */
+  int me;                   /* reduce-scatter: this member's rank */
   unsigned long long order; /* collectives: issue order */
   gt_xfer *next;            /* active list */
 };
@@ -396,11 +407,26 @@ int gt_group_allreduce_sum(const gt_group *g, void *buf, size_t n, gt_dtype t)
   return GT_SUCCESS;
 }
 
-static int gt_mpi_allgather(const void *send, void *recv, size_t n, gt_dtype t, MPI_Comm comm)
+/* send may be the member's own block of recv (in place). */
+static int gt_mpi_allgather(const void *send, void *recv, size_t n, gt_dtype t, int rank,
+                            MPI_Comm comm)
 {
   MPI_Request req;
-  GT_CALL_MPI(MPI_Iallgather_c(send, (MPI_Count)n, gt_mpi_type(t), recv, (MPI_Count)n,
-                               gt_mpi_type(t), comm, &req));
+  const bool in_place = send == (char *)recv + (size_t)rank * n * gt_dtype_size(t);
+  GT_CALL_MPI(MPI_Iallgather_c(in_place ? MPI_IN_PLACE : send, (MPI_Count)n, gt_mpi_type(t),
+                               recv, (MPI_Count)n, gt_mpi_type(t), comm, &req));
+  GT_CALL(gt_comm_wait(&req));
+  return GT_SUCCESS;
+}
+
+static int gt_mpi_gather(const void *send, void *recv, size_t n, gt_dtype t, int rank,
+                         int root, MPI_Comm comm)
+{
+  MPI_Request req;
+  const bool in_place =
+      rank == root && send == (char *)recv + (size_t)rank * n * gt_dtype_size(t);
+  GT_CALL_MPI(MPI_Igather_c(in_place ? MPI_IN_PLACE : send, (MPI_Count)n, gt_mpi_type(t), recv,
+                            (MPI_Count)n, gt_mpi_type(t), root, comm, &req));
   GT_CALL(gt_comm_wait(&req));
   return GT_SUCCESS;
 }
@@ -418,7 +444,7 @@ static int gt_group_allgather_in(const gt_group *g, const void *send, void *recv
   }
   if (gt_direct_for(c, t, false)) {
     GT_CALL(gt_coll_device_done(c));
-    GT_CALL(gt_mpi_allgather(send, recv, n, t, g->comm));
+    GT_CALL(gt_mpi_allgather(send, recv, n, t, g->rank, g->comm));
     return GT_SUCCESS;
   }
   void *stage;
@@ -426,8 +452,47 @@ static int gt_group_allgather_in(const gt_group *g, const void *send, void *recv
   char *mine = (char *)stage + bytes * (size_t)g->size;
   GT_CALL(be->ops->download(be, mine, send, bytes, NULL));
   GT_CALL(gt_coll_device_done(c));
-  GT_CALL(gt_mpi_allgather(mine, stage, n, t, g->comm));
+  GT_CALL(gt_mpi_allgather(mine, stage, n, t, g->rank, g->comm));
   GT_CALL(be->ops->upload(be, recv, stage, bytes * (size_t)g->size, NULL));
+  return GT_SUCCESS;
+}
+
+int gt_group_gather(const gt_group *g, const void *send, void *recv, size_t n, gt_dtype t,
+                    int root)
+{
+  GT_ASSERT(g->coll != NULL);
+  gt_coll *c = g->coll;
+  gt_backend *be = c->be;
+  const size_t bytes = n * gt_dtype_size(t);
+  if (g->size == 1) {
+    if (recv != send)
+      GT_CALL(be->ops->copy(be, recv, send, bytes, NULL));
+    return GT_SUCCESS;
+  }
+  if (g->event >= 0)
+    gt_event_begin(g->event);
+  int status = GT_SUCCESS;
+  if (gt_direct_for(c, t, false)) {
+    status = gt_coll_device_done(c);
+    if (status == GT_SUCCESS)
+      status = gt_mpi_gather(send, recv, n, t, g->rank, root, g->comm);
+  } else { /* the whole gathered buffer is staged on the root only */
+    void *stage = NULL;
+    const size_t need = g->rank == root ? bytes * (size_t)(g->size + 1) : bytes;
+    status = gt_coll_stage(c, need, &stage);
+    char *mine = g->rank == root ? (char *)stage + bytes * (size_t)g->size : stage;
+    if (status == GT_SUCCESS)
+      status = be->ops->download(be, mine, send, bytes, NULL);
+    if (status == GT_SUCCESS)
+      status = gt_coll_device_done(c);
+    if (status == GT_SUCCESS)
+      status = gt_mpi_gather(mine, stage, n, t, g->rank, root, g->comm);
+    if (status == GT_SUCCESS && g->rank == root)
+      status = be->ops->upload(be, recv, stage, bytes * (size_t)g->size, NULL);
+  }
+  if (g->event >= 0)
+    gt_event_end(g->event);
+  GT_CALL(status);
   return GT_SUCCESS;
 }
 
@@ -501,6 +566,7 @@ int gt_xfer_destroy(gt_xfer **xp)
     be->ops->event_destroy(be, x->ready);
   if (x->copied)
     be->ops->event_destroy(be, x->copied);
+  free(x->plist);
   free(x);
   *xp = NULL;
   GT_CALL(status);
@@ -597,10 +663,87 @@ int gt_xfer_allreduce(gt_xfer *x, float *buf, size_t n, MPI_Comm comm)
   return GT_SUCCESS;
 }
 
+/* The pieces of a reduce-scatter of n elements in member blocks of counts
+ * (comm order): one reduction to each block's member, chunked. */
+static int gt_xfer_plan_pieces(gt_xfer *x, size_t n, const size_t *counts, int size)
+{
+  size_t need = (size_t)size + gt_chunk_count(n, GT_PIECE_ELEMS), count = 0, off = 0;
+  if (need > x->plist_cap) {
+    gt_xpiece *pl = realloc(x->plist, need * sizeof *pl);
+    GT_CHECK_ALLOC(pl, need * sizeof *pl);
+    x->plist = pl;
+    x->plist_cap = need;
+  }
+  for (int r = 0; r < size; r++) {
+    if (r == x->me) {
+      x->own_off = off;
+      x->own_len = counts[r];
+    }
+    for (size_t i = 0; i < gt_chunk_count(counts[r], GT_PIECE_ELEMS); i++) {
+      size_t o, len;
+      gt_chunk_at(counts[r], GT_PIECE_ELEMS, i, &o, &len);
+      GT_ASSERT(count < x->plist_cap);
+      x->plist[count++] = (gt_xpiece){r, off + o, len};
+    }
+    off += counts[r];
+  }
+  GT_CHECK(off == n, GT_ERR_INTERNAL,
+           "internal error: reduce-scatter blocks of %zu elements for a buffer of %zu", off, n);
+  x->pieces = count;
+  return GT_SUCCESS;
+}
+
+int gt_xfer_reduce_scatter(gt_xfer *x, float *buf, size_t n, const size_t *counts,
+                           MPI_Comm comm)
+{
+  gt_coll *c = x->coll;
+  gt_backend *be = c->be;
+  int me = 0, size = 1;
+  GT_CALL_MPI(MPI_Comm_rank(comm, &me));
+  GT_CALL_MPI(MPI_Comm_size(comm, &size));
+  gt_nccl *nc = gt_coll_nccl(c, comm);
+  if (nc) { /* as gt_xfer_allreduce_nccl: on the copy stream, in issue order */
+    GT_CHECK(x->phase == GT_P_IDLE, GT_ERR_INTERNAL,
+             "internal error: a request was started while the previous one is in flight");
+    c->issued++;
+    c->started++;
+    GT_CALL(be->ops->event_record(be, x->ready, NULL));
+    GT_CALL(be->ops->stream_wait(be, c->copy, x->ready));
+    size_t off = 0;
+    for (int r = 0; r < size; r++) {
+      GT_CALL(gt_nccl_reduce(be, nc, buf + off, counts[r], GT_F32, r, c->copy));
+      off += counts[r];
+    }
+    GT_CALL(be->ops->event_record(be, x->copied, c->copy));
+    GT_CALL(be->ops->stream_wait(be, be->compute, x->copied));
+    return GT_SUCCESS;
+  }
+  GT_CALL(gt_xfer_begin(x, GT_X_REDUCE, buf, n, GT_F32, -1, 0, comm));
+  x->me = me;
+  int status = gt_xfer_plan_pieces(x, n, counts, size);
+  if (status != GT_SUCCESS) {
+    x->phase = GT_P_IDLE;
+    x->kind = GT_X_IDLE;
+    gt_xfer_unlink(x);
+    return gt_error_push(status, __FILE__, __LINE__, __func__);
+  }
+  x->order = c->issued++;
+  GT_CALL(be->ops->event_record(be, x->ready, NULL));
+  if (!gt_direct_for(c, GT_F32, true)) {
+    GT_CALL(be->ops->stream_wait(be, c->copy, x->ready));
+    GT_CALL(be->ops->download(be, x->stage, buf, n * sizeof(float), c->copy));
+    GT_CALL(be->ops->event_record(be, x->ready, c->copy));
+  }
+  GT_CALL(gt_xfer_test(x, &(bool){false}));
+  return GT_SUCCESS;
+}
+
+static bool gt_xkind_collective(gt_xkind k) { return k == GT_X_ALLREDUCE || k == GT_X_REDUCE; }
+
 /* The buffer MPI works on: the device buffer itself or the staging copy. */
 static void *gt_xfer_mpi_buf(const gt_xfer *x)
 {
-  const bool reduce = x->kind == GT_X_ALLREDUCE;
+  const bool reduce = gt_xkind_collective(x->kind);
   return gt_direct_for(x->coll, x->t, reduce) ? x->buf : x->stage;
 }
 
@@ -620,11 +763,18 @@ static int gt_xfer_post(gt_xfer *x)
     return GT_SUCCESS;
   }
   while (x->posted < x->pieces && x->posted - x->finished < 2) {
-    size_t off, len;
-    gt_chunk_at(x->n, GT_PIECE_ELEMS, x->posted, &off, &len);
     MPI_Request *slot = &x->req[x->req[0] == MPI_REQUEST_NULL ? 0 : 1];
-    GT_CALL_MPI(MPI_Iallreduce(MPI_IN_PLACE, (float *)mbuf + off, (int)len, MPI_FLOAT, MPI_SUM,
-                               x->comm, slot));
+    if (x->kind == GT_X_REDUCE) { /* in place at the block's member */
+      const gt_xpiece *pc = &x->plist[x->posted];
+      float *at = (float *)mbuf + pc->off;
+      GT_CALL_MPI(MPI_Ireduce(pc->root == x->me ? MPI_IN_PLACE : at, at, (int)pc->len,
+                              MPI_FLOAT, MPI_SUM, pc->root, x->comm, slot));
+    } else {
+      size_t off, len;
+      gt_chunk_at(x->n, GT_PIECE_ELEMS, x->posted, &off, &len);
+      GT_CALL_MPI(MPI_Iallreduce(MPI_IN_PLACE, (float *)mbuf + off, (int)len, MPI_FLOAT,
+                                 MPI_SUM, x->comm, slot));
+    }
     x->posted++;
   }
   return GT_SUCCESS;
@@ -640,7 +790,13 @@ static int gt_xfer_finish(gt_xfer *x)
     gt_stream *cs = x->coll->copy;
     if (x->kind == GT_X_RECV) /* after the readers of buf queued before the receive */
       GT_CALL(be->ops->stream_wait(be, cs, x->ready));
-    GT_CALL(be->ops->upload(be, x->buf, x->stage, x->n * gt_dtype_size(x->t), cs));
+    /* a reduce-scatter brings back only this member's block */
+    const size_t es = gt_dtype_size(x->t);
+    const size_t off = x->kind == GT_X_REDUCE ? x->own_off : 0;
+    const size_t len = x->kind == GT_X_REDUCE ? x->own_len : x->n;
+    if (len)
+      GT_CALL(be->ops->upload(be, (char *)x->buf + off * es, (char *)x->stage + off * es,
+                              len * es, cs));
     GT_CALL(be->ops->event_record(be, x->copied, cs));
     GT_CALL(be->ops->stream_wait(be, be->compute, x->copied));
     x->copied_pending = true;
@@ -667,11 +823,11 @@ int gt_xfer_test(gt_xfer *x, bool *done)
       GT_CALL(be->ops->event_query(be, x->ready, &ready));
     }
     /* collectives start MPI in issue order on every rank */
-    if (ready && x->kind == GT_X_ALLREDUCE && x->order != c->started)
+    if (ready && gt_xkind_collective(x->kind) && x->order != c->started)
       ready = false;
     if (ready) {
       x->phase = GT_P_MPI;
-      if (x->kind == GT_X_ALLREDUCE)
+      if (gt_xkind_collective(x->kind))
         c->started++;
       GT_CALL(gt_xfer_post(x));
     }
@@ -685,7 +841,7 @@ int gt_xfer_test(gt_xfer *x, bool *done)
       if (flag)
         x->finished++;
     }
-    if (x->kind == GT_X_ALLREDUCE)
+    if (gt_xkind_collective(x->kind))
       GT_CALL(gt_xfer_post(x));
     if (x->finished == x->pieces)
       GT_CALL(gt_xfer_finish(x));

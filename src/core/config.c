@@ -145,6 +145,11 @@ static const gt_key gt_keys[] = {
   {"parallel", "dp_overlap", GT_KEY_ENUM, GT_OFF(parallel.dp_overlap), 0, 0, "on|off", "on",
    "start each bucket's all-reduce during the last micro-batch's backward (on) or "
    "all of them after backward (off)", false, false},
+  {"parallel", "zero", GT_KEY_INT, GT_OFF(parallel.zero), 0, 3, NULL, "0",
+   "ZeRO stage over the data-parallel ranks: 0 replicates the optimizer state, 1 splits "
+   "the fp32 master weights and AdamW moments into dp pieces (gradients reduce-"
+   "scattered, weights all-gathered after the update); 2 and 3 are not implemented yet",
+   false, false},
   {"parallel", "collectives", GT_KEY_ENUM, GT_OFF(parallel.collectives), 0, 0, "mpi|nccl",
    "mpi", "who carries the tensor- and data-parallel collectives: MPI (device buffers "
    "direct or staged, see backend.mpi_device) or NCCL on the GPU's streams (device = cuda, "

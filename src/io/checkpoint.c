@@ -106,7 +106,8 @@ int gt_ckpt_selection_size(const gt_param *t, long long *file_points, long long 
 
 static float *gt_ckpt_kind_data(const gt_ckpt_state *st, const gt_param *t, int kind)
 {
-  float *base = kind == GT_KIND_MODEL ? st->params->values : kind == GT_KIND_M ? st->m : st->v;
+  float *values = st->values ? st->values : st->params->values;
+  float *base = kind == GT_KIND_MODEL ? values : kind == GT_KIND_M ? st->m : st->v;
   return base + t->offset;
 }
 

@@ -303,7 +303,7 @@ static void gt_gpt_layout(gt_gpt *m, gt_carver *c)
 
 gt_gpt_part gt_gpt_whole(const gt_gpt_shape *shape)
 {
-  gt_gpt_part p = {0, shape->layers, true, true, {MPI_COMM_NULL, 0, 1, -1, NULL}};
+  gt_gpt_part p = {0, shape->layers, true, true, {MPI_COMM_NULL, 0, 1, -1, NULL}, 0, 1};
   return p;
 }
 
@@ -384,6 +384,8 @@ int gt_gpt_create(gt_backend *be, const gt_gpt_shape *shape, const gt_gpt_part *
     status = gt_params_create(be, dtype, &m->params);
   if (status == GT_SUCCESS)
     status = gt_gpt_register(m);
+  if (status == GT_SUCCESS && part->zero_size > 1)
+    status = gt_params_shard(m->params, part->zero_rank, part->zero_size);
   if (status == GT_SUCCESS)
     status = gt_params_finalize(m->params);
   if (status == GT_SUCCESS)

@@ -17,6 +17,7 @@ int gt_params_create(gt_backend *be, gt_dtype dtype, gt_params **params)
   GT_CHECK_ALLOC(p, sizeof *p);
   p->be = be;
   p->dtype = dtype;
+  p->shard_size = 1;
   *params = p;
   return GT_SUCCESS;
 }
@@ -126,6 +127,26 @@ void gt_param_insert(const gt_param *t, const float *local, float *full)
   gt_param_copy(t, (float *)local, full, true);
 }
 
+int gt_params_shard(gt_params *p, int rank, int size)
+{
+  GT_ASSERT(!p->finalized);
+  GT_ASSERT(size >= 1 && rank >= 0 && rank < size);
+  p->shard_rank = rank;
+  p->shard_size = size;
+  return GT_SUCCESS;
+}
+
+void gt_params_master_range(const gt_params *p, size_t *lo, size_t *hi)
+{
+  *lo = p->master_sharded ? p->shard_lo : 0;
+  *hi = p->master_sharded ? p->shard_lo + p->shard_n : p->numel;
+}
+
+float *gt_params_master(const gt_params *p, size_t offset)
+{
+  return p->values + (p->master_sharded ? offset - p->shard_lo : offset);
+}
+
 int gt_params_finalize(gt_params *p)
 {
   GT_ASSERT(!p->finalized);
@@ -135,10 +156,18 @@ int gt_params_finalize(gt_params *p)
     p->list[i].offset = off;
     off += (p->list[i].numel + 15) & ~(size_t)15;
   }
+  /* ZeRO pieces: equal, each a multiple of 16 elements (aligned). */
+  const size_t size = (size_t)p->shard_size;
+  p->shard_n = ((off + 16 * size - 1) / (16 * size)) * 16;
+  p->shard_lo = p->shard_n * (size_t)p->shard_rank;
+  if (size > 1)
+    off = p->shard_n * size;
   p->numel = off;
-  GT_CALL(p->be->ops->alloc(p->be, off * sizeof(float), (void **)&p->values));
+  p->master_sharded = size > 1 && p->dtype != GT_F32;
+  const size_t nmaster = p->master_sharded ? p->shard_n : off;
+  GT_CALL(p->be->ops->alloc(p->be, nmaster * sizeof(float), (void **)&p->values));
   GT_CALL(p->be->ops->alloc(p->be, off * sizeof(float), (void **)&p->grads));
-  GT_CALL(p->be->ops->zero(p->be, p->values, off * sizeof(float)));
+  GT_CALL(p->be->ops->zero(p->be, p->values, nmaster * sizeof(float)));
   GT_CALL(p->be->ops->zero(p->be, p->grads, off * sizeof(float)));
   p->compute = p->values;
   if (p->dtype != GT_F32) {
@@ -146,7 +175,7 @@ int gt_params_finalize(gt_params *p)
     GT_CALL(p->be->ops->zero(p->be, p->compute, off * gt_dtype_size(p->dtype)));
   }
   for (int i = 0; i < p->count; i++) {
-    p->list[i].value.data = p->values + p->list[i].offset;
+    p->list[i].value.data = p->master_sharded ? NULL : p->values + p->list[i].offset;
     p->list[i].grad.data = p->grads + p->list[i].offset;
     p->list[i].compute.data = (char *)p->compute + p->list[i].offset * gt_dtype_size(p->dtype);
   }
@@ -180,7 +209,13 @@ int gt_params_init(gt_params *p, uint64_t seed)
       break;
     }
     gt_param_extract(t, full, local);
-    status = p->be->ops->upload(p->be, t->value.data, local, t->numel * sizeof(float), NULL);
+    size_t lo, hi;
+    gt_params_master_range(p, &lo, &hi);
+    lo = lo > t->offset ? lo : t->offset;
+    hi = hi < t->offset + t->numel ? hi : t->offset + t->numel;
+    if (lo < hi)
+      status = p->be->ops->upload(p->be, gt_params_master(p, lo), local + (lo - t->offset),
+                                  (hi - lo) * sizeof(float), NULL);
     if (status == GT_SUCCESS) /* the host buffer is refilled for the next tensor */
       status = p->be->ops->sync(p->be);
   }
@@ -193,8 +228,12 @@ int gt_params_init(gt_params *p, uint64_t seed)
 int gt_params_refresh_compute(gt_params *p)
 {
   GT_ASSERT(p->finalized);
-  if (p->dtype != GT_F32)
-    GT_CALL(p->be->ops->cast(p->be, p->dtype, p->compute, GT_F32, p->values, p->numel));
+  if (p->dtype == GT_F32)
+    return GT_SUCCESS;
+  size_t lo, hi;
+  gt_params_master_range(p, &lo, &hi);
+  GT_CALL(p->be->ops->cast(p->be, p->dtype, (char *)p->compute + lo * gt_dtype_size(p->dtype),
+                           GT_F32, gt_params_master(p, lo), hi - lo));
   return GT_SUCCESS;
 }
 
@@ -217,15 +256,23 @@ int gt_params_grad_sumsq(gt_params *p, double *acc)
     int j = i;
     while (j < p->count && p->list[j].counted)
       j++;
-    const size_t begin = p->list[i].offset;
-    const size_t end = p->list[j - 1].offset + p->list[j - 1].numel;
-    GT_CALL(p->be->ops->sumsq_add(p->be, acc, p->grads + begin, end - begin));
+    size_t begin = p->list[i].offset;
+    size_t end = p->list[j - 1].offset + p->list[j - 1].numel;
+    if (p->shard_size > 1) { /* the owned piece holds the reduced gradients */
+      begin = begin > p->shard_lo ? begin : p->shard_lo;
+      end = end < p->shard_lo + p->shard_n ? end : p->shard_lo + p->shard_n;
+    }
+    if (begin < end)
+      GT_CALL(p->be->ops->sumsq_add(p->be, acc, p->grads + begin, end - begin));
     i = j;
   }
   return GT_SUCCESS;
 }
 
-size_t gt_params_master_bytes(const gt_params *p) { return p->numel * sizeof(float); }
+size_t gt_params_master_bytes(const gt_params *p)
+{
+  return (p->master_sharded ? p->shard_n : p->numel) * sizeof(float);
+}
 
 size_t gt_params_compute_bytes(const gt_params *p)
 {

@@ -11,7 +11,8 @@
 struct gt_adamw {
   gt_params *params;
   gt_adamw_config cfg;
-  float *m, *v; /* device */
+  float *m, *v;   /* device: the moments of flat elements [lo, hi) */
+  size_t lo, hi;  /* the owned piece (ZeRO) or the whole buffer */
 };
 
 double gt_lr_at(const gt_adamw_config *c, long s)
@@ -42,7 +43,9 @@ int gt_adamw_create(gt_params *params, const gt_adamw_config *cfg, gt_adamw **op
   o->params = params;
   o->cfg = *cfg;
   gt_backend *be = params->be;
-  size_t bytes = params->numel * sizeof(float);
+  o->lo = params->shard_size > 1 ? params->shard_lo : 0;
+  o->hi = params->shard_size > 1 ? params->shard_lo + params->shard_n : params->numel;
+  size_t bytes = (o->hi - o->lo) * sizeof(float);
   int status = be->ops->alloc(be, bytes, (void **)&o->m);
   if (status == GT_SUCCESS)
     status = be->ops->alloc(be, bytes, (void **)&o->v);
@@ -79,6 +82,12 @@ void gt_adamw_moments(gt_adamw *o, float **m, float **v)
   *v = o->v;
 }
 
+void gt_adamw_range(const gt_adamw *o, size_t *lo, size_t *hi)
+{
+  *lo = o->lo;
+  *hi = o->hi;
+}
+
 int gt_adamw_step(gt_adamw *o, long s, double lr, double grad_mult)
 {
   const gt_adamw_config *c = &o->cfg;
@@ -88,12 +97,18 @@ int gt_adamw_step(gt_adamw *o, long s, double lr, double grad_mult)
   const float bc1 = (float)(1.0 - pow(c->beta1, t));
   const float bc2 = (float)(1.0 - pow(c->beta2, t));
   for (int i = 0; i < p->count; i++) {
+    /* the part of the parameter in [lo, hi): a ZeRO piece may cut it */
     gt_param *t_ = &p->list[i];
-    size_t off = t_->offset;
-    void *compute = p->dtype == GT_F32 ? NULL : t_->compute.data;
-    GT_CALL(be->ops->adamw(be, p->values + off, p->grads + off, o->m + off, o->v + off, compute,
-                           p->dtype, t_->numel, (float)lr, (float)c->beta1, (float)c->beta2,
-                           (float)c->eps, t_->decay ? (float)c->weight_decay : 0.0f, bc1, bc2,
+    const size_t a = t_->offset > o->lo ? t_->offset : o->lo;
+    const size_t b = t_->offset + t_->numel < o->hi ? t_->offset + t_->numel : o->hi;
+    if (a >= b)
+      continue;
+    void *compute =
+        p->dtype == GT_F32 ? NULL : (char *)p->compute + a * gt_dtype_size(p->dtype);
+    GT_CALL(be->ops->adamw(be, gt_params_master(p, a), p->grads + a, o->m + (a - o->lo),
+                           o->v + (a - o->lo), compute, p->dtype, b - a, (float)lr,
+                           (float)c->beta1, (float)c->beta2, (float)c->eps,
+                           t_->decay ? (float)c->weight_decay : 0.0f, bc1, bc2,
                            (float)grad_mult));
   }
   return GT_SUCCESS;

@@ -13,6 +13,8 @@ typedef struct {
   size_t offset, len; /* slice of the flat gradient buffer */
   int pending;        /* parameters not yet reported this step */
   bool started;
+  bool held;          /* started by gt_buckets_wait_held only */
+  size_t *counts;     /* ZeRO: elements of each dp rank's piece in the slice */
   gt_xfer *xfer;
 } gt_bucket;
 
@@ -66,8 +68,22 @@ int gt_buckets_create(gt_params *params, gt_coll *coll, MPI_Comm dp, size_t buck
   }
   int dp_size = 1;
   GT_CALL_MPI(MPI_Comm_size(dp, &dp_size));
+  GT_CHECK(params->shard_size == 1 || params->shard_size == dp_size, GT_ERR_INTERNAL,
+           "internal error: parameters in %d pieces for %d data-parallel ranks",
+           params->shard_size, dp_size);
   for (int i = 0; i < b->n && dp_size > 1; i++) { /* dp = 1: nothing to reduce */
-    int status = gt_xfer_create(coll, b->list[i].len * sizeof(float), &b->list[i].xfer);
+    gt_bucket *k = &b->list[i];
+    int status = gt_xfer_create(coll, k->len * sizeof(float), &k->xfer);
+    if (status == GT_SUCCESS && params->shard_size > 1) {
+      k->counts = calloc((size_t)dp_size, sizeof *k->counts);
+      status = k->counts ? GT_SUCCESS : GT_ERROR(GT_ERR_SYSTEM, "out of memory for buckets");
+      for (int r = 0; r < dp_size && k->counts; r++) { /* the slice cut by the pieces */
+        const size_t plo = (size_t)r * params->shard_n, phi = plo + params->shard_n;
+        const size_t a = k->offset > plo ? k->offset : plo;
+        const size_t e = k->offset + k->len < phi ? k->offset + k->len : phi;
+        k->counts[r] = a < e ? e - a : 0;
+      }
+    }
     if (status != GT_SUCCESS) {
       gt_buckets_destroy(buckets);
       return gt_error_push(status, __FILE__, __LINE__, __func__);
@@ -82,8 +98,10 @@ int gt_buckets_destroy(gt_buckets **buckets)
   gt_buckets *b = *buckets;
   if (!b)
     return GT_SUCCESS;
-  for (int i = 0; b->list && i < b->n; i++)
+  for (int i = 0; b->list && i < b->n; i++) {
     gt_xfer_destroy(&b->list[i].xfer);
+    free(b->list[i].counts);
+  }
   free(b->list);
   free(b->bucket_of);
   free(b->reported);
@@ -104,10 +122,19 @@ void gt_buckets_reset(gt_buckets *b)
     b->reported[i] = false;
 }
 
+void gt_buckets_hold(gt_buckets *b, int param)
+{
+  if (param >= 0 && param < b->params->count)
+    b->list[b->bucket_of[param]].held = true;
+}
+
 static int gt_bucket_start(gt_buckets *b, gt_bucket *k)
 {
-  if (k->xfer)
-    GT_CALL(gt_xfer_allreduce(k->xfer, b->params->grads + k->offset, k->len, b->dp));
+  float *slice = b->params->grads + k->offset;
+  if (k->xfer && k->counts)
+    GT_CALL(gt_xfer_reduce_scatter(k->xfer, slice, k->len, k->counts, b->dp));
+  else if (k->xfer)
+    GT_CALL(gt_xfer_allreduce(k->xfer, slice, k->len, b->dp));
   k->started = true;
   return GT_SUCCESS;
 }
@@ -134,7 +161,7 @@ int gt_buckets_ready(gt_buckets *b, int first, int count)
    * the same collectives in the same order. */
   for (int i = 0; i < b->n; i++) {
     gt_bucket *k = &b->list[i];
-    if (k->started)
+    if (k->started || k->held)
       continue;
     if (k->pending > 0)
       break;
@@ -144,13 +171,17 @@ int gt_buckets_ready(gt_buckets *b, int first, int count)
   return GT_SUCCESS;
 }
 
-int gt_buckets_wait(gt_buckets *b)
+/* Start what was not started (the held buckets too, or not) and wait. */
+static int gt_buckets_complete(gt_buckets *b, bool held)
 {
   for (int i = 0; i < b->n; i++)
-    if (!b->list[i].started)
+    if (!b->list[i].started && (held || !b->list[i].held))
       GT_CALL(gt_bucket_start(b, &b->list[i]));
   for (int i = 0; i < b->n; i++)
-    if (b->list[i].xfer)
+    if (b->list[i].xfer && (held || !b->list[i].held))
       GT_CALL(gt_xfer_wait(b->list[i].xfer));
   return GT_SUCCESS;
 }
+
+int gt_buckets_wait(gt_buckets *b) { return gt_buckets_complete(b, false); }
+int gt_buckets_wait_held(gt_buckets *b) { return gt_buckets_complete(b, true); }

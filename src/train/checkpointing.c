@@ -36,7 +36,7 @@ static void gt_trainer_restore_scaler(gt_trainer *tr, const char *path, const gt
 static gt_ckpt_state gt_trainer_ckpt_state(gt_trainer *tr)
 {
   gt_ckpt_state st = {tr->ntensors, tr->tensors, gt_gpt_params(tr->model), NULL, NULL,
-                      tr->grid->dp_rank == 0};
+                      tr->grid->dp_rank == 0, NULL};
   gt_adamw_moments(tr->opt, &st.m, &st.v);
   return st;
 }
@@ -80,8 +80,16 @@ int gt_trainer_save(gt_trainer *tr, const char *dir, char *path, size_t size)
                          g->world));
   gt_config_to_ini(cfg, meta.deck, (size_t)n + 1);
   gt_ckpt_state st = gt_trainer_ckpt_state(tr);
-  int status = gt_ckpt_save(dir, (int)cfg->checkpoint.keep, &meta, &st, tr->writers, g->world,
-                            path, size);
+  gt_full_state fs; /* zero: the pieces whole on the writers (dp rank 0) */
+  int status = gt_error_agree(gt_full_state_gather(tr, true, &fs), g->world);
+  if (status == GT_SUCCESS) {
+    st.values = fs.values;
+    st.m = fs.m;
+    st.v = fs.v;
+    status = gt_ckpt_save(dir, (int)cfg->checkpoint.keep, &meta, &st, tr->writers, g->world,
+                          path, size);
+  }
+  gt_full_state_free(tr, &fs);
   gt_ckpt_meta_free(&meta);
   GT_CALL(status);
   return GT_SUCCESS;
@@ -108,13 +116,24 @@ int gt_trainer_load(gt_trainer *tr, const char *path)
   gt_ckpt_meta meta;
   GT_CALL(gt_error_agree(gt_ckpt_read_meta(path, g->world, &meta), g->world));
   int status = gt_check_ckpt_model(tr, path, &meta);
+  gt_full_state fs = {0}; /* zero: whole buffers, of which this rank keeps its piece */
+  if (status == GT_SUCCESS)
+    status = gt_full_state_alloc(tr, &fs);
   if (status == GT_SUCCESS) {
     gt_ckpt_state st = gt_trainer_ckpt_state(tr);
+    st.values = fs.values;
+    st.m = fs.m;
+    st.v = fs.v;
     status = gt_ckpt_read(path, &st, g->world);
   }
+  if (status == GT_SUCCESS)
+    status = gt_full_state_scatter(tr, &fs);
+  gt_full_state_free(tr, &fs);
   if (status == GT_SUCCESS) /* the compute copy follows the master just read */
     status = gt_params_refresh_compute(gt_gpt_params(tr->model));
   status = gt_error_agree(status, g->world);
+  if (status == GT_SUCCESS) /* zero: the other pieces of the compute copy */
+    status = gt_error_agree(gt_trainer_gather_compute(tr), g->world);
   if (status == GT_SUCCESS) {
     tr->step = meta.step;
     tr->samples = meta.samples;

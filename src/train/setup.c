@@ -66,8 +66,12 @@ static void gt_print_setup(const gt_trainer *tr, size_t params_max, size_t act_m
     return;
   char act[32], par[32], v[GT_PATH_MAX + 64];
   gt_format_bytes((double)act_max, act, sizeof act);
-  /* master, gradients, two moments (fp32) and the compute copy */
-  const double per_param = 16.0 + (tr->dtype == GT_F32 ? 0.0 : (double)gt_dtype_size(tr->dtype));
+  /* gradients, master and two moments (fp32; with zero 1 the master of
+   * bf16/fp16 and the moments in dp pieces) and the compute copy */
+  const double pieces = tr->zero >= 1 ? (double)g->dp_size : 1.0;
+  const double per_param = tr->dtype == GT_F32 ? 8.0 + 8.0 / pieces
+                                               : 4.0 + 12.0 / pieces +
+                                                     (double)gt_dtype_size(tr->dtype);
   gt_format_bytes(per_param * (double)params_max, par, sizeof par);
   printf("gridtrain %s: configuration (%s) and layout\n", PACKAGE_VERSION,
          cfg->deck_path[0] ? cfg->deck_path : "defaults");
@@ -108,10 +112,12 @@ static void gt_print_setup(const gt_trainer *tr, size_t params_max, size_t act_m
            tr->B * tr->T, tr->B, tr->T, tr->B_rank, tr->M, tr->M == 1 ? "" : "es");
   gt_config_print_row(stdout, "step", v, "resolved");
   if (g->dp_size > 1) {
-    snprintf(v, sizeof v, "%d bucket%s on rank 0, %s", gt_buckets_count(tr->buckets),
+    snprintf(v, sizeof v, "%d bucket%s on rank 0, %s%s", gt_buckets_count(tr->buckets),
              gt_buckets_count(tr->buckets) == 1 ? "" : "s",
-             tr->overlap ? "overlapping the last backward" : "after backward");
-    gt_config_print_row(stdout, "dp all-reduce", v, "resolved");
+             tr->overlap ? "overlapping the last backward" : "after backward",
+             tr->zero >= 1 ? "; then the weights all-gathered" : "");
+    gt_config_print_row(stdout, tr->zero >= 1 ? "dp reduce-scatter" : "dp all-reduce", v,
+                        "resolved");
   }
   snprintf(v, sizeof v, "%s (%lld tokens, vocab %ld)", gt_dataset_name(tr->train),
            gt_dataset_ntokens(tr->train), gt_dataset_vocab(tr->train));
@@ -143,7 +149,9 @@ static int gt_report_memory(const gt_trainer *tr, FILE *out)
   mine[GT_MEM_COMPUTE] = tr->dtype == GT_F32 ? mine[GT_MEM_MASTER]
                                              : (double)gt_params_compute_bytes(p);
   mine[GT_MEM_GRADS] = (double)p->numel * sizeof(float);
-  mine[GT_MEM_MOMENTS] = 2.0 * (double)p->numel * sizeof(float);
+  size_t lo, hi;
+  gt_adamw_range(tr->opt, &lo, &hi);
+  mine[GT_MEM_MOMENTS] = 2.0 * (double)(hi - lo) * sizeof(float);
   mine[GT_MEM_ACTS] = (double)gt_gpt_activation_bytes(tr->model);
   mine[GT_MEM_COMM] = (double)gt_coll_staging_bytes(tr->coll);
   /* in fp32 the compute copy is the master itself */
@@ -162,9 +170,12 @@ static int gt_report_memory(const gt_trainer *tr, FILE *out)
     return GT_SUCCESS;
   static const char *head[GT_NMEM] = {"compute w", "master w", "gradients", "moments",
                                       "activations", "comm bufs", "total"};
-  fprintf(out, "# memory per rank (%s compute; fp32 master, gradients and AdamW moments%s)\n",
+  fprintf(out, "# memory per rank (%s compute; fp32 master, gradients and AdamW moments%s%s)\n",
           gt_dtype_name(tr->dtype),
-          tr->dtype == GT_F32 ? "; the compute weights are the master" : "");
+          tr->dtype == GT_F32 ? "; the compute weights are the master" : "",
+          tr->zero >= 1 ? (tr->dtype == GT_F32 ? "; zero 1: moments in dp pieces"
+                                               : "; zero 1: master and moments in dp pieces")
+                        : "");
   fprintf(out, "# %-12s", g->world_size > 32 ? "stage (max)" : "rank");
   for (int k = 0; k < GT_NMEM; k++)
     fprintf(out, " %11s", head[k]);
@@ -248,6 +259,11 @@ static int gt_trainer_plan(gt_trainer *tr)
   GT_CALL(gt_pipeline_split(tr->shape.layers, p, block_cost, head_cost, tr->cfg.parallel.stages,
                             tr->stage_first));
   GT_CALL(gt_schedule_parse(tr->cfg.parallel.schedule, &tr->schedule));
+  GT_CHECK(tr->cfg.parallel.zero <= 1, GT_ERR_INPUT,
+           "[parallel] zero = %ld: ZeRO stages 2 and 3 are not implemented in this version of "
+           "gridtrain; use zero = 0 or 1",
+           tr->cfg.parallel.zero);
+  tr->zero = tr->grid->dp_size > 1 ? (int)tr->cfg.parallel.zero : 0;
   return GT_SUCCESS;
 }
 
@@ -265,6 +281,7 @@ static void gt_trainer_events(gt_trainer *tr)
   tr->ev.zero = gt_event("zero_grad", GT_EV_COMPUTE);
   tr->ev.norm = gt_event("grad_norm", GT_EV_COMPUTE);
   tr->ev.optimizer = gt_event("optimizer", GT_EV_COMPUTE);
+  tr->ev.zero_gather = gt_event("zero.allgather", GT_EV_COMM);
   tr->ev.eval = gt_event("eval", GT_EV_OTHER);
   tr->ev.checkpoint = gt_event("checkpoint", GT_EV_OTHER);
 }
@@ -343,11 +360,18 @@ int gt_trainer_create(const gt_config *cfg, MPI_Comm world, bool quiet, gt_train
   const int s = g->pp_rank;
   gt_gpt_part part = {tr->stage_first[s], tr->stage_first[s + 1], s == 0,
                       s == g->pp_size - 1,
-                      {g->tp, g->tp_rank, g->tp_size, tr->ev.tp_comm, tr->coll}};
+                      {g->tp, g->tp_rank, g->tp_size, tr->ev.tp_comm, tr->coll},
+                      g->dp_rank, tr->zero >= 1 ? g->dp_size : 1};
+  tr->dp_group = (gt_group){g->dp, g->dp_rank, g->dp_size, tr->ev.zero_gather, tr->coll};
+  if (g->world_rank == 0 && cfg->parallel.zero >= 1 && g->dp_size == 1 && !quiet)
+    gt_info("gridtrain: [parallel] zero = %ld does nothing with dp = 1: the one data-parallel "
+            "rank holds all of the optimizer state\n",
+            cfg->parallel.zero);
   const int slots = gt_schedule_in_flight(tr->schedule, g->pp_size, s, tr->M);
   GT_AGREE(comm, gt_gpt_create(tr->be, &tr->shape, &part, tr->dtype, tr->B_micro, tr->T, slots,
                                &tr->model));
   GT_AGREE(comm, gt_gpt_init(tr->model, cfg->run.seed));
+  GT_CALL(gt_trainer_gather_compute(tr)); /* bf16/fp16: the rest of the compute copy */
   const gt_pipe_events pev = {tr->ev.forward, tr->ev.backward, tr->ev.pp_comm, tr->ev.bubble};
   GT_AGREE(comm, gt_pipe_create(tr->model, tr->coll, g, tr->schedule, tr->M, tr->B_micro,
                                 tr->T, pev, &tr->pipe));
@@ -361,6 +385,11 @@ int gt_trainer_create(const gt_config *cfg, MPI_Comm world, bool quiet, gt_train
   GT_AGREE(comm, gt_buckets_create(params, tr->coll, g->dp,
                                    (size_t)(cfg->parallel.bucket_mb * 1024.0 * 1024.0),
                                    &tr->buckets));
+  float *tied_grad;
+  size_t ntied;
+  gt_gpt_tied_grad(tr->model, &tied_grad, &ntied);
+  if (tr->zero >= 1 && tied_grad) /* summed over the embedding group before dp reduces it */
+    gt_buckets_hold(tr->buckets, (int)(gt_params_find(params, "wte") - params->list));
   tr->overlap = strcmp(cfg->parallel.dp_overlap, "on") == 0;
   tr->hook = (gt_grad_hook){gt_trainer_bucket_ready, tr, {gt_trainer_bucket_progress, tr}};
   tr->embed = (gt_group){g->embed, 0, 1, tr->ev.tied, tr->coll};

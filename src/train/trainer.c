@@ -119,7 +119,15 @@ int gt_trainer_step(gt_trainer *tr, gt_step_stats *st)
   gt_gpt_tied_grad(tr->model, &tied, &ntied);
   if (tied) /* the tied embedding: both copies get the sum */
     GT_CALL(gt_group_allreduce_sum(&tr->embed, tied, ntied, GT_F32));
-  if (g->dp_rank == 0) { /* dp replicas hold the same gradients */
+  if (tr->zero >= 1) { /* zero: its held bucket is reduce-scattered after that sum */
+    gt_event_begin(tr->ev.dp_exposed);
+    status = gt_buckets_wait_held(tr->buckets);
+    gt_event_end(tr->ev.dp_exposed);
+    GT_CALL(status);
+  }
+  /* dp replicas hold the same gradients; with zero each dp rank holds the
+   * reduced ones of its own piece */
+  if (g->dp_rank == 0 || tr->zero >= 1) {
     gt_event_begin(tr->ev.norm);
     status = gt_params_grad_sumsq(params, &tr->scalars[GT_SC_SUMSQ]);
     gt_event_end(tr->ev.norm);
@@ -157,6 +165,7 @@ int gt_trainer_step(gt_trainer *tr, gt_step_stats *st)
     status = gt_adamw_step(tr->opt, s - skipped_before, lr, grad_mult);
     gt_event_end(tr->ev.optimizer);
     GT_CALL(status);
+    GT_CALL(gt_trainer_gather_compute(tr)); /* zero: the other pieces' updates */
   }
   GT_CALL(gt_events_collect()); /* what the device did in the step */
 
@@ -261,12 +270,13 @@ int gt_trainer_gather_params(gt_trainer *tr, float *full)
   }
   for (int i = 0; i < params->count; i++)
     local_max = params->list[i].numel > local_max ? params->list[i].numel : local_max;
+  gt_full_state fs; /* zero: the master in pieces, whole on dp rank 0 */
+  GT_CALL(gt_error_agree(gt_full_state_gather(tr, false, &fs), g->world));
   float *buf = calloc(largest, sizeof(float)), *local = malloc(sizeof(float) * (local_max + 1));
-  GT_CALL(gt_error_agree(buf && local ? GT_SUCCESS
-                                      : GT_ERROR(GT_ERR_SYSTEM,
-                                                 "out of memory gathering parameters"),
-                         g->world));
-  int status = GT_SUCCESS;
+  int status = gt_error_agree(buf && local ? GT_SUCCESS
+                                           : GT_ERROR(GT_ERR_SYSTEM,
+                                                      "out of memory gathering parameters"),
+                              g->world);
   size_t off = 0;
   for (int i = 0; i < count && status == GT_SUCCESS; i++) {
     const size_t ne = gt_gpt_logical_param(&tr->shape, i, name, &ndim, dims);
@@ -276,8 +286,8 @@ int gt_trainer_gather_params(gt_trainer *tr, float *full)
     gt_param *t = gt_params_find(params, name);
     if (t && t->counted && g->dp_rank == 0) {
       /* a device-to-host copy; a failure here is fatal for this rank */
-      status = tr->be->ops->download(tr->be, local, t->value.data, t->numel * sizeof(float),
-                                     NULL);
+      status = tr->be->ops->download(tr->be, local, fs.values + t->offset,
+                                     t->numel * sizeof(float), NULL);
       if (status == GT_SUCCESS) /* the host reads what the download wrote */
         status = tr->be->ops->sync(tr->be);
       if (status == GT_SUCCESS)
@@ -291,6 +301,7 @@ int gt_trainer_gather_params(gt_trainer *tr, float *full)
   }
   free(buf);
   free(local);
+  gt_full_state_free(tr, &fs);
   GT_CALL(status);
   return GT_SUCCESS;
 }

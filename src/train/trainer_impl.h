@@ -4,6 +4,7 @@
  *   setup.c          create and destroy, the configuration and memory tables
  *   checkpointing.c  checkpoint metadata, save, load and the resume policy
  *   trainer.c        one step, evaluation, the run loop and the reports
+ *   sharding.c       ZeRO: the compute all-gather and the whole model state
  * The pipeline executor is src/parallel/pipeline.c.
  */
 #ifndef GT_TRAINER_IMPL_H
@@ -65,6 +66,8 @@ struct gt_trainer {
   gt_pipe *pipe;
 
   /* data parallelism and the tied embedding */
+  int zero;               /* ZeRO stage in effect (0 when dp = 1) */
+  gt_group dp_group;
   gt_buckets *buckets;
   bool overlap;
   gt_grad_hook hook;
@@ -76,7 +79,7 @@ struct gt_trainer {
 
   struct {
     int data, forward, backward, zero, tp_comm, pp_comm, bubble, dp_exposed, tied, reduce,
-        norm, optimizer, eval, checkpoint;
+        norm, optimizer, zero_gather, eval, checkpoint;
   } ev;
 };
 
@@ -90,5 +93,29 @@ int gt_trainer_feed_read(void *ctx, int mb, const int32_t **tokens, const int32_
 /* trainer.c: the device scalars [first, first + n) to the host
  * (tr->host_scalars) and summed over the world into out. */
 int gt_trainer_reduce_scalars(gt_trainer *tr, int first, int n, double *out);
+
+/* sharding.c: with the parameters in ZeRO pieces, the compute copy outside
+ * this rank's piece from the other dp ranks (after an update, an
+ * initialisation or a load). A no-op when not sharded. Collective on dp. */
+int gt_trainer_gather_compute(gt_trainer *tr);
+
+/* The whole fp32 master values and AdamW moments, flat and parallel to the
+ * parameters (device). Not sharded: the trainer's own buffers. Sharded:
+ * buffers made here (own[k]: values, m, v), freed by gt_full_state_free. */
+typedef struct gt_full_state {
+  float *values, *m, *v;
+  bool owned, own[3];
+} gt_full_state;
+
+/* Collective on dp: the whole state on dp rank 0 (values, and the moments
+ * when asked), gathered from the pieces; NULL on other dp ranks where made
+ * here. */
+int gt_full_state_gather(gt_trainer *tr, bool moments, gt_full_state *fs);
+
+/* Not collective: whole buffers to load a checkpoint into (the trainer's own
+ * when not sharded), then gt_full_state_scatter keeps this rank's piece. */
+int gt_full_state_alloc(gt_trainer *tr, gt_full_state *fs);
+int gt_full_state_scatter(gt_trainer *tr, const gt_full_state *fs);
+void gt_full_state_free(gt_trainer *tr, gt_full_state *fs);
 
 #endif /* GT_TRAINER_IMPL_H */

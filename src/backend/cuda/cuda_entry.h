@@ -62,4 +62,9 @@ int gt_nccl_allreduce(gt_backend *be, gt_nccl *comm, void *buf, size_t n, gt_dty
 int gt_nccl_allgather(gt_backend *be, gt_nccl *comm, const void *send, void *recv, size_t n,
                       gt_dtype t, gt_stream *s);
 
+/* The sum of n elements of t over the communicator into buf of member root
+ * (in place there; the other members' buf is only read). */
+int gt_nccl_reduce(gt_backend *be, gt_nccl *comm, void *buf, size_t n, gt_dtype t, int root,
+                   gt_stream *s);
+
 #endif /* GT_CUDA_ENTRY_H */

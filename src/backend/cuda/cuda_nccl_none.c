@@ -38,6 +38,13 @@ int gt_nccl_allreduce(gt_backend *be, gt_nccl *comm, void *buf, size_t n, gt_dty
   return GT_NO_NCCL;
 }
 
+int gt_nccl_reduce(gt_backend *be, gt_nccl *comm, void *buf, size_t n, gt_dtype t, int root,
+                   gt_stream *s)
+{
+  (void)be, (void)comm, (void)buf, (void)n, (void)t, (void)root, (void)s;
+  return GT_NO_NCCL;
+}
+
 int gt_nccl_allgather(gt_backend *be, gt_nccl *comm, const void *send, void *recv, size_t n,
                       gt_dtype t, gt_stream *s)
 {

@@ -1,0 +1,129 @@
+/*
+ * sharding.c - the trainer's ZeRO state moves (see trainer_impl.h): the
+ * data-parallel all-gather of the compute weights after each update, and the
+ * whole (unsharded) model state that checkpoints and parameter gathers see.
+ *
+ * The checkpoint format holds full logical tensors whatever the zero stage,
+ * so a file written at any stage and dp size loads into any other: a save
+ * gathers the pieces of the master weights and moments on dp rank 0 (the
+ * writer of each (pp, tp) position), and a load reads whole buffers and
+ * keeps this rank's piece. The whole buffers exist only during the save or
+ * the load.
+ */
+#include "trainer_impl.h"
+
+#include <string.h>
+
+#include "gridtrain/error.h"
+
+int gt_trainer_gather_compute(gt_trainer *tr)
+{
+  gt_params *p = gt_gpt_params(tr->model);
+  if (p->shard_size == 1)
+    return GT_SUCCESS;
+  const size_t es = gt_dtype_size(p->dtype);
+  GT_CALL(gt_group_allgather(&tr->dp_group, (char *)p->compute + p->shard_lo * es, p->compute,
+                             p->shard_n, p->dtype));
+  return GT_SUCCESS;
+}
+
+/* A whole buffer of numel floats (device), zeroed. */
+static int gt_full_alloc(gt_backend *be, size_t numel, float **buf)
+{
+  GT_CALL(be->ops->alloc(be, numel * sizeof(float), (void **)buf));
+  GT_CALL(be->ops->zero(be, *buf, numel * sizeof(float)));
+  return GT_SUCCESS;
+}
+
+int gt_full_state_gather(gt_trainer *tr, bool moments, gt_full_state *fs)
+{
+  gt_params *p = gt_gpt_params(tr->model);
+  gt_backend *be = tr->be;
+  memset(fs, 0, sizeof *fs);
+  fs->values = p->values;
+  if (moments)
+    gt_adamw_moments(tr->opt, &fs->m, &fs->v);
+  if (p->shard_size == 1)
+    return GT_SUCCESS;
+  const bool root = tr->dp_group.rank == 0;
+  /* fp32: the master is the compute copy, whole and current on every rank */
+  fs->owned = true;
+  float *mine[3] = {p->master_sharded ? p->values : NULL, moments ? fs->m : NULL,
+                    moments ? fs->v : NULL};
+  float **full[3] = {&fs->values, &fs->m, &fs->v};
+  int status = GT_SUCCESS;
+  for (int k = 0; k < 3; k++) {
+    fs->own[k] = mine[k] != NULL;
+    if (!mine[k])
+      continue;
+    *full[k] = NULL;
+    if (root)
+      status = gt_full_alloc(be, p->numel, full[k]);
+    status = gt_error_agree(status, tr->dp_group.comm);
+    if (status != GT_SUCCESS)
+      break;
+    status = gt_group_gather(&tr->dp_group, mine[k], *full[k], p->shard_n, GT_F32, 0);
+    if (status != GT_SUCCESS)
+      break;
+  }
+  if (status != GT_SUCCESS) {
+    gt_full_state_free(tr, fs);
+    return gt_error_push(status, __FILE__, __LINE__, __func__);
+  }
+  return GT_SUCCESS;
+}
+
+int gt_full_state_alloc(gt_trainer *tr, gt_full_state *fs)
+{
+  gt_params *p = gt_gpt_params(tr->model);
+  memset(fs, 0, sizeof *fs);
+  fs->values = p->values;
+  gt_adamw_moments(tr->opt, &fs->m, &fs->v);
+  if (p->shard_size == 1)
+    return GT_SUCCESS;
+  fs->owned = true;
+  fs->own[0] = p->master_sharded;
+  fs->own[1] = fs->own[2] = true;
+  float **full[3] = {&fs->values, &fs->m, &fs->v};
+  for (int k = 0; k < 3; k++) {
+    if (!fs->own[k])
+      continue;
+    *full[k] = NULL;
+    int status = gt_full_alloc(tr->be, p->numel, full[k]);
+    if (status != GT_SUCCESS) {
+      gt_full_state_free(tr, fs);
+      return gt_error_push(status, __FILE__, __LINE__, __func__);
+    }
+  }
+  return GT_SUCCESS;
+}
+
+int gt_full_state_scatter(gt_trainer *tr, const gt_full_state *fs)
+{
+  gt_params *p = gt_gpt_params(tr->model);
+  gt_backend *be = tr->be;
+  if (!fs->owned)
+    return GT_SUCCESS;
+  float *m, *v;
+  gt_adamw_moments(tr->opt, &m, &v);
+  float *piece[3] = {p->values, m, v};
+  const float *full[3] = {fs->values, fs->m, fs->v};
+  for (int k = 0; k < 3; k++)
+    if (fs->own[k])
+      GT_CALL(be->ops->copy(be, piece[k], full[k] + p->shard_lo, p->shard_n * sizeof(float),
+                            NULL));
+  return GT_SUCCESS;
+}
+
+void gt_full_state_free(gt_trainer *tr, gt_full_state *fs)
+{
+  if (!fs->owned)
+    return;
+  float *full[3] = {fs->values, fs->m, fs->v};
+  /* the copies and downloads that read them are complete first */
+  tr->be->ops->sync(tr->be);
+  for (int k = 0; k < 3; k++)
+    if (fs->own[k] && full[k])
+      tr->be->ops->free(tr->be, full[k]);
+  memset(fs, 0, sizeof *fs);
+}
