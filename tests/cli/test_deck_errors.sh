@@ -90,6 +90,16 @@ not\ built*) expect "CUDA backend not built" "device = cuda: this gridtrain was 
 esac
 expect "NCCL collectives on the cpu backend" "[parallel] collectives = nccl needs [backend] device = cuda (not cpu)" \
   train "$deck" data.train="$data" parallel.collectives=nccl
+expect "ZeRO stage out of range" "[parallel] zero = '4' is not valid" \
+  train "$deck" data.train="$data" parallel.zero=4
+expect "ZeRO stage not implemented" "[parallel] zero = 2: ZeRO stages 2 and 3 are not implemented" \
+  train "$deck" data.train="$data" parallel.zero=2 grid.dp=4
+# zero = 1 with one data-parallel rank runs, and says it does nothing
+run_mpi 2 120 "$GT_BIN" train "$deck" data.train="$data" parallel.zero=1 grid.dp=1 grid.tp=2 \
+  run.steps=1 >"$GT_TMP/out" 2>"$GT_TMP/err"
+status=$?
+grep -q "zero = 1 does nothing with dp = 1" "$GT_TMP/out" "$GT_TMP/err"
+ok $(( status != 0 || $? != 0 )) "zero = 1 with dp = 1 trains and says it does nothing (status $status)"
 expect "unknown attention kind" "[backend] attention = 'flash' is not valid; expected one of cudnn, own" \
   train "$deck" data.train="$data" backend.attention=flash
 expect "metrics file cannot be created" "cannot create the metrics file '$GT_TMP/no/dir/m.jsonl'" \
