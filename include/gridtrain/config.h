@@ -39,6 +39,7 @@ typedef struct gt_config {
   struct {
     char type[GT_NAME_MAX];
     long layers, heads, dim, seq_len, vocab;
+    char recompute[GT_NAME_MAX]; /* none | attention | block */
   } model;
   struct {
     char train[GT_PATH_MAX]; /* FILE.h5 or FILE.h5:/dataset */

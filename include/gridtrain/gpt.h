@@ -49,6 +49,24 @@ typedef struct gt_gpt gt_gpt;
  * group size). With pp > 1 the last stage keeps its own copy of wte for the
  * tied head (registered last, counted = false); the two copies' gradients
  * are summed over the embedding group (gt_gpt_tied_grad). */
+/* Activation recomputation ([model] recompute): what a micro-batch in flight
+ * keeps of each block between its forward and its backward.
+ *   NONE       everything backward reads;
+ *   ATTENTION  all but the attention core's output and softmax statistics,
+ *              which backward recomputes from the kept q, k, v (selective
+ *              recomputation: the cheapest FLOPs per byte kept);
+ *   BLOCK      only the block's input: backward reruns the block's forward
+ *              into buffers shared by all blocks and micro-batches.
+ * The same kernels on the same inputs give the same bits, so every mode
+ * trains bit for bit like NONE; the extra forwards are timed under
+ * recompute_event. */
+typedef enum { GT_RECOMPUTE_NONE = 0, GT_RECOMPUTE_ATTENTION, GT_RECOMPUTE_BLOCK } gt_recompute;
+
+/* The name ("none", "attention", "block") and the mode of a name (-1 if
+ * not one). */
+const char *gt_recompute_name(gt_recompute r);
+int gt_recompute_parse(const char *name);
+
 typedef struct gt_gpt_part {
   int layer_begin, layer_end;
   bool first, last;
@@ -56,6 +74,8 @@ typedef struct gt_gpt_part {
   int zero_rank, zero_size; /* ZeRO: the parameter buffers in zero_size pieces
                                over dp, this rank owning zero_rank (params.h);
                                zero_size 0 or 1: not split */
+  gt_recompute recompute;   /* what a slot keeps (above) */
+  int recompute_event;      /* timer event of the recomputation (-1: none) */
 } gt_gpt_part;
 
 /* The whole model on one rank (single stage, no tensor parallelism). */

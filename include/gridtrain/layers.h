@@ -79,6 +79,10 @@ typedef struct gt_block_scratch {
 int gt_block_forward(gt_backend *be, const gt_block_weights *w, const gt_block_acts *a,
                      const void *x, void *out, gt_layer_dims d);
 
+/* The attention core of a block's forward alone: a->atty and a->lse from
+ * a->qkv (what gt_block_forward computes there; recomputation reruns it). */
+int gt_block_attention_forward(gt_backend *be, const gt_block_acts *a, gt_layer_dims d);
+
 /* dres: on entry d(loss)/d(out), on return d(loss)/d(x) (in place).
  * Gradients of the weights accumulate ("+=") into g. */
 int gt_block_backward(gt_backend *be, const gt_block_weights *w, const gt_block_grads *g,

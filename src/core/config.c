@@ -70,6 +70,11 @@ static const gt_key gt_keys[] = {
    "tokens per sequence (context length)", false, false},
   {"model", "vocab", GT_KEY_INT, GT_OFF(model.vocab), 2, 16777216, NULL, "256",
    "vocabulary size (256 for byte-level data)", false, false},
+  {"model", "recompute", GT_KEY_ENUM, GT_OFF(model.recompute), 0, 0, "none|attention|block",
+   "none", "activation recomputation: none keeps every activation for backward; attention "
+   "recomputes each block's attention core from its q, k, v; block keeps only each block's "
+   "input and reruns its forward before its backward (same results, bit for bit)",
+   false, false},
 
   {"data", "train", GT_KEY_STRING, GT_OFF(data.train), 0, 0, NULL, NULL,
    "training data: FILE.h5 or FILE.h5:/dataset (default dataset /train/tokens, "

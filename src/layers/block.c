@@ -33,6 +33,13 @@ static int gt_tp_sum(const gt_layer_dims *d, void *buf, size_t n)
   return GT_SUCCESS;
 }
 
+int gt_block_attention_forward(gt_backend *be, const gt_block_acts *a, gt_layer_dims d)
+{
+  const gt_block_sizes z = gt_block_sizes_of(d);
+  GT_CALL(be->ops->attention_forward(be, d.dt, a->atty, a->lse, a->qkv, d.B, d.T, d.H, z.hs));
+  return GT_SUCCESS;
+}
+
 int gt_block_forward(gt_backend *be, const gt_block_weights *w, const gt_block_acts *a,
                      const void *x, void *out, gt_layer_dims d)
 {
@@ -44,7 +51,7 @@ int gt_block_forward(gt_backend *be, const gt_block_weights *w, const gt_block_a
                                 w->ln1_b, z.N, z.C));
   GT_CALL(op->linear_forward(be, dt, a->qkv, a->ln1, w->qkv_w, w->qkv_b, NULL, z.N, z.C,
                              3 * z.Cl));
-  GT_CALL(op->attention_forward(be, dt, a->atty, a->lse, a->qkv, d.B, d.T, d.H, z.hs));
+  GT_CALL(gt_block_attention_forward(be, a, d));
   GT_CALL(op->linear_forward(be, dt, a->res2, a->atty, w->proj_w, z.lead ? w->proj_b : NULL,
                              z.lead ? x : NULL, z.N, z.Cl, z.C));
   GT_CALL(gt_tp_sum(&d, a->res2, nc));

@@ -11,6 +11,7 @@
 
 #include "gridtrain/error.h"
 #include "gridtrain/layers.h"
+#include "gridtrain/timer.h"
 
 /* One micro-batch in flight: what forward keeps for backward. */
 typedef struct gt_gpt_slot {
@@ -52,6 +53,8 @@ struct gt_gpt {
   int nslots;
   gt_gpt_slot *slots;
   gt_block_scratch scratch;
+  gt_block_acts re; /* recompute: the shared acts (BLOCK) or atty/lse (ATTENTION) */
+  void *re_out;     /* recompute BLOCK: the rerun block's output (N,C), unused */
   void *dlnf;       /* (N,C) */
   float *stats_all; /* (tp, N, 3) */
 };
@@ -246,28 +249,46 @@ static void *gt_carve(gt_carver *c, size_t bytes)
   return p;
 }
 
-static void gt_gpt_layout_slot(gt_gpt *m, gt_gpt_slot *sl, gt_carver *c)
+/* Which of a block's activations to lay out: the attention core's output
+ * and statistics (what ATTENTION recomputes), the rest, or both. */
+enum { GT_ACTS_CORE = 1, GT_ACTS_REST = 2, GT_ACTS_ALL = 3 };
+
+static void gt_gpt_layout_acts(gt_gpt *m, gt_block_acts *a, gt_carver *c, int which)
 {
   const size_t B = (size_t)m->batch, T = (size_t)m->seq, N = B * T;
   const size_t C = (size_t)m->shape.dim, P = (size_t)m->part.tp.size, H = (size_t)m->H;
   const size_t Cl = C / P, F4 = 4 * C / P, F = sizeof(float), E = gt_dtype_size(m->dt);
-  for (int l = 0; l <= m->nl; l++)
-    sl->resid[l] = gt_carve(c, N * C * E);
-  for (int l = 0; l < m->nl; l++) {
-    gt_block_acts *a = &sl->acts[l];
-    a->ln1 = gt_carve(c, N * C * E);
-    a->ln1_mean = gt_carve(c, N * F);
-    a->ln1_rstd = gt_carve(c, N * F);
-    a->qkv = gt_carve(c, 3 * N * Cl * E);
+  memset(a, 0, sizeof *a);
+  if (which & GT_ACTS_CORE) {
     a->lse = gt_carve(c, B * H * T * F);
     a->atty = gt_carve(c, N * Cl * E);
-    a->res2 = gt_carve(c, N * C * E);
-    a->ln2 = gt_carve(c, N * C * E);
-    a->ln2_mean = gt_carve(c, N * F);
-    a->ln2_rstd = gt_carve(c, N * F);
-    a->fc = gt_carve(c, N * F4 * E);
-    a->gelu = gt_carve(c, N * F4 * E);
   }
+  if (!(which & GT_ACTS_REST))
+    return;
+  a->ln1 = gt_carve(c, N * C * E);
+  a->ln1_mean = gt_carve(c, N * F);
+  a->ln1_rstd = gt_carve(c, N * F);
+  a->qkv = gt_carve(c, 3 * N * Cl * E);
+  a->res2 = gt_carve(c, N * C * E);
+  a->ln2 = gt_carve(c, N * C * E);
+  a->ln2_mean = gt_carve(c, N * F);
+  a->ln2_rstd = gt_carve(c, N * F);
+  a->fc = gt_carve(c, N * F4 * E);
+  a->gelu = gt_carve(c, N * F4 * E);
+}
+
+static void gt_gpt_layout_slot(gt_gpt *m, gt_gpt_slot *sl, gt_carver *c)
+{
+  const size_t B = (size_t)m->batch, T = (size_t)m->seq, N = B * T;
+  const size_t C = (size_t)m->shape.dim, F = sizeof(float), E = gt_dtype_size(m->dt);
+  for (int l = 0; l <= m->nl; l++)
+    sl->resid[l] = gt_carve(c, N * C * E);
+  /* BLOCK keeps the block's input resid[l] only */
+  const int keep = m->part.recompute == GT_RECOMPUTE_NONE        ? GT_ACTS_ALL
+                   : m->part.recompute == GT_RECOMPUTE_ATTENTION ? GT_ACTS_REST
+                                                                 : 0;
+  for (int l = 0; l < m->nl; l++)
+    gt_gpt_layout_acts(m, &sl->acts[l], c, keep);
   if (m->part.last) {
     sl->head.lnf = gt_carve(c, N * C * E);
     sl->head.lnf_mean = gt_carve(c, N * F);
@@ -295,15 +316,38 @@ static void gt_gpt_layout(gt_gpt *m, gt_carver *c)
   m->scratch.dqkv = gt_carve(c, 3 * N * Cl * E);
   m->scratch.datty = gt_carve(c, N * Cl * E);
   m->scratch.dfc = gt_carve(c, N * F4 * E);
+  memset(&m->re, 0, sizeof m->re);
+  m->re_out = NULL;
+  if (m->part.recompute != GT_RECOMPUTE_NONE && m->nl > 0)
+    gt_gpt_layout_acts(m, &m->re, c,
+                       m->part.recompute == GT_RECOMPUTE_ATTENTION ? GT_ACTS_CORE : GT_ACTS_ALL);
+  if (m->part.recompute == GT_RECOMPUTE_BLOCK && m->nl > 0)
+    m->re_out = gt_carve(c, N * C * E);
   m->dlnf = gt_carve(c, N * C * E);
   m->stats_all = gt_carve(c, 3 * N * P * F);
 }
 
 // ---- life cycle ----------------------------------------------------------------------------
 
+static const char *const gt_recompute_names[] = {"none", "attention", "block"};
+
+const char *gt_recompute_name(gt_recompute r)
+{
+  return r >= GT_RECOMPUTE_NONE && r <= GT_RECOMPUTE_BLOCK ? gt_recompute_names[r] : "?";
+}
+
+int gt_recompute_parse(const char *name)
+{
+  for (int r = GT_RECOMPUTE_NONE; r <= GT_RECOMPUTE_BLOCK; r++)
+    if (strcmp(name, gt_recompute_names[r]) == 0)
+      return r;
+  return -1;
+}
+
 gt_gpt_part gt_gpt_whole(const gt_gpt_shape *shape)
 {
-  gt_gpt_part p = {0, shape->layers, true, true, {MPI_COMM_NULL, 0, 1, -1, NULL}, 0, 1};
+  gt_gpt_part p = {0,    shape->layers, true, true, {MPI_COMM_NULL, 0, 1, -1, NULL},
+                   0,    1,             GT_RECOMPUTE_NONE, -1};
   return p;
 }
 
@@ -468,6 +512,20 @@ static gt_head_dims gt_gpt_head_dims(const gt_gpt *m, int64_t N)
   return (gt_head_dims){N, m->shape.dim, m->Vl, m->v0, m->nv, m->dt, &m->part.tp};
 }
 
+/* Where block l of slot sl keeps its activations: the slot's own, with the
+ * shared recomputation buffers for what the mode does not keep. */
+static gt_block_acts gt_gpt_block_acts(const gt_gpt *m, const gt_gpt_slot *sl, int l)
+{
+  if (m->part.recompute == GT_RECOMPUTE_BLOCK)
+    return m->re;
+  gt_block_acts a = sl->acts[l];
+  if (m->part.recompute == GT_RECOMPUTE_ATTENTION) {
+    a.atty = m->re.atty;
+    a.lse = m->re.lse;
+  }
+  return a;
+}
+
 /* Upload a micro-batch's tokens (n of them) through the slot's pinned
  * buffer, which the previous upload from it must have left. */
 static int gt_gpt_upload_ids(gt_gpt *m, gt_gpt_slot *sl, int32_t *dev, int32_t *pinned,
@@ -503,8 +561,10 @@ int gt_gpt_forward(gt_gpt *m, int slot, const int32_t *tokens, const int32_t *ta
   if (m->part.first)
     GT_CALL(gt_embedding_forward(be, m->dt, sl->resid[0], sl->tokens, m->wte, m->wpe, B, T, C,
                                  m->v0, m->nv, &m->part.tp));
-  for (int l = 0; l < m->nl; l++)
-    GT_CALL(gt_block_forward(be, &m->w[l], &sl->acts[l], sl->resid[l], sl->resid[l + 1], d));
+  for (int l = 0; l < m->nl; l++) {
+    const gt_block_acts a = gt_gpt_block_acts(m, sl, l);
+    GT_CALL(gt_block_forward(be, &m->w[l], &a, sl->resid[l], sl->resid[l + 1], d));
+  }
   if (m->part.last) {
     GT_CALL(gt_lm_head_forward(be, m->wte, m->lnf_w, m->lnf_b, &sl->head, sl->resid[m->nl],
                                sl->targets, m->stats_all, gt_gpt_head_dims(m, N),
@@ -515,6 +575,26 @@ int gt_gpt_forward(gt_gpt *m, int slot, const int32_t *tokens, const int32_t *ta
   sl->grad_ready = dlogit_scale != 0.0f;
   sl->B = B;
   sl->T = T;
+  return GT_SUCCESS;
+}
+
+/* Rerun what block l of slot sl did not keep (see gpt.h), before its
+ * backward. */
+static int gt_gpt_recompute(gt_gpt *m, gt_gpt_slot *sl, int l, const gt_block_acts *a,
+                            gt_layer_dims d)
+{
+  const gt_recompute r = m->part.recompute;
+  if (r == GT_RECOMPUTE_NONE)
+    return GT_SUCCESS;
+  d.progress = NULL;
+  if (m->part.recompute_event >= 0)
+    gt_event_begin(m->part.recompute_event);
+  int status = r == GT_RECOMPUTE_BLOCK
+                   ? gt_block_forward(m->be, &m->w[l], a, sl->resid[l], m->re_out, d)
+                   : gt_block_attention_forward(m->be, a, d);
+  if (m->part.recompute_event >= 0)
+    gt_event_end(m->part.recompute_event);
+  GT_CALL(status);
   return GT_SUCCESS;
 }
 
@@ -541,7 +621,9 @@ int gt_gpt_backward(gt_gpt *m, int slot, const gt_grad_hook *hook)
     GT_CALL(gt_gpt_ready(hook, m->p_head, m->p_head_count));
   }
   for (int l = m->nl - 1; l >= 0; l--) {
-    GT_CALL(gt_block_backward(be, &m->w[l], &m->g[l], &sl->acts[l], sl->resid[l], sl->dgrad,
+    const gt_block_acts a = gt_gpt_block_acts(m, sl, l);
+    GT_CALL(gt_gpt_recompute(m, sl, l, &a, d));
+    GT_CALL(gt_block_backward(be, &m->w[l], &m->g[l], &a, sl->resid[l], sl->dgrad,
                               &m->scratch, d));
     GT_CALL(gt_gpt_ready(hook, m->p_block[l], GT_BLOCK_PARAMS));
   }

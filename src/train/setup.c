@@ -272,6 +272,7 @@ static void gt_trainer_events(gt_trainer *tr)
   tr->ev.data = gt_event("data", GT_EV_DATA);
   tr->ev.forward = gt_event("forward", GT_EV_COMPUTE);
   tr->ev.backward = gt_event("backward", GT_EV_COMPUTE);
+  tr->ev.recompute = gt_event("recompute", GT_EV_COMPUTE);
   tr->ev.tp_comm = gt_event("tp.comm", GT_EV_COMM);
   tr->ev.pp_comm = gt_event("pp.comm", GT_EV_COMM);
   tr->ev.bubble = gt_event("pp.bubble", GT_EV_IDLE);
@@ -361,7 +362,8 @@ int gt_trainer_create(const gt_config *cfg, MPI_Comm world, bool quiet, gt_train
   gt_gpt_part part = {tr->stage_first[s], tr->stage_first[s + 1], s == 0,
                       s == g->pp_size - 1,
                       {g->tp, g->tp_rank, g->tp_size, tr->ev.tp_comm, tr->coll},
-                      g->dp_rank, tr->zero >= 1 ? g->dp_size : 1};
+                      g->dp_rank, tr->zero >= 1 ? g->dp_size : 1,
+                      (gt_recompute)gt_recompute_parse(cfg->model.recompute), tr->ev.recompute};
   tr->dp_group = (gt_group){g->dp, g->dp_rank, g->dp_size, tr->ev.zero_gather, tr->coll};
   if (g->world_rank == 0 && cfg->parallel.zero >= 1 && g->dp_size == 1 && !quiet)
     gt_info("gridtrain: [parallel] zero = %ld does nothing with dp = 1: the one data-parallel "

@@ -78,7 +78,7 @@ struct gt_trainer {
   gt_device_event *scalars_ready;
 
   struct {
-    int data, forward, backward, zero, tp_comm, pp_comm, bubble, dp_exposed, tied, reduce,
+    int data, forward, backward, recompute, zero, tp_comm, pp_comm, bubble, dp_exposed, tied, reduce,
         norm, optimizer, zero_gather, eval, checkpoint;
   } ev;
 };

@@ -27,10 +27,7 @@
  */
 #include <stdio.h>
 
-#include "../test_util.h"
-#include "gridtrain/gpt.h"
-#include "gridtrain/grid.h"
-#include "gridtrain/trainer.h"
+#include "train_run.h"
 
 #define STEPS 10
 #define N 4 /* checkpoint part: steps before and after the restart */
@@ -54,117 +51,6 @@ static const zcase cases[] = {
   {8, 1, 1, 1, "1f1b", "on", "fp32", 0},
 };
 
-static gt_gpt_shape shape_of(const gt_config *cfg)
-{
-  gt_gpt_shape s = {(int)cfg->model.layers, (int)cfg->model.heads, (int)cfg->model.dim,
-                    (int)cfg->model.seq_len, (int)cfg->model.vocab};
-  return s;
-}
-
-/* What one run hands back on rank 0 of its communicator. */
-typedef struct outcome {
-  long start;                /* step index after create (resume) */
-  double loss[STEPS];
-  float *loaded, *final;     /* full logical tensors after create and at the end */
-  int replica_mismatch;      /* ranks whose compute weights differ from dp rank 0's */
-  char saved[1024];
-} outcome;
-
-/* Collective on dp: how many dp ranks hold compute weights other than dp
- * rank 0's (bit for bit). */
-static int replica_mismatches(gt_trainer *tr)
-{
-  const gt_grid *g = gt_trainer_grid(tr);
-  gt_params *p = gt_trainer_params(tr);
-  const size_t bytes = p->numel * gt_dtype_size(p->dtype);
-  char *mine = malloc(bytes), *root = malloc(bytes);
-  if (!mine || !root || tu_download(p->be, mine, p->compute, bytes) != GT_SUCCESS)
-    abort();
-  memcpy(root, mine, bytes);
-  MPI_Bcast(root, (int)bytes, MPI_BYTE, 0, g->dp);
-  int differ = memcmp(root, mine, bytes) != 0, total = 0;
-  MPI_Allreduce(&differ, &total, 1, MPI_INT, MPI_SUM, g->world);
-  free(mine);
-  free(root);
-  return total;
-}
-
-/* Collective on comm: create (resuming as cfg says), run `steps` steps,
- * optionally save into save_dir; rank 0 of comm gets the results. */
-static int run(const gt_config *cfg, MPI_Comm comm, int steps, const char *save_dir,
-               size_t numel, outcome *out)
-{
-  int rank;
-  MPI_Comm_rank(comm, &rank);
-  memset(out, 0, sizeof *out);
-  out->loaded = rank == 0 ? tu_alloc(numel) : NULL;
-  out->final = rank == 0 ? tu_alloc(numel) : NULL;
-  gt_trainer *tr = NULL;
-  int st = gt_trainer_create(cfg, comm, true, &tr);
-  if (st == GT_SUCCESS) {
-    out->start = gt_trainer_step_index(tr);
-    st = gt_trainer_gather_params(tr, out->loaded);
-  }
-  for (int s = 0; s < steps && st == GT_SUCCESS; s++) {
-    gt_step_stats stats;
-    st = gt_trainer_step(tr, &stats);
-    out->loss[s] = stats.loss;
-  }
-  if (st == GT_SUCCESS)
-    st = gt_trainer_gather_params(tr, out->final);
-  if (st == GT_SUCCESS)
-    out->replica_mismatch = replica_mismatches(tr);
-  if (st == GT_SUCCESS && save_dir)
-    st = gt_trainer_save(tr, save_dir, out->saved, sizeof out->saved);
-  if (tr)
-    gt_trainer_destroy(&tr);
-  return st;
-}
-
-static void free_outcome(outcome *o)
-{
-  free(o->loaded);
-  free(o->final);
-  o->loaded = o->final = NULL;
-}
-
-/* Worst per-tensor max|a - b| / max|b| over the model. */
-static double param_err(const gt_gpt_shape *shape, const float *a, const float *b)
-{
-  double err = 0;
-  size_t off = 0;
-  for (int i = 0; i < gt_gpt_logical_count(shape); i++) {
-    char name[GT_PARAM_NAME_MAX];
-    int ndim;
-    long dims[GT_TENSOR_MAX_DIMS];
-    const size_t ne = gt_gpt_logical_param(shape, i, name, &ndim, dims);
-    double diff = 0, scale = 0;
-    for (size_t k = 0; k < ne; k++) {
-      double d = fabs((double)a[off + k] - b[off + k]);
-      diff = isnan(d) ? INFINITY : fmax(diff, d);
-      scale = fmax(scale, fabs((double)b[off + k]));
-    }
-    err = fmax(err, diff / fmax(scale, 1e-30));
-    off += ne;
-  }
-  return err;
-}
-
-static double loss_err(const double *a, const double *b, int n)
-{
-  double worst = 0;
-  for (int k = 0; k < n; k++) {
-    double e = fabs(a[k] - b[k]) / fmax(fabs(b[k]), 1e-30);
-    worst = isnan(e) ? INFINITY : fmax(worst, e);
-  }
-  return worst;
-}
-
-static bool same_bits(const float *a, const float *b, size_t n)
-{
-  return a && b && memcmp(a, b, n * sizeof(float)) == 0;
-}
-
 static gt_config with_layout(const gt_config *cfg, int dp, int pp, int tp, int zero)
 {
   gt_config c = *cfg;
@@ -175,28 +61,18 @@ static gt_config with_layout(const gt_config *cfg, int dp, int pp, int tp, int z
   return c;
 }
 
-/* The first `size` ranks of the world, or MPI_COMM_NULL. */
-static MPI_Comm first_ranks(int size)
-{
-  int rank;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm comm;
-  MPI_Comm_split(MPI_COMM_WORLD, rank < size ? 0 : MPI_UNDEFINED, rank, &comm);
-  return comm;
-}
-
 static void parity(const gt_config *cfg, size_t numel)
 {
   int rank;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  const gt_gpt_shape shape = shape_of(cfg);
+  const gt_gpt_shape shape = tu_shape_of(cfg);
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     const zcase *z = &cases[i];
     char what[160];
     snprintf(what, sizeof what, "(dp,pp,tp)=(%d,%d,%d) %s mb=%d overlap=%s %s buckets %g MiB",
              z->dp, z->pp, z->tp, z->schedule, z->mb, z->overlap, z->precision, z->bucket_mb);
-    MPI_Comm comm = first_ranks(z->dp * z->pp * z->tp);
-    outcome got[2];
+    MPI_Comm comm = tu_first_ranks(z->dp * z->pp * z->tp);
+    tu_outcome got[2];
     int st[2] = {GT_SUCCESS, GT_SUCCESS};
     for (int zero = 0; zero < 2; zero++) {
       gt_config c = with_layout(cfg, z->dp, z->pp, z->tp, zero);
@@ -207,7 +83,7 @@ static void parity(const gt_config *cfg, size_t numel)
       snprintf(c.backend.precision, sizeof c.backend.precision, "%s", z->precision);
       memset(&got[zero], 0, sizeof got[zero]);
       if (comm != MPI_COMM_NULL)
-        st[zero] = run(&c, comm, STEPS, NULL, numel, &got[zero]);
+        st[zero] = tu_train(&c, comm, STEPS, NULL, numel, &got[zero]);
     }
     if (comm != MPI_COMM_NULL)
       MPI_Comm_free(&comm);
@@ -216,8 +92,8 @@ static void parity(const gt_config *cfg, size_t numel)
     snprintf(t0, sizeof t0, "%s: zero 0 trains", what);
     snprintf(t1, sizeof t1, "%s: zero 1 trains", what);
     if (rank == 0 && tu_ok_status(st[0], t0) && tu_ok_status(st[1], t1)) {
-      double le = loss_err(got[1].loss, got[0].loss, STEPS);
-      double pe = param_err(&shape, got[1].final, got[0].final);
+      double le = tu_loss_err(got[1].loss, got[0].loss, STEPS);
+      double pe = tu_param_err(&shape, got[1].final, got[0].final);
       tap_ok(le <= TOL, "%s: zero 1 losses of %d steps within %.0e of zero 0 (worst %.2e)",
              what, STEPS, TOL, le);
       if (le > TOL)
@@ -228,8 +104,8 @@ static void parity(const gt_config *cfg, size_t numel)
              "%s: zero 1 dp replicas hold bitwise the same compute weights (%d differ)", what,
              got[1].replica_mismatch);
     }
-    free_outcome(&got[0]);
-    free_outcome(&got[1]);
+    tu_free_outcome(&got[0]);
+    tu_free_outcome(&got[1]);
   }
 }
 
@@ -246,16 +122,16 @@ static void checkpoints(const gt_config *base, const char *precision, const int 
   snprintf(cfg.backend.precision, sizeof cfg.backend.precision, "%s", precision);
   const int size = home[0] * home[1] * home[2];
   const gt_config zc = with_layout(&cfg, home[0], home[1], home[2], 1);
-  MPI_Comm comm = first_ranks(size);
-  outcome ref = {0}, first = {0}, second = {0};
+  MPI_Comm comm = tu_first_ranks(size);
+  tu_outcome ref = {0}, first = {0}, second = {0};
   int st = GT_SUCCESS, st1 = GT_SUCCESS, st2 = GT_SUCCESS;
   gt_config resumed = zc;
   snprintf(resumed.checkpoint.dir, sizeof resumed.checkpoint.dir, "%s", ckdir);
   snprintf(resumed.checkpoint.resume, sizeof resumed.checkpoint.resume, "auto");
   if (comm != MPI_COMM_NULL) {
-    st = run(&zc, comm, 2 * N, NULL, numel, &ref);
-    st1 = run(&zc, comm, N, ckdir, numel, &first);
-    st2 = run(&resumed, comm, N, NULL, numel, &second);
+    st = tu_train(&zc, comm, 2 * N, NULL, numel, &ref);
+    st1 = tu_train(&zc, comm, N, ckdir, numel, &first);
+    st2 = tu_train(&resumed, comm, N, NULL, numel, &second);
     MPI_Comm_free(&comm);
   }
   tu_sleepy_barrier(MPI_COMM_WORLD);
@@ -263,7 +139,7 @@ static void checkpoints(const gt_config *base, const char *precision, const int 
   snprintf(what, sizeof what, "%s zero 1 (%d,%d,%d)", precision, home[0], home[1], home[2]);
   if (rank == 0 && tu_ok_status(st, "reference run") && tu_ok_status(st1, "N steps and a save") &&
       tu_ok_status(st2, "resume = auto")) {
-    tap_ok(second.start == N && same_bits(second.loaded, first.final, numel),
+    tap_ok(second.start == N && tu_same_bits(second.loaded, first.final, numel),
            "%s: resumes at step %ld with bitwise the saved parameters", what, second.start);
     bool same = memcmp(second.loss, ref.loss + N, N * sizeof(double)) == 0;
     tap_ok(same, "%s: steps %d..%d after the restart match the uninterrupted run bit for bit",
@@ -271,7 +147,7 @@ static void checkpoints(const gt_config *base, const char *precision, const int 
     if (!same)
       for (int k = 0; k < N; k++)
         tap_diag("  step %d: %.17g vs %.17g", N + k, second.loss[k], ref.loss[N + k]);
-    tap_ok(same_bits(second.final, ref.final, numel),
+    tap_ok(tu_same_bits(second.final, ref.final, numel),
            "%s: final parameters bitwise those of the uninterrupted run", what);
   }
   char path[1024];
@@ -281,11 +157,11 @@ static void checkpoints(const gt_config *base, const char *precision, const int 
     const int *ly = others[l];
     gt_config c = with_layout(&cfg, ly[0], ly[1], ly[2], ly[3]);
     snprintf(c.checkpoint.resume, sizeof c.checkpoint.resume, "%s", path);
-    MPI_Comm oc = first_ranks(ly[0] * ly[1] * ly[2]);
-    outcome got = {0};
+    MPI_Comm oc = tu_first_ranks(ly[0] * ly[1] * ly[2]);
+    tu_outcome got = {0};
     int sg = GT_SUCCESS;
     if (oc != MPI_COMM_NULL) {
-      sg = run(&c, oc, N, NULL, numel, &got);
+      sg = tu_train(&c, oc, N, NULL, numel, &got);
       MPI_Comm_free(&oc);
     }
     tu_sleepy_barrier(MPI_COMM_WORLD);
@@ -293,18 +169,18 @@ static void checkpoints(const gt_config *base, const char *precision, const int 
     snprintf(into, sizeof into, "%s file into zero %d (%d,%d,%d)", what, ly[3], ly[0], ly[1],
              ly[2]);
     if (rank == 0 && tu_ok_status(sg, into)) {
-      tap_ok(got.start == N && same_bits(got.loaded, first.final, numel),
+      tap_ok(got.start == N && tu_same_bits(got.loaded, first.final, numel),
              "%s: loads at step %ld, bitwise the saved parameters", into, got.start);
-      double le = loss_err(got.loss, ref.loss + N, N);
+      double le = tu_loss_err(got.loss, ref.loss + N, N);
       tap_ok(le <= tol_other,
              "%s: %d more steps follow the uninterrupted run (worst %.2e <= %.0e)", into, N, le,
              tol_other);
     }
-    free_outcome(&got);
+    tu_free_outcome(&got);
   }
-  free_outcome(&ref);
-  free_outcome(&first);
-  free_outcome(&second);
+  tu_free_outcome(&ref);
+  tu_free_outcome(&first);
+  tu_free_outcome(&second);
 }
 
 int main(int argc, char **argv)
@@ -337,7 +213,7 @@ int main(int argc, char **argv)
   gt_config_defaults(&cfg);
   if (gt_config_parse(&cfg, deck, "test_zero", 0, NULL) != GT_SUCCESS)
     return tap_bail("deck: %s", gt_error_message());
-  const gt_gpt_shape shape = shape_of(&cfg);
+  const gt_gpt_shape shape = tu_shape_of(&cfg);
   const size_t numel = gt_gpt_param_count(&shape);
   tap_diag("model layers %ld heads %ld dim %ld, T %ld, batch %ld, %zu parameters",
            cfg.model.layers, cfg.model.heads, cfg.model.dim, cfg.model.seq_len, cfg.data.batch,

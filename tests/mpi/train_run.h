@@ -1,0 +1,138 @@
+/*
+ * tests/mpi/train_run.h - training runs for the MPI tests that compare runs
+ * (test_zero.c, test_recompute.c): a trainer created from a deck, some
+ * steps, the losses, the full parameters before and after, the dp replicas'
+ * agreement, an optional checkpoint; and the comparisons.
+ */
+#ifndef GT_TESTS_TRAIN_RUN_H
+#define GT_TESTS_TRAIN_RUN_H
+
+#include "../test_util.h"
+#include "gridtrain/gpt.h"
+#include "gridtrain/grid.h"
+#include "gridtrain/trainer.h"
+
+#define TU_MAX_STEPS 32
+
+static inline gt_gpt_shape tu_shape_of(const gt_config *cfg)
+{
+  gt_gpt_shape s = {(int)cfg->model.layers, (int)cfg->model.heads, (int)cfg->model.dim,
+                    (int)cfg->model.seq_len, (int)cfg->model.vocab};
+  return s;
+}
+
+/* What one run hands back on rank 0 of its communicator. */
+typedef struct tu_outcome {
+  long start;                /* step index after create (resume) */
+  double loss[TU_MAX_STEPS];
+  float *loaded, *final;     /* full logical tensors after create and at the end */
+  int replica_mismatch;      /* ranks whose compute weights differ from dp rank 0's */
+  char saved[1024];
+} tu_outcome;
+
+/* Collective on dp: how many dp ranks hold compute weights other than dp
+ * rank 0's (bit for bit). */
+static inline int tu_replica_mismatches(gt_trainer *tr)
+{
+  const gt_grid *g = gt_trainer_grid(tr);
+  gt_params *p = gt_trainer_params(tr);
+  const size_t bytes = p->numel * gt_dtype_size(p->dtype);
+  char *mine = malloc(bytes), *root = malloc(bytes);
+  if (!mine || !root || tu_download(p->be, mine, p->compute, bytes) != GT_SUCCESS)
+    abort();
+  memcpy(root, mine, bytes);
+  MPI_Bcast(root, (int)bytes, MPI_BYTE, 0, g->dp);
+  int differ = memcmp(root, mine, bytes) != 0, total = 0;
+  MPI_Allreduce(&differ, &total, 1, MPI_INT, MPI_SUM, g->world);
+  free(mine);
+  free(root);
+  return total;
+}
+
+/* Collective on comm: create (resuming as cfg says), run `steps` steps,
+ * optionally save into save_dir; rank 0 of comm gets the results. */
+static inline int tu_train(const gt_config *cfg, MPI_Comm comm, int steps, const char *save_dir,
+               size_t numel, tu_outcome *out)
+{
+  int rank;
+  MPI_Comm_rank(comm, &rank);
+  memset(out, 0, sizeof *out);
+  out->loaded = rank == 0 ? tu_alloc(numel) : NULL;
+  out->final = rank == 0 ? tu_alloc(numel) : NULL;
+  gt_trainer *tr = NULL;
+  int st = gt_trainer_create(cfg, comm, true, &tr);
+  if (st == GT_SUCCESS) {
+    out->start = gt_trainer_step_index(tr);
+    st = gt_trainer_gather_params(tr, out->loaded);
+  }
+  for (int s = 0; s < steps && s < TU_MAX_STEPS && st == GT_SUCCESS; s++) {
+    gt_step_stats stats;
+    st = gt_trainer_step(tr, &stats);
+    out->loss[s] = stats.loss;
+  }
+  if (st == GT_SUCCESS)
+    st = gt_trainer_gather_params(tr, out->final);
+  if (st == GT_SUCCESS)
+    out->replica_mismatch = tu_replica_mismatches(tr);
+  if (st == GT_SUCCESS && save_dir)
+    st = gt_trainer_save(tr, save_dir, out->saved, sizeof out->saved);
+  if (tr)
+    gt_trainer_destroy(&tr);
+  return st;
+}
+
+static inline void tu_free_outcome(tu_outcome *o)
+{
+  free(o->loaded);
+  free(o->final);
+  o->loaded = o->final = NULL;
+}
+
+/* Worst per-tensor max|a - b| / max|b| over the model. */
+static inline double tu_param_err(const gt_gpt_shape *shape, const float *a, const float *b)
+{
+  double err = 0;
+  size_t off = 0;
+  for (int i = 0; i < gt_gpt_logical_count(shape); i++) {
+    char name[GT_PARAM_NAME_MAX];
+    int ndim;
+    long dims[GT_TENSOR_MAX_DIMS];
+    const size_t ne = gt_gpt_logical_param(shape, i, name, &ndim, dims);
+    double diff = 0, scale = 0;
+    for (size_t k = 0; k < ne; k++) {
+      double d = fabs((double)a[off + k] - b[off + k]);
+      diff = isnan(d) ? INFINITY : fmax(diff, d);
+      scale = fmax(scale, fabs((double)b[off + k]));
+    }
+    err = fmax(err, diff / fmax(scale, 1e-30));
+    off += ne;
+  }
+  return err;
+}
+
+static inline double tu_loss_err(const double *a, const double *b, int n)
+{
+  double worst = 0;
+  for (int k = 0; k < n; k++) {
+    double e = fabs(a[k] - b[k]) / fmax(fabs(b[k]), 1e-30);
+    worst = isnan(e) ? INFINITY : fmax(worst, e);
+  }
+  return worst;
+}
+
+static inline bool tu_same_bits(const float *a, const float *b, size_t n)
+{
+  return a && b && memcmp(a, b, n * sizeof(float)) == 0;
+}
+
+/* The first `size` ranks of the world, or MPI_COMM_NULL. */
+static inline MPI_Comm tu_first_ranks(int size)
+{
+  int rank;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm comm;
+  MPI_Comm_split(MPI_COMM_WORLD, rank < size ? 0 : MPI_UNDEFINED, rank, &comm);
+  return comm;
+}
+
+#endif /* GT_TESTS_TRAIN_RUN_H */
