@@ -254,8 +254,8 @@ int gt_backend_destroy(gt_backend **be);
  * H200 (sm_90, 139 GiB, PCI 0000:19:00.0)". Owned by be. */
 const char *gt_backend_describe(gt_backend *be);
 
-/* Device bytes allocated through be now and at most so far (0 for the host
- * backends, whose memory the start-up table counts instead). */
+/* Device bytes allocated through be (its alloc op; on the CPU backends too)
+ * now and at most so far: the allocator's high-water mark. */
 void gt_backend_device_memory(gt_backend *be, size_t *in_use, size_t *peak);
 
 /* A device clock for the named timers (timer.h) that marks be's compute

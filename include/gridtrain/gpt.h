@@ -145,6 +145,11 @@ void gt_gpt_tied_grad(gt_gpt *m, float **grad, size_t *n);
 int gt_gpt_plan(const gt_gpt_shape *shape, const gt_gpt_part *part, gt_dtype dtype, int batch,
                 int seq, int slots, size_t *act_bytes, size_t *slot_bytes);
 
+/* The flat parameter elements gt_gpt_create would give this part (padding
+ * and ZeRO pieces included; params.h), without allocating. Not collective. */
+int gt_gpt_plan_params(const gt_gpt_shape *shape, const gt_gpt_part *part, gt_dtype dtype,
+                       size_t *numel);
+
 /* Bytes of activations one slot keeps between forward and backward, and of
  * the whole activation buffer (all slots and shared scratch). */
 size_t gt_gpt_slot_bytes(const gt_gpt *m);

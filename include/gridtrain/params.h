@@ -124,6 +124,10 @@ float *gt_params_master(const gt_params *p, size_t offset);
  * piece when the master is sharded, else everything. */
 void gt_params_master_range(const gt_params *p, size_t *lo, size_t *hi);
 
+/* The flat layout without allocating: offsets, numel and the ZeRO piece
+ * (what finalize will allocate; for sets that are only described). */
+int gt_params_layout(gt_params *p);
+
 /* Allocate the buffers (64-byte aligned views) and zero the gradients. */
 int gt_params_finalize(gt_params *p);
 

@@ -28,6 +28,10 @@ static inline size_t gt_dtype_size(gt_dtype t) { return t == GT_BF16 || t == GT_
 /* "fp32", "bf16", "fp16", "int32" (the deck's names for the precisions). */
 const char *gt_dtype_name(gt_dtype t);
 
+/* The compute type of a [backend] precision ("bf16", "fp16"; anything else
+ * fp32: the deck's enum has checked it). */
+gt_dtype gt_precision_dtype(const char *precision);
+
 typedef struct gt_tensor {
   int ndim;
   long shape[GT_TENSOR_MAX_DIMS];

@@ -20,6 +20,7 @@
 #include <stdio.h>
 
 #include "gridtrain/config.h"
+#include "gridtrain/memory.h"
 #include "gridtrain/grid.h"
 #include "gridtrain/metrics.h"
 #include "gridtrain/params.h"
@@ -68,6 +69,16 @@ gt_params *gt_trainer_params(gt_trainer *tr);
 
 /* The process grid (not collective). */
 const gt_grid *gt_trainer_grid(const gt_trainer *tr);
+
+/* This rank's memory account (memory.h) from what the trainer holds: the
+ * model state by the ZeRO formulas for its parameter elements, its
+ * activation slots and its staging buffers. Not collective. */
+void gt_trainer_memory(const gt_trainer *tr, gt_mem_account *a);
+
+/* Collective on world: rank 0 prints the measured peaks of every rank next
+ * to the expected total: the backend allocator's high-water mark and the
+ * process's peak resident set. */
+int gt_trainer_report_memory_peaks(gt_trainer *tr, FILE *out);
 
 /* The most micro-batches this rank held activations for at once in a step
  * so far, and their bytes (not collective). */

@@ -33,6 +33,13 @@ const char *gt_dtype_name(gt_dtype t)
   return "?";
 }
 
+gt_dtype gt_precision_dtype(const char *precision)
+{
+  return strcmp(precision, "bf16") == 0   ? GT_BF16
+         : strcmp(precision, "fp16") == 0 ? GT_F16
+                                          : GT_F32;
+}
+
 /* GT_CPU_MODE=async|guard turns "cpu" into a test mode (tests run any suite
  * under it without changing their decks). */
 static int gt_cpu_mode_from_env(const char **name)
@@ -158,6 +165,8 @@ void gt_backend_device_memory(gt_backend *be, size_t *in_use, size_t *peak)
   *in_use = *peak = 0;
   if (be->device == GT_CUDA)
     gt_cuda_memory_stats(be, in_use, peak, &cached);
+  else
+    gt_cpu_memory_stats(be, in_use, peak);
 }
 
 const char *gt_backend_blas_warning(void)

@@ -29,6 +29,7 @@ static void gt_usage(void)
          "  train DECK [section.key=value ...]   train the model of an input deck\n"
          "  ingest text IN... -o OUT.h5          make an HDF5 token dataset from text\n"
          "  ckpt info|verify|convert FILE ...    inspect, check or export a checkpoint\n"
+         "  plan --memory DECK [--ranks N] ...   the memory account of a layout, no training\n"
          "\n"
          "Options:\n"
          "  -h, --help       this help ('gridtrain COMMAND --help' for a command)\n"
@@ -64,8 +65,10 @@ static int gt_dispatch(int argc, char **argv, MPI_Comm world)
     return gt_cmd_ingest(argc - 1, argv + 1, world);
   if (strcmp(cmd, "ckpt") == 0)
     return gt_cmd_ckpt(argc - 1, argv + 1, world);
+  if (strcmp(cmd, "plan") == 0)
+    return gt_cmd_plan(argc - 1, argv + 1, world);
   gt_error_set(GT_ERR_INPUT, __FILE__, __LINE__, __func__,
-               "unknown command '%s'; commands: train, ingest, ckpt (see 'gridtrain --help')", cmd);
+               "unknown command '%s'; commands: train, ingest, ckpt, plan (see 'gridtrain --help')", cmd);
   gt_error_set_collective(true);
   return GT_ERR_INPUT;
 }

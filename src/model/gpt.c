@@ -409,6 +409,25 @@ int gt_gpt_plan(const gt_gpt_shape *shape, const gt_gpt_part *part, gt_dtype dty
   return GT_SUCCESS;
 }
 
+int gt_gpt_plan_params(const gt_gpt_shape *shape, const gt_gpt_part *part, gt_dtype dtype,
+                       size_t *numel)
+{
+  gt_gpt *m = NULL;
+  GT_CALL(gt_gpt_shell(NULL, shape, part, dtype, 1, 1, 1, &m));
+  int status = gt_params_create(NULL, dtype, &m->params);
+  if (status == GT_SUCCESS)
+    status = gt_gpt_register(m);
+  if (status == GT_SUCCESS && part->zero_size > 1)
+    status = gt_params_shard(m->params, part->zero_rank, part->zero_size);
+  if (status == GT_SUCCESS)
+    status = gt_params_layout(m->params);
+  if (status == GT_SUCCESS)
+    *numel = m->params->numel;
+  gt_gpt_destroy(&m);
+  GT_CALL(status);
+  return GT_SUCCESS;
+}
+
 int gt_gpt_create(gt_backend *be, const gt_gpt_shape *shape, const gt_gpt_part *part,
                   gt_dtype dtype, int batch, int seq, int slots, gt_gpt **model)
 {

@@ -147,7 +147,7 @@ float *gt_params_master(const gt_params *p, size_t offset)
   return p->values + (p->master_sharded ? offset - p->shard_lo : offset);
 }
 
-int gt_params_finalize(gt_params *p)
+int gt_params_layout(gt_params *p)
 {
   GT_ASSERT(!p->finalized);
   /* Views start on 16-float (64-byte) boundaries. */
@@ -164,6 +164,13 @@ int gt_params_finalize(gt_params *p)
     off = p->shard_n * size;
   p->numel = off;
   p->master_sharded = size > 1 && p->dtype != GT_F32;
+  return GT_SUCCESS;
+}
+
+int gt_params_finalize(gt_params *p)
+{
+  GT_CALL(gt_params_layout(p));
+  const size_t off = p->numel;
   const size_t nmaster = p->master_sharded ? p->shard_n : off;
   GT_CALL(p->be->ops->alloc(p->be, nmaster * sizeof(float), (void **)&p->values));
   GT_CALL(p->be->ops->alloc(p->be, off * sizeof(float), (void **)&p->grads));

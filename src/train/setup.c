@@ -35,10 +35,6 @@ static int gt_resolve_threads(const gt_config *cfg, const gt_grid *g)
   return t >= 1 ? t : 1;
 }
 
-static gt_dtype gt_precision_of(const char *name)
-{
-  return strcmp(name, "bf16") == 0 ? GT_BF16 : strcmp(name, "fp16") == 0 ? GT_F16 : GT_F32;
-}
 
 static int gt_check_data(const gt_trainer *tr, const gt_dataset *ds, long needed_seqs)
 {
@@ -134,72 +130,120 @@ static void gt_print_setup(const gt_trainer *tr, size_t params_max, size_t act_m
     gt_warn("%s", gt_backend_blas_warning());
 }
 
-/* What a rank holds, in bytes, by kind (the memory table's columns). */
-enum { GT_MEM_COMPUTE, GT_MEM_MASTER, GT_MEM_GRADS, GT_MEM_MOMENTS, GT_MEM_ACTS, GT_MEM_COMM,
-       GT_MEM_TOTAL, GT_NMEM };
+void gt_trainer_memory(const gt_trainer *tr, gt_mem_account *a)
+{
+  const gt_params *p = gt_gpt_params(tr->model);
+  memset(a, 0, sizeof *a);
+  gt_mem_model_state((double)p->numel, tr->dtype, tr->zero, tr->grid->dp_size, a);
+  a->act_slot = (double)gt_gpt_slot_bytes(tr->model);
+  a->in_flight = gt_schedule_in_flight(tr->schedule, tr->grid->pp_size, tr->grid->pp_rank, tr->M);
+  a->act_shared = (double)gt_gpt_activation_bytes(tr->model) - a->act_slot * a->in_flight;
+  a->comm = (double)gt_coll_staging_bytes(tr->coll);
+}
 
-/* Collective on world: rank 0 prints every rank's bytes by kind (one row a
- * rank; the largest of each pipeline stage when there are more than 32). */
+/* The fields of an account, flat, for gathers. */
+enum { GT_MEM_FIELDS = 9 };
+
+static void gt_mem_pack(const gt_mem_account *a, double *v)
+{
+  const double f[GT_MEM_FIELDS] = {a->psi,      a->compute,  a->master,
+                                   a->grads,    a->moments,  a->act_slot,
+                                   a->in_flight, a->act_shared, a->comm};
+  memcpy(v, f, sizeof f);
+}
+
+static void gt_mem_unpack(const double *v, gt_mem_account *a)
+{
+  *a = (gt_mem_account){v[0], v[1], v[2], v[3], v[4], v[5], (int)v[6], v[7], v[8]};
+}
+
+/* Collective on world: rank 0 gets every rank's account (n doubles a rank
+ * from pack) in *all (freed by the caller; NULL elsewhere). */
+static int gt_gather_ranks(const gt_trainer *tr, const double *mine, int n, double **all)
+{
+  const gt_grid *g = tr->grid;
+  *all = g->world_rank == 0 ? malloc(sizeof(double) * (size_t)n * (size_t)g->world_size) : NULL;
+  int status = g->world_rank == 0 && !*all ? GT_ERROR(GT_ERR_SYSTEM, "out of memory")
+                                           : GT_SUCCESS;
+  GT_CALL(gt_error_agree(status, g->world));
+  MPI_Request req;
+  GT_CALL_MPI(MPI_Igather(mine, n, MPI_DOUBLE, *all, n, MPI_DOUBLE, 0, g->world, &req));
+  GT_CALL(gt_comm_wait(&req));
+  return GT_SUCCESS;
+}
+
+/* Rows of the per-rank tables: every rank, or with more than 32 ranks the
+ * largest of each pipeline stage (field by field). */
+static int gt_mem_rows(const gt_grid *g) { return g->world_size > 32 ? g->pp_size : g->world_size; }
+
+static void gt_mem_row_of(const gt_grid *g, const double *all, int n, int r, double *row)
+{
+  for (int k = 0; k < n; k++)
+    row[k] = 0;
+  for (int w = 0; w < g->world_size; w++) {
+    const int stage = w / (g->dp_size * g->tp_size);
+    if (g->world_size > 32 ? stage != r : w != r)
+      continue;
+    for (int k = 0; k < n; k++)
+      row[k] = fmax(row[k], all[(size_t)w * (size_t)n + (size_t)k]);
+  }
+}
+
+/* Collective on world: rank 0 prints every rank's expected bytes by kind. */
 static int gt_report_memory(const gt_trainer *tr, FILE *out)
 {
   const gt_grid *g = tr->grid;
-  const gt_params *p = gt_gpt_params(tr->model);
-  double mine[GT_NMEM];
-  mine[GT_MEM_MASTER] = (double)gt_params_master_bytes(p);
-  mine[GT_MEM_COMPUTE] = tr->dtype == GT_F32 ? mine[GT_MEM_MASTER]
-                                             : (double)gt_params_compute_bytes(p);
-  mine[GT_MEM_GRADS] = (double)p->numel * sizeof(float);
-  size_t lo, hi;
-  gt_adamw_range(tr->opt, &lo, &hi);
-  mine[GT_MEM_MOMENTS] = 2.0 * (double)(hi - lo) * sizeof(float);
-  mine[GT_MEM_ACTS] = (double)gt_gpt_activation_bytes(tr->model);
-  mine[GT_MEM_COMM] = (double)gt_coll_staging_bytes(tr->coll);
-  /* in fp32 the compute copy is the master itself */
-  mine[GT_MEM_TOTAL] = (tr->dtype == GT_F32 ? 0.0 : mine[GT_MEM_COMPUTE]) +
-                       mine[GT_MEM_MASTER] + mine[GT_MEM_GRADS] + mine[GT_MEM_MOMENTS] +
-                       mine[GT_MEM_ACTS] + mine[GT_MEM_COMM];
-  double *all = g->world_rank == 0 ? malloc(sizeof(double) * GT_NMEM * (size_t)g->world_size)
-                                   : NULL;
-  int status = g->world_rank == 0 && !all ? GT_ERROR(GT_ERR_SYSTEM, "out of memory") : GT_SUCCESS;
-  GT_CALL(gt_error_agree(status, g->world));
-  MPI_Request req;
-  GT_CALL_MPI(MPI_Igather(mine, GT_NMEM, MPI_DOUBLE, all, GT_NMEM, MPI_DOUBLE, 0, g->world,
-                          &req));
-  GT_CALL(gt_comm_wait(&req));
+  gt_mem_account a;
+  gt_trainer_memory(tr, &a);
+  double mine[GT_MEM_FIELDS], *all;
+  gt_mem_pack(&a, mine);
+  GT_CALL(gt_gather_ranks(tr, mine, GT_MEM_FIELDS, &all));
   if (g->world_rank != 0)
     return GT_SUCCESS;
-  static const char *head[GT_NMEM] = {"compute w", "master w", "gradients", "moments",
-                                      "activations", "comm bufs", "total"};
-  fprintf(out, "# memory per rank (%s compute; fp32 master, gradients and AdamW moments%s%s)\n",
-          gt_dtype_name(tr->dtype),
-          tr->dtype == GT_F32 ? "; the compute weights are the master" : "",
-          tr->zero >= 1 ? (tr->dtype == GT_F32 ? "; zero 1: moments in dp pieces"
-                                               : "; zero 1: master and moments in dp pieces")
-                        : "");
-  fprintf(out, "# %-12s", g->world_size > 32 ? "stage (max)" : "rank");
-  for (int k = 0; k < GT_NMEM; k++)
-    fprintf(out, " %11s", head[k]);
-  fprintf(out, "\n");
-  const bool by_stage = g->world_size > 32;
-  const int rows = by_stage ? g->pp_size : g->world_size;
-  for (int r = 0; r < rows; r++) {
-    double row[GT_NMEM] = {0};
-    for (int w = 0; w < g->world_size; w++) {
-      const int stage = w / (g->dp_size * g->tp_size);
-      if (by_stage ? stage != r : w != r)
-        continue;
-      for (int k = 0; k < GT_NMEM; k++)
-        row[k] = fmax(row[k], all[(size_t)w * GT_NMEM + k]);
-    }
+  char what[256];
+  snprintf(what, sizeof what, "%s compute, zero %d over dp=%d, recompute %s, %s schedule",
+           gt_dtype_name(tr->dtype), tr->zero, g->dp_size, tr->cfg.model.recompute,
+           gt_schedule_name(tr->schedule));
+  gt_mem_print_header(out, what, tr->dtype, g->world_size > 32 ? "stage (max)" : "rank");
+  for (int r = 0; r < gt_mem_rows(g); r++) {
+    double row[GT_MEM_FIELDS];
+    gt_mem_row_of(g, all, GT_MEM_FIELDS, r, row);
+    gt_mem_account ra;
+    gt_mem_unpack(row, &ra);
     char label[32];
     snprintf(label, sizeof label, "%d", r);
-    fprintf(out, "  %-12s", label);
-    for (int k = 0; k < GT_NMEM; k++) {
-      char b[32];
-      gt_format_bytes(row[k], b, sizeof b);
-      fprintf(out, " %11s", b);
-    }
-    fprintf(out, "\n");
+    gt_mem_print_row(out, label, &ra);
+  }
+  fflush(out);
+  free(all);
+  return GT_SUCCESS;
+}
+
+int gt_trainer_report_memory_peaks(gt_trainer *tr, FILE *out)
+{
+  const gt_grid *g = tr->grid;
+  gt_mem_account a;
+  gt_trainer_memory(tr, &a);
+  size_t in_use, peak;
+  gt_backend_device_memory(tr->be, &in_use, &peak);
+  double mine[3] = {gt_mem_total(&a), (double)peak, gt_mem_rss_peak()}, *all;
+  GT_CALL(gt_gather_ranks(tr, mine, 3, &all));
+  if (g->world_rank != 0)
+    return GT_SUCCESS;
+  fprintf(out, "# memory per rank, measured: the %s allocator's high-water mark and the "
+          "process's peak resident set\n# %-12s %11s %11s %8s %11s\n",
+          tr->be->name, g->world_size > 32 ? "stage (max)" : "rank", "expected", "allocator",
+          "ratio", "peak RSS");
+  for (int r = 0; r < gt_mem_rows(g); r++) {
+    double row[3];
+    gt_mem_row_of(g, all, 3, r, row);
+    char e[32], p[32], rss[32], label[32];
+    gt_format_bytes(row[0], e, sizeof e);
+    gt_format_bytes(row[1], p, sizeof p);
+    gt_format_bytes(row[2], rss, sizeof rss);
+    snprintf(label, sizeof label, "%d", r);
+    fprintf(out, "  %-12s %11s %11s %8.3f %11s\n", label, e, p, row[0] > 0 ? row[1] / row[0] : 0,
+            rss);
   }
   fflush(out);
   free(all);
@@ -326,7 +370,7 @@ int gt_trainer_create(const gt_config *cfg, MPI_Comm world, bool quiet, gt_train
   tr->shape = (gt_gpt_shape){(int)cfg->model.layers, (int)cfg->model.heads,
                              (int)cfg->model.dim, (int)cfg->model.seq_len,
                              (int)cfg->model.vocab};
-  tr->dtype = gt_precision_of(cfg->backend.precision);
+  tr->dtype = gt_precision_dtype(cfg->backend.precision);
   gt_scaler_init(&tr->scaler, tr->dtype == GT_F16, cfg->backend.loss_scale,
                  cfg->backend.loss_scale_factor, cfg->backend.loss_scale_min,
                  cfg->backend.loss_scale_interval);

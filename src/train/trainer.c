@@ -412,5 +412,6 @@ int gt_trainer_run(gt_trainer *tr)
   }
   GT_CALL(gt_events_report(g->world, wall, stdout));
   GT_CALL(gt_trainer_report_activations(tr, stdout));
+  GT_CALL(gt_trainer_report_memory_peaks(tr, stdout));
   return GT_SUCCESS;
 }

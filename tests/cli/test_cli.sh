@@ -7,8 +7,9 @@
 "$GT_BIN" --help >"$GT_TMP/help" 2>&1
 ok $? "gridtrain --help exits 0"
 grep -q "train DECK" "$GT_TMP/help" && grep -q "ingest text" "$GT_TMP/help" &&
-  grep -q "ckpt info|verify|convert" "$GT_TMP/help" && grep -q "3 stopped by SIGUSR1/SIGTERM" "$GT_TMP/help"
-ok $? "--help lists the train, ingest and ckpt commands and the exit statuses"
+  grep -q "ckpt info|verify|convert" "$GT_TMP/help" && grep -q "3 stopped by SIGUSR1/SIGTERM" "$GT_TMP/help" &&
+  grep -q "plan --memory DECK" "$GT_TMP/help"
+ok $? "--help lists the train, ingest, ckpt and plan commands and the exit statuses"
 
 "$GT_BIN" --version >"$GT_TMP/version" 2>&1
 ok $? "gridtrain --version exits 0"
@@ -25,7 +26,8 @@ for key in run.steps run.seed run.log_every run.metrics grid.dp grid.pp grid.tp 
   optim.beta2 optim.grad_clip backend.device backend.threads backend.precision \
   backend.mpi_device backend.loss_scale backend.loss_scale_interval backend.loss_scale_factor \
   backend.loss_scale_min parallel.wait parallel.schedule \
-  parallel.stages parallel.bucket_mb parallel.dp_overlap checkpoint.dir checkpoint.every \
+  parallel.stages parallel.bucket_mb parallel.dp_overlap parallel.zero model.recompute \
+  checkpoint.dir checkpoint.every \
   checkpoint.keep checkpoint.resume; do
   grep -q "^    $key " "$GT_TMP/train-help" || missing="$missing $key"
 done
@@ -34,6 +36,9 @@ ok $? "train --help documents every deck key${missing:+ (missing:$missing)}"
 
 "$GT_BIN" ingest --help >"$GT_TMP/ingest-help" 2>&1 && grep -q -- "--val-fraction" "$GT_TMP/ingest-help"
 ok $? "gridtrain ingest --help exits 0 and documents --val-fraction"
+
+"$GT_BIN" plan --help >"$GT_TMP/plan-help" 2>&1 && grep -q -- "--ranks N" "$GT_TMP/plan-help"
+ok $? "gridtrain plan --help exits 0 and documents --memory and --ranks"
 
 "$GT_BIN" ckpt --help >"$GT_TMP/ckpt-help" 2>&1 && grep -q "^  verify" "$GT_TMP/ckpt-help" &&
   grep -q "^  convert" "$GT_TMP/ckpt-help" && grep -q "^  info" "$GT_TMP/ckpt-help"
@@ -86,9 +91,9 @@ ok $? "metrics file: 10 step records with every key, val_loss at steps 4 and 9, 
 grep -q "^  precision  *fp32 compute  *resolved" "$GT_TMP/run.out" &&
   grep -q "^  mpi and device memory  *MPI on device buffers (host-visible device memory)" "$GT_TMP/run.out"
 ok $? "the start-up table shows the precision and how MPI meets device memory"
-grep -q "^# memory per rank (fp32 compute" "$GT_TMP/run.out" &&
-  [ "$(grep -c -E '^  [0-3]( +[0-9.]+ [KMG]?i?B){7}$' "$GT_TMP/run.out")" -eq 4 ]
-ok $? "a memory table with one row per rank and 7 byte columns"
+grep -q "^# memory per rank, expected (fp32 compute, zero 0 over dp=4, recompute none" "$GT_TMP/run.out" &&
+  [ "$(grep -c -E '^  [0-3]( +[0-9.]+ [KMG]?i?B){5} +[0-9]+( +[0-9.]+ [KMG]?i?B){3}$' "$GT_TMP/run.out")" -eq 4 ]
+ok $? "an expected-memory table with one row per rank: 5 byte columns, micro-batches in flight, 3 byte columns"
 
 # ---- precisions and test modes on the command line
 run_mpi 2 300 "$GT_BIN" train "$GT_SRCDIR/tests/decks/tiny.in" data.train="$data" grid.pp=2 \
@@ -114,7 +119,7 @@ status=$?
 ok $? "a loss scale below loss_scale_min: exit 1 and one error naming the step (got $status)"
 "$GT_BIN" train "$GT_SRCDIR/tests/decks/tiny.in" data.train="$data" backend.precision=bf16 \
   run.steps=0 >"$GT_TMP/zero.out" 2>&1
-[ $? -eq 0 ] && grep -q "^# memory per rank (bf16 compute" "$GT_TMP/zero.out" &&
+[ $? -eq 0 ] && grep -q "^# memory per rank, expected (bf16 compute" "$GT_TMP/zero.out" &&
   grep -q "nothing to do" "$GT_TMP/zero.out" && ! grep -q "^step " "$GT_TMP/zero.out"
 ok $? "run.steps=0 prints the tables and stops"
 run_mpi 2 300 "$GT_BIN" train "$GT_SRCDIR/tests/decks/tiny.in" data.train="$data" grid.tp=2 \
@@ -165,5 +170,29 @@ for r in steps:
     assert r["forward_ms"] + r["backward_ms"] + r["tp_comm_ms"] + r["bubble_ms"] <= r["step_ms"] * 1.01
 PY
 ok $? "metrics: the per-step split (forward, backward, tp/pp comm, bubble, ...) within the step"
+
+# ---- the memory account: measured against expected, and the plan without training
+grep -A5 "^# memory per rank, measured" "$GT_TMP/run3.out" | awk '/^  [0-9]/ { n++; if ($6 != "1.000") bad++ }
+  END { exit !(n == 4 && !bad) }'
+ok $? "the measured table: every rank's allocator peak is 1.000 of its expected total"
+"$GT_BIN" plan --memory "$GT_SRCDIR/tests/decks/tiny.in" data.train="$data" data.val="$data" \
+  grid.dp=1 grid.pp=2 grid.tp=2 data.microbatches=4 >"$GT_TMP/plan.out" 2>"$GT_TMP/plan.err"
+ok $? "gridtrain plan --memory exits 0 without mpiexec"
+# rank r of (1,2,2) is stage r / 2: the plan's stage rows are the training's rank rows
+awk '/^# memory per rank, expected/ { on = 1; next } on && /^  [0-9]/ { $1 = ""; print } on && !/^[ #]/ { on = 0 }' \
+  "$GT_TMP/run3.out" | awk 'NR % 2 == 1' >"$GT_TMP/train-rows"
+awk '/^# memory per rank, expected/ { on = 1; next } on && /^  [0-9]/ { $1 = ""; print }' \
+  "$GT_TMP/plan.out" >"$GT_TMP/plan-rows"
+[ -s "$GT_TMP/plan-rows" ] && cmp -s "$GT_TMP/train-rows" "$GT_TMP/plan-rows"
+ok $? "plan --memory prints, stage by stage, the expected bytes of the training's start-up table"
+[ $? -eq 0 ] || { sed 's/^/# train: /' "$GT_TMP/train-rows"; sed 's/^/# plan: /' "$GT_TMP/plan-rows"; }
+"$GT_BIN" plan --memory "$GT_SRCDIR/tests/decks/tiny.in" data.train="$data" grid.dp=auto \
+  >/dev/null 2>"$GT_TMP/plan2.err"
+[ $? -eq 2 ] && grep -q "give the job's rank count with --ranks N" "$GT_TMP/plan2.err"
+ok $? "plan --memory with an auto layout and no --ranks: exit 2 and why"
+"$GT_BIN" plan --memory "$GT_SRCDIR/tests/decks/tiny.in" data.train="$data" --ranks 8 \
+  grid.dp=auto grid.pp=2 grid.tp=1 parallel.zero=1 backend.precision=bf16 >"$GT_TMP/plan3.out" 2>&1
+grep -q "zero 1 over dp=4" "$GT_TMP/plan3.out" && [ "$(grep -c '^  [0-9]' "$GT_TMP/plan3.out")" -eq 2 ]
+ok $? "plan --memory --ranks 8 resolves dp=auto to 4 and prints both stages"
 
 done_testing

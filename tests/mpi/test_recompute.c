@@ -96,9 +96,7 @@ int main(int argc, char **argv)
     if (comm != MPI_COMM_NULL)
       MPI_Comm_free(&comm);
     tu_sleepy_barrier(MPI_COMM_WORLD);
-    const gt_dtype dt = strcmp(r->precision, "fp32") == 0   ? GT_F32
-                        : strcmp(r->precision, "bf16") == 0 ? GT_BF16
-                                                            : GT_F16;
+    const gt_dtype dt = gt_precision_dtype(r->precision);
     for (int k = 0; k < 3; k++)
       bytes[k] = slot_bytes(&shape, (gt_recompute)k, dt, (int)cfg.data.batch / r->dp / r->mb);
     if (rank == 0) {

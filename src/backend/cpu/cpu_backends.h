@@ -55,6 +55,9 @@ typedef enum { GT_CPU_SYNC = 0, GT_CPU_ASYNC, GT_CPU_GUARD } gt_cpu_mode;
 int gt_cpu_backend_init(gt_backend *be, const gt_backend_ops *kernels, gt_cpu_mode mode,
                         double delay_us);
 
+/* Bytes of device memory (the backend's alloc) allocated now and at most. */
+void gt_cpu_memory_stats(gt_backend *be, size_t *in_use, size_t *peak);
+
 /* Wait for all work and release what gt_cpu_backend_init made. */
 int gt_cpu_backend_fini(gt_backend *be);
 

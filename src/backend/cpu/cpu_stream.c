@@ -81,6 +81,7 @@ struct gt_cpu_state {
   double delay;
   gt_stream *streams[GT_MAX_STREAMS];
   int nstreams;
+  size_t in_use, peak; /* bytes of device memory allocated now and at most */
 };
 
 static gt_cpu_state *gt_state(gt_backend *be) { return be->impl; }
@@ -390,6 +391,23 @@ static size_t gt_page_round(size_t bytes)
   return bytes ? (bytes + page - 1) / page * page : page;
 }
 
+/* Outside cpu-guard each device allocation starts with a 64-byte header
+ * that holds its size, for the allocator's account. */
+#define GT_CPU_HEADER 64
+
+static void gt_cpu_account(gt_cpu_state *st, size_t bytes, bool add)
+{
+  st->in_use = add ? st->in_use + bytes : st->in_use - bytes;
+  st->peak = st->in_use > st->peak ? st->in_use : st->peak;
+}
+
+void gt_cpu_memory_stats(gt_backend *be, size_t *in_use, size_t *peak)
+{
+  const gt_cpu_state *st = gt_state(be);
+  *in_use = st->in_use;
+  *peak = st->peak;
+}
+
 static int cpu_alloc(gt_backend *be, size_t bytes, void **ptr)
 {
   gt_cpu_state *st = gt_state(be);
@@ -405,14 +423,17 @@ static int cpu_alloc(gt_backend *be, size_t bytes, void **ptr)
     gt_guard_regions[gt_guard_count].bytes = bytes;
     gt_guard_regions[gt_guard_count].base = p;
     gt_guard_count++;
+    gt_cpu_account(st, bytes, true);
     *ptr = p;
     return GT_SUCCESS;
   }
   void *p = NULL;
   size_t rounded = (bytes + 63) & ~(size_t)63;
-  GT_CHECK(posix_memalign(&p, 64, rounded ? rounded : 64) == 0, GT_ERR_SYSTEM,
+  GT_CHECK(posix_memalign(&p, 64, GT_CPU_HEADER + rounded) == 0, GT_ERR_SYSTEM,
            "out of memory allocating %zu bytes of device memory", bytes);
-  *ptr = p;
+  *(size_t *)p = bytes;
+  gt_cpu_account(st, bytes, true);
+  *ptr = (char *)p + GT_CPU_HEADER;
   return GT_SUCCESS;
 }
 
@@ -427,6 +448,7 @@ static int cpu_free(gt_backend *be, void *ptr)
     for (int i = 0; i < gt_guard_count; i++)
       if (gt_guard_regions[i].base == ptr) {
         gt_guard_regions[i].base = NULL;
+        gt_cpu_account(st, gt_guard_regions[i].bytes, false);
         GT_CHECK(munmap(ptr, gt_guard_regions[i].len) == 0, GT_ERR_SYSTEM, "munmap: %s",
                  strerror(errno));
         return GT_SUCCESS;
@@ -434,7 +456,9 @@ static int cpu_free(gt_backend *be, void *ptr)
     return GT_ERROR(GT_ERR_INTERNAL, "internal error: cpu-guard: freeing %p, which is not a "
                     "device allocation", ptr);
   }
-  free(ptr);
+  char *base = (char *)ptr - GT_CPU_HEADER;
+  gt_cpu_account(st, *(size_t *)base, false);
+  free(base);
   return GT_SUCCESS;
 }
 

@@ -1,0 +1,72 @@
+/*
+ * gridtrain/memory.h - the memory account: the bytes a rank expects to hold,
+ * by kind, for a layout and its settings, and the measured peaks to hold them
+ * against.
+ *
+ * Model state follows the ZeRO formulas (Rajbhandari et al., arXiv
+ * 1910.02054) for psi parameter elements on the rank and N = dp ranks, with
+ * the bytes per element gridtrain uses: a compute copy of c bytes (2 in
+ * bf16/fp16; 0 in fp32, where the compute weights are the fp32 master),
+ * fp32 gradients (4), fp32 master (4) and two fp32 AdamW moments (8):
+ *   zero 0   (c + 4 + 4 + 8) psi            fp32 16 psi, bf16 18 psi
+ *   zero 1   (c + 4) psi + (4 + 8) psi / N  (fp32: the master is the compute
+ *                                            copy and stays whole: 8 psi + 8 psi / N)
+ *   zero 2   c psi + (4 + 4 + 8) psi / N    (fp32: 4 psi + 12 psi / N)
+ *   zero 3   (c + 4 + 4 + 8) psi / N
+ * (The paper's 16 psi, 4 psi + 12 psi / N, 2 psi + 14 psi / N and 16 psi / N
+ * count 2-byte gradients; gridtrain keeps them in fp32.) Stages 2 and 3 are
+ * accounted for planning; the trainer runs 0 and 1.
+ *
+ * Activations: what one micro-batch in flight keeps (by [model] recompute),
+ * times the most in flight on the stage (by the schedule), plus buffers all
+ * micro-batches share. Communication: MPI's pinned staging buffers (none
+ * when MPI takes device pointers).
+ */
+#ifndef GRIDTRAIN_MEMORY_H
+#define GRIDTRAIN_MEMORY_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "gridtrain/config.h"
+#include "gridtrain/tensor.h"
+
+#define GT_MEM_MAX_STAGES 4096 /* pipeline stages gt_mem_plan handles */
+
+typedef struct gt_mem_account {
+  double psi;                             /* parameter elements on the rank */
+  double compute, master, grads, moments; /* model state, bytes */
+  double act_slot;   /* activations one micro-batch in flight keeps */
+  int in_flight;     /* micro-batches in flight at most */
+  double act_shared; /* activation buffers shared by the micro-batches */
+  double comm;       /* MPI staging buffers */
+} gt_mem_account;
+
+/* Fill the model-state terms of a (the rest is untouched) for psi elements,
+ * compute type dt, ZeRO stage zero (0..3) over dp ranks, by the formulas
+ * above. */
+void gt_mem_model_state(double psi, gt_dtype dt, int zero, int dp, gt_mem_account *a);
+
+/* Model state, activations (slot x in flight + shared), and everything. */
+double gt_mem_model_total(const gt_mem_account *a);
+double gt_mem_act_total(const gt_mem_account *a);
+double gt_mem_total(const gt_mem_account *a);
+
+/* The account of every pipeline stage of cfg on `ranks` ranks, computed
+ * without MPI or a device (what `gridtrain plan --memory` prints): stages
+ * (at least pp entries; *pp set) and the resolved layout. Communication
+ * buffers are counted when staged (a backend whose memory MPI cannot take
+ * directly). Configuration errors are GT_ERR_INPUT with the trainer's
+ * messages. Not collective. */
+int gt_mem_plan(const gt_config *cfg, int ranks, bool staged, gt_mem_account *stages,
+                int max_stages, int sizes[3]);
+
+/* The table: a header naming the settings (what) and the compute type,
+ * then one row per rank or stage (label, account). */
+void gt_mem_print_header(FILE *out, const char *what, gt_dtype dt, const char *label);
+void gt_mem_print_row(FILE *out, const char *label, const gt_mem_account *a);
+
+/* The peak resident set of this process (VmHWM), bytes; 0 if unknown. */
+double gt_mem_rss_peak(void);
+
+#endif /* GRIDTRAIN_MEMORY_H */

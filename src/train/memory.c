@@ -1,0 +1,141 @@
+/*
+ * memory.c - the memory account (see memory.h).
+ */
+#include "gridtrain/memory.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gridtrain/error.h"
+#include "gridtrain/gpt.h"
+#include "gridtrain/grid.h"
+#include "gridtrain/log.h"
+#include "gridtrain/schedule.h"
+
+void gt_mem_model_state(double psi, gt_dtype dt, int zero, int dp, gt_mem_account *a)
+{
+  const double n = dp > 1 ? (double)dp : 1.0;
+  const double c = dt == GT_F32 ? 0.0 : (double)gt_dtype_size(dt);
+  a->psi = psi;
+  /* the compute copy is whole below stage 3 (the forward reads it all) */
+  a->compute = zero >= 3 ? c * psi / n : c * psi;
+  /* fp32: the master is the compute copy, whole below stage 3 */
+  a->master = (dt == GT_F32 ? zero >= 3 : zero >= 1) ? 4.0 * psi / n : 4.0 * psi;
+  a->grads = zero >= 2 ? 4.0 * psi / n : 4.0 * psi;
+  a->moments = zero >= 1 ? 8.0 * psi / n : 8.0 * psi;
+}
+
+double gt_mem_model_total(const gt_mem_account *a)
+{
+  return a->compute + a->master + a->grads + a->moments;
+}
+
+double gt_mem_act_total(const gt_mem_account *a)
+{
+  return a->act_slot * (double)a->in_flight + a->act_shared;
+}
+
+double gt_mem_total(const gt_mem_account *a)
+{
+  return gt_mem_model_total(a) + gt_mem_act_total(a) + a->comm;
+}
+
+int gt_mem_plan(const gt_config *cfg, int ranks, bool staged, gt_mem_account *stages,
+                int max_stages, int sizes[3])
+{
+  GT_CALL(gt_grid_resolve(cfg->grid.dp, cfg->grid.pp, cfg->grid.tp, ranks, sizes));
+  GT_CALL(gt_grid_check_model(cfg, sizes));
+  const int dp = sizes[0], pp = sizes[1], tp = sizes[2];
+  GT_CHECK(pp <= max_stages, GT_ERR_INPUT, "pp = %d: more stages than %d", pp, max_stages);
+  GT_CHECK(cfg->parallel.zero <= 1, GT_ERR_INPUT,
+           "[parallel] zero = %ld: ZeRO stages 2 and 3 are not implemented in this version of "
+           "gridtrain; use zero = 0 or 1",
+           cfg->parallel.zero);
+  const gt_gpt_shape shape = {(int)cfg->model.layers, (int)cfg->model.heads,
+                              (int)cfg->model.dim, (int)cfg->model.seq_len,
+                              (int)cfg->model.vocab};
+  const gt_dtype dt = gt_precision_dtype(cfg->backend.precision);
+  const int M = (int)cfg->data.microbatches, T = (int)cfg->model.seq_len;
+  const int B_micro = (int)cfg->data.batch / dp / M;
+  const int zero = dp > 1 ? (int)cfg->parallel.zero : 0;
+  gt_schedule_kind kind;
+  GT_CALL(gt_schedule_parse(cfg->parallel.schedule, &kind));
+  int first[GT_MEM_MAX_STAGES + 1];
+  GT_CHECK(pp <= GT_MEM_MAX_STAGES, GT_ERR_INPUT, "pp = %d: more than %d stages to plan", pp,
+           GT_MEM_MAX_STAGES);
+  double block_cost, head_cost;
+  gt_gpt_stage_costs(&shape, T, &block_cost, &head_cost);
+  GT_CALL(gt_pipeline_split(shape.layers, pp, block_cost, head_cost, cfg->parallel.stages,
+                            first));
+  for (int s = 0; s < pp; s++) {
+    gt_gpt_part part = {first[s],  first[s + 1], s == 0, s == pp - 1,
+                        {MPI_COMM_NULL, 0, tp, -1, NULL},
+                        0,         zero >= 1 ? dp : 1,
+                        (gt_recompute)gt_recompute_parse(cfg->model.recompute), -1};
+    gt_mem_account *a = &stages[s];
+    memset(a, 0, sizeof *a);
+    size_t psi = 0, act = 0, slot = 0;
+    const int slots = gt_schedule_in_flight(kind, pp, s, M);
+    GT_CALL(gt_gpt_plan_params(&shape, &part, dt, &psi));
+    GT_CALL(gt_gpt_plan(&shape, &part, dt, B_micro, T, slots, &act, &slot));
+    gt_mem_model_state((double)psi, dt, zero, dp, a);
+    a->act_slot = (double)slot;
+    a->in_flight = slots;
+    a->act_shared = (double)act - (double)slot * slots;
+    /* staged: one pinned buffer per gradient bucket (together the gradients)
+     * when dp > 1, and the pipeline's activation and gradient slots */
+    if (staged)
+      a->comm = (dp > 1 ? a->grads : 0.0) +
+                (pp > 1 ? 2.0 * slots * (double)B_micro * T * shape.dim * gt_dtype_size(dt)
+                        : 0.0);
+  }
+  return GT_SUCCESS;
+}
+
+static const char *const gt_mem_heads[] = {"compute w", "master w", "gradients", "moments",
+                                           "act/mb",    "in flight", "act total", "comm bufs",
+                                           "total"};
+
+void gt_mem_print_header(FILE *out, const char *what, gt_dtype dt, const char *label)
+{
+  fprintf(out, "# memory per rank, expected (%s)\n", what);
+  if (dt == GT_F32)
+    fprintf(out, "#   fp32: the compute weights are the master weights (counted there)\n");
+  fprintf(out, "# %-12s", label);
+  for (size_t k = 0; k < sizeof gt_mem_heads / sizeof *gt_mem_heads; k++)
+    fprintf(out, " %11s", gt_mem_heads[k]);
+  fprintf(out, "\n");
+}
+
+void gt_mem_print_row(FILE *out, const char *label, const gt_mem_account *a)
+{
+  const double v[] = {a->compute, a->master, a->grads, a->moments, a->act_slot,
+                      -1,         gt_mem_act_total(a), a->comm, gt_mem_total(a)};
+  fprintf(out, "  %-12s", label);
+  for (size_t k = 0; k < sizeof v / sizeof *v; k++) {
+    char b[32];
+    if (v[k] < 0)
+      snprintf(b, sizeof b, "%d", a->in_flight);
+    else
+      gt_format_bytes(v[k], b, sizeof b);
+    fprintf(out, " %11s", b);
+  }
+  fprintf(out, "\n");
+}
+
+double gt_mem_rss_peak(void)
+{
+  FILE *f = fopen("/proc/self/status", "r");
+  if (!f)
+    return 0;
+  char line[256];
+  double kib = 0;
+  while (fgets(line, sizeof line, f))
+    if (strncmp(line, "VmHWM:", 6) == 0) {
+      kib = strtod(line + 6, NULL);
+      break;
+    }
+  fclose(f);
+  return kib * 1024.0;
+}

@@ -1,0 +1,191 @@
+/*
+ * test_memory.c - the memory account (memory.h) against the ZeRO formulas,
+ * against what the trainer allocates, against the backend allocator's
+ * measured peak, and against `gridtrain plan --memory`'s computation.
+ *
+ * 1. Formulas: for psi parameter elements and N = dp, the model-state bytes
+ *    are, with 4-byte (fp32) gradients and a c-byte compute copy (c = 2 in
+ *    bf16/fp16; 0 in fp32, whose compute weights are the master):
+ *      zero 0: (c + 16) psi
+ *      zero 1: (c + 4) psi + 12 psi / N       fp32: 8 psi + 8 psi / N
+ *      zero 2: c psi + 16 psi / N             fp32: 4 psi + 12 psi / N
+ *      zero 3: (c + 16) psi / N
+ *    (the paper's 16, 4 + 12/N, 2 + 14/N, 16/N with 2-byte gradients, and
+ *    exactly those for fp32 at zero 0 and 3), for every precision, stage and
+ *    N in {1, 2, 3, 4, 8}.
+ * 2. Allocations: in each run below, the trainer's buffers - master,
+ *    compute copy, gradients, moments - have exactly the account's sizes.
+ * 3. The allocator: after 3 steps the backend allocator's high-water mark
+ *    is within [1, 1.001] of the account's total (what the account leaves out
+ *    is the trainer's few device scalars).
+ * 4. Planning: gt_mem_plan, which computes without a backend or MPI, gives
+ *    every rank's stage the trainer's account, term by term.
+ * Runs: zero 0 and 1 in fp32 and bf16 at (4,1,1), (2,2,1) and (1,2,2),
+ * recompute none, attention and block.
+ *
+ * gt-test: ranks=4
+ */
+#include <stdio.h>
+
+#include "train_run.h"
+#include "gridtrain/memory.h"
+
+static double formula(double psi, gt_dtype dt, int zero, int n)
+{
+  const double c = dt == GT_F32 ? 0 : 2;
+  switch (zero) {
+  case 0: return (c + 16) * psi;
+  case 1: return dt == GT_F32 ? 8 * psi + 8 * psi / n : (c + 4) * psi + 12 * psi / n;
+  case 2: return dt == GT_F32 ? 4 * psi + 12 * psi / n : c * psi + 16 * psi / n;
+  default: return (c + 16) * psi / n;
+  }
+}
+
+static void check_formulas(void)
+{
+  static const gt_dtype types[] = {GT_F32, GT_BF16, GT_F16};
+  static const int dps[] = {1, 2, 3, 4, 8};
+  const double psi = 1234560; /* a multiple of 16 x every N: pieces are exact */
+  int bad = 0, total = 0;
+  for (int t = 0; t < 3; t++)
+    for (int z = 0; z <= 3; z++)
+      for (int d = 0; d < 5; d++) {
+        gt_mem_account a = {0};
+        gt_mem_model_state(psi, types[t], z, dps[d], &a);
+        const double want = formula(psi, types[t], z, dps[d]);
+        const double got = gt_mem_model_total(&a);
+        total++;
+        if (fabs(got - want) > 1e-9 * want) {
+          bad++;
+          tap_diag("%s zero %d dp %d: %.0f bytes, formula %.0f", gt_dtype_name(types[t]), z,
+                   dps[d], got, want);
+        }
+      }
+  tap_ok(bad == 0, "model state by the ZeRO formulas in %d of %d cases (3 precisions, "
+         "zero 0-3, dp 1-8)", total - bad, total);
+  gt_mem_account a = {0};
+  gt_mem_model_state(psi, GT_F32, 0, 4, &a);
+  tap_ok(gt_mem_model_total(&a) == 16 * psi, "fp32 zero 0: 16 psi");
+  gt_mem_model_state(psi, GT_F32, 3, 4, &a);
+  tap_ok(gt_mem_model_total(&a) == 16 * psi / 4, "fp32 zero 3: 16 psi / N");
+}
+
+/* Collective on comm: create, run 3 steps, compare. Rank 0 reports. */
+static void check_run(const gt_config *cfg, MPI_Comm comm, const char *what)
+{
+  int rank, size;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  gt_trainer *tr = NULL;
+  int st = gt_trainer_create(cfg, comm, true, &tr);
+  for (int s = 0; s < 3 && st == GT_SUCCESS; s++) {
+    gt_step_stats stats;
+    st = gt_trainer_step(tr, &stats);
+  }
+  int bad[4] = {st != GT_SUCCESS, 0, 0, 0};
+  double ratio = 0;
+  if (st == GT_SUCCESS) {
+    const gt_grid *g = gt_trainer_grid(tr);
+    gt_params *p = gt_trainer_params(tr);
+    gt_mem_account a;
+    gt_trainer_memory(tr, &a);
+    /* 2. the real buffers */
+    const double moments = 8.0 * (double)(p->shard_size > 1 ? p->shard_n : p->numel);
+    const double compute = (double)gt_params_compute_bytes(p);
+    bad[1] = a.master != (double)gt_params_master_bytes(p) || a.compute != compute ||
+             a.grads != 4.0 * (double)p->numel || a.moments != moments;
+    if (bad[1])
+      tap_diag("%s rank %d: master %.0f/%zu compute %.0f/%.0f grads %.0f/%zu moments %.0f/%.0f",
+               what, rank, a.master, gt_params_master_bytes(p), a.compute, compute, a.grads,
+               p->numel * 4, a.moments, moments);
+    /* 3. the allocator's peak */
+    size_t in_use, peak;
+    gt_backend_device_memory(p->be, &in_use, &peak);
+    ratio = (double)peak / gt_mem_total(&a);
+    bad[2] = !(ratio >= 1.0 && ratio <= 1.001);
+    /* 4. the plan of the same configuration */
+    gt_mem_account *stages = calloc((size_t)g->pp_size, sizeof *stages);
+    int sizes[3];
+    if (!stages || gt_mem_plan(cfg, size, false, stages, g->pp_size, sizes) != GT_SUCCESS) {
+      bad[3] = 1;
+      tap_diag("%s: gt_mem_plan: %s", what, gt_error_message());
+    } else {
+      const gt_mem_account *b = &stages[g->pp_rank];
+      bad[3] = b->psi != a.psi || b->compute != a.compute || b->master != a.master ||
+               b->grads != a.grads || b->moments != a.moments || b->act_slot != a.act_slot ||
+               b->in_flight != a.in_flight || b->act_shared != a.act_shared ||
+               b->comm != a.comm;
+      if (bad[3])
+        tap_diag("%s rank %d: plan total %.0f, trainer %.0f", what, rank, gt_mem_total(b),
+                 gt_mem_total(&a));
+    }
+    free(stages);
+  }
+  gt_trainer_destroy(&tr);
+  int any[4];
+  double worst_ratio = 0, best_ratio = 0;
+  MPI_Allreduce(bad, any, 4, MPI_INT, MPI_MAX, comm);
+  MPI_Allreduce(&ratio, &worst_ratio, 1, MPI_DOUBLE, MPI_MAX, comm);
+  MPI_Allreduce(&ratio, &best_ratio, 1, MPI_DOUBLE, MPI_MIN, comm);
+  if (rank != 0)
+    return;
+  if (any[0]) {
+    tap_ok(false, "%s: trains (%s)", what, gt_error_message());
+    return;
+  }
+  tap_ok(!any[1], "%s: the trainer's buffers have the account's sizes on every rank", what);
+  tap_ok(!any[2], "%s: allocator peak / expected total in [%.4f, %.4f], within [1, 1.001]",
+         what, best_ratio, worst_ratio);
+  tap_ok(!any[3], "%s: gt_mem_plan gives every rank the trainer's account", what);
+}
+
+int main(int argc, char **argv)
+{
+  tu_mpi_init(&argc, &argv);
+  int nranks;
+  MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+  if (!getenv("GT_SRCDIR") || !getenv("GT_BUILDDIR"))
+    return tap_bail("run through make check (GT_SRCDIR, GT_BUILDDIR unset)");
+  if (nranks != 4) {
+    tap_bail("run on 4 ranks, not %d", nranks);
+    MPI_Finalize();
+    return 1;
+  }
+  check_formulas();
+  char dataset[800], dir[700];
+  tu_genesis_dataset("test_memory", dir, sizeof dir, dataset, sizeof dataset);
+  char deck[2000];
+  snprintf(deck, sizeof deck,
+           "[run]\nsteps = 3\nseed = 3\n"
+           "[model]\nlayers = 4\nheads = 4\ndim = 32\nseq_len = 16\nvocab = 256\n"
+           "[data]\ntrain = %s\nbatch = 16\nmicrobatches = 2\n"
+           "[backend]\nthreads = 1\n"
+           "[parallel]\nwait = yield\nbucket_mb = 0.01\n",
+           dataset);
+  gt_config cfg;
+  gt_config_defaults(&cfg);
+  if (gt_config_parse(&cfg, deck, "test_memory", 0, NULL) != GT_SUCCESS)
+    return tap_bail("deck: %s", gt_error_message());
+  static const int layouts[][3] = {{4, 1, 1}, {2, 2, 1}, {1, 2, 2}};
+  static const char *precisions[] = {"fp32", "bf16"};
+  static const char *recompute[] = {"none", "attention", "block"};
+  for (int l = 0; l < 3; l++)
+    for (int p = 0; p < 2; p++)
+      for (int z = 0; z < 2; z++) {
+        gt_config c = cfg;
+        c.grid.dp = layouts[l][0];
+        c.grid.pp = layouts[l][1];
+        c.grid.tp = layouts[l][2];
+        c.parallel.zero = z;
+        snprintf(c.backend.precision, sizeof c.backend.precision, "%s", precisions[p]);
+        const int r = (l + p + z) % 3; /* every mode in every layout */
+        snprintf(c.model.recompute, sizeof c.model.recompute, "%s", recompute[r]);
+        char what[128];
+        snprintf(what, sizeof what, "(dp,pp,tp)=(%d,%d,%d) %s zero %d recompute %s",
+                 layouts[l][0], layouts[l][1], layouts[l][2], precisions[p], z, recompute[r]);
+        check_run(&c, MPI_COMM_WORLD, what);
+      }
+  int status = tap_done();
+  MPI_Finalize();
+  return status;
+}
