@@ -66,6 +66,15 @@ int gt_coll_destroy(gt_coll **coll);
 bool gt_coll_direct(const gt_coll *coll);
 const char *gt_coll_describe(const gt_coll *coll);
 
+/* The bytes this rank has sent through this context so far, counted as a
+ * bandwidth-optimal (ring) algorithm sends them: 2(N-1)/N of an all-reduce's
+ * buffer over N members, (N-1)/N of a reduce-scatter's buffer or of an
+ * all-gather's output, all of a send (receives count at their senders). MPI's
+ * own algorithms may move more; the measure is the same for every layout and
+ * zero stage (zero 1's reduce-scatter and all-gather move what the all-reduce
+ * moved). */
+double gt_coll_bytes(const gt_coll *coll);
+
 /* Bytes of pinned staging buffers this context holds now. */
 size_t gt_coll_staging_bytes(const gt_coll *coll);
 

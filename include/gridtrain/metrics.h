@@ -7,8 +7,9 @@
  * skipped_steps (so far), step_ms, tokens_per_s, and rank 0's split of the
  * step: compute_ms, comm_ms,
  * data_ms, bubble_ms (by kind) and forward_ms, backward_ms, tp_comm_ms,
- * pp_comm_ms, dp_exposed_ms, optimizer_ms (by event); val_loss when the
- * step evaluated. A final record has "summary": true with run totals.
+ * pp_comm_ms, dp_exposed_ms, optimizer_ms, recompute_ms (by event),
+ * comm_bytes (the payload rank 0 handed to collectives in the step,
+ * collectives.h); val_loss when the step evaluated. A final record has "summary": true with run totals.
  */
 #ifndef GRIDTRAIN_METRICS_H
 #define GRIDTRAIN_METRICS_H
@@ -30,6 +31,8 @@ typedef struct gt_step_stats {
   double tokens_per_s;  /* global tokens of the step / step time */
   double compute_ms, comm_ms, data_ms, bubble_ms; /* this rank's split of the step */
   double forward_ms, backward_ms, tp_comm_ms, pp_comm_ms, dp_exposed_ms, optimizer_ms;
+  double recompute_ms; /* the extra forwards of [model] recompute */
+  double comm_bytes;   /* payload handed to collectives in the step */
 } gt_step_stats;
 
 typedef struct gt_run_summary {

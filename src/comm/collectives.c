@@ -72,6 +72,7 @@ struct gt_coll {
   gt_xfer *active;    /* requests in flight */
   unsigned long long issued, started; /* collectives issued / MPI-started */
   size_t staging_bytes;
+  double bytes;       /* payload of every operation so far (gt_coll_bytes) */
   /* [parallel] collectives = nccl: the NCCL communicator of each group */
   struct {
     MPI_Comm comm;
@@ -88,6 +89,22 @@ void gt_chunk_at(size_t n, size_t max, size_t i, size_t *offset, size_t *length)
 {
   *offset = i * max;
   *length = n - *offset < max ? n - *offset : max;
+}
+
+/* The bytes a member sends for an operation on `bytes` of payload over
+ * `size` members under a bandwidth-optimal (ring) algorithm: an all-reduce
+ * 2(N-1)/N, a reduce-scatter (GT_X_REDUCE; also an all-gather of `bytes`
+ * of output) (N-1)/N, a send all of it, a receive nothing (its sender
+ * counts it). See gt_coll_bytes. */
+static double gt_ring_bytes(gt_xkind kind, double bytes, int size)
+{
+  const double share = size > 1 ? (double)(size - 1) / size : 0.0;
+  switch (kind) {
+  case GT_X_ALLREDUCE: return 2.0 * share * bytes;
+  case GT_X_REDUCE: return share * bytes;
+  case GT_X_SEND: return bytes;
+  default: return 0.0;
+  }
 }
 
 // ---- element types ---------------------------------------------------------------------
@@ -244,6 +261,7 @@ int gt_coll_destroy(gt_coll **coll)
 }
 
 bool gt_coll_direct(const gt_coll *c) { return c->direct; }
+double gt_coll_bytes(const gt_coll *c) { return c->bytes; }
 const char *gt_coll_describe(const gt_coll *c) { return c->describe; }
 size_t gt_coll_staging_bytes(const gt_coll *c) { return c->staging_bytes + c->stage_cap; }
 
@@ -398,6 +416,7 @@ int gt_group_allreduce_sum(const gt_group *g, void *buf, size_t n, gt_dtype t)
   if (g->size == 1)
     return GT_SUCCESS;
   GT_ASSERT(g->coll != NULL);
+  g->coll->bytes += gt_ring_bytes(GT_X_ALLREDUCE, (double)n * gt_dtype_size(t), g->size);
   if (g->event >= 0)
     gt_event_begin(g->event);
   int status = gt_group_allreduce_in(g, buf, n, t);
@@ -469,6 +488,7 @@ int gt_group_gather(const gt_group *g, const void *send, void *recv, size_t n, g
       GT_CALL(be->ops->copy(be, recv, send, bytes, NULL));
     return GT_SUCCESS;
   }
+  c->bytes += g->rank == root ? 0.0 : (double)bytes; /* what it sends */
   if (g->event >= 0)
     gt_event_begin(g->event);
   int status = GT_SUCCESS;
@@ -505,6 +525,7 @@ int gt_group_allgather(const gt_group *g, const void *send, void *recv, size_t n
     return GT_SUCCESS;
   }
   GT_ASSERT(g->coll != NULL);
+  g->coll->bytes += gt_ring_bytes(GT_X_REDUCE, (double)n * gt_dtype_size(t) * g->size, g->size);
   if (g->event >= 0)
     gt_event_begin(g->event);
   int status = gt_group_allgather_in(g, send, recv, n, t);
@@ -591,6 +612,10 @@ static int gt_xfer_begin(gt_xfer *x, gt_xkind kind, void *buf, size_t n, gt_dtyp
   x->tag = tag;
   x->comm = comm;
   x->pieces = kind == GT_X_ALLREDUCE ? gt_chunk_count(n, GT_PIECE_ELEMS) : 1;
+  int size = 1;
+  if (kind != GT_X_SEND && kind != GT_X_RECV)
+    GT_CALL_MPI(MPI_Comm_size(comm, &size));
+  x->coll->bytes += gt_ring_bytes(kind, (double)bytes, size);
   x->posted = x->finished = 0;
   x->phase = GT_P_DEVICE;
   x->next = x->coll->active;
@@ -627,7 +652,7 @@ int gt_xfer_recv(gt_xfer *x, void *buf, size_t n, gt_dtype t, int peer, int tag,
 /* NCCL on the copy stream, after the compute stream's work so far; the
  * compute stream waits for it; the request is complete for the host at once
  * (NCCL calls are issued in the same order on every rank, as the buckets'). */
-static int gt_xfer_allreduce_nccl(gt_xfer *x, gt_nccl *nc, float *buf, size_t n)
+static int gt_xfer_allreduce_nccl(gt_xfer *x, gt_nccl *nc, float *buf, size_t n, int size)
 {
   gt_coll *c = x->coll;
   gt_backend *be = c->be;
@@ -635,6 +660,7 @@ static int gt_xfer_allreduce_nccl(gt_xfer *x, gt_nccl *nc, float *buf, size_t n)
            "internal error: a request was started while the previous one is in flight");
   c->issued++;
   c->started++;
+  c->bytes += gt_ring_bytes(GT_X_ALLREDUCE, (double)n * sizeof(float), size);
   GT_CALL(be->ops->event_record(be, x->ready, NULL));
   GT_CALL(be->ops->stream_wait(be, c->copy, x->ready));
   GT_CALL(gt_nccl_allreduce(be, nc, buf, n, GT_F32, c->copy));
@@ -648,7 +674,9 @@ int gt_xfer_allreduce(gt_xfer *x, float *buf, size_t n, MPI_Comm comm)
   gt_backend *be = x->coll->be;
   gt_nccl *nc = gt_coll_nccl(x->coll, comm);
   if (nc) {
-    GT_CALL(gt_xfer_allreduce_nccl(x, nc, buf, n));
+    int size = 1;
+    GT_CALL_MPI(MPI_Comm_size(comm, &size));
+    GT_CALL(gt_xfer_allreduce_nccl(x, nc, buf, n, size));
     return GT_SUCCESS;
   }
   GT_CALL(gt_xfer_begin(x, GT_X_ALLREDUCE, buf, n, GT_F32, -1, 0, comm));
@@ -707,6 +735,7 @@ int gt_xfer_reduce_scatter(gt_xfer *x, float *buf, size_t n, const size_t *count
              "internal error: a request was started while the previous one is in flight");
     c->issued++;
     c->started++;
+    c->bytes += gt_ring_bytes(GT_X_REDUCE, (double)n * sizeof(float), size);
     GT_CALL(be->ops->event_record(be, x->ready, NULL));
     GT_CALL(be->ops->stream_wait(be, c->copy, x->ready));
     size_t off = 0;

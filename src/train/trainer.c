@@ -89,6 +89,7 @@ int gt_trainer_step(gt_trainer *tr, gt_step_stats *st)
   gt_params *params = gt_gpt_params(tr->model);
   const long s = tr->step;
   const double t0 = gt_now();
+  const double bytes0 = gt_coll_bytes(tr->coll);
   gt_events_step_reset();
 
   gt_event_begin(tr->ev.zero);
@@ -192,6 +193,8 @@ int gt_trainer_step(gt_trainer *tr, gt_step_stats *st)
   st->pp_comm_ms = 1e3 * gt_event_step_seconds(tr->ev.pp_comm);
   st->dp_exposed_ms = 1e3 * gt_event_step_seconds(tr->ev.dp_exposed);
   st->optimizer_ms = 1e3 * gt_event_step_seconds(tr->ev.optimizer);
+  st->recompute_ms = 1e3 * gt_event_step_seconds(tr->ev.recompute);
+  st->comm_bytes = gt_coll_bytes(tr->coll) - bytes0;
   tr->step++;
   tr->samples += tr->B;
   tr->last_loss = loss;
