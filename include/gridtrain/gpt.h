@@ -76,6 +76,7 @@ typedef struct gt_gpt_part {
                                zero_size 0 or 1: not split */
   gt_recompute recompute;   /* what a slot keeps (above) */
   int recompute_event;      /* timer event of the recomputation (-1: none) */
+  bool zero_grads;          /* ZeRO stage 2: the gradients in pieces too */
 } gt_gpt_part;
 
 /* The whole model on one rank (single stage, no tensor parallelism). */
@@ -88,7 +89,23 @@ typedef struct gt_grad_hook {
   int (*ready)(void *ctx, int first, int count);
   void *ctx;
   gt_progress progress;
+  /* Optional (ZeRO stage 2: the gradients have no flat buffer): before the
+   * backward of a gradient unit [first, first + count) (gt_gpt_grad_units)
+   * the model asks where its gradients go this micro-batch; *base is the
+   * gradient of parameter first, the others at their flat offsets from it.
+   * The model holds the pointers only until that unit's ready. */
+  int (*grads)(void *ctx, int first, int count, float **base);
+  bool every_microbatch; /* the pipeline passes the hook to every
+                            micro-batch's backward, not only the last */
 } gt_grad_hook;
+
+/* The gradient units of this rank's part, in the order backward finishes
+ * them: the head's LayerNorm, the last stage's copy of wte (pp > 1), each
+ * block from the last, wpe and wte (first stage; with one stage wte is used
+ * from the head's backward to the embedding's). Parameter ranges
+ * [first[i], first[i] + count[i]); returns the number of units (at most
+ * max). Not collective. */
+int gt_gpt_grad_units(const gt_gpt *m, int *first, int *count, int max);
 
 /* Create this rank's part with weights and activations in the compute type
  * dtype and activations for `slots` micro-batches in flight, each of up to
@@ -146,9 +163,16 @@ int gt_gpt_plan(const gt_gpt_shape *shape, const gt_gpt_part *part, gt_dtype dty
                 int seq, int slots, size_t *act_bytes, size_t *slot_bytes);
 
 /* The flat parameter elements gt_gpt_create would give this part (padding
- * and ZeRO pieces included; params.h), without allocating. Not collective. */
+ * and ZeRO pieces included; params.h), without allocating; and the flat
+ * elements of its largest gradient unit but the tied wte of pp > 1, and of
+ * that tied unit (0 if none) (ZeRO 2's buffers, grad_shards.h). Not
+ * collective. */
 int gt_gpt_plan_params(const gt_gpt_shape *shape, const gt_gpt_part *part, gt_dtype dtype,
-                       size_t *numel);
+                       size_t *numel, size_t *largest_unit, size_t *tied_unit);
+
+/* The parameter index of the wte copy whose gradient the embedding group
+ * sums (a first or last stage of pp > 1), or -1. */
+int gt_gpt_tied_param(const gt_gpt *m);
 
 /* Bytes of activations one slot keeps between forward and backward, and of
  * the whole activation buffer (all slots and shared scratch). */

@@ -85,6 +85,7 @@ typedef struct gt_params {
   int shard_rank, shard_size; /* ZeRO pieces; size 1: none */
   size_t shard_lo, shard_n;    /* the owned piece of the flat buffers */
   bool master_sharded;         /* values holds only the owned piece */
+  bool grads_sharded;          /* ZeRO 2: grads holds only the owned piece */
   bool finalized;
 } gt_params;
 
@@ -112,9 +113,16 @@ void gt_param_insert(const gt_param *t, const float *local, float *full);
 size_t gt_param_full_numel(const gt_param *t);
 
 /* ZeRO: split the flat buffers into `size` equal pieces over the
- * data-parallel ranks, this rank owning piece `rank` (see above). Before
- * finalize; size 1 is no split. Not collective. */
-int gt_params_shard(gt_params *p, int rank, int size);
+ * data-parallel ranks, this rank owning piece `rank` (see above); with
+ * grads (stage 2) the gradient buffer too holds only the owned piece (the
+ * grad views are then NULL: backward writes into buffers of its own and
+ * reduce-scatters them into it). Before finalize; size 1 is no split. Not
+ * collective. */
+int gt_params_shard(gt_params *p, int rank, int size, bool grads);
+
+/* The gradient of flat element `offset` (in the owned piece when the
+ * gradients are sharded). */
+float *gt_params_grad(const gt_params *p, size_t offset);
 
 /* The fp32 master value of flat element `offset` (in the owned piece when
  * the master is sharded). */
@@ -157,6 +165,10 @@ int gt_params_grad_sumsq(gt_params *p, double *acc);
  * master). */
 size_t gt_params_master_bytes(const gt_params *p);
 size_t gt_params_compute_bytes(const gt_params *p);
+
+/* Flat elements from parameter first's offset to the next one's after
+ * [first, first + count) (or the end: padding included). After layout. */
+size_t gt_params_span(const gt_params *p, int first, int count);
 
 /* The parameter with this name, or NULL. */
 gt_param *gt_params_find(gt_params *p, const char *name);

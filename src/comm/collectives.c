@@ -5,8 +5,10 @@
  * A request moves through three phases:
  *   DEVICE  waiting for an event: the work that produced the data (or that
  *           still reads the buffer MPI will write) has not completed;
- *   MPI     MPI requests in flight (an all-reduce in pieces, at most two
- *           pieces at a time);
+ *   MPI     MPI requests in flight (a collective in pieces, all posted at
+ *           once: the next collective may start before this one is done, so
+ *           every rank must have posted all of this one's pieces first to
+ *           keep the same order of collectives everywhere);
  *   idle    complete.
  * Staged requests copy through their own pinned buffer on the context's copy
  * stream, which waits for the compute stream's events (and the compute
@@ -50,7 +52,8 @@ struct gt_xfer {
   gt_dtype t;
   int peer, tag;
   MPI_Comm comm;
-  MPI_Request req[2];
+  MPI_Request *req;         /* one per piece (a p2p request: one) */
+  size_t req_cap;
   size_t pieces, posted, finished;
   gt_xpiece *plist;         /* reduce-scatter: its pieces */
   size_t plist_cap;
@@ -543,7 +546,13 @@ int gt_xfer_create(gt_coll *c, size_t max_bytes, gt_xfer **xp)
   GT_CHECK_ALLOC(x, sizeof *x);
   x->coll = c;
   x->cap = max_bytes;
-  x->req[0] = x->req[1] = MPI_REQUEST_NULL;
+  x->req = malloc(sizeof *x->req);
+  if (!x->req) {
+    free(x);
+    return GT_ERROR(GT_ERR_SYSTEM, "out of memory for a request");
+  }
+  x->req[0] = MPI_REQUEST_NULL;
+  x->req_cap = 1;
   gt_backend *be = c->be;
   int status = be->ops->event_create(be, &x->ready);
   if (status == GT_SUCCESS)
@@ -588,6 +597,7 @@ int gt_xfer_destroy(gt_xfer **xp)
   if (x->copied)
     be->ops->event_destroy(be, x->copied);
   free(x->plist);
+  free(x->req);
   free(x);
   *xp = NULL;
   GT_CALL(status);
@@ -776,11 +786,17 @@ static void *gt_xfer_mpi_buf(const gt_xfer *x)
   return gt_direct_for(x->coll, x->t, reduce) ? x->buf : x->stage;
 }
 
-/* Post MPI requests: the p2p one, or all-reduce pieces (two in flight). */
+/* Post MPI requests: the p2p one, or every piece of a collective. */
 static int gt_xfer_post(gt_xfer *x)
 {
   void *mbuf = gt_xfer_mpi_buf(x);
   const MPI_Datatype type = gt_mpi_type(x->t);
+  if (x->pieces > x->req_cap) {
+    MPI_Request *r = realloc(x->req, x->pieces * sizeof *r);
+    GT_CHECK_ALLOC(r, x->pieces * sizeof *r);
+    x->req = r;
+    x->req_cap = x->pieces;
+  }
   if (x->kind == GT_X_SEND) {
     GT_CALL_MPI(MPI_Isend_c(mbuf, (MPI_Count)x->n, type, x->peer, x->tag, x->comm, &x->req[0]));
     x->posted = 1;
@@ -791,8 +807,8 @@ static int gt_xfer_post(gt_xfer *x)
     x->posted = 1;
     return GT_SUCCESS;
   }
-  while (x->posted < x->pieces && x->posted - x->finished < 2) {
-    MPI_Request *slot = &x->req[x->req[0] == MPI_REQUEST_NULL ? 0 : 1];
+  while (x->posted < x->pieces) {
+    MPI_Request *slot = &x->req[x->posted];
     if (x->kind == GT_X_REDUCE) { /* in place at the block's member */
       const gt_xpiece *pc = &x->plist[x->posted];
       float *at = (float *)mbuf + pc->off;
@@ -862,7 +878,7 @@ int gt_xfer_test(gt_xfer *x, bool *done)
     }
   }
   if (x->phase == GT_P_MPI) {
-    for (int k = 0; k < 2; k++) {
+    for (size_t k = 0; k < x->posted; k++) {
       if (x->req[k] == MPI_REQUEST_NULL)
         continue;
       int flag = 0;
@@ -870,8 +886,6 @@ int gt_xfer_test(gt_xfer *x, bool *done)
       if (flag)
         x->finished++;
     }
-    if (gt_xkind_collective(x->kind))
-      GT_CALL(gt_xfer_post(x));
     if (x->finished == x->pieces)
       GT_CALL(gt_xfer_finish(x));
   }

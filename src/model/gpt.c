@@ -46,6 +46,7 @@ struct gt_gpt {
   int p_wte, p_emb_count;  /* parameter indices: embedding (wte[, wpe]) */
   int *p_block;            /* first of 12 per local block */
   int p_head, p_head_count; /* ln_f (+ the wte copy on a last stage) */
+  float ***gptr;            /* per parameter: the gradient pointer to rebind */
 
   /* activations: one device buffer, `nslots` slots and shared scratch */
   void *act_buffer;
@@ -209,6 +210,13 @@ static int gt_gpt_bind(gt_gpt *m)
     m->wpe = wpe->compute.data;
     m->dwpe = wpe->grad.data;
   }
+  free(m->gptr);
+  m->gptr = calloc((size_t)(p->count > 0 ? p->count : 1), sizeof *m->gptr);
+  GT_CHECK_ALLOC(m->gptr, sizeof *m->gptr * (size_t)p->count);
+  if (m->part.first) {
+    m->gptr[m->p_wte] = &m->dwte;
+    m->gptr[m->p_wte + 1] = &m->dwpe;
+  }
   for (int l = 0; l < m->nl; l++) {
     gt_param *t = &p->list[m->p_block[l]];
     const void **wv[GT_BLOCK_PARAMS] = {
@@ -222,6 +230,7 @@ static int gt_gpt_bind(gt_gpt *m)
     for (int i = 0; i < GT_BLOCK_PARAMS; i++) {
       *wv[i] = t[i].compute.data;
       *gv[i] = t[i].grad.data;
+      m->gptr[m->p_block[l] + i] = gv[i];
     }
   }
   if (m->part.last) {
@@ -230,6 +239,10 @@ static int gt_gpt_bind(gt_gpt *m)
     m->dlnf_w = lnf[0].grad.data;
     m->lnf_b = lnf[1].compute.data;
     m->dlnf_b = lnf[1].grad.data;
+    m->gptr[m->p_head] = &m->dlnf_w;
+    m->gptr[m->p_head + 1] = &m->dlnf_b;
+    if (!m->part.first)
+      m->gptr[m->p_head + 2] = &m->dwte; /* the copy */
   }
   return GT_SUCCESS;
 }
@@ -347,7 +360,7 @@ int gt_recompute_parse(const char *name)
 gt_gpt_part gt_gpt_whole(const gt_gpt_shape *shape)
 {
   gt_gpt_part p = {0,    shape->layers, true, true, {MPI_COMM_NULL, 0, 1, -1, NULL},
-                   0,    1,             GT_RECOMPUTE_NONE, -1};
+                   0,    1,             GT_RECOMPUTE_NONE, -1, false};
   return p;
 }
 
@@ -409,8 +422,15 @@ int gt_gpt_plan(const gt_gpt_shape *shape, const gt_gpt_part *part, gt_dtype dty
   return GT_SUCCESS;
 }
 
+int gt_gpt_tied_param(const gt_gpt *m)
+{
+  if (m->part.first == m->part.last)
+    return -1;
+  return m->part.first ? m->p_wte : m->p_head + 2;
+}
+
 int gt_gpt_plan_params(const gt_gpt_shape *shape, const gt_gpt_part *part, gt_dtype dtype,
-                       size_t *numel)
+                       size_t *numel, size_t *largest_unit, size_t *tied_unit)
 {
   gt_gpt *m = NULL;
   GT_CALL(gt_gpt_shell(NULL, shape, part, dtype, 1, 1, 1, &m));
@@ -418,11 +438,24 @@ int gt_gpt_plan_params(const gt_gpt_shape *shape, const gt_gpt_part *part, gt_dt
   if (status == GT_SUCCESS)
     status = gt_gpt_register(m);
   if (status == GT_SUCCESS && part->zero_size > 1)
-    status = gt_params_shard(m->params, part->zero_rank, part->zero_size);
+    status = gt_params_shard(m->params, part->zero_rank, part->zero_size, part->zero_grads);
   if (status == GT_SUCCESS)
     status = gt_params_layout(m->params);
-  if (status == GT_SUCCESS)
+  if (status == GT_SUCCESS) {
     *numel = m->params->numel;
+    *largest_unit = *tied_unit = 0;
+    enum { MAX_UNITS = 4096 };
+    int first[MAX_UNITS], count[MAX_UNITS];
+    const int n = gt_gpt_grad_units(m, first, count, MAX_UNITS);
+    const int tied = gt_gpt_tied_param(m);
+    for (int i = 0; i < n && i < MAX_UNITS; i++) {
+      const size_t len = gt_params_span(m->params, first[i], count[i]);
+      if (first[i] == tied)
+        *tied_unit = len;
+      else if (len > *largest_unit)
+        *largest_unit = len;
+    }
+  }
   gt_gpt_destroy(&m);
   GT_CALL(status);
   return GT_SUCCESS;
@@ -448,7 +481,7 @@ int gt_gpt_create(gt_backend *be, const gt_gpt_shape *shape, const gt_gpt_part *
   if (status == GT_SUCCESS)
     status = gt_gpt_register(m);
   if (status == GT_SUCCESS && part->zero_size > 1)
-    status = gt_params_shard(m->params, part->zero_rank, part->zero_size);
+    status = gt_params_shard(m->params, part->zero_rank, part->zero_size, part->zero_grads);
   if (status == GT_SUCCESS)
     status = gt_params_finalize(m->params);
   if (status == GT_SUCCESS)
@@ -489,6 +522,7 @@ int gt_gpt_destroy(gt_gpt **model)
       be->ops->event_destroy(be, sl->uploaded);
   }
   free(m->slots);
+  free(m->gptr);
   free(m->w);
   free(m->g);
   free(m->p_block);
@@ -517,11 +551,12 @@ void gt_gpt_tied_grad(gt_gpt *m, float **grad, size_t *n)
 {
   *grad = NULL;
   *n = 0;
-  if (m->part.first == m->part.last) /* both ends here, or neither */
+  const int tied = gt_gpt_tied_param(m);
+  if (tied < 0) /* both ends here, or neither */
     return;
-  const gt_param *wte = gt_params_find(m->params, "wte");
-  *grad = wte->grad.data;
-  *n = wte->numel;
+  const gt_param *wte = &m->params->list[tied];
+  *grad = wte->grad.data; /* NULL when the gradients are in ZeRO 2 pieces */
+  *n = wte->grad.data ? wte->numel : 0;
 }
 
 // ---- forward and backward -----------------------------------------------------------------------
@@ -617,6 +652,46 @@ static int gt_gpt_recompute(gt_gpt *m, gt_gpt_slot *sl, int l, const gt_block_ac
   return GT_SUCCESS;
 }
 
+int gt_gpt_grad_units(const gt_gpt *m, int *first, int *count, int max)
+{
+  int n = 0;
+#define GT_UNIT(f, c)                                                                         \
+  do {                                                                                        \
+    if (n < max) {                                                                            \
+      first[n] = (f);                                                                         \
+      count[n] = (c);                                                                         \
+    }                                                                                         \
+    n++;                                                                                      \
+  } while (0)
+  if (m->part.last) {
+    GT_UNIT(m->p_head, 2);
+    if (!m->part.first)
+      GT_UNIT(m->p_head + 2, 1);
+  }
+  for (int l = m->nl - 1; l >= 0; l--)
+    GT_UNIT(m->p_block[l], GT_BLOCK_PARAMS);
+  if (m->part.first) {
+    GT_UNIT(m->p_wte + 1, 1);
+    GT_UNIT(m->p_wte, 1);
+  }
+#undef GT_UNIT
+  return n;
+}
+
+/* Where unit [first, first + count)'s gradients go this micro-batch (the
+ * flat buffer's views unless the hook says otherwise). */
+static int gt_gpt_grads(gt_gpt *m, const gt_grad_hook *hook, int first, int count)
+{
+  if (!hook || !hook->grads || count <= 0)
+    return GT_SUCCESS;
+  float *base = NULL;
+  GT_CALL(hook->grads(hook->ctx, first, count, &base));
+  const gt_param *list = m->params->list;
+  for (int j = first; j < first + count; j++)
+    *m->gptr[j] = base + (list[j].offset - list[first].offset);
+  return GT_SUCCESS;
+}
+
 static int gt_gpt_ready(const gt_grad_hook *hook, int first, int count)
 {
   if (hook && hook->ready && count > 0)
@@ -634,6 +709,10 @@ int gt_gpt_backward(gt_gpt *m, int slot, const gt_grad_hook *hook)
   const int64_t B = sl->B, T = sl->T, N = B * T, C = m->shape.dim;
   const gt_layer_dims d = {B, T, C, m->H, m->dt, &m->part.tp, hook ? &hook->progress : NULL};
   if (m->part.last) {
+    GT_CALL(gt_gpt_grads(m, hook, m->p_head, 2));
+    /* wte: the last stage's copy, or (one stage) the embedding itself,
+     * which the embedding's backward adds to at the end */
+    GT_CALL(gt_gpt_grads(m, hook, m->part.first ? m->p_wte : m->p_head + 2, 1));
     GT_CALL(gt_lm_head_backward(be, m->wte, m->dwte, m->lnf_w, m->dlnf_w, m->dlnf_b, &sl->head,
                                 sl->resid[m->nl], sl->dgrad, m->dlnf, gt_gpt_head_dims(m, N)));
     /* ln_f is final; so is the wte copy of a last stage (pp > 1) */
@@ -641,12 +720,16 @@ int gt_gpt_backward(gt_gpt *m, int slot, const gt_grad_hook *hook)
   }
   for (int l = m->nl - 1; l >= 0; l--) {
     const gt_block_acts a = gt_gpt_block_acts(m, sl, l);
+    GT_CALL(gt_gpt_grads(m, hook, m->p_block[l], GT_BLOCK_PARAMS));
     GT_CALL(gt_gpt_recompute(m, sl, l, &a, d));
     GT_CALL(gt_block_backward(be, &m->w[l], &m->g[l], &a, sl->resid[l], sl->dgrad,
                               &m->scratch, d));
     GT_CALL(gt_gpt_ready(hook, m->p_block[l], GT_BLOCK_PARAMS));
   }
   if (m->part.first) {
+    GT_CALL(gt_gpt_grads(m, hook, m->p_wte + 1, 1));
+    if (!m->part.last) /* with one stage the head's backward asked already */
+      GT_CALL(gt_gpt_grads(m, hook, m->p_wte, 1));
     GT_CALL(gt_embedding_backward(be, m->dt, m->dwte, m->dwpe, sl->dgrad, sl->tokens, B, T, C,
                                   m->v0, m->nv));
     GT_CALL(gt_gpt_ready(hook, 0, m->p_emb_count));

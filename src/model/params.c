@@ -127,13 +127,25 @@ void gt_param_insert(const gt_param *t, const float *local, float *full)
   gt_param_copy(t, (float *)local, full, true);
 }
 
-int gt_params_shard(gt_params *p, int rank, int size)
+int gt_params_shard(gt_params *p, int rank, int size, bool grads)
 {
   GT_ASSERT(!p->finalized);
   GT_ASSERT(size >= 1 && rank >= 0 && rank < size);
   p->shard_rank = rank;
   p->shard_size = size;
+  p->grads_sharded = grads && size > 1;
   return GT_SUCCESS;
+}
+
+float *gt_params_grad(const gt_params *p, size_t offset)
+{
+  return p->grads + (p->grads_sharded ? offset - p->shard_lo : offset);
+}
+
+/* Elements of the gradient buffer. */
+static size_t gt_params_grad_len(const gt_params *p)
+{
+  return p->grads_sharded ? p->shard_n : p->numel;
 }
 
 void gt_params_master_range(const gt_params *p, size_t *lo, size_t *hi)
@@ -173,9 +185,9 @@ int gt_params_finalize(gt_params *p)
   const size_t off = p->numel;
   const size_t nmaster = p->master_sharded ? p->shard_n : off;
   GT_CALL(p->be->ops->alloc(p->be, nmaster * sizeof(float), (void **)&p->values));
-  GT_CALL(p->be->ops->alloc(p->be, off * sizeof(float), (void **)&p->grads));
+  GT_CALL(p->be->ops->alloc(p->be, gt_params_grad_len(p) * sizeof(float), (void **)&p->grads));
   GT_CALL(p->be->ops->zero(p->be, p->values, nmaster * sizeof(float)));
-  GT_CALL(p->be->ops->zero(p->be, p->grads, off * sizeof(float)));
+  GT_CALL(p->be->ops->zero(p->be, p->grads, gt_params_grad_len(p) * sizeof(float)));
   p->compute = p->values;
   if (p->dtype != GT_F32) {
     GT_CALL(p->be->ops->alloc(p->be, off * gt_dtype_size(p->dtype), &p->compute));
@@ -183,7 +195,7 @@ int gt_params_finalize(gt_params *p)
   }
   for (int i = 0; i < p->count; i++) {
     p->list[i].value.data = p->master_sharded ? NULL : p->values + p->list[i].offset;
-    p->list[i].grad.data = p->grads + p->list[i].offset;
+    p->list[i].grad.data = p->grads_sharded ? NULL : p->grads + p->list[i].offset;
     p->list[i].compute.data = (char *)p->compute + p->list[i].offset * gt_dtype_size(p->dtype);
   }
   p->finalized = true;
@@ -246,7 +258,7 @@ int gt_params_refresh_compute(gt_params *p)
 
 int gt_params_zero_grads(gt_params *p)
 {
-  GT_CALL(p->be->ops->zero(p->be, p->grads, p->numel * sizeof(float)));
+  GT_CALL(p->be->ops->zero(p->be, p->grads, gt_params_grad_len(p) * sizeof(float)));
   return GT_SUCCESS;
 }
 
@@ -270,7 +282,7 @@ int gt_params_grad_sumsq(gt_params *p, double *acc)
       end = end < p->shard_lo + p->shard_n ? end : p->shard_lo + p->shard_n;
     }
     if (begin < end)
-      GT_CALL(p->be->ops->sumsq_add(p->be, acc, p->grads + begin, end - begin));
+      GT_CALL(p->be->ops->sumsq_add(p->be, acc, gt_params_grad(p, begin), end - begin));
     i = j;
   }
   return GT_SUCCESS;
@@ -284,6 +296,12 @@ size_t gt_params_master_bytes(const gt_params *p)
 size_t gt_params_compute_bytes(const gt_params *p)
 {
   return p->dtype == GT_F32 ? 0 : p->numel * gt_dtype_size(p->dtype);
+}
+
+size_t gt_params_span(const gt_params *p, int first, int count)
+{
+  const size_t end = first + count < p->count ? p->list[first + count].offset : p->numel;
+  return end - p->list[first].offset;
 }
 
 gt_param *gt_params_find(gt_params *p, const char *name)

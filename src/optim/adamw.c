@@ -105,7 +105,7 @@ int gt_adamw_step(gt_adamw *o, long s, double lr, double grad_mult)
       continue;
     void *compute =
         p->dtype == GT_F32 ? NULL : (char *)p->compute + a * gt_dtype_size(p->dtype);
-    GT_CALL(be->ops->adamw(be, gt_params_master(p, a), p->grads + a, o->m + (a - o->lo),
+    GT_CALL(be->ops->adamw(be, gt_params_master(p, a), gt_params_grad(p, a), o->m + (a - o->lo),
                            o->v + (a - o->lo), compute, p->dtype, b - a, (float)lr,
                            (float)c->beta1, (float)c->beta2, (float)c->eps,
                            t_->decay ? (float)c->weight_decay : 0.0f, bc1, bc2,

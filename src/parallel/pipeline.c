@@ -170,7 +170,8 @@ static int gt_pipe_backward(gt_pipe *pl, int mb, const gt_grad_hook *hook)
   if (!pl->last)
     GT_CALL(gt_pipe_wait(pl, gt_pipe_req(pl, slot, GT_RECV_GRAD), pl->ev.bubble));
   gt_pipe_begin(pl, pl->ev.backward);
-  int status = gt_gpt_backward(pl->model, slot, mb == pl->M - 1 ? hook : NULL);
+  const bool feeds = mb == pl->M - 1 || (hook && hook->every_microbatch);
+  int status = gt_gpt_backward(pl->model, slot, feeds ? hook : NULL);
   gt_pipe_end(pl, pl->ev.backward);
   GT_CALL(status);
   pl->live--;

@@ -9,6 +9,7 @@
 
 #include "gridtrain/error.h"
 #include "gridtrain/gpt.h"
+#include "gridtrain/grad_shards.h"
 #include "gridtrain/grid.h"
 #include "gridtrain/log.h"
 #include "gridtrain/schedule.h"
@@ -38,7 +39,7 @@ double gt_mem_act_total(const gt_mem_account *a)
 
 double gt_mem_total(const gt_mem_account *a)
 {
-  return gt_mem_model_total(a) + gt_mem_act_total(a) + a->comm;
+  return gt_mem_model_total(a) + gt_mem_act_total(a) + a->comm + a->grad_bufs;
 }
 
 int gt_mem_plan(const gt_config *cfg, int ranks, bool staged, gt_mem_account *stages,
@@ -48,9 +49,9 @@ int gt_mem_plan(const gt_config *cfg, int ranks, bool staged, gt_mem_account *st
   GT_CALL(gt_grid_check_model(cfg, sizes));
   const int dp = sizes[0], pp = sizes[1], tp = sizes[2];
   GT_CHECK(pp <= max_stages, GT_ERR_INPUT, "pp = %d: more stages than %d", pp, max_stages);
-  GT_CHECK(cfg->parallel.zero <= 1, GT_ERR_INPUT,
-           "[parallel] zero = %ld: ZeRO stages 2 and 3 are not implemented in this version of "
-           "gridtrain; use zero = 0 or 1",
+  GT_CHECK(cfg->parallel.zero <= 2, GT_ERR_INPUT,
+           "[parallel] zero = %ld: ZeRO stage 3 is not implemented in this version of "
+           "gridtrain; use zero = 0, 1 or 2",
            cfg->parallel.zero);
   const gt_gpt_shape shape = {(int)cfg->model.layers, (int)cfg->model.heads,
                               (int)cfg->model.dim, (int)cfg->model.seq_len,
@@ -72,12 +73,15 @@ int gt_mem_plan(const gt_config *cfg, int ranks, bool staged, gt_mem_account *st
     gt_gpt_part part = {first[s],  first[s + 1], s == 0, s == pp - 1,
                         {MPI_COMM_NULL, 0, tp, -1, NULL},
                         0,         zero >= 1 ? dp : 1,
-                        (gt_recompute)gt_recompute_parse(cfg->model.recompute), -1};
+                        (gt_recompute)gt_recompute_parse(cfg->model.recompute), -1,
+                        zero >= 2};
     gt_mem_account *a = &stages[s];
     memset(a, 0, sizeof *a);
-    size_t psi = 0, act = 0, slot = 0;
+    size_t psi = 0, act = 0, slot = 0, largest = 0, tied = 0;
     const int slots = gt_schedule_in_flight(kind, pp, s, M);
-    GT_CALL(gt_gpt_plan_params(&shape, &part, dt, &psi));
+    GT_CALL(gt_gpt_plan_params(&shape, &part, dt, &psi, &largest, &tied));
+    if (zero >= 2)
+      a->grad_bufs = (double)gt_gshard_plan_bytes(largest, tied, GT_GSHARD_POOL);
     GT_CALL(gt_gpt_plan(&shape, &part, dt, B_micro, T, slots, &act, &slot));
     gt_mem_model_state((double)psi, dt, zero, dp, a);
     a->act_slot = (double)slot;
@@ -110,7 +114,7 @@ void gt_mem_print_header(FILE *out, const char *what, gt_dtype dt, const char *l
 
 void gt_mem_print_row(FILE *out, const char *label, const gt_mem_account *a)
 {
-  const double v[] = {a->compute, a->master, a->grads, a->moments, a->act_slot,
+  const double v[] = {a->compute, a->master, a->grads + a->grad_bufs, a->moments, a->act_slot,
                       -1,         gt_mem_act_total(a), a->comm, gt_mem_total(a)};
   fprintf(out, "  %-12s", label);
   for (size_t k = 0; k < sizeof v / sizeof *v; k++) {

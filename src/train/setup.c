@@ -107,7 +107,12 @@ static void gt_print_setup(const gt_trainer *tr, size_t params_max, size_t act_m
   snprintf(v, sizeof v, "%d tokens = %d x %d; %d seq per dp rank in %d micro-batch%s",
            tr->B * tr->T, tr->B, tr->T, tr->B_rank, tr->M, tr->M == 1 ? "" : "es");
   gt_config_print_row(stdout, "step", v, "resolved");
-  if (g->dp_size > 1) {
+  if (g->dp_size > 1 && tr->gshard) {
+    gt_config_print_row(stdout, "dp reduce-scatter",
+                        "each gradient unit (block, head, embedding) of every micro-batch as its "
+                        "backward ends; then the weights all-gathered",
+                        "resolved");
+  } else if (g->dp_size > 1) {
     snprintf(v, sizeof v, "%d bucket%s on rank 0, %s%s", gt_buckets_count(tr->buckets),
              gt_buckets_count(tr->buckets) == 1 ? "" : "s",
              tr->overlap ? "overlapping the last backward" : "after backward",
@@ -139,22 +144,24 @@ void gt_trainer_memory(const gt_trainer *tr, gt_mem_account *a)
   a->in_flight = gt_schedule_in_flight(tr->schedule, tr->grid->pp_size, tr->grid->pp_rank, tr->M);
   a->act_shared = (double)gt_gpt_activation_bytes(tr->model) - a->act_slot * a->in_flight;
   a->comm = (double)gt_coll_staging_bytes(tr->coll);
+  a->grad_bufs = tr->gshard ? (double)gt_gshard_buffer_bytes(tr->gshard) : 0.0;
 }
 
 /* The fields of an account, flat, for gathers. */
-enum { GT_MEM_FIELDS = 9 };
+enum { GT_MEM_FIELDS = 10 };
 
 static void gt_mem_pack(const gt_mem_account *a, double *v)
 {
   const double f[GT_MEM_FIELDS] = {a->psi,      a->compute,  a->master,
                                    a->grads,    a->moments,  a->act_slot,
-                                   a->in_flight, a->act_shared, a->comm};
+                                   a->in_flight, a->act_shared, a->comm,
+                                   a->grad_bufs};
   memcpy(v, f, sizeof f);
 }
 
 static void gt_mem_unpack(const double *v, gt_mem_account *a)
 {
-  *a = (gt_mem_account){v[0], v[1], v[2], v[3], v[4], v[5], (int)v[6], v[7], v[8]};
+  *a = (gt_mem_account){v[0], v[1], v[2], v[3], v[4], v[5], (int)v[6], v[7], v[8], v[9]};
 }
 
 /* Collective on world: rank 0 gets every rank's account (n doubles a rank
@@ -292,6 +299,21 @@ static int gt_trainer_bucket_progress(void *ctx)
   return gt_buckets_progress(((gt_trainer *)ctx)->buckets);
 }
 
+static int gt_trainer_gshard_ready(void *ctx, int first, int count)
+{
+  return gt_gshard_ready(((gt_trainer *)ctx)->gshard, first, count);
+}
+
+static int gt_trainer_gshard_progress(void *ctx)
+{
+  return gt_gshard_progress(((gt_trainer *)ctx)->gshard);
+}
+
+static int gt_trainer_gshard_acquire(void *ctx, int first, int count, float **base)
+{
+  return gt_gshard_acquire(((gt_trainer *)ctx)->gshard, first, count, base);
+}
+
 /* The stage split and schedule; errors are the same on every rank. */
 static int gt_trainer_plan(gt_trainer *tr)
 {
@@ -303,9 +325,9 @@ static int gt_trainer_plan(gt_trainer *tr)
   GT_CALL(gt_pipeline_split(tr->shape.layers, p, block_cost, head_cost, tr->cfg.parallel.stages,
                             tr->stage_first));
   GT_CALL(gt_schedule_parse(tr->cfg.parallel.schedule, &tr->schedule));
-  GT_CHECK(tr->cfg.parallel.zero <= 1, GT_ERR_INPUT,
-           "[parallel] zero = %ld: ZeRO stages 2 and 3 are not implemented in this version of "
-           "gridtrain; use zero = 0 or 1",
+  GT_CHECK(tr->cfg.parallel.zero <= 2, GT_ERR_INPUT,
+           "[parallel] zero = %ld: ZeRO stage 3 is not implemented in this version of "
+           "gridtrain; use zero = 0, 1 or 2",
            tr->cfg.parallel.zero);
   tr->zero = tr->grid->dp_size > 1 ? (int)tr->cfg.parallel.zero : 0;
   return GT_SUCCESS;
@@ -407,7 +429,8 @@ int gt_trainer_create(const gt_config *cfg, MPI_Comm world, bool quiet, gt_train
                       s == g->pp_size - 1,
                       {g->tp, g->tp_rank, g->tp_size, tr->ev.tp_comm, tr->coll},
                       g->dp_rank, tr->zero >= 1 ? g->dp_size : 1,
-                      (gt_recompute)gt_recompute_parse(cfg->model.recompute), tr->ev.recompute};
+                      (gt_recompute)gt_recompute_parse(cfg->model.recompute), tr->ev.recompute,
+                      tr->zero >= 2};
   tr->dp_group = (gt_group){g->dp, g->dp_rank, g->dp_size, tr->ev.zero_gather, tr->coll};
   if (g->world_rank == 0 && cfg->parallel.zero >= 1 && g->dp_size == 1 && !quiet)
     gt_info("gridtrain: [parallel] zero = %ld does nothing with dp = 1: the one data-parallel "
@@ -428,16 +451,32 @@ int gt_trainer_create(const gt_config *cfg, MPI_Comm world, bool quiet, gt_train
                                   cfg->optim.beta2,     cfg->optim.eps,
                                   cfg->optim.grad_clip};
   GT_AGREE(comm, gt_adamw_create(params, &tr->opt_cfg, &tr->opt));
-  GT_AGREE(comm, gt_buckets_create(params, tr->coll, g->dp,
-                                   (size_t)(cfg->parallel.bucket_mb * 1024.0 * 1024.0),
-                                   &tr->buckets));
-  float *tied_grad;
-  size_t ntied;
-  gt_gpt_tied_grad(tr->model, &tied_grad, &ntied);
-  if (tr->zero >= 1 && tied_grad) /* summed over the embedding group before dp reduces it */
-    gt_buckets_hold(tr->buckets, (int)(gt_params_find(params, "wte") - params->list));
+  const int tied = gt_gpt_tied_param(tr->model); /* summed over the embedding group first */
   tr->overlap = strcmp(cfg->parallel.dp_overlap, "on") == 0;
-  tr->hook = (gt_grad_hook){gt_trainer_bucket_ready, tr, {gt_trainer_bucket_progress, tr}};
+  if (tr->zero >= 2) { /* each unit's gradients reduce-scattered per micro-batch */
+    int *first = malloc(sizeof(int) * (size_t)params->count);
+    int *count = malloc(sizeof(int) * (size_t)params->count);
+    int made = first && count ? GT_SUCCESS
+                              : GT_ERROR(GT_ERR_SYSTEM, "out of memory for gradient units");
+    if (made == GT_SUCCESS) {
+      const int n = gt_gpt_grad_units(tr->model, first, count, params->count);
+      made = gt_gshard_create(params, tr->coll, g->dp, first, count, n, tied, GT_GSHARD_POOL,
+                              &tr->gshard);
+    }
+    free(first);
+    free(count);
+    GT_AGREE(comm, made);
+    tr->hook = (gt_grad_hook){gt_trainer_gshard_ready, tr, {gt_trainer_gshard_progress, tr},
+                              gt_trainer_gshard_acquire, true};
+  } else {
+    GT_AGREE(comm, gt_buckets_create(params, tr->coll, g->dp,
+                                     (size_t)(cfg->parallel.bucket_mb * 1024.0 * 1024.0),
+                                     &tr->buckets));
+    if (tr->zero >= 1 && tied >= 0)
+      gt_buckets_hold(tr->buckets, tied);
+    tr->hook = (gt_grad_hook){gt_trainer_bucket_ready, tr, {gt_trainer_bucket_progress, tr},
+                              NULL, false};
+  }
   tr->embed = (gt_group){g->embed, 0, 1, tr->ev.tied, tr->coll};
   if (g->embed != MPI_COMM_NULL) {
     GT_CALL_MPI(MPI_Comm_rank(g->embed, &tr->embed.rank));
@@ -497,6 +536,7 @@ int gt_trainer_destroy(gt_trainer **trainer)
     gt_dataset_close(&tr->train);
   gt_pipe_destroy(&tr->pipe);
   gt_buckets_destroy(&tr->buckets);
+  gt_gshard_destroy(&tr->gshard);
   gt_adamw_destroy(&tr->opt);
   gt_gpt_destroy(&tr->model);
   if (tr->clock) {

@@ -98,7 +98,10 @@ int gt_trainer_step(gt_trainer *tr, gt_step_stats *st)
     status = be->ops->zero(be, tr->scalars, sizeof(double) * GT_NSCALARS);
   gt_event_end(tr->ev.zero);
   GT_CALL(status);
-  gt_buckets_reset(tr->buckets);
+  if (tr->buckets)
+    gt_buckets_reset(tr->buckets);
+  if (tr->gshard)
+    GT_CALL(gt_gshard_reset(tr->gshard));
 
   /* Each rank's loss is loss_scale / (global tokens) * the sum of its token
    * losses, so the dp sum of the gradients is loss_scale times the gradient
@@ -106,21 +109,31 @@ int gt_trainer_step(gt_trainer *tr, gt_step_stats *st)
   const double loss_scale = tr->scaler.scale;
   const float dlogit_scale = (float)(loss_scale / ((double)tr->B * tr->T));
   const gt_pipe_feed feed = gt_trainer_feed(tr, tr->train, true, tr->samples);
+  /* zero 2 hands out every micro-batch's gradient buffers (the hook is
+   * always on); below it the hook starts buckets when DP overlaps */
+  const bool hooked = tr->gshard || (tr->overlap && g->dp_size > 1);
   GT_CALL(gt_pipe_train(tr->pipe, &feed, dlogit_scale, gt_trainer_loss_acc(tr, GT_SC_LOSS),
-                        tr->overlap && g->dp_size > 1 ? &tr->hook : NULL));
+                        hooked ? &tr->hook : NULL));
 
   if (g->dp_size > 1) { /* what backward did not hide */
     gt_event_begin(tr->ev.dp_exposed);
-    status = gt_buckets_wait(tr->buckets);
+    status = tr->gshard ? gt_gshard_wait(tr->gshard) : gt_buckets_wait(tr->buckets);
     gt_event_end(tr->ev.dp_exposed);
     GT_CALL(status);
   }
   float *tied;
   size_t ntied;
   gt_gpt_tied_grad(tr->model, &tied, &ntied);
+  if (tr->gshard) /* zero 2: the tied copy's whole buffer of the step */
+    gt_gshard_persistent(tr->gshard, &tied, &ntied);
   if (tied) /* the tied embedding: both copies get the sum */
     GT_CALL(gt_group_allreduce_sum(&tr->embed, tied, ntied, GT_F32));
-  if (tr->zero >= 1) { /* zero: its held bucket is reduce-scattered after that sum */
+  if (tr->gshard) { /* then its reduce-scatter into the pieces */
+    gt_event_begin(tr->ev.dp_exposed);
+    status = gt_gshard_finish_persistent(tr->gshard);
+    gt_event_end(tr->ev.dp_exposed);
+    GT_CALL(status);
+  } else if (tr->zero >= 1) { /* zero 1: its held bucket is reduce-scattered after that sum */
     gt_event_begin(tr->ev.dp_exposed);
     status = gt_buckets_wait_held(tr->buckets);
     gt_event_end(tr->ev.dp_exposed);

@@ -15,6 +15,7 @@
 #include "gridtrain/checkpoint.h"
 #include "gridtrain/collectives.h"
 #include "gridtrain/data.h"
+#include "gridtrain/grad_shards.h"
 #include "gridtrain/gpt.h"
 #include "gridtrain/optim.h"
 #include "gridtrain/pipeline.h"
@@ -68,7 +69,8 @@ struct gt_trainer {
   /* data parallelism and the tied embedding */
   int zero;               /* ZeRO stage in effect (0 when dp = 1) */
   gt_group dp_group;
-  gt_buckets *buckets;
+  gt_buckets *buckets;    /* zero 0, 1 */
+  gt_gshard *gshard;      /* zero 2 */
   bool overlap;
   gt_grad_hook hook;
   gt_group embed;         /* first and last stage (pp > 1) */

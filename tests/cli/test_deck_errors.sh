@@ -92,8 +92,8 @@ expect "NCCL collectives on the cpu backend" "[parallel] collectives = nccl need
   train "$deck" data.train="$data" parallel.collectives=nccl
 expect "ZeRO stage out of range" "[parallel] zero = '4' is not valid" \
   train "$deck" data.train="$data" parallel.zero=4
-expect "ZeRO stage not implemented" "[parallel] zero = 2: ZeRO stages 2 and 3 are not implemented" \
-  train "$deck" data.train="$data" parallel.zero=2 grid.dp=4
+expect "ZeRO stage not implemented" "[parallel] zero = 3: ZeRO stage 3 is not implemented" \
+  train "$deck" data.train="$data" parallel.zero=3 grid.dp=4
 # zero = 1 with one data-parallel rank runs, and says it does nothing
 run_mpi 2 120 "$GT_BIN" train "$deck" data.train="$data" parallel.zero=1 grid.dp=1 grid.tp=2 \
   run.steps=1 >"$GT_TMP/out" 2>"$GT_TMP/err"
