@@ -154,6 +154,17 @@ int gt_xfer_allreduce(gt_xfer *x, float *buf, size_t n, MPI_Comm comm);
 int gt_xfer_reduce_scatter(gt_xfer *x, float *buf, size_t n, const size_t *counts,
                            MPI_Comm comm);
 
+/* All-gather in place over comm of n elements of type t in the device buffer
+ * buf: buf is cut into member blocks of counts[r] elements (comm order,
+ * summing to n); this member's block is final once the work queued before
+ * the call has run, and once complete every block holds its member's data
+ * (work queued after sees it). Carried out as one broadcast from each member
+ * with a non-empty block, in block order (ZeRO 3 gathers a unit of the flat
+ * parameter buffer, which usually falls in one or two members' pieces).
+ * Collective on comm. */
+int gt_xfer_allgather(gt_xfer *x, void *buf, size_t n, gt_dtype t, const size_t *counts,
+                      MPI_Comm comm);
+
 /* Move the request along; *done true once complete (and also when idle). */
 int gt_xfer_test(gt_xfer *x, bool *done);
 

@@ -76,7 +76,8 @@ typedef struct gt_gpt_part {
                                zero_size 0 or 1: not split */
   gt_recompute recompute;   /* what a slot keeps (above) */
   int recompute_event;      /* timer event of the recomputation (-1: none) */
-  bool zero_grads;          /* ZeRO stage 2: the gradients in pieces too */
+  int zero_stage;           /* ZeRO stage (1..3) when zero_size > 1: what is in
+                               pieces (gt_params_shard) */
 } gt_gpt_part;
 
 /* The whole model on one rank (single stage, no tensor parallelism). */
@@ -98,6 +99,39 @@ typedef struct gt_grad_hook {
   bool every_microbatch; /* the pipeline passes the hook to every
                             micro-batch's backward, not only the last */
 } gt_grad_hook;
+
+/* ZeRO stage 3: the compute weights are in dp pieces, and the model asks
+ * for each unit's weights just before it uses them:
+ *   forward   [wte, wpe] (first stage), each block, the head's [ln_f] or
+ *             [ln_f, wte copy] (pp > 1), and wte (one stage);
+ *   backward  the head's units, each block from the last (recomputation
+ *             included); the embedding's backward reads no weights.
+ * acquire gives the unit [first, first + count)'s weights: *base is
+ * parameter first's compute copy, the others at their flat offsets from it;
+ * valid until the unit's release, after which the model holds no pointer
+ * into it (the views are reset to NULL). next_first / next_count name the
+ * unit the model will ask for next in this pass (next_count 0: none): the
+ * hook may start gathering it now (prefetch). progress is polled between the
+ * kernels of forward and backward. At most three units are held or
+ * prefetched at once (gt_gpt_gather_sizes). */
+typedef struct gt_weight_hook {
+  int (*acquire)(void *ctx, int first, int count, int next_first, int next_count,
+                 const void **base);
+  int (*release)(void *ctx, int first, int count);
+  void *ctx;
+  gt_progress progress;
+} gt_weight_hook;
+
+/* Install (hook != NULL) or remove the weight hook; required (GT_ERR_INTERNAL
+ * at the first forward otherwise) when the compute copy is sharded. */
+void gt_gpt_set_weight_hook(gt_gpt *m, const gt_weight_hook *hook);
+
+/* The buffers (flat elements each) the weight hook needs to serve this part:
+ * sizes[0] for the largest unit (an embedding or head), sizes[1] and
+ * sizes[2] for the largest other (a block): what is held and prefetched at
+ * once. Not collective. */
+#define GT_GPT_GATHER_BUFS 3
+void gt_gpt_gather_sizes(const gt_gpt *m, size_t sizes[GT_GPT_GATHER_BUFS]);
 
 /* The gradient units of this rank's part, in the order backward finishes
  * them: the head's LayerNorm, the last stage's copy of wte (pp > 1), each
@@ -169,6 +203,11 @@ int gt_gpt_plan(const gt_gpt_shape *shape, const gt_gpt_part *part, gt_dtype dty
  * collective. */
 int gt_gpt_plan_params(const gt_gpt_shape *shape, const gt_gpt_part *part, gt_dtype dtype,
                        size_t *numel, size_t *largest_unit, size_t *tied_unit);
+
+/* gt_gpt_gather_sizes of the part gt_gpt_create would make, without
+ * allocating. Not collective. */
+int gt_gpt_plan_gather(const gt_gpt_shape *shape, const gt_gpt_part *part, gt_dtype dtype,
+                       size_t sizes[GT_GPT_GATHER_BUFS]);
 
 /* The parameter index of the wte copy whose gradient the embedding group
  * sums (a first or last stage of pp > 1), or -1. */

@@ -29,7 +29,7 @@ typedef struct gt_layer_dims {
   int64_t H;       /* heads on this rank */
   gt_dtype dt;     /* compute type */
   const gt_group *tp;
-  const gt_progress *progress; /* polled between backward kernels (may be NULL) */
+  const gt_progress *progress; /* polled between kernels (may be NULL) */
 } gt_layer_dims;
 
 /* ---- pre-LayerNorm transformer block ------------------------------------

@@ -14,10 +14,11 @@
  *   zero 2   c psi + (4 + 4 + 8) psi / N    (fp32: 4 psi + 12 psi / N)
  *   zero 3   (c + 4 + 4 + 8) psi / N
  * (The paper's 16 psi, 4 psi + 12 psi / N, 2 psi + 14 psi / N and 16 psi / N
- * count 2-byte gradients; gridtrain keeps them in fp32.) Stages 2 and 3 are
- * accounted for planning; the trainer runs 0, 1 and 2. Stage 2 also holds
- * its reduction buffers (grad_shards.h): a few of the largest gradient unit
- * and, for the tied wte of pp > 1, a whole one.
+ * count 2-byte gradients; gridtrain keeps them in fp32.) Stages 2 and 3 also
+ * hold their reduction buffers (grad_shards.h): a few of the largest
+ * gradient unit and, for the tied wte of pp > 1, a whole one; stage 3 its
+ * gather buffers (param_gather.h): one of the largest weight unit (an
+ * embedding or head) and two of a block, in the compute type.
  *
  * Activations: what one micro-batch in flight keeps (by [model] recompute),
  * times the most in flight on the stage (by the schedule), plus buffers all
@@ -42,8 +43,9 @@ typedef struct gt_mem_account {
   int in_flight;     /* micro-batches in flight at most */
   double act_shared; /* activation buffers shared by the micro-batches */
   double comm;       /* MPI staging buffers */
-  double grad_bufs;  /* zero 2: the reduction buffers of grad_shards.h
+  double grad_bufs;  /* zero 2, 3: the reduction buffers of grad_shards.h
                         (shown under gradients, outside the formula) */
+  double gather_bufs; /* zero 3: the weight gather buffers of param_gather.h */
 } gt_mem_account;
 
 /* Fill the model-state terms of a (the rest is untouched) for psi elements,
@@ -52,7 +54,7 @@ typedef struct gt_mem_account {
 void gt_mem_model_state(double psi, gt_dtype dt, int zero, int dp, gt_mem_account *a);
 
 /* Model state (by the formula), activations (slot x in flight + shared),
- * and everything (with the zero 2 buffers and the staging). */
+ * and everything (with the zero 2 / 3 buffers and the staging). */
 double gt_mem_model_total(const gt_mem_account *a);
 double gt_mem_act_total(const gt_mem_account *a);
 double gt_mem_total(const gt_mem_account *a);

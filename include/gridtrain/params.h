@@ -20,8 +20,11 @@
  * ones. In bf16/fp16 only the owned piece of the fp32 master is allocated
  * (values then holds [shard_lo, shard_lo + shard_n) and the value views are
  * NULL); in fp32 the master is the compute copy, which every rank holds
- * whole. Either way the compute copy outside the owned piece is what the
- * data-parallel all-gather of zero.h brings in.
+ * whole below stage 3. Below stage 3 the compute copy outside the owned
+ * piece is what the trainer's data-parallel all-gather brings in after each
+ * update. At stage 3 the compute copy too is only the owned piece (compute
+ * views NULL, gt_params_compute_at): the model gathers each unit's weights
+ * just before it uses them (param_gather.h).
  *
  * Initial values are generated element by element from (seed, name, index)
  * with counter-based random numbers (rng.h), so they do not depend on which
@@ -85,7 +88,8 @@ typedef struct gt_params {
   int shard_rank, shard_size; /* ZeRO pieces; size 1: none */
   size_t shard_lo, shard_n;    /* the owned piece of the flat buffers */
   bool master_sharded;         /* values holds only the owned piece */
-  bool grads_sharded;          /* ZeRO 2: grads holds only the owned piece */
+  bool grads_sharded;          /* ZeRO 2, 3: grads holds only the owned piece */
+  bool compute_sharded;        /* ZeRO 3: compute holds only the owned piece */
   bool finalized;
 } gt_params;
 
@@ -112,13 +116,18 @@ void gt_param_insert(const gt_param *t, const float *local, float *full);
 /* Elements of the logical tensor. */
 size_t gt_param_full_numel(const gt_param *t);
 
-/* ZeRO: split the flat buffers into `size` equal pieces over the
- * data-parallel ranks, this rank owning piece `rank` (see above); with
- * grads (stage 2) the gradient buffer too holds only the owned piece (the
- * grad views are then NULL: backward writes into buffers of its own and
- * reduce-scatters them into it). Before finalize; size 1 is no split. Not
- * collective. */
-int gt_params_shard(gt_params *p, int rank, int size, bool grads);
+/* ZeRO stage `stage` (1..3): split the flat buffers into `size` equal
+ * pieces over the data-parallel ranks, this rank owning piece `rank` (see
+ * above). Stage 1: the optimizer state (and a bf16/fp16 master); stage 2:
+ * the gradient buffer too holds only the owned piece (the grad views are
+ * then NULL: backward writes into buffers of its own and reduce-scatters
+ * them into it); stage 3: the compute copy (and the fp32 master) too.
+ * Before finalize; size 1 is no split. Not collective. */
+int gt_params_shard(gt_params *p, int rank, int size, int stage);
+
+/* The compute copy of flat element `offset` (in the owned piece when the
+ * compute copy is sharded). */
+void *gt_params_compute_at(const gt_params *p, size_t offset);
 
 /* The gradient of flat element `offset` (in the owned piece when the
  * gradients are sharded). */
@@ -161,8 +170,8 @@ int gt_params_zero_grads(gt_params *p);
 int gt_params_grad_sumsq(gt_params *p, double *acc);
 
 /* Bytes of each buffer on this rank: master values (the owned piece when
- * sharded), gradients, and the compute copy (0 in fp32, where it is the
- * master). */
+ * sharded), and the compute copy (the owned piece at stage 3; 0 in fp32,
+ * where it is the master). */
 size_t gt_params_master_bytes(const gt_params *p);
 size_t gt_params_compute_bytes(const gt_params *p);
 

@@ -28,10 +28,19 @@
 #define GT_PIECE_ELEMS ((size_t)4 << 20) /* all-reduce pieces: 16 MiB of fp32 */
 #define GT_COLL_NCCL_MAX 8                /* groups that may use NCCL */
 
-typedef enum { GT_X_IDLE = 0, GT_X_SEND, GT_X_RECV, GT_X_ALLREDUCE, GT_X_REDUCE } gt_xkind;
+/* GT_X_REDUCE: a reduce-scatter as reductions to each block's member;
+ * GT_X_BCAST: an all-gather as broadcasts from each block's member. */
+typedef enum {
+  GT_X_IDLE = 0,
+  GT_X_SEND,
+  GT_X_RECV,
+  GT_X_ALLREDUCE,
+  GT_X_REDUCE,
+  GT_X_BCAST
+} gt_xkind;
 
-/* A reduction piece of a reduce-scatter: elements [off, off + len) of the
- * buffer summed into member root. */
+/* A piece of a reduce-scatter or an all-gather: elements [off, off + len)
+ * of the buffer summed into, or broadcast from, member root. */
 typedef struct {
   int root;
   size_t off, len;
@@ -57,8 +66,8 @@ struct gt_xfer {
   size_t pieces, posted, finished;
   gt_xpiece *plist;         /* reduce-scatter: its pieces */
   size_t plist_cap;
-  size_t own_off, own_len;  /* reduce-scatter: this member's block */
-  int me;                   /* reduce-scatter: this member's rank */
+  size_t own_off, own_len;  /* reduce-scatter, all-gather: this member's block */
+  int me;                   /* reduce-scatter, all-gather: this member's rank */
   unsigned long long order; /* collectives: issue order */
   gt_xfer *next;            /* active list */
 };
@@ -104,7 +113,8 @@ static double gt_ring_bytes(gt_xkind kind, double bytes, int size)
   const double share = size > 1 ? (double)(size - 1) / size : 0.0;
   switch (kind) {
   case GT_X_ALLREDUCE: return 2.0 * share * bytes;
-  case GT_X_REDUCE: return share * bytes;
+  case GT_X_REDUCE:
+  case GT_X_BCAST: return share * bytes;
   case GT_X_SEND: return bytes;
   default: return 0.0;
   }
@@ -701,8 +711,9 @@ int gt_xfer_allreduce(gt_xfer *x, float *buf, size_t n, MPI_Comm comm)
   return GT_SUCCESS;
 }
 
-/* The pieces of a reduce-scatter of n elements in member blocks of counts
- * (comm order): one reduction to each block's member, chunked. */
+/* The pieces of a reduce-scatter (all-gather) of n elements in member
+ * blocks of counts (comm order): one reduction to (broadcast from) each
+ * block's member, chunked. */
 static int gt_xfer_plan_pieces(gt_xfer *x, size_t n, const size_t *counts, int size)
 {
   size_t need = (size_t)size + gt_chunk_count(n, GT_PIECE_ELEMS), count = 0, off = 0;
@@ -777,13 +788,47 @@ int gt_xfer_reduce_scatter(gt_xfer *x, float *buf, size_t n, const size_t *count
   return GT_SUCCESS;
 }
 
-static bool gt_xkind_collective(gt_xkind k) { return k == GT_X_ALLREDUCE || k == GT_X_REDUCE; }
+int gt_xfer_allgather(gt_xfer *x, void *buf, size_t n, gt_dtype t, const size_t *counts,
+                      MPI_Comm comm)
+{
+  gt_coll *c = x->coll;
+  gt_backend *be = c->be;
+  int me = 0, size = 1;
+  GT_CALL_MPI(MPI_Comm_rank(comm, &me));
+  GT_CALL_MPI(MPI_Comm_size(comm, &size));
+  GT_CALL(gt_xfer_begin(x, GT_X_BCAST, buf, n, t, -1, 0, comm));
+  x->me = me;
+  int status = gt_xfer_plan_pieces(x, n, counts, size);
+  if (status != GT_SUCCESS) {
+    x->phase = GT_P_IDLE;
+    x->kind = GT_X_IDLE;
+    gt_xfer_unlink(x);
+    return gt_error_push(status, __FILE__, __LINE__, __func__);
+  }
+  x->order = c->issued++;
+  GT_CALL(be->ops->event_record(be, x->ready, NULL));
+  if (!gt_direct_for(c, t, false) && x->own_len > 0) { /* only this member's block goes out */
+    const size_t es = gt_dtype_size(t);
+    GT_CALL(be->ops->stream_wait(be, c->copy, x->ready));
+    GT_CALL(be->ops->download(be, (char *)x->stage + x->own_off * es,
+                              (char *)buf + x->own_off * es, x->own_len * es, c->copy));
+    GT_CALL(be->ops->event_record(be, x->ready, c->copy));
+  }
+  GT_CALL(gt_xfer_test(x, &(bool){false}));
+  return GT_SUCCESS;
+}
+
+/* Collectives start MPI in issue order; reductions sum on the host. */
+static bool gt_xkind_collective(gt_xkind k)
+{
+  return k == GT_X_ALLREDUCE || k == GT_X_REDUCE || k == GT_X_BCAST;
+}
+static bool gt_xkind_reduce(gt_xkind k) { return k == GT_X_ALLREDUCE || k == GT_X_REDUCE; }
 
 /* The buffer MPI works on: the device buffer itself or the staging copy. */
 static void *gt_xfer_mpi_buf(const gt_xfer *x)
 {
-  const bool reduce = gt_xkind_collective(x->kind);
-  return gt_direct_for(x->coll, x->t, reduce) ? x->buf : x->stage;
+  return gt_direct_for(x->coll, x->t, gt_xkind_reduce(x->kind)) ? x->buf : x->stage;
 }
 
 /* Post MPI requests: the p2p one, or every piece of a collective. */
@@ -814,6 +859,10 @@ static int gt_xfer_post(gt_xfer *x)
       float *at = (float *)mbuf + pc->off;
       GT_CALL_MPI(MPI_Ireduce(pc->root == x->me ? MPI_IN_PLACE : at, at, (int)pc->len,
                               MPI_FLOAT, MPI_SUM, pc->root, x->comm, slot));
+    } else if (x->kind == GT_X_BCAST) { /* from the block's member */
+      const gt_xpiece *pc = &x->plist[x->posted];
+      char *at = (char *)mbuf + pc->off * gt_dtype_size(x->t);
+      GT_CALL_MPI(MPI_Ibcast(at, (int)pc->len, type, pc->root, x->comm, slot));
     } else {
       size_t off, len;
       gt_chunk_at(x->n, GT_PIECE_ELEMS, x->posted, &off, &len);
@@ -835,13 +884,22 @@ static int gt_xfer_finish(gt_xfer *x)
     gt_stream *cs = x->coll->copy;
     if (x->kind == GT_X_RECV) /* after the readers of buf queued before the receive */
       GT_CALL(be->ops->stream_wait(be, cs, x->ready));
-    /* a reduce-scatter brings back only this member's block */
+    /* a reduce-scatter brings back only this member's block, an all-gather
+     * the others' (the blocks before and after its own) */
     const size_t es = gt_dtype_size(x->t);
-    const size_t off = x->kind == GT_X_REDUCE ? x->own_off : 0;
-    const size_t len = x->kind == GT_X_REDUCE ? x->own_len : x->n;
-    if (len)
-      GT_CALL(be->ops->upload(be, (char *)x->buf + off * es, (char *)x->stage + off * es,
-                              len * es, cs));
+    size_t off[2] = {0, 0}, len[2] = {x->n, 0};
+    if (x->kind == GT_X_REDUCE) {
+      off[0] = x->own_off;
+      len[0] = x->own_len;
+    } else if (x->kind == GT_X_BCAST) {
+      len[0] = x->own_off;
+      off[1] = x->own_off + x->own_len;
+      len[1] = x->n - off[1];
+    }
+    for (int k = 0; k < 2; k++)
+      if (len[k])
+        GT_CALL(be->ops->upload(be, (char *)x->buf + off[k] * es,
+                                (char *)x->stage + off[k] * es, len[k] * es, cs));
     GT_CALL(be->ops->event_record(be, x->copied, cs));
     GT_CALL(be->ops->stream_wait(be, be->compute, x->copied));
     x->copied_pending = true;

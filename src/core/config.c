@@ -154,7 +154,9 @@ static const gt_key gt_keys[] = {
    "ZeRO stage over the data-parallel ranks: 0 replicates the optimizer state, 1 splits "
    "the fp32 master weights and AdamW moments into dp pieces (gradients reduce-"
    "scattered, weights all-gathered after the update), 2 also the gradients (each unit "
-   "reduce-scattered per micro-batch into the rank's piece); 3 is not implemented yet",
+   "reduce-scattered per micro-batch into the rank's piece), 3 also the compute weights "
+   "(each block, embedding and head all-gathered just before its forward and backward, "
+   "the next one prefetched)",
    false, false},
   {"parallel", "collectives", GT_KEY_ENUM, GT_OFF(parallel.collectives), 0, 0, "mpi|nccl",
    "mpi", "who carries the tensor- and data-parallel collectives: MPI (device buffers "

@@ -51,13 +51,17 @@ int gt_block_forward(gt_backend *be, const gt_block_weights *w, const gt_block_a
                                 w->ln1_b, z.N, z.C));
   GT_CALL(op->linear_forward(be, dt, a->qkv, a->ln1, w->qkv_w, w->qkv_b, NULL, z.N, z.C,
                              3 * z.Cl));
+  GT_CALL(gt_progress_poll(d.progress)); /* ZeRO 3: the next block's gather */
   GT_CALL(gt_block_attention_forward(be, a, d));
+  GT_CALL(gt_progress_poll(d.progress));
   GT_CALL(op->linear_forward(be, dt, a->res2, a->atty, w->proj_w, z.lead ? w->proj_b : NULL,
                              z.lead ? x : NULL, z.N, z.Cl, z.C));
   GT_CALL(gt_tp_sum(&d, a->res2, nc));
   GT_CALL(op->layernorm_forward(be, dt, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w->ln2_w,
                                 w->ln2_b, z.N, z.C));
+  GT_CALL(gt_progress_poll(d.progress));
   GT_CALL(op->linear_forward(be, dt, a->fc, a->ln2, w->fc_w, w->fc_b, NULL, z.N, z.C, z.F));
+  GT_CALL(gt_progress_poll(d.progress));
   GT_CALL(op->gelu_forward(be, dt, a->gelu, a->fc, (size_t)(z.N * z.F)));
   GT_CALL(op->linear_forward(be, dt, out, a->gelu, w->fcproj_w, z.lead ? w->fcproj_b : NULL,
                              z.lead ? a->res2 : NULL, z.N, z.F, z.C));

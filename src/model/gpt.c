@@ -13,6 +13,13 @@
 #include "gridtrain/layers.h"
 #include "gridtrain/timer.h"
 
+/* The weight units one pass asks for, in order (ZeRO 3, gpt.h): parameter
+ * ranges [first[k], first[k] + count[k]), k < n (at most layers + 3). */
+typedef struct gt_gpt_pass {
+  int n;
+  int *first, *count;
+} gt_gpt_pass;
+
 /* One micro-batch in flight: what forward keeps for backward. */
 typedef struct gt_gpt_slot {
   void **resid;        /* nl+1 views (N,C): resid[0] stage input, resid[nl] output */
@@ -47,6 +54,12 @@ struct gt_gpt {
   int *p_block;            /* first of 12 per local block */
   int p_head, p_head_count; /* ln_f (+ the wte copy on a last stage) */
   float ***gptr;            /* per parameter: the gradient pointer to rebind */
+  const void ***wptr;       /* per parameter: the weight pointer to rebind */
+
+  /* ZeRO 3 (gpt.h): the weight units in the order each pass asks for them */
+  gt_weight_hook whook;
+  bool has_whook;
+  gt_gpt_pass fwd, bwd;
 
   /* activations: one device buffer, `nslots` slots and shared scratch */
   void *act_buffer;
@@ -211,11 +224,16 @@ static int gt_gpt_bind(gt_gpt *m)
     m->dwpe = wpe->grad.data;
   }
   free(m->gptr);
+  free(m->wptr);
   m->gptr = calloc((size_t)(p->count > 0 ? p->count : 1), sizeof *m->gptr);
+  m->wptr = calloc((size_t)(p->count > 0 ? p->count : 1), sizeof *m->wptr);
   GT_CHECK_ALLOC(m->gptr, sizeof *m->gptr * (size_t)p->count);
+  GT_CHECK_ALLOC(m->wptr, sizeof *m->wptr * (size_t)p->count);
   if (m->part.first) {
     m->gptr[m->p_wte] = &m->dwte;
     m->gptr[m->p_wte + 1] = &m->dwpe;
+    m->wptr[m->p_wte] = &m->wte;
+    m->wptr[m->p_wte + 1] = &m->wpe;
   }
   for (int l = 0; l < m->nl; l++) {
     gt_param *t = &p->list[m->p_block[l]];
@@ -231,6 +249,7 @@ static int gt_gpt_bind(gt_gpt *m)
       *wv[i] = t[i].compute.data;
       *gv[i] = t[i].grad.data;
       m->gptr[m->p_block[l] + i] = gv[i];
+      m->wptr[m->p_block[l] + i] = wv[i];
     }
   }
   if (m->part.last) {
@@ -241,10 +260,108 @@ static int gt_gpt_bind(gt_gpt *m)
     m->dlnf_b = lnf[1].grad.data;
     m->gptr[m->p_head] = &m->dlnf_w;
     m->gptr[m->p_head + 1] = &m->dlnf_b;
-    if (!m->part.first)
-      m->gptr[m->p_head + 2] = &m->dwte; /* the copy */
+    m->wptr[m->p_head] = &m->lnf_w;
+    m->wptr[m->p_head + 1] = &m->lnf_b;
+    if (!m->part.first) { /* the copy */
+      m->gptr[m->p_head + 2] = &m->dwte;
+      m->wptr[m->p_head + 2] = &m->wte;
+    }
   }
   return GT_SUCCESS;
+}
+
+/* The weight units of each pass (gpt.h): forward the embedding, the blocks,
+ * the head (and wte with one stage); backward the head's units, then the
+ * blocks from the last. */
+static int gt_gpt_passes(gt_gpt *m)
+{
+  const size_t most = (size_t)m->nl + 3;
+  gt_gpt_pass *ps[2] = {&m->fwd, &m->bwd};
+  for (int k = 0; k < 2; k++) {
+    free(ps[k]->first);
+    ps[k]->first = malloc(2 * most * sizeof(int));
+    GT_CHECK_ALLOC(ps[k]->first, 2 * most * sizeof(int));
+    ps[k]->count = ps[k]->first + most;
+    ps[k]->n = 0;
+  }
+#define GT_PASS(ps, f, c)                                                                     \
+  do {                                                                                        \
+    (ps)->first[(ps)->n] = (f);                                                               \
+    (ps)->count[(ps)->n++] = (c);                                                             \
+  } while (0)
+  const bool one_stage = m->part.first && m->part.last;
+  if (m->part.first)
+    GT_PASS(&m->fwd, m->p_wte, 2);
+  for (int l = 0; l < m->nl; l++)
+    GT_PASS(&m->fwd, m->p_block[l], GT_BLOCK_PARAMS);
+  if (m->part.last) {
+    GT_PASS(&m->fwd, m->p_head, m->p_head_count);
+    GT_PASS(&m->bwd, m->p_head, m->p_head_count);
+    if (one_stage) {
+      GT_PASS(&m->fwd, m->p_wte, 1);
+      GT_PASS(&m->bwd, m->p_wte, 1);
+    }
+  }
+  for (int l = m->nl - 1; l >= 0; l--)
+    GT_PASS(&m->bwd, m->p_block[l], GT_BLOCK_PARAMS);
+#undef GT_PASS
+  return GT_SUCCESS;
+}
+
+void gt_gpt_set_weight_hook(gt_gpt *m, const gt_weight_hook *hook)
+{
+  m->has_whook = hook != NULL;
+  if (hook)
+    m->whook = *hook;
+}
+
+/* Sharded compute weights: unit k of the pass gathered and its views bound
+ * (the next unit named for prefetch); a no-op otherwise. */
+static int gt_gpt_take(gt_gpt *m, const gt_gpt_pass *ps, int k)
+{
+  const gt_params *p = m->params;
+  if (!p->compute_sharded)
+    return GT_SUCCESS;
+  GT_CHECK(m->has_whook, GT_ERR_INTERNAL,
+           "internal error: the compute weights are in ZeRO pieces and no weight hook is set");
+  const int first = ps->first[k], count = ps->count[k];
+  const int nf = k + 1 < ps->n ? ps->first[k + 1] : 0;
+  const int nc = k + 1 < ps->n ? ps->count[k + 1] : 0;
+  const void *base = NULL;
+  GT_CALL(m->whook.acquire(m->whook.ctx, first, count, nf, nc, &base));
+  const size_t es = gt_dtype_size(m->dt);
+  for (int j = first; j < first + count; j++)
+    *m->wptr[j] = (const char *)base + (p->list[j].offset - p->list[first].offset) * es;
+  return GT_SUCCESS;
+}
+
+/* The release of unit k of the pass; its views no longer point anywhere. */
+static int gt_gpt_drop(gt_gpt *m, const gt_gpt_pass *ps, int k)
+{
+  if (!m->params->compute_sharded)
+    return GT_SUCCESS;
+  const int first = ps->first[k], count = ps->count[k];
+  for (int j = first; j < first + count; j++)
+    *m->wptr[j] = NULL;
+  GT_CALL(m->whook.release(m->whook.ctx, first, count));
+  return GT_SUCCESS;
+}
+
+void gt_gpt_gather_sizes(const gt_gpt *m, size_t sizes[GT_GPT_GATHER_BUFS])
+{
+  size_t largest = 0, block = 0;
+  for (int k = 0; k < m->fwd.n; k++) {
+    const size_t len = gt_params_span(m->params, m->fwd.first[k], m->fwd.count[k]);
+    largest = len > largest ? len : largest;
+    if (m->fwd.count[k] == GT_BLOCK_PARAMS && len > block)
+      block = len;
+  }
+  /* one embedding or head at a time; the one-stage head's ln_f is smaller
+   * than a block */
+  sizes[0] = largest;
+  if (block == 0 && m->part.last)
+    block = gt_params_span(m->params, m->p_head, 2);
+  sizes[1] = sizes[2] = block;
 }
 
 // ---- activations ---------------------------------------------------------------------
@@ -360,7 +477,7 @@ int gt_recompute_parse(const char *name)
 gt_gpt_part gt_gpt_whole(const gt_gpt_shape *shape)
 {
   gt_gpt_part p = {0,    shape->layers, true, true, {MPI_COMM_NULL, 0, 1, -1, NULL},
-                   0,    1,             GT_RECOMPUTE_NONE, -1, false};
+                   0,    1,             GT_RECOMPUTE_NONE, -1, 0};
   return p;
 }
 
@@ -438,7 +555,8 @@ int gt_gpt_plan_params(const gt_gpt_shape *shape, const gt_gpt_part *part, gt_dt
   if (status == GT_SUCCESS)
     status = gt_gpt_register(m);
   if (status == GT_SUCCESS && part->zero_size > 1)
-    status = gt_params_shard(m->params, part->zero_rank, part->zero_size, part->zero_grads);
+    status = gt_params_shard(m->params, part->zero_rank, part->zero_size,
+                             part->zero_stage > 0 ? part->zero_stage : 1);
   if (status == GT_SUCCESS)
     status = gt_params_layout(m->params);
   if (status == GT_SUCCESS) {
@@ -456,6 +574,28 @@ int gt_gpt_plan_params(const gt_gpt_shape *shape, const gt_gpt_part *part, gt_dt
         *largest_unit = len;
     }
   }
+  gt_gpt_destroy(&m);
+  GT_CALL(status);
+  return GT_SUCCESS;
+}
+
+int gt_gpt_plan_gather(const gt_gpt_shape *shape, const gt_gpt_part *part, gt_dtype dtype,
+                       size_t sizes[GT_GPT_GATHER_BUFS])
+{
+  gt_gpt *m = NULL;
+  GT_CALL(gt_gpt_shell(NULL, shape, part, dtype, 1, 1, 1, &m));
+  int status = gt_params_create(NULL, dtype, &m->params);
+  if (status == GT_SUCCESS)
+    status = gt_gpt_register(m);
+  if (status == GT_SUCCESS && part->zero_size > 1)
+    status = gt_params_shard(m->params, part->zero_rank, part->zero_size,
+                             part->zero_stage > 0 ? part->zero_stage : 1);
+  if (status == GT_SUCCESS)
+    status = gt_params_layout(m->params);
+  if (status == GT_SUCCESS)
+    status = gt_gpt_passes(m);
+  if (status == GT_SUCCESS)
+    gt_gpt_gather_sizes(m, sizes);
   gt_gpt_destroy(&m);
   GT_CALL(status);
   return GT_SUCCESS;
@@ -481,11 +621,14 @@ int gt_gpt_create(gt_backend *be, const gt_gpt_shape *shape, const gt_gpt_part *
   if (status == GT_SUCCESS)
     status = gt_gpt_register(m);
   if (status == GT_SUCCESS && part->zero_size > 1)
-    status = gt_params_shard(m->params, part->zero_rank, part->zero_size, part->zero_grads);
+    status = gt_params_shard(m->params, part->zero_rank, part->zero_size,
+                             part->zero_stage > 0 ? part->zero_stage : 1);
   if (status == GT_SUCCESS)
     status = gt_params_finalize(m->params);
   if (status == GT_SUCCESS)
     status = gt_gpt_bind(m);
+  if (status == GT_SUCCESS)
+    status = gt_gpt_passes(m);
   if (status == GT_SUCCESS)
     status = be->ops->alloc(be, m->act_bytes, &m->act_buffer);
   if (status == GT_SUCCESS) {
@@ -523,6 +666,9 @@ int gt_gpt_destroy(gt_gpt **model)
   }
   free(m->slots);
   free(m->gptr);
+  free(m->wptr);
+  free(m->fwd.first);
+  free(m->bwd.first);
   free(m->w);
   free(m->g);
   free(m->p_block);
@@ -603,7 +749,8 @@ int gt_gpt_forward(gt_gpt *m, int slot, const int32_t *tokens, const int32_t *ta
   gt_backend *be = m->be;
   gt_gpt_slot *sl = &m->slots[slot];
   const int64_t N = (int64_t)B * T, C = m->shape.dim;
-  const gt_layer_dims d = {B, T, C, m->H, m->dt, &m->part.tp, NULL};
+  const gt_layer_dims d = {B, T, C, m->H, m->dt, &m->part.tp,
+                           m->has_whook ? &m->whook.progress : NULL};
   if (m->part.first)
     GT_CALL(gt_gpt_upload_ids(m, sl, sl->tokens, sl->host_tokens, tokens, (size_t)N));
   if (m->part.last)
@@ -612,17 +759,30 @@ int gt_gpt_forward(gt_gpt *m, int slot, const int32_t *tokens, const int32_t *ta
     GT_CALL(be->ops->event_record(be, sl->uploaded, NULL));
     sl->upload_pending = true;
   }
-  if (m->part.first)
+  int k = 0; /* the weight unit of the pass (ZeRO 3) */
+  if (m->part.first) {
+    GT_CALL(gt_gpt_take(m, &m->fwd, k));
     GT_CALL(gt_embedding_forward(be, m->dt, sl->resid[0], sl->tokens, m->wte, m->wpe, B, T, C,
                                  m->v0, m->nv, &m->part.tp));
+    GT_CALL(gt_gpt_drop(m, &m->fwd, k++));
+  }
   for (int l = 0; l < m->nl; l++) {
     const gt_block_acts a = gt_gpt_block_acts(m, sl, l);
+    GT_CALL(gt_gpt_take(m, &m->fwd, k));
     GT_CALL(gt_block_forward(be, &m->w[l], &a, sl->resid[l], sl->resid[l + 1], d));
+    GT_CALL(gt_gpt_drop(m, &m->fwd, k++));
   }
   if (m->part.last) {
+    const bool one_stage = m->part.first;
+    GT_CALL(gt_gpt_take(m, &m->fwd, k));
+    if (one_stage)
+      GT_CALL(gt_gpt_take(m, &m->fwd, k + 1));
     GT_CALL(gt_lm_head_forward(be, m->wte, m->lnf_w, m->lnf_b, &sl->head, sl->resid[m->nl],
                                sl->targets, m->stats_all, gt_gpt_head_dims(m, N),
                                dlogit_scale));
+    GT_CALL(gt_gpt_drop(m, &m->fwd, k));
+    if (one_stage)
+      GT_CALL(gt_gpt_drop(m, &m->fwd, k + 1));
     if (loss_acc)
       GT_CALL(be->ops->sum_add(be, loss_acc, sl->head.losses, (size_t)N));
   }
@@ -707,23 +867,37 @@ int gt_gpt_backward(gt_gpt *m, int slot, const gt_grad_hook *hook)
            "gt_gpt_backward needs a forward with dlogit_scale != 0 first");
   gt_backend *be = m->be;
   const int64_t B = sl->B, T = sl->T, N = B * T, C = m->shape.dim;
-  const gt_layer_dims d = {B, T, C, m->H, m->dt, &m->part.tp, hook ? &hook->progress : NULL};
+  /* both hooks' progress runs the same engine (collectives.h) */
+  const gt_progress *progress = hook           ? &hook->progress
+                                : m->has_whook ? &m->whook.progress
+                                               : NULL;
+  const gt_layer_dims d = {B, T, C, m->H, m->dt, &m->part.tp, progress};
+  int k = 0; /* the weight unit of the pass (ZeRO 3) */
   if (m->part.last) {
+    const bool one_stage = m->part.first;
     GT_CALL(gt_gpt_grads(m, hook, m->p_head, 2));
     /* wte: the last stage's copy, or (one stage) the embedding itself,
      * which the embedding's backward adds to at the end */
     GT_CALL(gt_gpt_grads(m, hook, m->part.first ? m->p_wte : m->p_head + 2, 1));
+    GT_CALL(gt_gpt_take(m, &m->bwd, k));
+    if (one_stage)
+      GT_CALL(gt_gpt_take(m, &m->bwd, k + 1));
     GT_CALL(gt_lm_head_backward(be, m->wte, m->dwte, m->lnf_w, m->dlnf_w, m->dlnf_b, &sl->head,
                                 sl->resid[m->nl], sl->dgrad, m->dlnf, gt_gpt_head_dims(m, N)));
+    GT_CALL(gt_gpt_drop(m, &m->bwd, k++));
+    if (one_stage)
+      GT_CALL(gt_gpt_drop(m, &m->bwd, k++));
     /* ln_f is final; so is the wte copy of a last stage (pp > 1) */
     GT_CALL(gt_gpt_ready(hook, m->p_head, m->p_head_count));
   }
   for (int l = m->nl - 1; l >= 0; l--) {
     const gt_block_acts a = gt_gpt_block_acts(m, sl, l);
     GT_CALL(gt_gpt_grads(m, hook, m->p_block[l], GT_BLOCK_PARAMS));
+    GT_CALL(gt_gpt_take(m, &m->bwd, k));
     GT_CALL(gt_gpt_recompute(m, sl, l, &a, d));
     GT_CALL(gt_block_backward(be, &m->w[l], &m->g[l], &a, sl->resid[l], sl->dgrad,
                               &m->scratch, d));
+    GT_CALL(gt_gpt_drop(m, &m->bwd, k++));
     GT_CALL(gt_gpt_ready(hook, m->p_block[l], GT_BLOCK_PARAMS));
   }
   if (m->part.first) {

@@ -127,14 +127,21 @@ void gt_param_insert(const gt_param *t, const float *local, float *full)
   gt_param_copy(t, (float *)local, full, true);
 }
 
-int gt_params_shard(gt_params *p, int rank, int size, bool grads)
+int gt_params_shard(gt_params *p, int rank, int size, int stage)
 {
   GT_ASSERT(!p->finalized);
-  GT_ASSERT(size >= 1 && rank >= 0 && rank < size);
+  GT_ASSERT(size >= 1 && rank >= 0 && rank < size && stage >= 1 && stage <= 3);
   p->shard_rank = rank;
   p->shard_size = size;
-  p->grads_sharded = grads && size > 1;
+  p->grads_sharded = stage >= 2 && size > 1;
+  p->compute_sharded = stage >= 3 && size > 1;
   return GT_SUCCESS;
+}
+
+void *gt_params_compute_at(const gt_params *p, size_t offset)
+{
+  const size_t at = p->compute_sharded ? offset - p->shard_lo : offset;
+  return (char *)p->compute + at * gt_dtype_size(p->dtype);
 }
 
 float *gt_params_grad(const gt_params *p, size_t offset)
@@ -175,7 +182,8 @@ int gt_params_layout(gt_params *p)
   if (size > 1)
     off = p->shard_n * size;
   p->numel = off;
-  p->master_sharded = size > 1 && p->dtype != GT_F32;
+  /* fp32: the master is the compute copy, in pieces only at stage 3 */
+  p->master_sharded = size > 1 && (p->dtype != GT_F32 || p->compute_sharded);
   return GT_SUCCESS;
 }
 
@@ -190,13 +198,15 @@ int gt_params_finalize(gt_params *p)
   GT_CALL(p->be->ops->zero(p->be, p->grads, gt_params_grad_len(p) * sizeof(float)));
   p->compute = p->values;
   if (p->dtype != GT_F32) {
-    GT_CALL(p->be->ops->alloc(p->be, off * gt_dtype_size(p->dtype), &p->compute));
-    GT_CALL(p->be->ops->zero(p->be, p->compute, off * gt_dtype_size(p->dtype)));
+    const size_t bytes = (p->compute_sharded ? p->shard_n : off) * gt_dtype_size(p->dtype);
+    GT_CALL(p->be->ops->alloc(p->be, bytes, &p->compute));
+    GT_CALL(p->be->ops->zero(p->be, p->compute, bytes));
   }
   for (int i = 0; i < p->count; i++) {
     p->list[i].value.data = p->master_sharded ? NULL : p->values + p->list[i].offset;
     p->list[i].grad.data = p->grads_sharded ? NULL : p->grads + p->list[i].offset;
-    p->list[i].compute.data = (char *)p->compute + p->list[i].offset * gt_dtype_size(p->dtype);
+    p->list[i].compute.data =
+        p->compute_sharded ? NULL : gt_params_compute_at(p, p->list[i].offset);
   }
   p->finalized = true;
   return GT_SUCCESS;
@@ -251,8 +261,8 @@ int gt_params_refresh_compute(gt_params *p)
     return GT_SUCCESS;
   size_t lo, hi;
   gt_params_master_range(p, &lo, &hi);
-  GT_CALL(p->be->ops->cast(p->be, p->dtype, (char *)p->compute + lo * gt_dtype_size(p->dtype),
-                           GT_F32, gt_params_master(p, lo), hi - lo));
+  GT_CALL(p->be->ops->cast(p->be, p->dtype, gt_params_compute_at(p, lo), GT_F32,
+                           gt_params_master(p, lo), hi - lo));
   return GT_SUCCESS;
 }
 
@@ -295,7 +305,9 @@ size_t gt_params_master_bytes(const gt_params *p)
 
 size_t gt_params_compute_bytes(const gt_params *p)
 {
-  return p->dtype == GT_F32 ? 0 : p->numel * gt_dtype_size(p->dtype);
+  if (p->dtype == GT_F32)
+    return 0;
+  return (p->compute_sharded ? p->shard_n : p->numel) * gt_dtype_size(p->dtype);
 }
 
 size_t gt_params_span(const gt_params *p, int first, int count)

@@ -103,8 +103,7 @@ int gt_adamw_step(gt_adamw *o, long s, double lr, double grad_mult)
     const size_t b = t_->offset + t_->numel < o->hi ? t_->offset + t_->numel : o->hi;
     if (a >= b)
       continue;
-    void *compute =
-        p->dtype == GT_F32 ? NULL : (char *)p->compute + a * gt_dtype_size(p->dtype);
+    void *compute = p->dtype == GT_F32 ? NULL : gt_params_compute_at(p, a);
     GT_CALL(be->ops->adamw(be, gt_params_master(p, a), gt_params_grad(p, a), o->m + (a - o->lo),
                            o->v + (a - o->lo), compute, p->dtype, b - a, (float)lr,
                            (float)c->beta1, (float)c->beta2, (float)c->eps,

@@ -12,6 +12,7 @@
 #include "gridtrain/grad_shards.h"
 #include "gridtrain/grid.h"
 #include "gridtrain/log.h"
+#include "gridtrain/param_gather.h"
 #include "gridtrain/schedule.h"
 
 void gt_mem_model_state(double psi, gt_dtype dt, int zero, int dp, gt_mem_account *a)
@@ -39,7 +40,7 @@ double gt_mem_act_total(const gt_mem_account *a)
 
 double gt_mem_total(const gt_mem_account *a)
 {
-  return gt_mem_model_total(a) + gt_mem_act_total(a) + a->comm + a->grad_bufs;
+  return gt_mem_model_total(a) + gt_mem_act_total(a) + a->comm + a->grad_bufs + a->gather_bufs;
 }
 
 int gt_mem_plan(const gt_config *cfg, int ranks, bool staged, gt_mem_account *stages,
@@ -49,10 +50,6 @@ int gt_mem_plan(const gt_config *cfg, int ranks, bool staged, gt_mem_account *st
   GT_CALL(gt_grid_check_model(cfg, sizes));
   const int dp = sizes[0], pp = sizes[1], tp = sizes[2];
   GT_CHECK(pp <= max_stages, GT_ERR_INPUT, "pp = %d: more stages than %d", pp, max_stages);
-  GT_CHECK(cfg->parallel.zero <= 2, GT_ERR_INPUT,
-           "[parallel] zero = %ld: ZeRO stage 3 is not implemented in this version of "
-           "gridtrain; use zero = 0, 1 or 2",
-           cfg->parallel.zero);
   const gt_gpt_shape shape = {(int)cfg->model.layers, (int)cfg->model.heads,
                               (int)cfg->model.dim, (int)cfg->model.seq_len,
                               (int)cfg->model.vocab};
@@ -74,7 +71,7 @@ int gt_mem_plan(const gt_config *cfg, int ranks, bool staged, gt_mem_account *st
                         {MPI_COMM_NULL, 0, tp, -1, NULL},
                         0,         zero >= 1 ? dp : 1,
                         (gt_recompute)gt_recompute_parse(cfg->model.recompute), -1,
-                        zero >= 2};
+                        zero};
     gt_mem_account *a = &stages[s];
     memset(a, 0, sizeof *a);
     size_t psi = 0, act = 0, slot = 0, largest = 0, tied = 0;
@@ -82,6 +79,11 @@ int gt_mem_plan(const gt_config *cfg, int ranks, bool staged, gt_mem_account *st
     GT_CALL(gt_gpt_plan_params(&shape, &part, dt, &psi, &largest, &tied));
     if (zero >= 2)
       a->grad_bufs = (double)gt_gshard_plan_bytes(largest, tied, GT_GSHARD_POOL);
+    if (zero >= 3) {
+      size_t bufs[GT_GPT_GATHER_BUFS];
+      GT_CALL(gt_gpt_plan_gather(&shape, &part, dt, bufs));
+      a->gather_bufs = (double)gt_pgather_plan_bytes(bufs, GT_GPT_GATHER_BUFS, dt);
+    }
     GT_CALL(gt_gpt_plan(&shape, &part, dt, B_micro, T, slots, &act, &slot));
     gt_mem_model_state((double)psi, dt, zero, dp, a);
     a->act_slot = (double)slot;
@@ -92,14 +94,15 @@ int gt_mem_plan(const gt_config *cfg, int ranks, bool staged, gt_mem_account *st
     if (staged)
       a->comm = (dp > 1 ? a->grads : 0.0) +
                 (pp > 1 ? 2.0 * slots * (double)B_micro * T * shape.dim * gt_dtype_size(dt)
-                        : 0.0);
+                        : 0.0) +
+                a->gather_bufs; /* each gather buffer's staging room */
   }
   return GT_SUCCESS;
 }
 
 static const char *const gt_mem_heads[] = {"compute w", "master w", "gradients", "moments",
                                            "act/mb",    "in flight", "act total", "comm bufs",
-                                           "total"};
+                                           "gather",    "total"};
 
 void gt_mem_print_header(FILE *out, const char *what, gt_dtype dt, const char *label)
 {
@@ -114,8 +117,10 @@ void gt_mem_print_header(FILE *out, const char *what, gt_dtype dt, const char *l
 
 void gt_mem_print_row(FILE *out, const char *label, const gt_mem_account *a)
 {
-  const double v[] = {a->compute, a->master, a->grads + a->grad_bufs, a->moments, a->act_slot,
-                      -1,         gt_mem_act_total(a), a->comm, gt_mem_total(a)};
+  const double v[] = {a->compute,          a->master, a->grads + a->grad_bufs,
+                      a->moments,          a->act_slot, -1,
+                      gt_mem_act_total(a), a->comm,     a->gather_bufs,
+                      gt_mem_total(a)};
   fprintf(out, "  %-12s", label);
   for (size_t k = 0; k < sizeof v / sizeof *v; k++) {
     char b[32];

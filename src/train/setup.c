@@ -62,13 +62,11 @@ static void gt_print_setup(const gt_trainer *tr, size_t params_max, size_t act_m
     return;
   char act[32], par[32], v[GT_PATH_MAX + 64];
   gt_format_bytes((double)act_max, act, sizeof act);
-  /* gradients, master and two moments (fp32; with zero 1 the master of
-   * bf16/fp16 and the moments in dp pieces) and the compute copy */
-  const double pieces = tr->zero >= 1 ? (double)g->dp_size : 1.0;
-  const double per_param = tr->dtype == GT_F32 ? 8.0 + 8.0 / pieces
-                                               : 4.0 + 12.0 / pieces +
-                                                     (double)gt_dtype_size(tr->dtype);
-  gt_format_bytes(per_param * (double)params_max, par, sizeof par);
+  /* compute copy, gradients, master and two moments by the ZeRO formulas
+   * (memory.h) */
+  gt_mem_account one;
+  gt_mem_model_state(1.0, tr->dtype, tr->zero, g->dp_size, &one);
+  gt_format_bytes(gt_mem_model_total(&one) * (double)params_max, par, sizeof par);
   printf("gridtrain %s: configuration (%s) and layout\n", PACKAGE_VERSION,
          cfg->deck_path[0] ? cfg->deck_path : "defaults");
   gt_config_print_table(cfg, stdout);
@@ -107,7 +105,13 @@ static void gt_print_setup(const gt_trainer *tr, size_t params_max, size_t act_m
   snprintf(v, sizeof v, "%d tokens = %d x %d; %d seq per dp rank in %d micro-batch%s",
            tr->B * tr->T, tr->B, tr->T, tr->B_rank, tr->M, tr->M == 1 ? "" : "es");
   gt_config_print_row(stdout, "step", v, "resolved");
-  if (g->dp_size > 1 && tr->gshard) {
+  if (g->dp_size > 1 && tr->pgather) {
+    gt_config_print_row(stdout, "dp reduce-scatter",
+                        "each gradient unit (block, head, embedding) of every micro-batch as its "
+                        "backward ends; each unit's weights all-gathered before its forward and "
+                        "its backward, the next one prefetched",
+                        "resolved");
+  } else if (g->dp_size > 1 && tr->gshard) {
     gt_config_print_row(stdout, "dp reduce-scatter",
                         "each gradient unit (block, head, embedding) of every micro-batch as its "
                         "backward ends; then the weights all-gathered",
@@ -145,23 +149,24 @@ void gt_trainer_memory(const gt_trainer *tr, gt_mem_account *a)
   a->act_shared = (double)gt_gpt_activation_bytes(tr->model) - a->act_slot * a->in_flight;
   a->comm = (double)gt_coll_staging_bytes(tr->coll);
   a->grad_bufs = tr->gshard ? (double)gt_gshard_buffer_bytes(tr->gshard) : 0.0;
+  a->gather_bufs = tr->pgather ? (double)gt_pgather_buffer_bytes(tr->pgather) : 0.0;
 }
 
 /* The fields of an account, flat, for gathers. */
-enum { GT_MEM_FIELDS = 10 };
+enum { GT_MEM_FIELDS = 11 };
 
 static void gt_mem_pack(const gt_mem_account *a, double *v)
 {
   const double f[GT_MEM_FIELDS] = {a->psi,      a->compute,  a->master,
                                    a->grads,    a->moments,  a->act_slot,
                                    a->in_flight, a->act_shared, a->comm,
-                                   a->grad_bufs};
+                                   a->grad_bufs, a->gather_bufs};
   memcpy(v, f, sizeof f);
 }
 
 static void gt_mem_unpack(const double *v, gt_mem_account *a)
 {
-  *a = (gt_mem_account){v[0], v[1], v[2], v[3], v[4], v[5], (int)v[6], v[7], v[8], v[9]};
+  *a = (gt_mem_account){v[0], v[1], v[2], v[3], v[4], v[5], (int)v[6], v[7], v[8], v[9], v[10]};
 }
 
 /* Collective on world: rank 0 gets every rank's account (n doubles a rank
@@ -314,6 +319,36 @@ static int gt_trainer_gshard_acquire(void *ctx, int first, int count, float **ba
   return gt_gshard_acquire(((gt_trainer *)ctx)->gshard, first, count, base);
 }
 
+static int gt_trainer_weights_acquire(void *ctx, int first, int count, int next_first,
+                                      int next_count, const void **base)
+{
+  return gt_pgather_acquire(((gt_trainer *)ctx)->pgather, first, count, next_first, next_count,
+                            base);
+}
+
+static int gt_trainer_weights_release(void *ctx, int first, int count)
+{
+  return gt_pgather_release(((gt_trainer *)ctx)->pgather, first, count);
+}
+
+static int gt_trainer_weights_progress(void *ctx)
+{
+  return gt_pgather_progress(((gt_trainer *)ctx)->pgather);
+}
+
+/* ZeRO 3: the gather pool and the model's weight hook. Not collective. */
+static int gt_trainer_weight_gathers(gt_trainer *tr)
+{
+  size_t sizes[GT_GPT_GATHER_BUFS];
+  gt_gpt_gather_sizes(tr->model, sizes);
+  GT_CALL(gt_pgather_create(gt_gpt_params(tr->model), tr->coll, tr->grid->dp, sizes,
+                            GT_GPT_GATHER_BUFS, tr->ev.param_gather, &tr->pgather));
+  const gt_weight_hook wh = {gt_trainer_weights_acquire, gt_trainer_weights_release, tr,
+                             {gt_trainer_weights_progress, tr}};
+  gt_gpt_set_weight_hook(tr->model, &wh);
+  return GT_SUCCESS;
+}
+
 /* The stage split and schedule; errors are the same on every rank. */
 static int gt_trainer_plan(gt_trainer *tr)
 {
@@ -325,10 +360,6 @@ static int gt_trainer_plan(gt_trainer *tr)
   GT_CALL(gt_pipeline_split(tr->shape.layers, p, block_cost, head_cost, tr->cfg.parallel.stages,
                             tr->stage_first));
   GT_CALL(gt_schedule_parse(tr->cfg.parallel.schedule, &tr->schedule));
-  GT_CHECK(tr->cfg.parallel.zero <= 2, GT_ERR_INPUT,
-           "[parallel] zero = %ld: ZeRO stage 3 is not implemented in this version of "
-           "gridtrain; use zero = 0, 1 or 2",
-           tr->cfg.parallel.zero);
   tr->zero = tr->grid->dp_size > 1 ? (int)tr->cfg.parallel.zero : 0;
   return GT_SUCCESS;
 }
@@ -349,6 +380,7 @@ static void gt_trainer_events(gt_trainer *tr)
   tr->ev.norm = gt_event("grad_norm", GT_EV_COMPUTE);
   tr->ev.optimizer = gt_event("optimizer", GT_EV_COMPUTE);
   tr->ev.zero_gather = gt_event("zero.allgather", GT_EV_COMM);
+  tr->ev.param_gather = gt_event("zero.gather", GT_EV_COMM);
   tr->ev.eval = gt_event("eval", GT_EV_OTHER);
   tr->ev.checkpoint = gt_event("checkpoint", GT_EV_OTHER);
 }
@@ -430,7 +462,7 @@ int gt_trainer_create(const gt_config *cfg, MPI_Comm world, bool quiet, gt_train
                       {g->tp, g->tp_rank, g->tp_size, tr->ev.tp_comm, tr->coll},
                       g->dp_rank, tr->zero >= 1 ? g->dp_size : 1,
                       (gt_recompute)gt_recompute_parse(cfg->model.recompute), tr->ev.recompute,
-                      tr->zero >= 2};
+                      tr->zero};
   tr->dp_group = (gt_group){g->dp, g->dp_rank, g->dp_size, tr->ev.zero_gather, tr->coll};
   if (g->world_rank == 0 && cfg->parallel.zero >= 1 && g->dp_size == 1 && !quiet)
     gt_info("gridtrain: [parallel] zero = %ld does nothing with dp = 1: the one data-parallel "
@@ -441,6 +473,8 @@ int gt_trainer_create(const gt_config *cfg, MPI_Comm world, bool quiet, gt_train
                                &tr->model));
   GT_AGREE(comm, gt_gpt_init(tr->model, cfg->run.seed));
   GT_CALL(gt_trainer_gather_compute(tr)); /* bf16/fp16: the rest of the compute copy */
+  if (tr->zero >= 3)
+    GT_AGREE(comm, gt_trainer_weight_gathers(tr));
   const gt_pipe_events pev = {tr->ev.forward, tr->ev.backward, tr->ev.pp_comm, tr->ev.bubble};
   GT_AGREE(comm, gt_pipe_create(tr->model, tr->coll, g, tr->schedule, tr->M, tr->B_micro,
                                 tr->T, pev, &tr->pipe));
@@ -537,6 +571,7 @@ int gt_trainer_destroy(gt_trainer **trainer)
   gt_pipe_destroy(&tr->pipe);
   gt_buckets_destroy(&tr->buckets);
   gt_gshard_destroy(&tr->gshard);
+  gt_pgather_destroy(&tr->pgather);
   gt_adamw_destroy(&tr->opt);
   gt_gpt_destroy(&tr->model);
   if (tr->clock) {

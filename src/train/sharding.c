@@ -19,7 +19,7 @@
 int gt_trainer_gather_compute(gt_trainer *tr)
 {
   gt_params *p = gt_gpt_params(tr->model);
-  if (p->shard_size == 1)
+  if (p->shard_size == 1 || p->compute_sharded) /* zero 3 gathers per unit */
     return GT_SUCCESS;
   const size_t es = gt_dtype_size(p->dtype);
   GT_CALL(gt_group_allgather(&tr->dp_group, (char *)p->compute + p->shard_lo * es, p->compute,

@@ -115,6 +115,8 @@ int gt_trainer_step(gt_trainer *tr, gt_step_stats *st)
   GT_CALL(gt_pipe_train(tr->pipe, &feed, dlogit_scale, gt_trainer_loss_acc(tr, GT_SC_LOSS),
                         hooked ? &tr->hook : NULL));
 
+  if (tr->pgather) /* zero 3: no gathered weights outlive the passes */
+    GT_CALL(gt_pgather_drop(tr->pgather));
   if (g->dp_size > 1) { /* what backward did not hide */
     gt_event_begin(tr->ev.dp_exposed);
     status = tr->gshard ? gt_gshard_wait(tr->gshard) : gt_buckets_wait(tr->buckets);

@@ -18,6 +18,7 @@
 #include "gridtrain/grad_shards.h"
 #include "gridtrain/gpt.h"
 #include "gridtrain/optim.h"
+#include "gridtrain/param_gather.h"
 #include "gridtrain/pipeline.h"
 #include "gridtrain/scaler.h"
 #include "gridtrain/schedule.h"
@@ -70,7 +71,8 @@ struct gt_trainer {
   int zero;               /* ZeRO stage in effect (0 when dp = 1) */
   gt_group dp_group;
   gt_buckets *buckets;    /* zero 0, 1 */
-  gt_gshard *gshard;      /* zero 2 */
+  gt_gshard *gshard;      /* zero 2, 3 */
+  gt_pgather *pgather;    /* zero 3 */
   bool overlap;
   gt_grad_hook hook;
   gt_group embed;         /* first and last stage (pp > 1) */
@@ -81,7 +83,7 @@ struct gt_trainer {
 
   struct {
     int data, forward, backward, recompute, zero, tp_comm, pp_comm, bubble, dp_exposed, tied, reduce,
-        norm, optimizer, zero_gather, eval, checkpoint;
+        norm, optimizer, zero_gather, param_gather, eval, checkpoint;
   } ev;
 };
 
@@ -98,7 +100,8 @@ int gt_trainer_reduce_scalars(gt_trainer *tr, int first, int n, double *out);
 
 /* sharding.c: with the parameters in ZeRO pieces, the compute copy outside
  * this rank's piece from the other dp ranks (after an update, an
- * initialisation or a load). A no-op when not sharded. Collective on dp. */
+ * initialisation or a load). A no-op when not sharded, and at stage 3 (the
+ * model gathers each unit when it uses it). Collective on dp. */
 int gt_trainer_gather_compute(gt_trainer *tr);
 
 /* The whole fp32 master values and AdamW moments, flat and parallel to the

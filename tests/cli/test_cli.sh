@@ -194,5 +194,11 @@ ok $? "plan --memory with an auto layout and no --ranks: exit 2 and why"
   grid.dp=auto grid.pp=2 grid.tp=1 parallel.zero=1 backend.precision=bf16 >"$GT_TMP/plan3.out" 2>&1
 grep -q "zero 1 over dp=4" "$GT_TMP/plan3.out" && [ "$(grep -c '^  [0-9]' "$GT_TMP/plan3.out")" -eq 2 ]
 ok $? "plan --memory --ranks 8 resolves dp=auto to 4 and prints both stages"
+"$GT_BIN" plan --memory "$GT_SRCDIR/tests/decks/tiny.in" data.train="$data" --ranks 8 \
+  grid.dp=4 grid.pp=2 grid.tp=1 parallel.zero=3 >"$GT_TMP/plan4.out" 2>&1
+[ $? -eq 0 ] && grep -q "zero 3 over dp=4" "$GT_TMP/plan4.out" &&
+  grep -q "^# stage .* gather  *total$" "$GT_TMP/plan4.out"
+ok $? "plan --memory accounts zero 3 with its gather buffers"
+[ $? -eq 0 ] || sed 's/^/# /' "$GT_TMP/plan4.out"
 
 done_testing

@@ -20,7 +20,7 @@
  *    is the trainer's few device scalars).
  * 4. Planning: gt_mem_plan, which computes without a backend or MPI, gives
  *    every rank's stage the trainer's account, term by term.
- * Runs: zero 0 and 1 in fp32 and bf16 at (4,1,1), (2,2,1) and (1,2,2),
+ * Runs: zero 0, 1, 2 and 3 in fp32 and bf16 at (4,1,1), (2,2,1) and (1,2,2),
  * recompute none, attention and block.
  *
  * gt-test: ranks=4
@@ -92,12 +92,13 @@ static void check_run(const gt_config *cfg, MPI_Comm comm, const char *what)
     /* 2. the real buffers */
     const double moments = 8.0 * (double)(p->shard_size > 1 ? p->shard_n : p->numel);
     const double compute = (double)gt_params_compute_bytes(p);
+    const double grads = 4.0 * (double)(p->grads_sharded ? p->shard_n : p->numel);
     bad[1] = a.master != (double)gt_params_master_bytes(p) || a.compute != compute ||
-             a.grads != 4.0 * (double)p->numel || a.moments != moments;
+             a.grads != grads || a.moments != moments;
     if (bad[1])
-      tap_diag("%s rank %d: master %.0f/%zu compute %.0f/%.0f grads %.0f/%zu moments %.0f/%.0f",
+      tap_diag("%s rank %d: master %.0f/%zu compute %.0f/%.0f grads %.0f/%.0f moments %.0f/%.0f",
                what, rank, a.master, gt_params_master_bytes(p), a.compute, compute, a.grads,
-               p->numel * 4, a.moments, moments);
+               grads, a.moments, moments);
     /* 3. the allocator's peak */
     size_t in_use, peak;
     gt_backend_device_memory(p->be, &in_use, &peak);
@@ -114,7 +115,8 @@ static void check_run(const gt_config *cfg, MPI_Comm comm, const char *what)
       bad[3] = b->psi != a.psi || b->compute != a.compute || b->master != a.master ||
                b->grads != a.grads || b->moments != a.moments || b->act_slot != a.act_slot ||
                b->in_flight != a.in_flight || b->act_shared != a.act_shared ||
-               b->comm != a.comm;
+               b->comm != a.comm || b->grad_bufs != a.grad_bufs ||
+               b->gather_bufs != a.gather_bufs;
       if (bad[3])
         tap_diag("%s rank %d: plan total %.0f, trainer %.0f", what, rank, gt_mem_total(b),
                  gt_mem_total(&a));
@@ -171,7 +173,7 @@ int main(int argc, char **argv)
   static const char *recompute[] = {"none", "attention", "block"};
   for (int l = 0; l < 3; l++)
     for (int p = 0; p < 2; p++)
-      for (int z = 0; z < 2; z++) {
+      for (int z = 0; z < 4; z++) {
         gt_config c = cfg;
         c.grid.dp = layouts[l][0];
         c.grid.pp = layouts[l][1];

@@ -1,27 +1,29 @@
 /*
- * test_zero.c - ZeRO stages 1 and 2 ([parallel] zero = 1, 2) train the same
- * model as zero = 0, keeps the data-parallel replicas bit-identical, and its
- * checkpoints hold the whole state: they resume bit for bit in the same
- * layout and load into any other layout and zero stage.
+ * test_zero.c - ZeRO stages 1, 2 and 3 ([parallel] zero = 1, 2, 3) train the
+ * same model as zero = 0, keep the data-parallel replicas bit-identical, and
+ * their checkpoints hold the whole state: they resume bit for bit in the
+ * same layout and load into any other layout and zero stage.
  *
  * 1. Parity: every case (layout, schedule, micro-batches, DP overlap,
- *    precision, bucket size) trains 10 steps at zero = 0, 1 and 2 on
+ *    precision, bucket size) trains 10 steps at zero = 0, 1, 2 and 3 on
  *    the first dp x pp x tp ranks. The loss of every step and every final
  *    parameter tensor (max|a - b| / max|b|, full logical tensors) agree
  *    within 1e-5, and after the last step every dp replica's compute weights
  *    are bitwise those of dp rank 0. Small buckets (0.01 MiB) make buckets
  *    that the dp pieces cut, larger ones pieces that cut parameters; dp = 3
  *    pads the flat buffer to three equal pieces.
- * 2. Checkpoints: (dp,pp,tp) = (2,2,2) at zero = 1 trains 2N steps (the
- *    reference); the same deck stops after N steps and saves; resuming at
- *    zero = 1 in the same layout repeats the reference's losses and final
+ * 2. Checkpoints: a home layout and zero stage trains 2N steps (the
+ *    reference); the same deck stops after N steps and saves; resuming in
+ *    the same layout and stage repeats the reference's losses and final
  *    parameters bit for bit (master pieces and moments included). The same
- *    file loads at zero = 0 into (1,1,1) and (4,1,1) and at zero = 1 and 2 into
- *    (4,1,2): the loaded parameters are bitwise the saved ones and N more
- *    steps follow the reference within 1e-5. In bf16 the same-layout resume
- *    at (4,1,1) is bit for bit too, and in other layouts the steps after a
- *    load follow within 1e-3 (bf16 rounds activations at other places in
- *    another layout: the bound of test_precision.c).
+ *    file loads into other layouts and stages: the loaded parameters are
+ *    bitwise the saved ones and N more steps follow the reference within
+ *    1e-5. Homes: (2,2,2) zero 1 into (1,1,1) and (4,1,1) zero 0, (4,1,2)
+ *    zero 1, 2 and 3; (4,1,1) zero 3 into (1,1,1) zero 0 and (2,2,2) zero 3;
+ *    (2,1,2) zero 1 into (4,1,1) zero 2. In bf16, (4,1,1) zero 1 resumes bit
+ *    for bit too, and in other layouts the steps after a load follow within
+ *    1e-3 (bf16 rounds activations at other places in another layout: the
+ *    bound of test_precision.c).
  *
  * gt-test: ranks=8
  */
@@ -72,9 +74,9 @@ static void parity(const gt_config *cfg, size_t numel)
     snprintf(what, sizeof what, "(dp,pp,tp)=(%d,%d,%d) %s mb=%d overlap=%s %s buckets %g MiB",
              z->dp, z->pp, z->tp, z->schedule, z->mb, z->overlap, z->precision, z->bucket_mb);
     MPI_Comm comm = tu_first_ranks(z->dp * z->pp * z->tp);
-    tu_outcome got[3];
-    int st[3] = {GT_SUCCESS, GT_SUCCESS, GT_SUCCESS};
-    for (int zero = 0; zero < 3; zero++) {
+    tu_outcome got[4];
+    int st[4] = {GT_SUCCESS, GT_SUCCESS, GT_SUCCESS, GT_SUCCESS};
+    for (int zero = 0; zero < 4; zero++) {
       gt_config c = with_layout(cfg, z->dp, z->pp, z->tp, zero);
       c.data.microbatches = z->mb;
       c.parallel.bucket_mb = z->bucket_mb;
@@ -88,18 +90,18 @@ static void parity(const gt_config *cfg, size_t numel)
     if (comm != MPI_COMM_NULL)
       MPI_Comm_free(&comm);
     tu_sleepy_barrier(MPI_COMM_WORLD);
-    for (int zs = 1; zs < 3 && rank == 0; zs++) {
+    for (int zs = 1; zs < 4 && rank == 0; zs++) {
       char t0[200], t1[200];
       snprintf(t0, sizeof t0, "%s: zero 0 trains", what);
       snprintf(t1, sizeof t1, "%s: zero %d trains", what, zs);
       if (!tu_ok_status(st[0], t0) || !tu_ok_status(st[zs], t1))
         continue;
-      /* zero 2 sums each micro-batch's gradients over dp before adding
+      /* zero 2 and 3 sum each micro-batch's gradients over dp before adding
        * them up (zero 0 and 1: the other way round); in bf16 that fp32
        * rounding difference can flip the rounding of a compute weight, the
        * layout bound of bf16 (test_precision.c) */
       const double tol =
-          zs == 2 && strcmp(z->precision, "bf16") == 0 && z->mb > 1 ? BF16_LAYOUT_TOL : TOL;
+          zs >= 2 && strcmp(z->precision, "bf16") == 0 && z->mb > 1 ? BF16_LAYOUT_TOL : TOL;
       double le = tu_loss_err(got[zs].loss, got[0].loss, STEPS);
       double pe = tu_param_err(&shape, got[zs].final, got[0].final);
       tap_ok(le <= tol, "%s: zero %d losses of %d steps within %.0e of zero 0 (worst %.2e)",
@@ -109,18 +111,22 @@ static void parity(const gt_config *cfg, size_t numel)
           tap_diag("  step %d: %.9f vs %.9f", k, got[zs].loss[k], got[0].loss[k]);
       tap_ok(pe <= tol, "%s: zero %d final parameters within %.0e (worst %.2e)", what, zs, tol,
              pe);
-      tap_ok(got[zs].replica_mismatch == 0,
-             "%s: zero %d dp replicas hold bitwise the same compute weights (%d differ)", what,
-             zs, got[zs].replica_mismatch);
+      if (zs < 3) /* zero 3: the compute weights are pieces, not replicas */
+        tap_ok(got[zs].replica_mismatch == 0,
+               "%s: zero %d dp replicas hold bitwise the same compute weights (%d differ)",
+               what, zs, got[zs].replica_mismatch);
+      else
+        tap_ok(got[zs].replica_mismatch == -1,
+               "%s: zero 3 holds the compute weights in dp pieces", what);
     }
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < 4; k++)
       tu_free_outcome(&got[k]);
   }
 }
 
-/* Part 2 for one precision: reference, stop-and-save, same-layout resume,
- * then the file in the `others` layouts. */
-static void checkpoints(const gt_config *base, const char *precision, const int home[3],
+/* Part 2 for one precision: reference, stop-and-save, same-layout resume at
+ * home (dp, pp, tp, zero), then the file in the `others` layouts. */
+static void checkpoints(const gt_config *base, const char *precision, const int home[4],
                         const int (*others)[4], int nothers, double tol_other,
                         const char *ckdir, size_t numel)
 {
@@ -130,7 +136,7 @@ static void checkpoints(const gt_config *base, const char *precision, const int 
   cfg.run.steps = 2 * N;
   snprintf(cfg.backend.precision, sizeof cfg.backend.precision, "%s", precision);
   const int size = home[0] * home[1] * home[2];
-  const gt_config zc = with_layout(&cfg, home[0], home[1], home[2], 1);
+  const gt_config zc = with_layout(&cfg, home[0], home[1], home[2], home[3]);
   MPI_Comm comm = tu_first_ranks(size);
   tu_outcome ref = {0}, first = {0}, second = {0};
   int st = GT_SUCCESS, st1 = GT_SUCCESS, st2 = GT_SUCCESS;
@@ -145,7 +151,8 @@ static void checkpoints(const gt_config *base, const char *precision, const int 
   }
   tu_sleepy_barrier(MPI_COMM_WORLD);
   char what[64];
-  snprintf(what, sizeof what, "%s zero 1 (%d,%d,%d)", precision, home[0], home[1], home[2]);
+  snprintf(what, sizeof what, "%s zero %d (%d,%d,%d)", precision, home[3], home[0], home[1],
+           home[2]);
   if (rank == 0 && tu_ok_status(st, "reference run") && tu_ok_status(st1, "N steps and a save") &&
       tu_ok_status(st2, "resume = auto")) {
     tap_ok(second.start == N && tu_same_bits(second.loaded, first.final, numel),
@@ -230,14 +237,20 @@ int main(int argc, char **argv)
 
   parity(&cfg, numel);
 
-  char ck32[900], ck16[900];
-  snprintf(ck32, sizeof ck32, "%s/ck-fp32", dir);
-  snprintf(ck16, sizeof ck16, "%s/ck-bf16", dir);
-  static const int home32[3] = {2, 2, 2}, home16[3] = {4, 1, 1};
-  static const int others32[][4] = {{1, 1, 1, 0}, {4, 1, 1, 0}, {4, 1, 2, 1}, {4, 1, 2, 2}};
-  static const int others16[][4] = {{2, 1, 2, 1}, {1, 2, 1, 0}};
-  checkpoints(&cfg, "fp32", home32, others32, 4, TOL, ck32, numel);
-  checkpoints(&cfg, "bf16", home16, others16, 2, BF16_LAYOUT_TOL, ck16, numel);
+  char ck[4][900];
+  for (int k = 0; k < 4; k++)
+    snprintf(ck[k], sizeof ck[k], "%s/ck-%d", dir, k);
+  /* (dp, pp, tp, zero) */
+  static const int home32[4] = {2, 2, 2, 1}, home16[4] = {4, 1, 1, 1};
+  static const int others32[][4] = {
+    {1, 1, 1, 0}, {4, 1, 1, 0}, {4, 1, 2, 1}, {4, 1, 2, 2}, {4, 1, 2, 3}};
+  static const int others16[][4] = {{2, 1, 2, 1}, {1, 2, 1, 0}, {2, 1, 2, 3}};
+  static const int home3[4] = {4, 1, 1, 3}, others3[][4] = {{1, 1, 1, 0}, {2, 2, 2, 3}};
+  static const int home_tp[4] = {2, 1, 2, 1}, others_tp[][4] = {{4, 1, 1, 2}};
+  checkpoints(&cfg, "fp32", home32, others32, 5, TOL, ck[0], numel);
+  checkpoints(&cfg, "bf16", home16, others16, 3, BF16_LAYOUT_TOL, ck[1], numel);
+  checkpoints(&cfg, "fp32", home3, others3, 2, TOL, ck[2], numel);
+  checkpoints(&cfg, "fp32", home_tp, others_tp, 1, TOL, ck[3], numel);
 
   int status = tap_done();
   MPI_Finalize();

@@ -26,16 +26,20 @@ typedef struct tu_outcome {
   long start;                /* step index after create (resume) */
   double loss[TU_MAX_STEPS];
   float *loaded, *final;     /* full logical tensors after create and at the end */
-  int replica_mismatch;      /* ranks whose compute weights differ from dp rank 0's */
+  int replica_mismatch;      /* ranks whose compute weights differ from dp rank 0's
+                                (-1: sharded, zero 3) */
   char saved[1024];
 } tu_outcome;
 
 /* Collective on dp: how many dp ranks hold compute weights other than dp
- * rank 0's (bit for bit). */
+ * rank 0's (bit for bit); -1 at ZeRO stage 3, where no rank holds them
+ * whole (each holds its own piece: nothing to compare). */
 static inline int tu_replica_mismatches(gt_trainer *tr)
 {
   const gt_grid *g = gt_trainer_grid(tr);
   gt_params *p = gt_trainer_params(tr);
+  if (p->compute_sharded)
+    return -1;
   const size_t bytes = p->numel * gt_dtype_size(p->dtype);
   char *mine = malloc(bytes), *root = malloc(bytes);
   if (!mine || !root || tu_download(p->be, mine, p->compute, bytes) != GT_SUCCESS)
