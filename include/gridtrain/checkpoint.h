@@ -9,8 +9,15 @@
  *                      master weights whatever the training precision)
  *   /optim/m/<name>    AdamW first moment, same shape
  *   /optim/v/<name>    AdamW second moment, same shape
- * Every dataset is chunked along its first axis (at most 1 MiB a chunk) with
- * HDF5's Fletcher32 checksum filter, so a damaged chunk fails the read.
+ * Format 3: every dataset is contiguous (one run of bytes, readable as it is
+ * by h5py) with the attribute `fletcher32`: the Fletcher-32 checksum of each
+ * GT_CKPT_SUM_BYTES block of its row-major data (docs/checkpoints.md), so a
+ * damaged block fails the read and names the dataset and the block. Each
+ * rank writes its hyperslabs with independent MPI-IO writes; the only
+ * collective calls of a write are the creation of the file, its groups,
+ * datasets and attributes, one MPI_Allreduce of the checksums, and the close.
+ * Formats 1 and 2 (still read): every dataset chunked along its first axis
+ * (at most 1 MiB a chunk) with HDF5's Fletcher32 filter.
  * Root attributes: see gt_ckpt_meta (names in docs/checkpoints.md).
  *
  * A directory of checkpoints holds step_NNNNNNNN.h5 files and `latest`, a
@@ -31,8 +38,12 @@
 #include "gridtrain/tensor.h"
 
 /* Format 2 adds precision, loss_scale_good_steps and skipped_steps (a
- * format-1 file reads as fp32 with a fresh scaler). */
-#define GT_CKPT_FORMAT 2
+ * format-1 file reads as fp32 with a fresh scaler). Format 3 stores the
+ * datasets contiguous with our own per-block checksums instead of HDF5's
+ * chunked Fletcher32 filter (which parallel HDF5 1.10 writes twice and only
+ * collectively, one dataset at a time). */
+#define GT_CKPT_FORMAT 3
+#define GT_CKPT_SUM_BYTES ((size_t)1 << 20) /* bytes of data per checksum */
 #define GT_CKPT_NAME_MAX 64 /* "step_NNNNNNNN.h5" and longer step numbers */
 
 /* What a checkpoint records besides its tensors. */
@@ -65,17 +76,26 @@ typedef struct gt_ckpt_tensor {
   long dims[GT_TENSOR_MAX_DIMS];
 } gt_ckpt_tensor;
 
-/* What one rank holds. Tensors not in params are skipped on this rank. */
+/* What one rank holds, and which part of it this rank writes or loads.
+ * Tensors not in params are skipped on this rank. Ranges are of the flat
+ * buffers of params (gt_param offset + local index), so a ZeRO piece
+ * (params.h) or any other split of the flat buffer is a range. */
 typedef struct gt_ckpt_state {
   int ntensors;
   const gt_ckpt_tensor *tensors; /* every logical tensor of the model */
   gt_params *params;             /* this rank's parameters (device); NULL: none
                                     (gt_ckpt_read then only checks the shapes) */
-  float *m, *v;                  /* AdamW moments parallel to params (device) */
-  bool writer;                   /* write this rank's owned entries (one replica
-                                    of each: dp rank 0) */
-  float *values;                 /* fp32 master values parallel to params, all of
-                                    them (device); NULL: params->values */
+  float *m, *v;                  /* AdamW moments (device): flat elements from
+                                    moments_lo on */
+  bool writer;                   /* write this rank's entries [lo, hi) of its
+                                    counted tensors */
+  float *values;                 /* fp32 master values (device): flat elements
+                                    from values_lo on; NULL: params->values */
+  size_t values_lo, moments_lo;  /* flat index of values[0], of m[0] and v[0] */
+  size_t lo, hi;                 /* the flat range of values written or loaded;
+                                    hi == 0: [values_lo, params->numel) */
+  size_t mlo, mhi;               /* the same for the moments; mhi == 0:
+                                    [moments_lo, params->numel) */
 } gt_ckpt_state;
 
 /* The number of entries this rank's part of t selects in the file (the
@@ -84,8 +104,11 @@ typedef struct gt_ckpt_state {
 int gt_ckpt_selection_size(const gt_param *t, long long *file_points, long long *mem_points);
 
 /* Collective on comm: write the checkpoint file `path` (created or
- * truncated) with MPI-IO, flush and close it. Each entry of every tensor is
- * written by the one rank that is a writer and owns it. A failure on some
+ * truncated) with MPI-IO, flush and close it. Each rank that is a writer
+ * writes the entries of its counted tensors that fall in its ranges; the
+ * writers' ranges must hold every entry of every tensor exactly once (for
+ * instance each data-parallel rank its ZeRO piece, or 1/dp of the flat
+ * buffer when the replicas are whole). A failure on some
  * ranks only - an MPI-IO write error (inside HDF5 too: gt_comm_io_begin), a
  * failed copy to the host - does not take them out of the write: every
  * rank makes every collective call and closes the file, and the error
@@ -99,16 +122,18 @@ int gt_ckpt_write(const char *path, const gt_ckpt_meta *meta, const gt_ckpt_stat
  * checkpoint of a known format is GT_ERR_INPUT naming the file. */
 int gt_ckpt_read_meta(const char *path, MPI_Comm comm, gt_ckpt_meta *meta);
 
-/* Collective on comm: load every tensor this rank holds (values, m, v) from
- * `path`, each rank reading its own hyperslab through the checksum filter.
+/* Collective on comm: load the entries of every tensor this rank holds
+ * that fall in its ranges (values [lo, hi), moments [mlo, mhi)) from `path`,
+ * each rank reading its own part (format 3: the checksum blocks that hold
+ * it, verified; formats 1-2: its hyperslab through HDF5's checksum filter).
  * A missing dataset or a shape that differs from st->tensors is GT_ERR_INPUT;
  * a checksum failure is GT_ERR_HDF5 naming the dataset. The error is local
  * to the ranks that met it: agree on it (gt_error_agree). Padding entries of
  * sharded tensors are set to zero. */
 int gt_ckpt_read(const char *path, const gt_ckpt_state *st, MPI_Comm comm);
 
-/* Not collective: read every dataset of `path` in full through its checksum
- * (MPI_COMM_SELF). *datasets and *bytes count what was read. Corruption is
+/* Not collective: read every dataset of `path` in full and check it against
+ * its checksums (MPI_COMM_SELF). *datasets and *bytes count what was read. Corruption is
  * GT_ERR_HDF5 naming the dataset. */
 int gt_ckpt_verify_file(const char *path, long *datasets, double *bytes);
 
@@ -129,9 +154,10 @@ int gt_ckpt_dir_prepare(const char *dir, MPI_Comm comm);
 /* Collective on comm: write the checkpoint of `meta->step` into dir as
  * described at the top, then keep only the newest `keep` step files
  * (keep <= 0: all). The file is written by the ranks of `writers` (a
- * sub-communicator of comm holding rank 0 of comm and, between them, every
- * entry of every tensor; MPI_COMM_NULL on the other ranks, which only wait):
- * data-parallel replicas hold the same values, so one replica writes. The
+ * sub-communicator of comm holding rank 0 of comm and, between their
+ * ranges, every entry of every tensor exactly once; MPI_COMM_NULL on the
+ * other ranks, which only wait). The trainer passes comm itself: every
+ * data-parallel rank writes its own part. The
  * file name is returned in path. Errors collective. A write that fails on
  * any rank, or a failure while rank 0 makes it durable and names it (fsync,
  * rename, latest.tmp on a full disk), leaves dir as it was: the earlier

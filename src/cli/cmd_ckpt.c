@@ -114,7 +114,7 @@ static int gt_ckpt_verify_one(const char *path)
   GT_CHECK_ALLOC(tensors, sizeof *tensors * (size_t)n);
   for (int i = 0; i < n; i++)
     gt_gpt_logical_param(&shape, i, tensors[i].name, &tensors[i].ndim, tensors[i].dims);
-  gt_ckpt_state st = {n, tensors, NULL, NULL, NULL, false, NULL};
+  gt_ckpt_state st = {.ntensors = n, .tensors = tensors};
   status = gt_ckpt_read(path, &st, MPI_COMM_SELF);
   free(tensors);
   if (status == GT_ERR_INPUT) /* a missing or misshapen tensor: incomplete */

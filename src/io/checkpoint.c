@@ -8,8 +8,10 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,9 +24,6 @@
 #include "gridtrain/fault.h"
 #include "gridtrain/log.h"
 #include "h5util.h"
-
-/* Chunks hold at most this many bytes (whole rows of the first axis). */
-#define GT_CKPT_CHUNK_BYTES ((size_t)1 << 20)
 
 /* The three groups of tensors: values and the two AdamW moments. */
 enum { GT_KIND_MODEL = 0, GT_KIND_M, GT_KIND_V, GT_NKINDS };
@@ -104,11 +103,272 @@ int gt_ckpt_selection_size(const gt_param *t, long long *file_points, long long 
   return GT_SUCCESS;
 }
 
-static float *gt_ckpt_kind_data(const gt_ckpt_state *st, const gt_param *t, int kind)
+// ---- ranges, runs and checksums -------------------------------------------------------------
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "checkpoint checksums are of the file's little-endian bytes, taken from memory"
+#endif
+
+#define GT_CKPT_SUM_FLOATS (GT_CKPT_SUM_BYTES / sizeof(float))
+#define GT_FLETCHER_MOD 65535u
+
+static size_t gt_min_size(size_t a, size_t b) { return a < b ? a : b; }
+
+/* The flat range [*a, *b) of t's local entries (indices into the local
+ * tensor) that fall in the flat range [lo, hi) of the buffers. */
+static void gt_ckpt_clip(const gt_param *t, size_t lo, size_t hi, size_t *a, size_t *b)
 {
-  float *values = st->values ? st->values : st->params->values;
-  float *base = kind == GT_KIND_MODEL ? values : kind == GT_KIND_M ? st->m : st->v;
-  return base + t->offset;
+  const size_t t0 = t->offset, t1 = t->offset + t->numel;
+  const size_t s = lo > t0 ? lo : t0, e = hi < t1 ? hi : t1;
+  *a = s < e ? s - t0 : 0;
+  *b = s < e ? e - t0 : 0;
+}
+
+/* A run: len entries contiguous both in the local tensor (from index
+ * `local`) and in the logical tensor (row-major, from index `logical`). */
+typedef int (*gt_run_fn)(void *ctx, size_t local, size_t logical, size_t len);
+
+/* Call fn on the runs of t's real (not padding) local entries with index in
+ * [a, b), in local row-major order - which is also the logical order, as
+ * the map from local to logical coordinates is increasing along every axis. */
+static int gt_ckpt_runs(const gt_param *t, size_t a, size_t b, gt_run_fn fn, void *ctx)
+{
+  if (a >= b)
+    return GT_SUCCESS;
+  if (t->shard.axis < 0)
+    return fn(ctx, a, a, b - a);
+  const int ax = t->shard.axis;
+  size_t inner = 1;
+  for (int d = ax + 1; d < t->ndim; d++)
+    inner *= (size_t)t->full_shape[d];
+  const size_t nblocks = (size_t)t->shard.blocks;
+  const size_t full_len = (size_t)t->full_shape[ax], local_len = (size_t)t->value.shape[ax];
+  const size_t block = full_len / nblocks, piece = local_len / nblocks;
+  const size_t k0 = (size_t)t->shard.index * piece;
+  const size_t n = block > k0 ? gt_min_size(piece, block - k0) : 0;
+  const size_t slab = local_len * inner;
+  if (n == 0 || slab == 0)
+    return GT_SUCCESS;
+  for (size_t o = a / slab; o * slab < b; o++)
+    for (size_t bk = 0; bk < nblocks; bk++) {
+      const size_t l0 = o * slab + bk * piece * inner, l1 = l0 + n * inner;
+      const size_t f0 = (o * full_len + bk * block + k0) * inner;
+      const size_t s0 = l0 > a ? l0 : a, s1 = l1 < b ? l1 : b;
+      if (s0 < s1)
+        GT_CALL(fn(ctx, s0, f0 + (s0 - l0), s1 - s0));
+    }
+  return GT_SUCCESS;
+}
+
+static int gt_run_count(void *ctx, size_t local, size_t logical, size_t len)
+{
+  (void)local;
+  (void)logical;
+  *(size_t *)ctx += len;
+  return GT_SUCCESS;
+}
+
+/* Hyperslab selections built from flat ranges: the boxes of the row-major
+ * range [lo, hi) over dims[0..m) (at most 2m - 1 of them), each completed by
+ * the fixed start/count of dims m..nd-1, ORed into space. */
+typedef struct {
+  hid_t space;
+  int nd, m;
+  hsize_t dims[GT_TENSOR_MAX_DIMS], start[GT_TENSOR_MAX_DIMS], count[GT_TENSOR_MAX_DIMS];
+  bool first;
+} gt_sel;
+
+static int gt_sel_emit(gt_sel *s)
+{
+  GT_CALL_HDF5(H5Sselect_hyperslab(s->space, s->first ? H5S_SELECT_SET : H5S_SELECT_OR,
+                                   s->start, NULL, s->count, NULL));
+  s->first = false;
+  return GT_SUCCESS;
+}
+
+static int gt_sel_flat(gt_sel *s, int d, hsize_t lo, hsize_t hi)
+{
+  if (lo >= hi)
+    return GT_SUCCESS;
+  if (d == s->m) /* no dims left: the range is [0, 1) */
+    return gt_sel_emit(s);
+  hsize_t inner = 1;
+  for (int e = d + 1; e < s->m; e++)
+    inner *= s->dims[e];
+  hsize_t r0 = lo / inner;
+  const hsize_t r1 = hi / inner;
+  if (r0 == r1) { /* inside one row of dims[d] */
+    s->start[d] = r0;
+    s->count[d] = 1;
+    return gt_sel_flat(s, d + 1, lo % inner, hi % inner);
+  }
+  if (lo % inner) {
+    s->start[d] = r0;
+    s->count[d] = 1;
+    GT_CALL(gt_sel_flat(s, d + 1, lo % inner, inner));
+    r0++;
+  }
+  if (r1 > r0) {
+    s->start[d] = r0;
+    s->count[d] = r1 - r0;
+    for (int e = d + 1; e < s->m; e++) {
+      s->start[e] = 0;
+      s->count[e] = s->dims[e];
+    }
+    GT_CALL(gt_sel_emit(s));
+  }
+  if (hi % inner) {
+    s->start[d] = r1;
+    s->count[d] = 1;
+    GT_CALL(gt_sel_flat(s, d + 1, 0, hi % inner));
+  }
+  return GT_SUCCESS;
+}
+
+static int gt_sel_run(void *ctx, size_t local, size_t logical, size_t len)
+{
+  (void)local;
+  gt_sel *s = ctx;
+  s->m = s->nd;
+  GT_CALL(gt_sel_flat(s, 0, (hsize_t)logical, (hsize_t)(logical + len)));
+  return GT_SUCCESS;
+}
+
+/* Select in fspace (the logical tensor's) the real entries of t's local
+ * range [a, b) (a < b, at least one real entry). Whole slabs of the shard
+ * axis go in as regular boxes (one per shard block and box of the axes
+ * before it), the partial slabs at the ends run by run. */
+static int gt_ckpt_select_range(const gt_param *t, size_t a, size_t b, hid_t fspace)
+{
+  gt_sel s = {.space = fspace, .nd = t->ndim, .first = true};
+  for (int d = 0; d < t->ndim; d++)
+    s.dims[d] = (hsize_t)t->full_shape[d];
+  if (t->shard.axis < 0)
+    return gt_sel_run(&s, a, a, b - a);
+  const int ax = t->shard.axis;
+  size_t inner = 1;
+  for (int d = ax + 1; d < t->ndim; d++)
+    inner *= (size_t)t->full_shape[d];
+  const size_t slab = (size_t)t->value.shape[ax] * inner;
+  const size_t o0 = (a + slab - 1) / slab, o1 = b / slab; /* whole slabs [o0, o1) */
+  if (o0 >= o1)
+    return gt_ckpt_runs(t, a, b, gt_sel_run, &s);
+  if (a < o0 * slab)
+    GT_CALL(gt_ckpt_runs(t, a, o0 * slab, gt_sel_run, &s));
+  const long block = t->full_shape[ax] / t->shard.blocks;
+  const long piece = t->value.shape[ax] / t->shard.blocks;
+  const long k0 = (long)t->shard.index * piece;
+  const long n = block - k0 < piece ? block - k0 : piece;
+  for (int bk = 0; bk < t->shard.blocks && n > 0; bk++) {
+    s.m = ax;
+    s.start[ax] = (hsize_t)(bk * block + k0);
+    s.count[ax] = (hsize_t)n;
+    for (int d = ax + 1; d < t->ndim; d++) {
+      s.start[d] = 0;
+      s.count[d] = s.dims[d];
+    }
+    GT_CALL(gt_sel_flat(&s, 0, (hsize_t)o0, (hsize_t)o1));
+  }
+  if (o1 * slab < b)
+    GT_CALL(gt_ckpt_runs(t, o1 * slab, b, gt_sel_run, &s));
+  return GT_SUCCESS;
+}
+
+/* Fletcher-32 of 16-bit little-endian words, block by block: over the n
+ * words w_0..w_{n-1} of a block, s1 = sum w_j and s2 = sum (n - j) w_j, both
+ * mod 65535, checksum s2 << 16 | s1 (the classic running-sum definition,
+ * written as sums that add up over any split of the block: each rank adds
+ * the terms of the words it writes, and one all-reduce completes them). */
+static void gt_fletcher_terms(const unsigned char *p, size_t nwords, uint64_t *S, uint64_t *T)
+{
+  uint64_t s = 0, t = 0;
+  for (size_t base = 0; base < nwords; base += 256) {
+    const uint32_t c = (uint32_t)gt_min_size(nwords - base, 256);
+    const unsigned char *q = p + 2 * base;
+    uint32_t cs = 0, ct = 0; /* < 2^32: 256 words of < 2^16, weights < 256 */
+    for (uint32_t k = 0; k < c; k++) {
+      const uint32_t w = (uint32_t)q[2 * k] | (uint32_t)q[2 * k + 1] << 8;
+      cs += w;
+      ct += k * w;
+    }
+    s += cs;
+    t += ct + (uint64_t)base * cs;
+  }
+  *S = s;
+  *T = t;
+}
+
+/* sums[2 b], sums[2 b + 1] += the terms of `len` floats at logical index
+ * `logical` of a dataset of `total` floats (blocks of GT_CKPT_SUM_FLOATS). */
+static void gt_fletcher_add(uint64_t *sums, size_t total, const float *data, size_t logical,
+                            size_t len)
+{
+  while (len > 0) {
+    const size_t blk = logical / GT_CKPT_SUM_FLOATS, off = logical % GT_CKPT_SUM_FLOATS;
+    const size_t m = gt_min_size(len, GT_CKPT_SUM_FLOATS - off);
+    const uint64_t nw = 2 * gt_min_size(GT_CKPT_SUM_FLOATS, total - blk * GT_CKPT_SUM_FLOATS);
+    uint64_t S, T;
+    gt_fletcher_terms((const unsigned char *)data, 2 * m, &S, &T);
+    const uint64_t weight = (nw - 2 * off) % GT_FLETCHER_MOD;
+    sums[2 * blk] = (sums[2 * blk] + S) % GT_FLETCHER_MOD;
+    sums[2 * blk + 1] = (sums[2 * blk + 1] + weight * (S % GT_FLETCHER_MOD) +
+                         GT_FLETCHER_MOD - T % GT_FLETCHER_MOD) % GT_FLETCHER_MOD;
+    data += m;
+    logical += m;
+    len -= m;
+  }
+}
+
+static uint32_t gt_fletcher_value(const uint64_t *sum)
+{
+  return (uint32_t)(sum[1] % GT_FLETCHER_MOD) << 16 | (uint32_t)(sum[0] % GT_FLETCHER_MOD);
+}
+
+/* Checksum blocks of a dataset of `total` floats. */
+static size_t gt_ckpt_nsums(size_t total)
+{
+  return (total + GT_CKPT_SUM_FLOATS - 1) / GT_CKPT_SUM_FLOATS;
+}
+
+/* Check the whole blocks [blk0, blk0 + n) held in data (from the first
+ * one's start) against their stored checksums; the first that fails is
+ * GT_ERR_HDF5 naming the dataset and its bytes. */
+static int gt_ckpt_check_sums(const char *path, const char *name, const float *data,
+                              size_t total, size_t blk0, size_t n, const uint32_t *stored)
+{
+  for (size_t b = blk0; b < blk0 + n; b++) {
+    const size_t lo = b * GT_CKPT_SUM_FLOATS;
+    const size_t len = gt_min_size(GT_CKPT_SUM_FLOATS, total - lo);
+    uint64_t sum[2] = {0, 0};
+    gt_fletcher_add(sum, len, data + (lo - blk0 * GT_CKPT_SUM_FLOATS), 0, len);
+    const uint32_t have = gt_fletcher_value(sum);
+    GT_CHECK(have == stored[b], GT_ERR_HDF5,
+             "checkpoint %s: %s is damaged: the checksum of its bytes %zu-%zu (block %zu of "
+             "%zu) fails (Fletcher-32 %08x, stored %08x)",
+             path, name, lo * sizeof(float), (lo + len) * sizeof(float) - 1, b + 1,
+             gt_ckpt_nsums(total), (unsigned)have, (unsigned)stored[b]);
+  }
+  return GT_SUCCESS;
+}
+
+/* Device pointer of flat element `flat` of kind's buffer. */
+static float *gt_ckpt_part_data(const gt_ckpt_state *st, int kind, size_t flat)
+{
+  if (kind == GT_KIND_MODEL)
+    return (st->values ? st->values : st->params->values) + (flat - st->values_lo);
+  return (kind == GT_KIND_M ? st->m : st->v) + (flat - st->moments_lo);
+}
+
+/* The flat range of kind's buffer this rank writes or loads. */
+static void gt_ckpt_range(const gt_ckpt_state *st, int kind, size_t *lo, size_t *hi)
+{
+  if (kind == GT_KIND_MODEL) {
+    *lo = st->hi ? st->lo : st->values_lo;
+    *hi = st->hi ? st->hi : st->params->numel;
+  } else {
+    *lo = st->mhi ? st->mlo : st->moments_lo;
+    *hi = st->mhi ? st->mhi : st->params->numel;
+  }
 }
 
 /* The host waits for the copy just queued between the device and the
@@ -130,6 +390,14 @@ static size_t gt_ckpt_largest_local(const gt_ckpt_state *st)
   size_t n = 1;
   for (int i = 0; st->params && i < st->params->count; i++)
     n = st->params->list[i].numel > n ? st->params->list[i].numel : n;
+  return n;
+}
+
+static size_t gt_ckpt_tensor_numel(const gt_ckpt_tensor *tensor)
+{
+  size_t n = 1;
+  for (int d = 0; d < tensor->ndim; d++)
+    n *= (size_t)tensor->dims[d];
   return n;
 }
 
@@ -156,19 +424,30 @@ static int gt_ckpt_write_meta(hid_t file, const gt_ckpt_meta *m)
   GT_CALL(gt_h5_write_attr_str(file, "code_version", m->code_version));
   GT_CALL(gt_h5_write_attr_str(file, "created", m->created));
   GT_CALL(gt_h5_write_attr_str(file, "deck", m->deck ? m->deck : ""));
+  GT_CALL(gt_h5_write_attr_i64(file, "checksum_block_bytes", (long long)GT_CKPT_SUM_BYTES));
+  GT_CALL(gt_h5_write_attr_str(file, "checksum",
+                               "fletcher32: attribute of every dataset, one per block of "
+                               "checksum_block_bytes of its little-endian row-major bytes "
+                               "(docs/checkpoints.md)"));
   return GT_SUCCESS;
 }
 
 /* One rank's state through a write. A failure that only this rank meets (a
- * download, a broken invariant) must not take it out of the collective
- * calls that the other ranks go on making (H5Dcreate2, H5Dwrite, H5Fclose):
- * the first one is kept in `local`, message and all, and the rank writes
- * empty selections from then on. Errors of HDF5 calls themselves are the
- * same on every rank (their I/O errors are held back by the write scope,
- * comm.h) and end the write everywhere alike. */
+ * download, a broken invariant, an independent H5Dwrite) must not take it
+ * out of the collective calls that the other ranks go on making
+ * (H5Dcreate2, MPI_Allreduce, H5Acreate2, H5Fclose): the first one is kept
+ * in `local`, message and all, and the rank writes nothing more. Errors of
+ * the collective HDF5 calls are the same on every rank (their I/O errors
+ * are held back by the write scope, comm.h) and end the write everywhere
+ * alike. */
 typedef struct {
   const gt_ckpt_state *st;
-  float *staging;
+  float *staging, *packed; /* the local entries written, as downloaded / in file order */
+  hid_t *dsets;            /* ntensors x GT_NKINDS datasets */
+  uint64_t *sums;          /* Fletcher-32 terms, 2 per block of every dataset */
+  size_t *sum_base;        /* first block of each dataset in sums */
+  size_t nsums;
+  uint32_t *values;        /* nsums checksums */
   int rank;  /* world rank, for the fault hooks */
   long step; /* the checkpoint's step, for the fault hooks */
   int local; /* first local failure, or GT_SUCCESS */
@@ -184,89 +463,111 @@ static void gt_ckpt_note_local(gt_ckpt_writer *w, int code)
   gt_error_clear();
 }
 
-/* Put this rank's entries of t (kind) into staging and select them in the
- * file space and a new memory space. */
-static int gt_ckpt_stage(gt_ckpt_writer *w, const gt_param *t, const gt_ckpt_tensor *tensor,
-                         int kind, hid_t fspace, hid_t *mspace)
+typedef struct {
+  float *dst;
+  const float *src;
+  size_t a, pos;
+  uint64_t *sums;
+  size_t total;
+} gt_pack;
+
+/* Append a run to dst (file order) and add its checksum terms. */
+static int gt_pack_run(void *ctx, size_t local, size_t logical, size_t len)
 {
+  gt_pack *p = ctx;
+  const float *src = p->src + (local - p->a);
+  if (p->dst)
+    memcpy(p->dst + p->pos, src, len * sizeof(float));
+  p->pos += len;
+  gt_fletcher_add(p->sums, p->total, src, logical, len);
+  return GT_SUCCESS;
+}
+
+enum { GT_P_SPACE, GT_P_MSPACE, GT_P_N };
+
+/* Write this rank's entries of tensor (kind) into dset, independently. */
+static int gt_ckpt_write_part_in(gt_ckpt_writer *w, hid_t dset, const gt_ckpt_tensor *tensor,
+                                 int kind, hid_t ids[])
+{
+  const gt_ckpt_state *st = w->st;
+  gt_param *t = st->params ? gt_params_find(st->params, tensor->name) : NULL;
+  if (!t || !st->writer || !t->counted)
+    return GT_SUCCESS;
+  size_t lo, hi, a, b, count = 0;
+  gt_ckpt_range(st, kind, &lo, &hi);
+  gt_ckpt_clip(t, lo, hi, &a, &b);
+  GT_CALL(gt_ckpt_runs(t, a, b, gt_run_count, &count));
+  if (count == 0)
+    return GT_SUCCESS;
   for (int d = 0; d < tensor->ndim; d++)
     GT_CHECK(t->ndim == tensor->ndim && t->full_shape[d] == tensor->dims[d], GT_ERR_INTERNAL,
              "internal error: parameter %s does not have its logical shape", t->name);
   GT_CHECK(!gt_fault_hit("ckpt_local_fail", w->rank, w->step), GT_ERR_DEVICE,
            "copying %s/%s to the host failed (injected by GT_FAULT=ckpt_local_fail)",
            gt_kind_group[kind], tensor->name);
-  gt_backend *be = w->st->params->be;
-  GT_CALL(be->ops->download(be, w->staging, gt_ckpt_kind_data(w->st, t, kind),
-                            t->numel * sizeof(float), NULL));
+  gt_backend *be = st->params->be;
+  GT_CALL(be->ops->download(be, w->staging, gt_ckpt_part_data(st, kind, t->offset + a),
+                            (b - a) * sizeof(float), NULL));
   GT_CALL(gt_ckpt_copy_done(be));
-  GT_CALL(gt_ckpt_local_space(t, mspace));
-  GT_CALL(gt_ckpt_select(t, fspace, *mspace));
+  const size_t i = (size_t)(tensor - st->tensors);
+  gt_pack pack = {.dst = count == b - a ? NULL : w->packed, .src = w->staging, .a = a,
+                  .sums = w->sums + 2 * w->sum_base[i * GT_NKINDS + (size_t)kind],
+                  .total = gt_ckpt_tensor_numel(tensor)};
+  GT_CALL(gt_ckpt_runs(t, a, b, gt_pack_run, &pack));
+  GT_H5_ID(ids[GT_P_SPACE], H5Dget_space(dset));
+  GT_CALL(gt_ckpt_select_range(t, a, b, ids[GT_P_SPACE]));
+  hssize_t npoints;
+  GT_CALL_HDF5(npoints = H5Sget_select_npoints(ids[GT_P_SPACE]));
+  GT_CHECK((size_t)npoints == count, GT_ERR_INTERNAL,
+           "internal error: %s/%s: %lld entries selected in the file for %zu held",
+           gt_kind_group[kind], tensor->name, (long long)npoints, count);
+  const hsize_t n = (hsize_t)count;
+  GT_H5_ID(ids[GT_P_MSPACE], H5Screate_simple(1, &n, NULL));
+  GT_CALL_HDF5(H5Dwrite(dset, H5T_NATIVE_FLOAT, ids[GT_P_MSPACE], ids[GT_P_SPACE], H5P_DEFAULT,
+                        pack.dst ? pack.dst : w->staging));
   return GT_SUCCESS;
 }
 
-enum { GT_W_SPACE, GT_W_DCPL, GT_W_DSET, GT_W_MSPACE, GT_W_N };
-
-/* Create dataset `group/name` of one logical tensor and write this rank's
- * part of it (collective: ranks without a part, or after a local failure,
- * write an empty selection). */
-static int gt_ckpt_write_tensor_in(hid_t file, hid_t dxpl, const gt_ckpt_tensor *tensor,
-                                   int kind, gt_ckpt_writer *w, hid_t ids[])
+static void gt_ckpt_write_part(gt_ckpt_writer *w, hid_t dset, const gt_ckpt_tensor *tensor,
+                               int kind)
 {
-  const gt_ckpt_state *st = w->st;
+  if (w->local != GT_SUCCESS)
+    return;
+  hid_t ids[GT_P_N] = {H5I_INVALID_HID, H5I_INVALID_HID};
+  int status = gt_ckpt_write_part_in(w, dset, tensor, kind, ids);
+  status = gt_h5_close_all(status, GT_P_N, ids);
+  if (status != GT_SUCCESS)
+    gt_ckpt_note_local(w, status);
+}
+
+enum { GT_C_SPACE, GT_C_DCPL, GT_C_N };
+
+/* Create dataset `group/name` of one logical tensor: contiguous, its space
+ * allocated now (parallel HDF5 does so anyway), never filled (every entry
+ * is written). Collective. */
+static int gt_ckpt_create_in(hid_t file, const gt_ckpt_tensor *tensor, int kind, hid_t *dset,
+                             hid_t ids[])
+{
   char path[GT_PARAM_NAME_MAX + 16];
   snprintf(path, sizeof path, "%s/%s", gt_kind_group[kind], tensor->name);
-  hsize_t dims[GT_TENSOR_MAX_DIMS], chunk[GT_TENSOR_MAX_DIMS];
-  size_t row = 1;
-  for (int d = 0; d < tensor->ndim; d++) {
-    dims[d] = chunk[d] = (hsize_t)tensor->dims[d];
-    if (d > 0)
-      row *= (size_t)tensor->dims[d];
-  }
-  /* At most 1 MiB of rows, in equal chunks: HDF5 stores a last partial chunk
-   * at full size (1 MiB chunks of fixed rows left 7.8% of a 124M checkpoint
-   * as padding). */
-  size_t rows = GT_CKPT_CHUNK_BYTES / (row * sizeof(float));
-  rows = rows < 1 ? 1 : rows;
-  const size_t nchunks = (dims[0] + rows - 1) / rows;
-  chunk[0] = (hsize_t)((dims[0] + nchunks - 1) / nchunks);
-  GT_H5_ID(ids[GT_W_SPACE], H5Screate_simple(tensor->ndim, dims, NULL));
-  GT_H5_ID(ids[GT_W_DCPL], H5Pcreate(H5P_DATASET_CREATE));
-  GT_CALL_HDF5(H5Pset_chunk(ids[GT_W_DCPL], tensor->ndim, chunk));
-  GT_CALL_HDF5(H5Pset_fletcher32(ids[GT_W_DCPL]));
-  /* Every entry is written below: no fill values, chunks allocated by that
-   * write. Parallel HDF5 1.10 still allocates and writes every chunk of a
-   * filtered dataset at creation (the MPI-IO driver forces early
-   * allocation), so each chunk goes to disk twice (benchmarks/README.md);
-   * serial HDF5 and later versions honour these. */
-  GT_CALL_HDF5(H5Pset_fill_time(ids[GT_W_DCPL], H5D_FILL_TIME_NEVER));
-  GT_CALL_HDF5(H5Pset_alloc_time(ids[GT_W_DCPL], H5D_ALLOC_TIME_LATE));
-  GT_H5_ID(ids[GT_W_DSET], H5Dcreate2(file, path, H5T_IEEE_F32LE, ids[GT_W_SPACE], H5P_DEFAULT,
-                                      ids[GT_W_DCPL], H5P_DEFAULT));
-
-  gt_param *t = st->params ? gt_params_find(st->params, tensor->name) : NULL;
-  if (t && st->writer && t->counted && w->local == GT_SUCCESS) {
-    int status = gt_ckpt_stage(w, t, tensor, kind, ids[GT_W_SPACE], &ids[GT_W_MSPACE]);
-    if (status != GT_SUCCESS) {
-      gt_ckpt_note_local(w, status);
-      GT_CALL(gt_h5_close(&ids[GT_W_MSPACE])); /* and write nothing */
-    }
-  }
-  if (ids[GT_W_MSPACE] < 0) {
-    GT_H5_ID(ids[GT_W_MSPACE], H5Screate_simple(1, (hsize_t[]){1}, NULL));
-    GT_CALL_HDF5(H5Sselect_none(ids[GT_W_MSPACE]));
-    GT_CALL_HDF5(H5Sselect_none(ids[GT_W_SPACE]));
-  }
-  GT_CALL_HDF5(H5Dwrite(ids[GT_W_DSET], H5T_NATIVE_FLOAT, ids[GT_W_MSPACE], ids[GT_W_SPACE],
-                        dxpl, w->staging));
+  hsize_t dims[GT_TENSOR_MAX_DIMS];
+  for (int d = 0; d < tensor->ndim; d++)
+    dims[d] = (hsize_t)tensor->dims[d];
+  GT_H5_ID(ids[GT_C_SPACE], H5Screate_simple(tensor->ndim, dims, NULL));
+  GT_H5_ID(ids[GT_C_DCPL], H5Pcreate(H5P_DATASET_CREATE));
+  GT_CALL_HDF5(H5Pset_layout(ids[GT_C_DCPL], H5D_CONTIGUOUS));
+  GT_CALL_HDF5(H5Pset_fill_time(ids[GT_C_DCPL], H5D_FILL_TIME_NEVER));
+  GT_CALL_HDF5(H5Pset_alloc_time(ids[GT_C_DCPL], H5D_ALLOC_TIME_EARLY));
+  GT_H5_ID(*dset, H5Dcreate2(file, path, H5T_IEEE_F32LE, ids[GT_C_SPACE], H5P_DEFAULT,
+                             ids[GT_C_DCPL], H5P_DEFAULT));
   return GT_SUCCESS;
 }
 
-static int gt_ckpt_write_tensor(hid_t file, hid_t dxpl, const gt_ckpt_tensor *tensor, int kind,
-                                gt_ckpt_writer *w)
+static int gt_ckpt_create(hid_t file, const gt_ckpt_tensor *tensor, int kind, hid_t *dset)
 {
-  hid_t ids[GT_W_N] = {H5I_INVALID_HID, H5I_INVALID_HID, H5I_INVALID_HID, H5I_INVALID_HID};
-  int status = gt_ckpt_write_tensor_in(file, dxpl, tensor, kind, w, ids);
-  GT_CALL(gt_h5_close_all(status, GT_W_N, ids));
+  hid_t ids[GT_C_N] = {H5I_INVALID_HID, H5I_INVALID_HID};
+  int status = gt_ckpt_create_in(file, tensor, kind, dset, ids);
+  GT_CALL(gt_h5_close_all(status, GT_C_N, ids));
   return GT_SUCCESS;
 }
 
@@ -282,7 +583,7 @@ static void gt_ckpt_maybe_kill(const gt_ckpt_writer *w, int done, int total)
   }
 }
 
-enum { GT_WF_FILE, GT_WF_DXPL, GT_WF_GROUP, GT_WF_N };
+enum { GT_WF_FILE, GT_WF_GROUP, GT_WF_N };
 
 static int gt_ckpt_write_in(const char *path, const gt_ckpt_meta *meta, gt_ckpt_writer *w,
                             MPI_Comm comm, hid_t ids[])
@@ -296,35 +597,82 @@ static int gt_ckpt_write_in(const char *path, const gt_ckpt_meta *meta, gt_ckpt_
                                           H5P_DEFAULT));
     GT_CALL(gt_h5_close(&ids[GT_WF_GROUP]));
   }
-  /* Filtered (checksummed) datasets are written collectively in parallel
-   * HDF5. */
-  GT_H5_ID(ids[GT_WF_DXPL], H5Pcreate(H5P_DATASET_XFER));
-  GT_CALL_HDF5(H5Pset_dxpl_mpio(ids[GT_WF_DXPL], H5FD_MPIO_COLLECTIVE));
   const gt_ckpt_state *st = w->st;
+  for (int i = 0; i < st->ntensors; i++)
+    for (int k = 0; k < GT_NKINDS; k++)
+      GT_CALL(gt_ckpt_create(file, &st->tensors[i], k, &w->dsets[i * GT_NKINDS + k]));
+  /* the data: independent writes, no collective call per tensor */
   for (int i = 0; i < st->ntensors; i++) {
     gt_ckpt_maybe_kill(w, i, st->ntensors);
     for (int k = 0; k < GT_NKINDS; k++)
-      GT_CALL(gt_ckpt_write_tensor(file, ids[GT_WF_DXPL], &st->tensors[i], k, w));
+      gt_ckpt_write_part(w, w->dsets[i * GT_NKINDS + k], &st->tensors[i], k);
   }
+  /* Every entry was written by one rank: the sums of the terms are the
+   * checksums. */
+  GT_CALL_MPI(MPI_Allreduce(MPI_IN_PLACE, w->sums, (int)(2 * w->nsums), MPI_UINT64_T, MPI_SUM,
+                            comm));
+  for (size_t b = 0; b < w->nsums; b++) {
+    uint64_t sum[2] = {w->sums[2 * b] % GT_FLETCHER_MOD, w->sums[2 * b + 1] % GT_FLETCHER_MOD};
+    w->values[b] = gt_fletcher_value(sum);
+  }
+  for (int i = 0; i < st->ntensors; i++)
+    for (int k = 0; k < GT_NKINDS; k++) {
+      const size_t d = (size_t)(i * GT_NKINDS + k);
+      const size_t n = gt_ckpt_nsums(gt_ckpt_tensor_numel(&st->tensors[i]));
+      GT_CALL(gt_h5_write_attr_u32s(w->dsets[d], "fletcher32", (int)n,
+                                    w->values + w->sum_base[d]));
+    }
   GT_CALL_HDF5(H5Fflush(file, H5F_SCOPE_GLOBAL));
   return GT_SUCCESS;
+}
+
+/* The writer's buffers (every rank: the checksum all-reduce has the same
+ * size everywhere). */
+static int gt_ckpt_writer_alloc(gt_ckpt_writer *w)
+{
+  const gt_ckpt_state *st = w->st;
+  const size_t nd = (size_t)st->ntensors * GT_NKINDS;
+  const size_t n = gt_ckpt_largest_local(st);
+  w->sum_base = malloc((nd + 1) * sizeof(size_t));
+  w->dsets = malloc((nd + 1) * sizeof(hid_t));
+  GT_CHECK(w->sum_base && w->dsets, GT_ERR_SYSTEM, "out of memory for the dataset list");
+  for (size_t d = 0; d < nd; d++) {
+    w->dsets[d] = H5I_INVALID_HID;
+    w->sum_base[d] = w->nsums;
+    w->nsums += gt_ckpt_nsums(gt_ckpt_tensor_numel(&st->tensors[d / GT_NKINDS]));
+  }
+  GT_CHECK(2 * w->nsums <= (size_t)INT_MAX, GT_ERR_INPUT,
+           "a checkpoint of %zu checksum blocks is too large", w->nsums);
+  w->sums = calloc(2 * w->nsums + 1, sizeof(uint64_t));
+  w->values = malloc((w->nsums + 1) * sizeof(uint32_t));
+  w->staging = malloc(n * sizeof(float));
+  w->packed = malloc(n * sizeof(float));
+  GT_CHECK(w->sums && w->values && w->staging && w->packed, GT_ERR_SYSTEM,
+           "out of memory allocating %zu bytes of staging buffers",
+           2 * n * sizeof(float) + w->nsums * (2 * sizeof(uint64_t) + sizeof(uint32_t)));
+  return GT_SUCCESS;
+}
+
+static void gt_ckpt_writer_free(gt_ckpt_writer *w)
+{
+  free(w->sum_base);
+  free(w->dsets);
+  free(w->sums);
+  free(w->values);
+  free(w->staging);
+  free(w->packed);
 }
 
 /* gt_ckpt_write, naming the checkpoint `shown` in its error message. */
 static int gt_ckpt_write_file(const char *path, const char *shown, const gt_ckpt_meta *meta,
                               const gt_ckpt_state *st, MPI_Comm comm)
 {
-  static float no_data; /* the buffer of empty selections when staging is missing */
   gt_ckpt_writer w = {.st = st, .step = meta->step, .local = GT_SUCCESS};
   MPI_Comm_rank(MPI_COMM_WORLD, &w.rank);
-  const size_t n = gt_ckpt_largest_local(st);
-  float *staging = malloc(n * sizeof(float));
-  if (!staging)
-    gt_ckpt_note_local(&w, GT_ERROR(GT_ERR_SYSTEM, "out of memory allocating %zu bytes",
-                                    n * sizeof(float)));
-  w.staging = staging ? staging : &no_data;
-  hid_t ids[GT_WF_N] = {H5I_INVALID_HID, H5I_INVALID_HID, H5I_INVALID_HID};
-  int status = gt_comm_foreign_begin(comm);
+  int status = gt_error_agree(gt_ckpt_writer_alloc(&w), comm);
+  hid_t ids[GT_WF_N] = {H5I_INVALID_HID, H5I_INVALID_HID};
+  if (status == GT_SUCCESS)
+    status = gt_comm_foreign_begin(comm);
   if (status == GT_SUCCESS) {
     /* Every rank makes every collective call of the write, whatever failed
      * here (write scope, `local`), and closes the file; only then is the
@@ -332,6 +680,7 @@ static int gt_ckpt_write_file(const char *path, const char *shown, const gt_ckpt
      * then a local failure, then HDF5's own error. */
     gt_comm_io_begin(gt_fault_hit("ckpt_write_fail", w.rank, w.step));
     status = gt_ckpt_write_in(path, meta, &w, comm, ids);
+    status = gt_h5_close_all(status, st->ntensors * GT_NKINDS, w.dsets);
     status = gt_h5_close_all(status, GT_WF_N, ids);
     const int io = gt_comm_io_end();
     gt_comm_foreign_end();
@@ -341,7 +690,7 @@ static int gt_ckpt_write_file(const char *path, const char *shown, const gt_ckpt
       status = gt_error_set(w.local, __FILE__, __LINE__, __func__, "%s", w.local_message);
     }
   }
-  free(staging);
+  gt_ckpt_writer_free(&w);
   if (status != GT_SUCCESS)
     return gt_error_wrap(status, __FILE__, __LINE__, __func__, "cannot write checkpoint %s",
                          shown);
@@ -456,16 +805,152 @@ int gt_ckpt_read_meta(const char *path, MPI_Comm comm, gt_ckpt_meta *meta)
   return GT_SUCCESS;
 }
 
+/* One rank's state through a read. */
+typedef struct {
+  const char *path;
+  const gt_ckpt_state *st;
+  int format;
+  float *staging; /* the local entries loaded (largest local tensor) */
+  float *rbuf;    /* format 3: the checksum blocks read */
+  size_t rcap;
+  uint32_t *stored; /* format 3: their checksums */
+  size_t scap;
+} gt_ckpt_reader;
+
+typedef struct {
+  size_t lo, hi;
+} gt_span;
+
+static int gt_span_run(void *ctx, size_t local, size_t logical, size_t len)
+{
+  (void)local;
+  gt_span *s = ctx;
+  s->lo = logical < s->lo ? logical : s->lo;
+  s->hi = logical + len > s->hi ? logical + len : s->hi;
+  return GT_SUCCESS;
+}
+
+typedef struct {
+  float *dst;
+  const float *src;
+  size_t a, f0;
+} gt_unpack;
+
+static int gt_unpack_run(void *ctx, size_t local, size_t logical, size_t len)
+{
+  gt_unpack *u = ctx;
+  memcpy(u->dst + (local - u->a), u->src + (logical - u->f0), len * sizeof(float));
+  return GT_SUCCESS;
+}
+
+static int gt_grow(void **buf, size_t *cap, size_t n, size_t size)
+{
+  if (n <= *cap)
+    return GT_SUCCESS;
+  void *bigger = realloc(*buf, n * size);
+  GT_CHECK_ALLOC(bigger, n * size);
+  *buf = bigger;
+  *cap = n;
+  return GT_SUCCESS;
+}
+
 enum { GT_R_DSET, GT_R_SPACE, GT_R_MSPACE, GT_R_N };
+
+/* Format 3: read the checksum blocks of dataset `name` that hold this
+ * rank's entries [a, b) of t, check them, and put the entries into
+ * staging (from local index a). */
+static int gt_ckpt_read_blocks(gt_ckpt_reader *r, const char *name, const gt_param *t,
+                               size_t a, size_t b, size_t count, hid_t ids[])
+{
+  size_t total = gt_param_full_numel(t);
+  gt_span span = {(size_t)-1, 0};
+  GT_CALL(gt_ckpt_runs(t, a, b, gt_span_run, &span));
+  const size_t blk0 = span.lo / GT_CKPT_SUM_FLOATS;
+  const size_t blk1 = (span.hi + GT_CKPT_SUM_FLOATS - 1) / GT_CKPT_SUM_FLOATS;
+  const size_t f0 = blk0 * GT_CKPT_SUM_FLOATS;
+  const size_t f1 = gt_min_size(total, blk1 * GT_CKPT_SUM_FLOATS);
+  GT_CALL(gt_grow((void **)&r->rbuf, &r->rcap, f1 - f0, sizeof(float)));
+  const size_t nsums = gt_ckpt_nsums(total);
+  GT_CALL(gt_grow((void **)&r->stored, &r->scap, nsums, sizeof(uint32_t)));
+  bool found;
+  GT_CALL(gt_h5_read_attr_u32s(ids[GT_R_DSET], "fletcher32", name, (int)nsums, &found,
+                               r->stored));
+  GT_CHECK(found, GT_ERR_INPUT, "checkpoint %s: %s has no fletcher32 checksums", r->path, name);
+  gt_sel s = {.space = ids[GT_R_SPACE], .nd = t->ndim, .m = t->ndim, .first = true};
+  for (int d = 0; d < t->ndim; d++)
+    s.dims[d] = (hsize_t)t->full_shape[d];
+  GT_CALL(gt_sel_flat(&s, 0, (hsize_t)f0, (hsize_t)f1));
+  const hsize_t n = (hsize_t)(f1 - f0);
+  GT_H5_ID(ids[GT_R_MSPACE], H5Screate_simple(1, &n, NULL));
+  if (H5Dread(ids[GT_R_DSET], H5T_NATIVE_FLOAT, ids[GT_R_MSPACE], ids[GT_R_SPACE], H5P_DEFAULT,
+              r->rbuf) < 0) {
+    gt_error_hdf5("H5Dread", __FILE__, __LINE__, __func__);
+    return gt_error_wrap(GT_ERR_HDF5, __FILE__, __LINE__, __func__,
+                         "checkpoint %s: %s cannot be read", r->path, name);
+  }
+  GT_CALL(gt_ckpt_check_sums(r->path, name, r->rbuf, total, blk0, blk1 - blk0, r->stored));
+  if (count != b - a) /* padding stays zero */
+    memset(r->staging, 0, (b - a) * sizeof(float));
+  gt_unpack u = {r->staging, r->rbuf, a, f0};
+  GT_CALL(gt_ckpt_runs(t, a, b, gt_unpack_run, &u));
+  return GT_SUCCESS;
+}
+
+/* Formats 1-2: read t's whole local part through the filter into staging
+ * (from local index 0). */
+static int gt_ckpt_read_filtered(gt_ckpt_reader *r, const char *name, const gt_param *t,
+                                 hid_t ids[])
+{
+  GT_CALL(gt_ckpt_local_space(t, &ids[GT_R_MSPACE]));
+  GT_CALL(gt_ckpt_select(t, ids[GT_R_SPACE], ids[GT_R_MSPACE]));
+  memset(r->staging, 0, t->numel * sizeof(float)); /* padding stays zero */
+  if (H5Dread(ids[GT_R_DSET], H5T_NATIVE_FLOAT, ids[GT_R_MSPACE], ids[GT_R_SPACE], H5P_DEFAULT,
+              r->staging) < 0) {
+    gt_error_hdf5("H5Dread", __FILE__, __LINE__, __func__);
+    return gt_error_wrap(GT_ERR_HDF5, __FILE__, __LINE__, __func__,
+                         "checkpoint %s: %s is damaged", r->path, name);
+  }
+  return GT_SUCCESS;
+}
+
+/* Load this rank's entries of t (kind) from the open dataset. */
+static int gt_ckpt_read_part(gt_ckpt_reader *r, const char *name, const gt_param *t, int kind,
+                             hid_t ids[])
+{
+  const gt_ckpt_state *st = r->st;
+  size_t lo, hi, a, b, count = 0;
+  gt_ckpt_range(st, kind, &lo, &hi);
+  gt_ckpt_clip(t, lo, hi, &a, &b);
+  if (a >= b)
+    return GT_SUCCESS;
+  GT_CALL(gt_ckpt_runs(t, a, b, gt_run_count, &count));
+  const float *src;
+  if (count == 0) { /* padding only */
+    memset(r->staging, 0, (b - a) * sizeof(float));
+    src = r->staging;
+  } else if (r->format >= 3) {
+    GT_CALL(gt_ckpt_read_blocks(r, name, t, a, b, count, ids));
+    src = r->staging;
+  } else {
+    GT_CALL(gt_ckpt_read_filtered(r, name, t, ids));
+    src = r->staging + a;
+  }
+  gt_backend *be = st->params->be;
+  GT_CALL(be->ops->upload(be, gt_ckpt_part_data(st, kind, t->offset + a), src,
+                          (b - a) * sizeof(float), NULL));
+  GT_CALL(gt_ckpt_copy_done(be));
+  return GT_SUCCESS;
+}
 
 /* Open dataset `group/name` (every rank), check its shape, and when this
  * rank holds the tensor and no read has failed here yet (*local), read its
  * part. Shape problems are the same on every rank; read problems are not,
  * so they go to *local and the loop goes on, keeping every rank in step. */
-static int gt_ckpt_read_tensor_in(hid_t file, const char *path, const gt_ckpt_tensor *tensor,
-                                  int kind, const gt_ckpt_state *st, float *staging,
-                                  int *local, hid_t ids[])
+static int gt_ckpt_read_tensor_in(hid_t file, gt_ckpt_reader *r, const gt_ckpt_tensor *tensor,
+                                  int kind, int *local, hid_t ids[])
 {
+  const gt_ckpt_state *st = r->st;
+  const char *path = r->path;
   char name[GT_PARAM_NAME_MAX + 16];
   snprintf(name, sizeof name, "%s/%s", gt_kind_group[kind], tensor->name);
   htri_t exists = H5Lexists(file, gt_kind_group[kind], H5P_DEFAULT);
@@ -499,66 +984,69 @@ static int gt_ckpt_read_tensor_in(hid_t file, const char *path, const gt_ckpt_te
   gt_param *t = st->params ? gt_params_find(st->params, tensor->name) : NULL;
   if (!t || *local != GT_SUCCESS)
     return GT_SUCCESS;
-  int status = gt_ckpt_local_space(t, &ids[GT_R_MSPACE]);
-  if (status == GT_SUCCESS)
-    status = gt_ckpt_select(t, ids[GT_R_SPACE], ids[GT_R_MSPACE]);
-  if (status == GT_SUCCESS) {
-    memset(staging, 0, t->numel * sizeof(float)); /* padding stays zero */
-    if (H5Dread(ids[GT_R_DSET], H5T_NATIVE_FLOAT, ids[GT_R_MSPACE], ids[GT_R_SPACE],
-                H5P_DEFAULT, staging) < 0) {
-      gt_error_hdf5("H5Dread", __FILE__, __LINE__, __func__);
-      status = gt_error_wrap(GT_ERR_HDF5, __FILE__, __LINE__, __func__,
-                             "checkpoint %s: %s is damaged", path, name);
-    }
-  }
-  if (status == GT_SUCCESS) {
-    gt_backend *be = st->params->be;
-    status = be->ops->upload(be, gt_ckpt_kind_data(st, t, kind), staging,
-                             t->numel * sizeof(float), NULL);
-    if (status == GT_SUCCESS)
-      status = gt_ckpt_copy_done(be);
-  }
-  *local = status;
+  *local = gt_ckpt_read_part(r, name, t, kind, ids);
   return GT_SUCCESS;
 }
 
-static int gt_ckpt_read_tensor(hid_t file, const char *path, const gt_ckpt_tensor *tensor,
-                               int kind, const gt_ckpt_state *st, float *staging, int *local)
+static int gt_ckpt_read_tensor(hid_t file, gt_ckpt_reader *r, const gt_ckpt_tensor *tensor,
+                               int kind, int *local)
 {
   hid_t ids[GT_R_N] = {H5I_INVALID_HID, H5I_INVALID_HID, H5I_INVALID_HID};
-  int status = gt_ckpt_read_tensor_in(file, path, tensor, kind, st, staging, local, ids);
+  int status = gt_ckpt_read_tensor_in(file, r, tensor, kind, local, ids);
   GT_CALL(gt_h5_close_all(status, GT_R_N, ids));
+  return GT_SUCCESS;
+}
+
+/* The format of an open checkpoint, and for format 3 its checksum block. */
+static int gt_ckpt_read_format(hid_t file, const char *path, int *format)
+{
+  bool found;
+  long long v;
+  GT_CALL(gt_h5_read_attr_i64(file, "format_version", path, &found, &v));
+  GT_CHECK(found && v >= 1 && v <= GT_CKPT_FORMAT, GT_ERR_INPUT,
+           "%s is not a gridtrain checkpoint of formats 1 to %d", path, GT_CKPT_FORMAT);
+  *format = (int)v;
+  if (v >= 3) {
+    GT_CALL(gt_h5_read_attr_i64(file, "checksum_block_bytes", path, &found, &v));
+    GT_CHECK(found && v == (long long)GT_CKPT_SUM_BYTES, GT_ERR_INPUT,
+             "checkpoint %s has checksum blocks of %lld bytes; this gridtrain reads %zu", path,
+             found ? v : 0, GT_CKPT_SUM_BYTES);
+  }
   return GT_SUCCESS;
 }
 
 int gt_ckpt_read(const char *path, const gt_ckpt_state *st, MPI_Comm comm)
 {
   const size_t n = gt_ckpt_largest_local(st);
-  float *staging = malloc(n * sizeof(float));
-  GT_CHECK_ALLOC(staging, n * sizeof(float));
+  gt_ckpt_reader r = {.path = path, .st = st, .staging = malloc(n * sizeof(float))};
+  GT_CHECK_ALLOC(r.staging, n * sizeof(float));
   hid_t file = H5I_INVALID_HID;
   int status = gt_comm_foreign_begin(comm);
   if (status != GT_SUCCESS) {
-    free(staging);
+    free(r.staging);
     return gt_error_push(status, __FILE__, __LINE__, __func__);
   }
   if (gt_h5_open_mpio(path, H5F_ACC_RDONLY, comm, &file) != GT_SUCCESS) {
     gt_comm_foreign_end();
-    free(staging);
+    free(r.staging);
     return gt_ckpt_open_error(path);
   }
+  status = gt_ckpt_read_format(file, path, &r.format);
   int local = GT_SUCCESS;
   for (int i = 0; i < st->ntensors && status == GT_SUCCESS; i++)
     for (int k = 0; k < GT_NKINDS && status == GT_SUCCESS; k++)
-      status = gt_ckpt_read_tensor(file, path, &st->tensors[i], k, st, staging, &local);
+      status = gt_ckpt_read_tensor(file, &r, &st->tensors[i], k, &local);
   if (status == GT_SUCCESS)
     status = local; /* its error is still the current one */
   status = gt_h5_close_all(status, 1, &file);
   gt_comm_foreign_end();
-  free(staging);
+  free(r.staging);
+  free(r.rbuf);
+  free(r.stored);
   GT_CALL(status);
   return GT_SUCCESS;
 }
+
 
 // ---- verification and export (serial) ------------------------------------------------------
 
@@ -571,6 +1059,9 @@ typedef struct {
   size_t cap;
   hid_t out; /* export target, or H5I_INVALID_HID */
   int status;
+  int format;
+  uint32_t *stored; /* format 3: checksums of the dataset */
+  size_t scap;
 } gt_visit;
 
 enum { GT_V_DSET, GT_V_SPACE, GT_V_DCPL, GT_V_OSPACE, GT_V_ODSET, GT_V_N };
@@ -579,26 +1070,34 @@ static int gt_ckpt_visit_dataset_in(hid_t group, const char *name, gt_visit *v, 
 {
   GT_H5_ID(ids[GT_V_DSET], H5Dopen2(group, name, H5P_DEFAULT));
   GT_H5_ID(ids[GT_V_SPACE], H5Dget_space(ids[GT_V_DSET]));
-  GT_H5_ID(ids[GT_V_DCPL], H5Dget_create_plist(ids[GT_V_DSET]));
-  unsigned flags, config;
-  size_t nelem = 0;
-  GT_CHECK(H5Pget_filter_by_id2(ids[GT_V_DCPL], H5Z_FILTER_FLETCHER32, &flags, &nelem, NULL, 0,
-                                NULL, &config) >= 0,
-           GT_ERR_HDF5, "checkpoint %s: %s/%s has no Fletcher32 checksum", v->path, v->group,
-           name);
-  H5Eclear2(H5E_DEFAULT);
   hssize_t npoints;
   GT_CALL_HDF5(npoints = H5Sget_simple_extent_npoints(ids[GT_V_SPACE]));
-  if ((size_t)npoints > v->cap) {
-    float *bigger = realloc(v->buf, (size_t)npoints * sizeof(float));
-    GT_CHECK_ALLOC(bigger, (size_t)npoints * sizeof(float));
-    v->buf = bigger;
-    v->cap = (size_t)npoints;
+  char full[GT_PARAM_NAME_MAX + 16];
+  snprintf(full, sizeof full, "%s/%s", v->group, name);
+  if (v->format < 3) {
+    GT_H5_ID(ids[GT_V_DCPL], H5Dget_create_plist(ids[GT_V_DSET]));
+    unsigned flags, config;
+    size_t nelem = 0;
+    GT_CHECK(H5Pget_filter_by_id2(ids[GT_V_DCPL], H5Z_FILTER_FLETCHER32, &flags, &nelem, NULL,
+                                  0, NULL, &config) >= 0,
+             GT_ERR_HDF5, "checkpoint %s: %s has no Fletcher32 checksum", v->path, full);
+    H5Eclear2(H5E_DEFAULT);
   }
+  GT_CALL(gt_grow((void **)&v->buf, &v->cap, (size_t)npoints, sizeof(float)));
   if (H5Dread(ids[GT_V_DSET], H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, v->buf) < 0) {
     gt_error_hdf5("H5Dread", __FILE__, __LINE__, __func__);
     return gt_error_wrap(GT_ERR_HDF5, __FILE__, __LINE__, __func__,
-                         "checkpoint %s: %s/%s is damaged", v->path, v->group, name);
+                         "checkpoint %s: %s is damaged", v->path, full);
+  }
+  if (v->format >= 3) {
+    const size_t nsums = gt_ckpt_nsums((size_t)npoints);
+    bool found;
+    GT_CALL(gt_grow((void **)&v->stored, &v->scap, nsums, sizeof(uint32_t)));
+    GT_CALL(gt_h5_read_attr_u32s(ids[GT_V_DSET], "fletcher32", full, (int)nsums, &found,
+                                 v->stored));
+    GT_CHECK(found, GT_ERR_HDF5, "checkpoint %s: %s has no fletcher32 checksums", v->path,
+             full);
+    GT_CALL(gt_ckpt_check_sums(v->path, full, v->buf, (size_t)npoints, 0, nsums, v->stored));
   }
   v->datasets++;
   v->bytes += (double)npoints * sizeof(float);
@@ -653,15 +1152,20 @@ static int gt_ckpt_visit(const char *path, gt_visit *v, int ngroups)
   hid_t file = H5I_INVALID_HID, group = H5I_INVALID_HID;
   if (gt_h5_open_mpio(path, H5F_ACC_RDONLY, MPI_COMM_SELF, &file) != GT_SUCCESS)
     return gt_ckpt_open_error(path);
-  gt_ckpt_meta meta;
+  gt_ckpt_meta meta = {0};
   int status = gt_ckpt_read_meta_in(file, path, &meta);
+  v->format = meta.format;
   gt_ckpt_meta_free(&meta);
+  if (status == GT_SUCCESS)
+    status = gt_ckpt_read_format(file, path, &v->format);
   if (status == GT_SUCCESS)
     status = gt_ckpt_visit_in(file, v, ngroups, &group);
   hid_t ids[2] = {file, group};
   status = gt_h5_close_all(status, 2, ids);
   free(v->buf);
   v->buf = NULL;
+  free(v->stored);
+  v->stored = NULL;
   GT_CALL(status);
   return GT_SUCCESS;
 }

@@ -17,6 +17,11 @@
  * advises against hash collisions. */
 #define GT_H5_CACHE_BYTES ((size_t)8 << 20)
 #define GT_H5_CACHE_SLOTS 12799
+/* Objects of at least this many bytes start on GT_H5_ALIGN boundaries in new
+ * files: raw data then fills whole pages (at most 4 KiB lost per large
+ * dataset). */
+#define GT_H5_ALIGN_THRESHOLD ((hsize_t)64 << 10)
+#define GT_H5_ALIGN ((hsize_t)4 << 10)
 
 // ---- errors and closing ------------------------------------------------------
 
@@ -81,6 +86,7 @@ static int gt_h5_mpio_in(const char *path, bool create, unsigned flags, MPI_Comm
   if (create) {
     GT_CALL_HDF5(H5Pset_libver_bounds(*fapl, H5F_LIBVER_V110, H5F_LIBVER_V110));
     GT_CALL_HDF5(H5Pset_coll_metadata_write(*fapl, true));
+    GT_CALL_HDF5(H5Pset_alignment(*fapl, GT_H5_ALIGN_THRESHOLD, GT_H5_ALIGN));
     GT_H5_ID(*file, H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, *fapl));
   } else {
     GT_H5_ID(*file, H5Fopen(path, flags, *fapl));
@@ -181,6 +187,13 @@ int gt_h5_read_attr_i64s(hid_t obj, const char *name, const char *what, int n,
                          bool *found, long long *values)
 {
   GT_CALL(gt_h5_read_attr(obj, name, what, H5T_INTEGER, H5T_NATIVE_LLONG, n, values, found));
+  return GT_SUCCESS;
+}
+
+int gt_h5_read_attr_u32s(hid_t obj, const char *name, const char *what, int n, bool *found,
+                         uint32_t *values)
+{
+  GT_CALL(gt_h5_read_attr(obj, name, what, H5T_INTEGER, H5T_NATIVE_UINT32, n, values, found));
   return GT_SUCCESS;
 }
 
@@ -309,5 +322,12 @@ int gt_h5_write_attr_u64s(hid_t obj, const char *name, int n, const uint64_t val
 {
   GT_ASSERT(n >= 0);
   GT_CALL(gt_h5_attr_put(obj, name, H5T_STD_U64LE, H5T_NATIVE_UINT64, n, values));
+  return GT_SUCCESS;
+}
+
+int gt_h5_write_attr_u32s(hid_t obj, const char *name, int n, const uint32_t values[])
+{
+  GT_ASSERT(n >= 0);
+  GT_CALL(gt_h5_attr_put(obj, name, H5T_STD_U32LE, H5T_NATIVE_UINT32, n, values));
   return GT_SUCCESS;
 }

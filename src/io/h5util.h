@@ -37,7 +37,8 @@ int gt_h5_close_all(int status, int n, hid_t ids[]);
 int gt_h5_open_mpio(const char *path, unsigned flags, MPI_Comm comm, hid_t *file);
 
 /* Create (or truncate) a file with the MPI-IO driver on comm, in the HDF5
- * 1.10 format (checksummed metadata), metadata written collectively. Same
+ * 1.10 format (checksummed metadata), metadata written collectively, objects
+ * of 64 KiB and more aligned to 4 KiB (whole pages for the raw data). Same
  * path rules as gt_h5_open_mpio. Collective on comm. */
 int gt_h5_create_mpio(const char *path, MPI_Comm comm, hid_t *file);
 
@@ -67,5 +68,11 @@ int gt_h5_write_attr_str(hid_t obj, const char *name, const char *value);
 int gt_h5_write_attr_i64s(hid_t obj, const char *name, int n, const long long values[]);
 int gt_h5_write_attr_strs(hid_t obj, const char *name, int n, const char *const values[]);
 int gt_h5_write_attr_u64s(hid_t obj, const char *name, int n, const uint64_t values[]);
+int gt_h5_write_attr_u32s(hid_t obj, const char *name, int n, const uint32_t values[]);
+
+/* Read a 1-D attribute of n unsigned 32-bit integers (stored as any integer
+ * type). *found as for gt_h5_read_attr_i64. Not collective. */
+int gt_h5_read_attr_u32s(hid_t obj, const char *name, const char *what, int n, bool *found,
+                         uint32_t *values);
 
 #endif /* GT_IO_H5UTIL_H */

@@ -33,12 +33,36 @@ static void gt_trainer_restore_scaler(gt_trainer *tr, const char *path, const gt
             tr->scaler.dynamic ? " with the deck's initial loss scale" : "");
 }
 
+/* What this rank holds. Without ZeRO the data-parallel replicas hold the
+ * same values; with it each holds its piece of the moments (and, below
+ * fp32, of the master weights). */
 static gt_ckpt_state gt_trainer_ckpt_state(gt_trainer *tr)
 {
-  gt_ckpt_state st = {tr->ntensors, tr->tensors, gt_gpt_params(tr->model), NULL, NULL,
-                      tr->grid->dp_rank == 0, NULL};
+  gt_params *p = gt_gpt_params(tr->model);
+  const bool sharded = p->shard_size > 1;
+  gt_ckpt_state st = {.ntensors = tr->ntensors, .tensors = tr->tensors, .params = p,
+                      .values = p->values, .values_lo = p->master_sharded ? p->shard_lo : 0,
+                      .moments_lo = sharded ? p->shard_lo : 0};
   gt_adamw_moments(tr->opt, &st.m, &st.v);
   return st;
+}
+
+/* The part each data-parallel rank writes: its ZeRO piece, or without ZeRO
+ * its 1/dp of the flat buffer, so that every entry is written once and the
+ * replicas share the work. */
+static void gt_trainer_write_range(gt_trainer *tr, gt_ckpt_state *st)
+{
+  const gt_params *p = st->params;
+  const gt_grid *g = tr->grid;
+  if (p->shard_size > 1) {
+    st->lo = st->mlo = p->shard_lo;
+    st->hi = st->mhi = p->shard_lo + p->shard_n;
+  } else {
+    const size_t dp = (size_t)g->dp_size, r = (size_t)g->dp_rank;
+    st->lo = st->mlo = p->numel * r / dp;
+    st->hi = st->mhi = p->numel * (r + 1) / dp;
+  }
+  st->writer = st->hi > st->lo;
 }
 
 long gt_trainer_step_index(const gt_trainer *tr) { return tr->step; }
@@ -80,16 +104,10 @@ int gt_trainer_save(gt_trainer *tr, const char *dir, char *path, size_t size)
                          g->world));
   gt_config_to_ini(cfg, meta.deck, (size_t)n + 1);
   gt_ckpt_state st = gt_trainer_ckpt_state(tr);
-  gt_full_state fs; /* zero: the pieces whole on the writers (dp rank 0) */
-  int status = gt_error_agree(gt_full_state_gather(tr, true, &fs), g->world);
-  if (status == GT_SUCCESS) {
-    st.values = fs.values;
-    st.m = fs.m;
-    st.v = fs.v;
-    status = gt_ckpt_save(dir, (int)cfg->checkpoint.keep, &meta, &st, tr->writers, g->world,
-                          path, size);
-  }
-  gt_full_state_free(tr, &fs);
+  gt_trainer_write_range(tr, &st);
+  /* every rank writes its own part: no gather */
+  int status = gt_ckpt_save(dir, (int)cfg->checkpoint.keep, &meta, &st, g->world, g->world,
+                            path, size);
   gt_ckpt_meta_free(&meta);
   GT_CALL(status);
   return GT_SUCCESS;
@@ -116,19 +134,17 @@ int gt_trainer_load(gt_trainer *tr, const char *path)
   gt_ckpt_meta meta;
   GT_CALL(gt_error_agree(gt_ckpt_read_meta(path, g->world, &meta), g->world));
   int status = gt_check_ckpt_model(tr, path, &meta);
-  gt_full_state fs = {0}; /* zero: whole buffers, of which this rank keeps its piece */
-  if (status == GT_SUCCESS)
-    status = gt_full_state_alloc(tr, &fs);
   if (status == GT_SUCCESS) {
+    /* each rank loads what it holds: with ZeRO its piece of the moments
+     * (and of a sharded master) */
     gt_ckpt_state st = gt_trainer_ckpt_state(tr);
-    st.values = fs.values;
-    st.m = fs.m;
-    st.v = fs.v;
+    if (st.params->shard_size > 1) {
+      gt_params_master_range(st.params, &st.lo, &st.hi);
+      st.mlo = st.params->shard_lo;
+      st.mhi = st.params->shard_lo + st.params->shard_n;
+    }
     status = gt_ckpt_read(path, &st, g->world);
   }
-  if (status == GT_SUCCESS)
-    status = gt_full_state_scatter(tr, &fs);
-  gt_full_state_free(tr, &fs);
   if (status == GT_SUCCESS) /* the compute copy follows the master just read */
     status = gt_params_refresh_compute(gt_gpt_params(tr->model));
   status = gt_error_agree(status, g->world);

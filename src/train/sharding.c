@@ -3,12 +3,9 @@
  * data-parallel all-gather of the compute weights after each update, and the
  * whole (unsharded) model state that checkpoints and parameter gathers see.
  *
- * The checkpoint format holds full logical tensors whatever the zero stage,
- * so a file written at any stage and dp size loads into any other: a save
- * gathers the pieces of the master weights and moments on dp rank 0 (the
- * writer of each (pp, tp) position), and a load reads whole buffers and
- * keeps this rank's piece. The whole buffers exist only during the save or
- * the load.
+ * Checkpoints need no whole state: every data-parallel rank writes and
+ * loads its own piece (checkpointing.c). The gather here serves the
+ * parameter gathers of trainer.c.
  */
 #include "trainer_impl.h"
 
@@ -70,48 +67,6 @@ int gt_full_state_gather(gt_trainer *tr, bool moments, gt_full_state *fs)
     gt_full_state_free(tr, fs);
     return gt_error_push(status, __FILE__, __LINE__, __func__);
   }
-  return GT_SUCCESS;
-}
-
-int gt_full_state_alloc(gt_trainer *tr, gt_full_state *fs)
-{
-  gt_params *p = gt_gpt_params(tr->model);
-  memset(fs, 0, sizeof *fs);
-  fs->values = p->values;
-  gt_adamw_moments(tr->opt, &fs->m, &fs->v);
-  if (p->shard_size == 1)
-    return GT_SUCCESS;
-  fs->owned = true;
-  fs->own[0] = p->master_sharded;
-  fs->own[1] = fs->own[2] = true;
-  float **full[3] = {&fs->values, &fs->m, &fs->v};
-  for (int k = 0; k < 3; k++) {
-    if (!fs->own[k])
-      continue;
-    *full[k] = NULL;
-    int status = gt_full_alloc(tr->be, p->numel, full[k]);
-    if (status != GT_SUCCESS) {
-      gt_full_state_free(tr, fs);
-      return gt_error_push(status, __FILE__, __LINE__, __func__);
-    }
-  }
-  return GT_SUCCESS;
-}
-
-int gt_full_state_scatter(gt_trainer *tr, const gt_full_state *fs)
-{
-  gt_params *p = gt_gpt_params(tr->model);
-  gt_backend *be = tr->be;
-  if (!fs->owned)
-    return GT_SUCCESS;
-  float *m, *v;
-  gt_adamw_moments(tr->opt, &m, &v);
-  float *piece[3] = {p->values, m, v};
-  const float *full[3] = {fs->values, fs->m, fs->v};
-  for (int k = 0; k < 3; k++)
-    if (fs->own[k])
-      GT_CALL(be->ops->copy(be, piece[k], full[k] + p->shard_lo, p->shard_n * sizeof(float),
-                            NULL));
   return GT_SUCCESS;
 }
 

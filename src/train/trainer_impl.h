@@ -117,10 +117,6 @@ typedef struct gt_full_state {
  * here. */
 int gt_full_state_gather(gt_trainer *tr, bool moments, gt_full_state *fs);
 
-/* Not collective: whole buffers to load a checkpoint into (the trainer's own
- * when not sharded), then gt_full_state_scatter keeps this rank's piece. */
-int gt_full_state_alloc(gt_trainer *tr, gt_full_state *fs);
-int gt_full_state_scatter(gt_trainer *tr, const gt_full_state *fs);
 void gt_full_state_free(gt_trainer *tr, gt_full_state *fs);
 
 #endif /* GT_TRAINER_IMPL_H */
