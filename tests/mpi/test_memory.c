@@ -143,31 +143,18 @@ static void check_run(const gt_config *cfg, MPI_Comm comm, const char *what)
 
 int main(int argc, char **argv)
 {
-  tu_mpi_init(&argc, &argv);
-  int nranks;
-  MPI_Comm_size(MPI_COMM_WORLD, &nranks);
-  if (!getenv("GT_SRCDIR") || !getenv("GT_BUILDDIR"))
-    return tap_bail("run through make check (GT_SRCDIR, GT_BUILDDIR unset)");
-  if (nranks != 4) {
-    tap_bail("run on 4 ranks, not %d", nranks);
-    MPI_Finalize();
+  tu_scratch scratch;
+  if (tu_mpi_start(&argc, &argv, "test_memory", 4, &scratch) < 0)
     return 1;
-  }
   check_formulas();
-  char dataset[800], dir[700];
-  tu_genesis_dataset("test_memory", dir, sizeof dir, dataset, sizeof dataset);
-  char deck[2000];
-  snprintf(deck, sizeof deck,
-           "[run]\nsteps = 3\nseed = 3\n"
-           "[model]\nlayers = 4\nheads = 4\ndim = 32\nseq_len = 16\nvocab = 256\n"
-           "[data]\ntrain = %s\nbatch = 16\nmicrobatches = 2\n"
-           "[backend]\nthreads = 1\n"
-           "[parallel]\nwait = yield\nbucket_mb = 0.01\n",
-           dataset);
   gt_config cfg;
-  gt_config_defaults(&cfg);
-  if (gt_config_parse(&cfg, deck, "test_memory", 0, NULL) != GT_SUCCESS)
-    return tap_bail("deck: %s", gt_error_message());
+  tu_deck(&cfg, "test_memory",
+          "[run]\nsteps = 3\nseed = 3\n"
+          "[model]\nlayers = 4\nheads = 4\ndim = 32\nseq_len = 16\nvocab = 256\n"
+          "[data]\ntrain = %s\nbatch = 16\nmicrobatches = 2\n"
+          "[backend]\nthreads = 1\n"
+          "[parallel]\nwait = yield\nbucket_mb = 0.01\n",
+          scratch.dataset);
   static const int layouts[][3] = {{4, 1, 1}, {2, 2, 1}, {1, 2, 2}};
   static const char *precisions[] = {"fp32", "bf16"};
   static const char *recompute[] = {"none", "attention", "block"};
@@ -187,7 +174,5 @@ int main(int argc, char **argv)
                  layouts[l][0], layouts[l][1], layouts[l][2], precisions[p], z, recompute[r]);
         check_run(&c, MPI_COMM_WORLD, what);
       }
-  int status = tap_done();
-  MPI_Finalize();
-  return status;
+  return tu_mpi_finish();
 }

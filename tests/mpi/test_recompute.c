@@ -42,30 +42,19 @@ static size_t slot_bytes(const gt_gpt_shape *shape, gt_recompute mode, gt_dtype 
 
 int main(int argc, char **argv)
 {
-  int rank = tu_mpi_init(&argc, &argv), nranks;
-  MPI_Comm_size(MPI_COMM_WORLD, &nranks);
-  if (!getenv("GT_SRCDIR") || !getenv("GT_BUILDDIR"))
-    return tap_bail("run through make check (GT_SRCDIR, GT_BUILDDIR unset)");
-  if (nranks != 4) {
-    tap_bail("run on 4 ranks, not %d", nranks);
-    MPI_Finalize();
+  tu_scratch scratch;
+  const int rank = tu_mpi_start(&argc, &argv, "test_recompute", 4, &scratch);
+  if (rank < 0)
     return 1;
-  }
-  char dataset[800], dir[700];
-  tu_genesis_dataset("test_recompute", dir, sizeof dir, dataset, sizeof dataset);
-  char deck[2000];
-  snprintf(deck, sizeof deck,
-           "[run]\nsteps = %d\nseed = 3\n"
-           "[model]\nlayers = 4\nheads = 4\ndim = 32\nseq_len = 16\nvocab = 256\n"
-           "[data]\ntrain = %s\nbatch = 16\nmicrobatches = 1\n"
-           "[optim]\nlr = 3e-3\nmin_lr = 3e-4\nwarmup = 2\n"
-           "[backend]\nthreads = 1\n"
-           "[parallel]\nwait = yield\n",
-           STEPS, dataset);
   gt_config cfg;
-  gt_config_defaults(&cfg);
-  if (gt_config_parse(&cfg, deck, "test_recompute", 0, NULL) != GT_SUCCESS)
-    return tap_bail("deck: %s", gt_error_message());
+  tu_deck(&cfg, "test_recompute",
+          "[run]\nsteps = %d\nseed = 3\n"
+          "[model]\nlayers = 4\nheads = 4\ndim = 32\nseq_len = 16\nvocab = 256\n"
+          "[data]\ntrain = %s\nbatch = 16\nmicrobatches = 1\n"
+          "[optim]\nlr = 3e-3\nmin_lr = 3e-4\nwarmup = 2\n"
+          "[backend]\nthreads = 1\n"
+          "[parallel]\nwait = yield\n",
+          STEPS, scratch.dataset);
   const gt_gpt_shape shape = tu_shape_of(&cfg);
   const size_t numel = gt_gpt_param_count(&shape);
   static const char *modes[] = {"none", "attention", "block"};
@@ -121,7 +110,5 @@ int main(int argc, char **argv)
     for (int k = 0; k < 3; k++)
       tu_free_outcome(&got[k]);
   }
-  int status = tap_done();
-  MPI_Finalize();
-  return status;
+  return tu_mpi_finish();
 }

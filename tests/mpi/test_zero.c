@@ -201,34 +201,21 @@ static void checkpoints(const gt_config *base, const char *precision, const int 
 
 int main(int argc, char **argv)
 {
-  tu_mpi_init(&argc, &argv);
-  int nranks;
-  MPI_Comm_size(MPI_COMM_WORLD, &nranks);
-  if (!getenv("GT_SRCDIR") || !getenv("GT_BUILDDIR"))
-    return tap_bail("run through make check (GT_SRCDIR, GT_BUILDDIR unset)");
-  if (nranks != 8) {
-    tap_bail("run on 8 ranks, not %d", nranks);
-    MPI_Finalize();
+  tu_scratch scratch;
+  if (tu_mpi_start(&argc, &argv, "test_zero", 8, &scratch) < 0)
     return 1;
-  }
-  char dataset[800], dir[700];
-  tu_genesis_dataset("test_zero", dir, sizeof dir, dataset, sizeof dataset);
   /* batch 24: dp = 2, 3, 4, 8 with 1 or 2 micro-batches */
-  char deck[2000];
-  snprintf(deck, sizeof deck,
-           "[run]\nsteps = %d\nseed = 5\n"
-           "[model]\nlayers = 4\nheads = 4\ndim = 32\nseq_len = 16\nvocab = 256\n"
-           "[data]\ntrain = %s\nbatch = 24\nmicrobatches = 1\n"
-           "[optim]\nlr = 3e-3\nmin_lr = 3e-4\nwarmup = 2\neps = 1e-4\nweight_decay = 0.1\n"
-           "grad_clip = 1.0\n"
-           "[backend]\nthreads = 1\n"
-           "[parallel]\nwait = yield\n"
-           "[checkpoint]\nresume = never\nkeep = 2\n",
-           STEPS, dataset);
   gt_config cfg;
-  gt_config_defaults(&cfg);
-  if (gt_config_parse(&cfg, deck, "test_zero", 0, NULL) != GT_SUCCESS)
-    return tap_bail("deck: %s", gt_error_message());
+  tu_deck(&cfg, "test_zero",
+          "[run]\nsteps = %d\nseed = 5\n"
+          "[model]\nlayers = 4\nheads = 4\ndim = 32\nseq_len = 16\nvocab = 256\n"
+          "[data]\ntrain = %s\nbatch = 24\nmicrobatches = 1\n"
+          "[optim]\nlr = 3e-3\nmin_lr = 3e-4\nwarmup = 2\neps = 1e-4\nweight_decay = 0.1\n"
+          "grad_clip = 1.0\n"
+          "[backend]\nthreads = 1\n"
+          "[parallel]\nwait = yield\n"
+          "[checkpoint]\nresume = never\nkeep = 2\n",
+          STEPS, scratch.dataset);
   const gt_gpt_shape shape = tu_shape_of(&cfg);
   const size_t numel = gt_gpt_param_count(&shape);
   tap_diag("model layers %ld heads %ld dim %ld, T %ld, batch %ld, %zu parameters",
@@ -239,7 +226,7 @@ int main(int argc, char **argv)
 
   char ck[4][900];
   for (int k = 0; k < 4; k++)
-    snprintf(ck[k], sizeof ck[k], "%s/ck-%d", dir, k);
+    snprintf(ck[k], sizeof ck[k], "%s/ck-%d", scratch.dir, k);
   /* (dp, pp, tp, zero) */
   static const int home32[4] = {2, 2, 2, 1}, home16[4] = {4, 1, 1, 1};
   static const int others32[][4] = {
@@ -252,7 +239,5 @@ int main(int argc, char **argv)
   checkpoints(&cfg, "fp32", home3, others3, 2, TOL, ck[2], numel);
   checkpoints(&cfg, "fp32", home_tp, others_tp, 1, TOL, ck[3], numel);
 
-  int status = tap_done();
-  MPI_Finalize();
-  return status;
+  return tu_mpi_finish();
 }

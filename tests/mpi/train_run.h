@@ -1,11 +1,14 @@
 /*
  * tests/mpi/train_run.h - training runs for the MPI tests that compare runs
- * (test_zero.c, test_recompute.c): a trainer created from a deck, some
+ * (test_zero.c, test_recompute.c, test_memory.c): the start-up of such a test
+ * (MPI, its scratch dataset, its deck), a trainer created from a deck, some
  * steps, the losses, the full parameters before and after, the dp replicas'
  * agreement, an optional checkpoint; and the comparisons.
  */
 #ifndef GT_TESTS_TRAIN_RUN_H
 #define GT_TESTS_TRAIN_RUN_H
+
+#include <stdarg.h>
 
 #include "../test_util.h"
 #include "gridtrain/gpt.h"
@@ -13,6 +16,71 @@
 #include "gridtrain/trainer.h"
 
 #define TU_MAX_STEPS 32
+
+// ---- start-up and end ----
+
+/* The scratch directory of a test and the genesis dataset in it. */
+typedef struct tu_scratch {
+  char dir[700];
+  char dataset[800];
+} tu_scratch;
+
+/* Start-up of an MPI test that make check runs on `ranks` ranks:
+ * tu_mpi_init (MPI, log, TAP on rank 0), the environment of make check
+ * (GT_SRCDIR, GT_BUILDDIR), the rank count, then, collective on the world,
+ * the fresh scratch directory of test `name` with its genesis dataset
+ * (tu_genesis_dataset) in *scratch. Returns this rank; -1 after a bail-out
+ * line and MPI_Finalize, on every rank alike (main then returns 1). */
+static inline int tu_mpi_start(int *argc, char ***argv, const char *name, int ranks,
+                               tu_scratch *scratch)
+{
+  int rank = tu_mpi_init(argc, argv), nranks;
+  MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+  const bool env = getenv("GT_SRCDIR") && getenv("GT_BUILDDIR");
+  if (!env || nranks != ranks) {
+    if (!env)
+      tap_bail("run through make check (GT_SRCDIR, GT_BUILDDIR unset)");
+    else
+      tap_bail("run on %d ranks, not %d", ranks, nranks);
+    MPI_Finalize();
+    return -1;
+  }
+  tu_genesis_dataset(name, scratch->dir, sizeof scratch->dir, scratch->dataset,
+                     sizeof scratch->dataset);
+  return rank;
+}
+
+/* Every rank: the default configuration overridden by the deck that fmt
+ * makes (printf-style) into *cfg. A deck that does not fit or does not parse
+ * is a bail-out line naming test `name`, and the job aborts (as
+ * tu_genesis_dataset does). */
+__attribute__((format(printf, 3, 4))) static inline void tu_deck(gt_config *cfg,
+                                                                   const char *name,
+                                                                   const char *fmt, ...)
+{
+  char deck[2000];
+  va_list ap;
+  va_start(ap, fmt);
+  const int n = vsnprintf(deck, sizeof deck, fmt, ap);
+  va_end(ap);
+  gt_config_defaults(cfg);
+  if (n < 0 || (size_t)n >= sizeof deck) {
+    tap_bail("%s: the deck needs %d bytes, more than %zu", name, n, sizeof deck);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+  if (gt_config_parse(cfg, deck, name, 0, NULL) != GT_SUCCESS) {
+    tap_bail("deck: %s", gt_error_message());
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+}
+
+/* The end of the test: the TAP plan, MPI_Finalize; main returns this status. */
+static inline int tu_mpi_finish(void)
+{
+  const int status = tap_done();
+  MPI_Finalize();
+  return status;
+}
 
 static inline gt_gpt_shape tu_shape_of(const gt_config *cfg)
 {
