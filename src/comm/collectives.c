@@ -742,6 +742,24 @@ static int gt_xfer_plan_pieces(gt_xfer *x, size_t n, const size_t *counts, int s
   return GT_SUCCESS;
 }
 
+/* Start a reduce-scatter or all-gather request: its pieces planned from the
+ * member blocks, its place in the issue order taken (undone on failure). */
+static int gt_xfer_begin_blocks(gt_xfer *x, gt_xkind kind, void *buf, size_t n, gt_dtype t,
+                                const size_t *counts, int me, int size, MPI_Comm comm)
+{
+  GT_CALL(gt_xfer_begin(x, kind, buf, n, t, -1, 0, comm));
+  x->me = me;
+  int status = gt_xfer_plan_pieces(x, n, counts, size);
+  if (status != GT_SUCCESS) {
+    x->phase = GT_P_IDLE;
+    x->kind = GT_X_IDLE;
+    gt_xfer_unlink(x);
+    return gt_error_push(status, __FILE__, __LINE__, __func__);
+  }
+  x->order = x->coll->issued++;
+  return GT_SUCCESS;
+}
+
 int gt_xfer_reduce_scatter(gt_xfer *x, float *buf, size_t n, const size_t *counts,
                            MPI_Comm comm)
 {
@@ -768,16 +786,7 @@ int gt_xfer_reduce_scatter(gt_xfer *x, float *buf, size_t n, const size_t *count
     GT_CALL(be->ops->stream_wait(be, be->compute, x->copied));
     return GT_SUCCESS;
   }
-  GT_CALL(gt_xfer_begin(x, GT_X_REDUCE, buf, n, GT_F32, -1, 0, comm));
-  x->me = me;
-  int status = gt_xfer_plan_pieces(x, n, counts, size);
-  if (status != GT_SUCCESS) {
-    x->phase = GT_P_IDLE;
-    x->kind = GT_X_IDLE;
-    gt_xfer_unlink(x);
-    return gt_error_push(status, __FILE__, __LINE__, __func__);
-  }
-  x->order = c->issued++;
+  GT_CALL(gt_xfer_begin_blocks(x, GT_X_REDUCE, buf, n, GT_F32, counts, me, size, comm));
   GT_CALL(be->ops->event_record(be, x->ready, NULL));
   if (!gt_direct_for(c, GT_F32, true)) {
     GT_CALL(be->ops->stream_wait(be, c->copy, x->ready));
@@ -796,16 +805,7 @@ int gt_xfer_allgather(gt_xfer *x, void *buf, size_t n, gt_dtype t, const size_t 
   int me = 0, size = 1;
   GT_CALL_MPI(MPI_Comm_rank(comm, &me));
   GT_CALL_MPI(MPI_Comm_size(comm, &size));
-  GT_CALL(gt_xfer_begin(x, GT_X_BCAST, buf, n, t, -1, 0, comm));
-  x->me = me;
-  int status = gt_xfer_plan_pieces(x, n, counts, size);
-  if (status != GT_SUCCESS) {
-    x->phase = GT_P_IDLE;
-    x->kind = GT_X_IDLE;
-    gt_xfer_unlink(x);
-    return gt_error_push(status, __FILE__, __LINE__, __func__);
-  }
-  x->order = c->issued++;
+  GT_CALL(gt_xfer_begin_blocks(x, GT_X_BCAST, buf, n, t, counts, me, size, comm));
   GT_CALL(be->ops->event_record(be, x->ready, NULL));
   if (!gt_direct_for(c, t, false) && x->own_len > 0) { /* only this member's block goes out */
     const size_t es = gt_dtype_size(t);

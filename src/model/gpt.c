@@ -546,19 +546,27 @@ int gt_gpt_tied_param(const gt_gpt *m)
   return m->part.first ? m->p_wte : m->p_head + 2;
 }
 
+/* A part with its parameters laid out but nothing allocated (for the
+ * plans); destroy it with gt_gpt_destroy (also after a failure). */
+static int gt_gpt_described(const gt_gpt_shape *shape, const gt_gpt_part *part, gt_dtype dtype,
+                            gt_gpt **model)
+{
+  GT_CALL(gt_gpt_shell(NULL, shape, part, dtype, 1, 1, 1, model));
+  gt_gpt *m = *model;
+  GT_CALL(gt_params_create(NULL, dtype, &m->params));
+  GT_CALL(gt_gpt_register(m));
+  if (part->zero_size > 1)
+    GT_CALL(gt_params_shard(m->params, part->zero_rank, part->zero_size,
+                            part->zero_stage > 0 ? part->zero_stage : 1));
+  GT_CALL(gt_params_layout(m->params));
+  return GT_SUCCESS;
+}
+
 int gt_gpt_plan_params(const gt_gpt_shape *shape, const gt_gpt_part *part, gt_dtype dtype,
                        size_t *numel, size_t *largest_unit, size_t *tied_unit)
 {
   gt_gpt *m = NULL;
-  GT_CALL(gt_gpt_shell(NULL, shape, part, dtype, 1, 1, 1, &m));
-  int status = gt_params_create(NULL, dtype, &m->params);
-  if (status == GT_SUCCESS)
-    status = gt_gpt_register(m);
-  if (status == GT_SUCCESS && part->zero_size > 1)
-    status = gt_params_shard(m->params, part->zero_rank, part->zero_size,
-                             part->zero_stage > 0 ? part->zero_stage : 1);
-  if (status == GT_SUCCESS)
-    status = gt_params_layout(m->params);
+  int status = gt_gpt_described(shape, part, dtype, &m);
   if (status == GT_SUCCESS) {
     *numel = m->params->numel;
     *largest_unit = *tied_unit = 0;
@@ -583,15 +591,7 @@ int gt_gpt_plan_gather(const gt_gpt_shape *shape, const gt_gpt_part *part, gt_dt
                        size_t sizes[GT_GPT_GATHER_BUFS])
 {
   gt_gpt *m = NULL;
-  GT_CALL(gt_gpt_shell(NULL, shape, part, dtype, 1, 1, 1, &m));
-  int status = gt_params_create(NULL, dtype, &m->params);
-  if (status == GT_SUCCESS)
-    status = gt_gpt_register(m);
-  if (status == GT_SUCCESS && part->zero_size > 1)
-    status = gt_params_shard(m->params, part->zero_rank, part->zero_size,
-                             part->zero_stage > 0 ? part->zero_stage : 1);
-  if (status == GT_SUCCESS)
-    status = gt_params_layout(m->params);
+  int status = gt_gpt_described(shape, part, dtype, &m);
   if (status == GT_SUCCESS)
     status = gt_gpt_passes(m);
   if (status == GT_SUCCESS)
