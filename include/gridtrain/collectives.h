@@ -110,6 +110,13 @@ int gt_group_allreduce_sum(const gt_group *g, void *buf, size_t n, gt_dtype t);
  * Collective on g. */
 int gt_group_allgather(const gt_group *g, const void *send, void *recv, size_t n, gt_dtype t);
 
+/* recv (n) "=" the sum over the members of their send (size, n) block
+ * `rank` (the reduce-scatter half of an all-reduce; sequence parallelism's
+ * conjugate of gt_group_allgather). send and recv must not overlap. With
+ * size 1 a copy. Collective on g. */
+int gt_group_reduce_scatter_sum(const gt_group *g, const void *send, void *recv, size_t n,
+                                gt_dtype t);
+
 /* As gt_group_allgather, but only member root receives (recv is not
  * touched elsewhere); always MPI (direct or staged), for the rare whole-
  * state moves of checkpoints. Collective on g. */

@@ -69,6 +69,7 @@ typedef struct gt_config {
     char stages[GT_PATH_MAX];     /* "" or blocks per stage "3,5" */
     double bucket_mb;             /* DP bucket size, MiB (0: one bucket) */
     char dp_overlap[GT_NAME_MAX]; /* on | off */
+    char sequence_parallel[GT_NAME_MAX]; /* on | off */
     char collectives[GT_NAME_MAX]; /* mpi | nccl */
     long zero;                    /* ZeRO stage 0..3 (2, 3: not implemented) */
   } parallel;

@@ -78,6 +78,9 @@ typedef struct gt_gpt_part {
   int recompute_event;      /* timer event of the recomputation (-1: none) */
   int zero_stage;           /* ZeRO stage (1..3) when zero_size > 1: what is in
                                pieces (gt_params_shard) */
+  bool seq_par;             /* sequence parallelism over tp (layers.h): the
+                               residual stream in N/tp-row pieces; needs
+                               B*T a multiple of the tp size */
 } gt_gpt_part;
 
 /* The whole model on one rank (single stage, no tensor parallelism). */
@@ -174,11 +177,17 @@ int gt_gpt_forward(gt_gpt *m, int slot, const int32_t *tokens, const int32_t *ta
  * NULL. Collective on the tensor-parallel group. */
 int gt_gpt_backward(gt_gpt *m, int slot, const gt_grad_hook *hook);
 
-/* Device buffers (B*T, dim) of a slot in the compute type: stage input,
- * stage output, and the gradient travelling backward. */
+/* Device buffers (gt_gpt_stream_rows(m, B, T), dim) of a slot in the
+ * compute type: stage input, stage output, and the gradient travelling
+ * backward. */
 void *gt_gpt_input(gt_gpt *m, int slot);
 void *gt_gpt_output(gt_gpt *m, int slot);
 void *gt_gpt_grad(gt_gpt *m, int slot);
+
+/* The rows of a micro-batch of B sequences of T tokens that this rank holds
+ * of the residual stream: B*T, or B*T / tp with sequence parallelism (its
+ * rows [tp_rank B*T/tp, (tp_rank+1) B*T/tp)). */
+int64_t gt_gpt_stream_rows(const gt_gpt *m, int B, int T);
 
 /* The compute type and the shape. */
 gt_dtype gt_gpt_dtype(const gt_gpt *m);

@@ -24,12 +24,33 @@
  * of their partial sums (identity in backward), and the LayerNorm input
  * gradients in backward are all-reduced over the column-parallel branches
  * (identity in forward). tp == NULL or a group of size 1: no parallelism. */
+/* Sequence parallelism (Megatron, arXiv 2205.05198), on when a layer gets
+ * a gt_seq_par and tp has P > 1 ranks: the N = B*T token rows of a
+ * micro-batch are cut into P contiguous pieces of N/P rows (rank r holds
+ * rows [r N/P, (r+1) N/P)), and everything outside attention and the MLP -
+ * the residual stream, the LayerNorms and their statistics, the embedding
+ * output - keeps only the rank's piece. Each all-reduce of plain tensor
+ * parallelism becomes a reduce-scatter into the piece (forward: after the
+ * row-parallel projections; backward: of the LayerNorm input gradients),
+ * and the pieces are all-gathered where a full tensor is needed (forward:
+ * a LayerNorm's output before the column-parallel projection; backward:
+ * the residual gradient before a row-parallel projection, and the kept
+ * LayerNorm output again for the weight gradient, as Megatron does). The
+ * LayerNorm weight gradients, each rank's over its rows only, are summed
+ * over tp after every backward, so they stay replicated. The two buffers
+ * are scratch shared by every layer of the model (compute type). */
+typedef struct gt_seq_par {
+  void *full;  /* (N,C): gathered tensors and partial sums */
+  void *piece; /* (N/P,C): a reduce-scattered LayerNorm input gradient */
+} gt_seq_par;
+
 typedef struct gt_layer_dims {
   int64_t B, T, C; /* C: full width */
   int64_t H;       /* heads on this rank */
   gt_dtype dt;     /* compute type */
   const gt_group *tp;
   const gt_progress *progress; /* polled between kernels (may be NULL) */
+  const gt_seq_par *sp;        /* sequence parallelism (NULL: off) */
 } gt_layer_dims;
 
 /* ---- pre-LayerNorm transformer block ------------------------------------
@@ -53,16 +74,17 @@ typedef struct gt_block_grads {
   float *ln2_w, *ln2_b, *fc_w, *fc_b, *fcproj_w, *fcproj_b;
 } gt_block_grads;
 
-/* What forward keeps for backward (one micro-batch). */
+/* What forward keeps for backward (one micro-batch). With sequence
+ * parallelism the tensors marked * hold the rank's N/P rows only. */
 typedef struct gt_block_acts {
-  void *ln1;                  /* (N,C) */
-  float *ln1_mean, *ln1_rstd; /* (N), (N) */
+  void *ln1;                  /* (N,C) * */
+  float *ln1_mean, *ln1_rstd; /* (N), (N) * */
   void *qkv;                  /* (N,3Cl) */
   float *lse;                 /* (B,H,T) attention softmax log-sum-exp */
   void *atty;                 /* (N,Cl) attention output */
-  void *res2;                 /* (N,C) */
-  void *ln2;                  /* (N,C) */
-  float *ln2_mean, *ln2_rstd; /* (N), (N) */
+  void *res2;                 /* (N,C) * */
+  void *ln2;                  /* (N,C) * */
+  float *ln2_mean, *ln2_rstd; /* (N), (N) * */
   void *fc;                   /* (N,F) before GELU */
   void *gelu;                 /* (N,F) */
 } gt_block_acts;
@@ -75,7 +97,8 @@ typedef struct gt_block_scratch {
   void *dfc;   /* (N,F) */
 } gt_block_scratch;
 
-/* out (N,C) "=" from x (N,C); fills a. */
+/* out (N,C) "=" from x (N,C); fills a. With sequence parallelism x, out
+ * (and dres in backward) are the rank's (N/P,C) rows. */
 int gt_block_forward(gt_backend *be, const gt_block_weights *w, const gt_block_acts *a,
                      const void *x, void *out, gt_layer_dims d);
 
@@ -91,15 +114,19 @@ int gt_block_backward(gt_backend *be, const gt_block_weights *w, const gt_block_
 
 /* ---- token + position embedding (vocabulary-parallel) ------------------
  * The rank holds rows [v0, v0 + nv) of wte; the partial embeddings are
- * summed over tp (wpe is added by tp rank 0 only). */
+ * summed over tp (wpe is added by tp rank 0 only); with sp (sequence
+ * parallelism, may be NULL) reduce-scattered, so out is the rank's (N/P,C)
+ * rows. */
 int gt_embedding_forward(gt_backend *be, gt_dtype dt, void *out, const int32_t *tokens,
                          const void *wte, const void *wpe, int64_t B, int64_t T, int64_t C,
-                         int64_t v0, int64_t nv, const gt_group *tp);
+                         int64_t v0, int64_t nv, const gt_group *tp, const gt_seq_par *sp);
 
-/* dwte (this rank's rows) and dwpe "+=" from dout (N,C), replicated over tp. */
+/* dwte (this rank's rows) and dwpe "+=" from dout (N,C), replicated over tp;
+ * with sp, dout is the rank's (N/P,C) rows, all-gathered first. */
 int gt_embedding_backward(gt_backend *be, gt_dtype dt, float *dwte, float *dwpe,
                           const void *dout, const int32_t *tokens, int64_t B, int64_t T,
-                          int64_t C, int64_t v0, int64_t nv);
+                          int64_t C, int64_t v0, int64_t nv, const gt_group *tp,
+                          const gt_seq_par *sp);
 
 /* ---- language-model head: final LayerNorm, tied projection, loss --------
  *   logits = ln_f(x) wte^T;  loss_i = cross-entropy(logits_i, target_i)
@@ -112,11 +139,12 @@ typedef struct gt_head_dims {
   int64_t Vl, v0, nv; /* local rows (with padding), first row, real rows */
   gt_dtype dt;
   const gt_group *tp;
+  const gt_seq_par *sp; /* sequence parallelism: x, dx, lnf are (N/P,C) rows */
 } gt_head_dims;
 
 typedef struct gt_head_acts {
-  void *lnf;                  /* (N,C) */
-  float *lnf_mean, *lnf_rstd; /* (N), (N) */
+  void *lnf;                  /* (N,C) (sp: N/P rows) */
+  float *lnf_mean, *lnf_rstd; /* (N), (N) (sp: N/P) */
   void *logits;               /* (N,Vl): dlogits after a forward with dlogit_scale */
   float *losses;              /* (N) fp32 */
   float *stats;               /* (N,3) this rank's softmax statistics */

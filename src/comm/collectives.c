@@ -548,6 +548,55 @@ int gt_group_allgather(const gt_group *g, const void *send, void *recv, size_t n
   return GT_SUCCESS;
 }
 
+static int gt_group_reduce_scatter_in(const gt_group *g, const void *send, void *recv,
+                                      size_t n, gt_dtype t)
+{
+  gt_coll *c = g->coll;
+  gt_backend *be = c->be;
+  const size_t bytes = n * gt_dtype_size(t);
+  gt_nccl *nc = gt_coll_nccl(c, g->comm);
+  if (nc) {
+    GT_CALL(gt_nccl_reduce_scatter(be, nc, send, recv, n, t, NULL));
+    return GT_SUCCESS;
+  }
+  MPI_Request req;
+  if (gt_direct_for(c, t, true)) {
+    GT_CALL(gt_coll_device_done(c));
+    GT_CALL_MPI(MPI_Ireduce_scatter_block_c(send, recv, (MPI_Count)n, gt_mpi_type(t),
+                                            gt_mpi_sum(c, t), g->comm, &req));
+    GT_CALL(gt_comm_wait(&req));
+    return GT_SUCCESS;
+  }
+  void *stage;
+  GT_CALL(gt_coll_stage(c, bytes * (size_t)g->size, &stage));
+  GT_CALL(be->ops->download(be, stage, send, bytes * (size_t)g->size, NULL));
+  GT_CALL(gt_coll_device_done(c));
+  /* in place: the sum of block `rank` lands at the start of the stage */
+  GT_CALL_MPI(MPI_Ireduce_scatter_block_c(MPI_IN_PLACE, stage, (MPI_Count)n, gt_mpi_type(t),
+                                          gt_mpi_sum(c, t), g->comm, &req));
+  GT_CALL(gt_comm_wait(&req));
+  GT_CALL(be->ops->upload(be, recv, stage, bytes, NULL));
+  return GT_SUCCESS;
+}
+
+int gt_group_reduce_scatter_sum(const gt_group *g, const void *send, void *recv, size_t n,
+                                gt_dtype t)
+{
+  GT_ASSERT(g->coll != NULL);
+  if (g->size == 1) {
+    GT_CALL(g->coll->be->ops->copy(g->coll->be, recv, send, n * gt_dtype_size(t), NULL));
+    return GT_SUCCESS;
+  }
+  g->coll->bytes += gt_ring_bytes(GT_X_REDUCE, (double)n * gt_dtype_size(t) * g->size, g->size);
+  if (g->event >= 0)
+    gt_event_begin(g->event);
+  int status = gt_group_reduce_scatter_in(g, send, recv, n, t);
+  if (g->event >= 0)
+    gt_event_end(g->event);
+  GT_CALL(status);
+  return GT_SUCCESS;
+}
+
 // ---- requests ---------------------------------------------------------------------------
 
 int gt_xfer_create(gt_coll *c, size_t max_bytes, gt_xfer **xp)

@@ -85,6 +85,13 @@ int gt_grid_check_model(const gt_config *cfg, const int sizes[3])
            "[data] batch=%ld does not split over dp=%d x microbatches=%ld; choose "
            "batch as a multiple of %ld",
            cfg->data.batch, dp, cfg->data.microbatches, per);
+  const long tokens = cfg->data.batch / per * cfg->model.seq_len; /* per micro-batch */
+  GT_CHECK(strcmp(cfg->parallel.sequence_parallel, "on") != 0 || tokens % tp == 0,
+           GT_ERR_INPUT,
+           "[parallel] sequence_parallel = on: a micro-batch's %ld tokens ([data] batch / "
+           "(dp x microbatches) x [model] seq_len) do not split over tp=%d; choose a seq_len "
+           "that is a multiple of %d",
+           tokens, tp, tp);
   /* The vocabulary is split into tp pieces of ceil(vocab / tp) rows (the
    * last padded); every piece must hold at least one real row. */
   long piece = (cfg->model.vocab + tp - 1) / tp;

@@ -158,6 +158,13 @@ static const gt_key gt_keys[] = {
    "(each block, embedding and head all-gathered just before its forward and backward, "
    "the next one prefetched)",
    false, false},
+  {"parallel", "sequence_parallel", GT_KEY_ENUM, GT_OFF(parallel.sequence_parallel), 0, 0,
+   "on|off", "off",
+   "Megatron's sequence parallelism inside each tensor-parallel group: the residual "
+   "stream, LayerNorms and embedding output keep 1/tp of the micro-batch's token rows, "
+   "and each TP all-reduce becomes a reduce-scatter and an all-gather (needs "
+   "seq_len x micro-batch a multiple of tp; nothing changes with tp = 1)",
+   false, false},
   {"parallel", "collectives", GT_KEY_ENUM, GT_OFF(parallel.collectives), 0, 0, "mpi|nccl",
    "mpi", "who carries the tensor- and data-parallel collectives: MPI (device buffers "
    "direct or staged, see backend.mpi_device) or NCCL on the GPU's streams (device = cuda, "

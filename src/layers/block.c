@@ -4,6 +4,7 @@
  */
 #include "gridtrain/error.h"
 #include "gridtrain/layers.h"
+#include "seq_par.h"
 
 /* Local sizes: P ranks, hs per head, Cl attention width, F MLP width here. */
 typedef struct {
@@ -33,6 +34,28 @@ static int gt_tp_sum(const gt_layer_dims *d, void *buf, size_t n)
   return GT_SUCCESS;
 }
 
+/* out (N,OC) "=" in w^T, and on the rows [r0, r0 + n) + bias + residual
+ * (n,OC): a row-parallel projection's partial sums before the reduce-
+ * scatter, each rank adding the bias and residual to its own rows once. */
+static int gt_linear_own_rows(gt_backend *be, gt_dtype dt, void *out, const void *in,
+                              const void *w, const void *bias, const void *residual, int64_t N,
+                              int64_t C, int64_t OC, int64_t r0, int64_t n)
+{
+  const gt_backend_ops *op = be->ops;
+  const size_t E = gt_dtype_size(dt);
+  char *o = out;
+  const char *i = in;
+  if (r0 > 0)
+    GT_CALL(op->linear_forward(be, dt, o, i, w, NULL, NULL, r0, C, OC));
+  GT_CALL(op->linear_forward(be, dt, o + (size_t)(r0 * OC) * E, i + (size_t)(r0 * C) * E, w,
+                             bias, residual, n, C, OC));
+  if (r0 + n < N)
+    GT_CALL(op->linear_forward(be, dt, o + (size_t)((r0 + n) * OC) * E,
+                               i + (size_t)((r0 + n) * C) * E, w, NULL, NULL, N - r0 - n, C,
+                               OC));
+  return GT_SUCCESS;
+}
+
 int gt_block_attention_forward(gt_backend *be, const gt_block_acts *a, gt_layer_dims d)
 {
   const gt_block_sizes z = gt_block_sizes_of(d);
@@ -40,9 +63,48 @@ int gt_block_attention_forward(gt_backend *be, const gt_block_acts *a, gt_layer_
   return GT_SUCCESS;
 }
 
+/* gt_block_forward with sequence parallelism: x, out and the LayerNorm
+ * tensors are the rank's ns rows from r0; d.sp->full carries the gathered
+ * LayerNorm outputs and the projections' partial sums in turn. */
+static int gt_block_forward_sp(gt_backend *be, const gt_block_weights *w,
+                               const gt_block_acts *a, const void *x, void *out,
+                               gt_layer_dims d, int64_t r0, int64_t ns)
+{
+  const gt_backend_ops *op = be->ops;
+  const gt_block_sizes z = gt_block_sizes_of(d);
+  const gt_dtype dt = d.dt;
+  void *full = d.sp->full;
+  const size_t piece = (size_t)(ns * z.C);
+  GT_CALL(op->layernorm_forward(be, dt, a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1_w,
+                                w->ln1_b, ns, z.C));
+  GT_CALL(gt_group_allgather(d.tp, a->ln1, full, piece, dt));
+  GT_CALL(op->linear_forward(be, dt, a->qkv, full, w->qkv_w, w->qkv_b, NULL, z.N, z.C,
+                             3 * z.Cl));
+  GT_CALL(gt_progress_poll(d.progress));
+  GT_CALL(gt_block_attention_forward(be, a, d));
+  GT_CALL(gt_progress_poll(d.progress));
+  GT_CALL(gt_linear_own_rows(be, dt, full, a->atty, w->proj_w, w->proj_b, x, z.N, z.Cl, z.C,
+                             r0, ns));
+  GT_CALL(gt_group_reduce_scatter_sum(d.tp, full, a->res2, piece, dt));
+  GT_CALL(op->layernorm_forward(be, dt, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w->ln2_w,
+                                w->ln2_b, ns, z.C));
+  GT_CALL(gt_group_allgather(d.tp, a->ln2, full, piece, dt));
+  GT_CALL(gt_progress_poll(d.progress));
+  GT_CALL(op->linear_forward(be, dt, a->fc, full, w->fc_w, w->fc_b, NULL, z.N, z.C, z.F));
+  GT_CALL(gt_progress_poll(d.progress));
+  GT_CALL(op->gelu_forward(be, dt, a->gelu, a->fc, (size_t)(z.N * z.F)));
+  GT_CALL(gt_linear_own_rows(be, dt, full, a->gelu, w->fcproj_w, w->fcproj_b, a->res2, z.N,
+                             z.F, z.C, r0, ns));
+  GT_CALL(gt_group_reduce_scatter_sum(d.tp, full, out, piece, dt));
+  return GT_SUCCESS;
+}
+
 int gt_block_forward(gt_backend *be, const gt_block_weights *w, const gt_block_acts *a,
                      const void *x, void *out, gt_layer_dims d)
 {
+  int64_t r0, ns;
+  if (gt_sp_on(d.tp, d.sp, d.B * d.T, &r0, &ns))
+    return gt_block_forward_sp(be, w, a, x, out, d, r0, ns);
   const gt_backend_ops *op = be->ops;
   const gt_block_sizes z = gt_block_sizes_of(d);
   const size_t nc = (size_t)(z.N * z.C);
@@ -69,10 +131,59 @@ int gt_block_forward(gt_backend *be, const gt_block_weights *w, const gt_block_a
   return GT_SUCCESS;
 }
 
+/* gt_block_backward with sequence parallelism (see gt_block_forward_sp);
+ * dres is the rank's ns rows. */
+static int gt_block_backward_sp(gt_backend *be, const gt_block_weights *w,
+                                const gt_block_grads *g, const gt_block_acts *a, const void *x,
+                                void *dres, const gt_block_scratch *s, gt_layer_dims d,
+                                int64_t ns)
+{
+  const gt_backend_ops *op = be->ops;
+  const gt_block_sizes z = gt_block_sizes_of(d);
+  const gt_dtype dt = d.dt;
+  void *full = d.sp->full, *dpiece = d.sp->piece;
+  const size_t piece = (size_t)(ns * z.C);
+  /* MLP: the gathered residual gradient into the row-parallel projection */
+  GT_CALL(gt_group_allgather(d.tp, dres, full, piece, dt));
+  GT_CALL(op->linear_backward(be, dt, s->dfc, g->fcproj_w, g->fcproj_b, full, a->gelu,
+                              w->fcproj_w, z.N, z.F, z.C));
+  GT_CALL(gt_progress_poll(d.progress));
+  GT_CALL(op->gelu_backward(be, dt, s->dfc, a->fc, s->dfc, (size_t)(z.N * z.F)));
+  GT_CALL(gt_group_allgather(d.tp, a->ln2, full, piece, dt));
+  GT_CALL(gt_progress_poll(d.progress));
+  GT_CALL(op->linear_backward(be, dt, s->dln, g->fc_w, g->fc_b, s->dfc, full, w->fc_w, z.N,
+                              z.C, z.F));
+  GT_CALL(gt_progress_poll(d.progress));
+  GT_CALL(gt_group_reduce_scatter_sum(d.tp, s->dln, dpiece, piece, dt));
+  GT_CALL(gt_ln_backward_rows(be, dt, d.tp, dres, g->ln2_w, g->ln2_b, dpiece, a->res2,
+                              w->ln2_w, a->ln2_mean, a->ln2_rstd, ns, z.C));
+  GT_CALL(gt_progress_poll(d.progress));
+  /* attention */
+  GT_CALL(gt_group_allgather(d.tp, dres, full, piece, dt));
+  GT_CALL(op->linear_backward(be, dt, s->datty, g->proj_w, g->proj_b, full, a->atty,
+                              w->proj_w, z.N, z.Cl, z.C));
+  GT_CALL(gt_progress_poll(d.progress));
+  GT_CALL(op->attention_backward(be, dt, s->dqkv, s->datty, a->qkv, a->atty, a->lse, d.B, d.T,
+                                 d.H, z.hs));
+  GT_CALL(gt_group_allgather(d.tp, a->ln1, full, piece, dt));
+  GT_CALL(gt_progress_poll(d.progress));
+  GT_CALL(op->linear_backward(be, dt, s->dln, g->qkv_w, g->qkv_b, s->dqkv, full, w->qkv_w,
+                              z.N, z.C, 3 * z.Cl));
+  GT_CALL(gt_progress_poll(d.progress));
+  GT_CALL(gt_group_reduce_scatter_sum(d.tp, s->dln, dpiece, piece, dt));
+  GT_CALL(gt_ln_backward_rows(be, dt, d.tp, dres, g->ln1_w, g->ln1_b, dpiece, x, w->ln1_w,
+                              a->ln1_mean, a->ln1_rstd, ns, z.C));
+  GT_CALL(gt_progress_poll(d.progress));
+  return GT_SUCCESS;
+}
+
 int gt_block_backward(gt_backend *be, const gt_block_weights *w, const gt_block_grads *g,
                       const gt_block_acts *a, const void *x, void *dres,
                       const gt_block_scratch *s, gt_layer_dims d)
 {
+  int64_t r0, ns;
+  if (gt_sp_on(d.tp, d.sp, d.B * d.T, &r0, &ns))
+    return gt_block_backward_sp(be, w, g, a, x, dres, s, d, ns);
   const gt_backend_ops *op = be->ops;
   const gt_block_sizes z = gt_block_sizes_of(d);
   const size_t nc = (size_t)(z.N * z.C);

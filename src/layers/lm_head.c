@@ -4,6 +4,7 @@
  */
 #include "gridtrain/error.h"
 #include "gridtrain/layers.h"
+#include "seq_par.h"
 
 int gt_lm_head_forward(gt_backend *be, const void *wte, const void *lnf_w, const void *lnf_b,
                        const gt_head_acts *a, const void *x, const int32_t *targets,
@@ -11,9 +12,16 @@ int gt_lm_head_forward(gt_backend *be, const void *wte, const void *lnf_w, const
 {
   const gt_backend_ops *op = be->ops;
   const int P = d.tp ? d.tp->size : 1;
+  int64_t r0, ns;
+  const bool sp = gt_sp_on(d.tp, d.sp, d.N, &r0, &ns);
   GT_CALL(op->layernorm_forward(be, d.dt, a->lnf, a->lnf_mean, a->lnf_rstd, x, lnf_w, lnf_b,
-                                d.N, d.C));
-  GT_CALL(op->linear_forward(be, d.dt, a->logits, a->lnf, wte, NULL, NULL, d.N, d.C, d.Vl));
+                                ns, d.C));
+  const void *lnf = a->lnf;
+  if (sp) { /* the head sees every row */
+    GT_CALL(gt_group_allgather(d.tp, a->lnf, d.sp->full, (size_t)(ns * d.C), d.dt));
+    lnf = d.sp->full;
+  }
+  GT_CALL(op->linear_forward(be, d.dt, a->logits, lnf, wte, NULL, NULL, d.N, d.C, d.Vl));
   GT_CALL(op->xent_partial(be, d.dt, a->stats, a->logits, targets, d.N, d.nv, d.Vl, d.v0));
   const float *stats = a->stats;
   if (P > 1) { /* the statistics are fp32 whatever the compute type */
@@ -30,6 +38,18 @@ int gt_lm_head_backward(gt_backend *be, const void *wte, float *dwte, const void
                         void *dx, void *dlnf, gt_head_dims d)
 {
   const gt_backend_ops *op = be->ops;
+  int64_t r0, ns;
+  if (gt_sp_on(d.tp, d.sp, d.N, &r0, &ns)) {
+    const size_t piece = (size_t)(ns * d.C);
+    GT_CALL(gt_group_allgather(d.tp, a->lnf, d.sp->full, piece, d.dt));
+    GT_CALL(op->linear_backward(be, d.dt, dlnf, dwte, NULL, a->logits, d.sp->full, wte, d.N,
+                                d.C, d.Vl));
+    GT_CALL(gt_group_reduce_scatter_sum(d.tp, dlnf, d.sp->piece, piece, d.dt));
+    GT_CALL(op->zero(be, dx, gt_dtype_size(d.dt) * piece));
+    GT_CALL(gt_ln_backward_rows(be, d.dt, d.tp, dx, dlnf_w, dlnf_b, d.sp->piece, x, lnf_w,
+                                a->lnf_mean, a->lnf_rstd, ns, d.C));
+    return GT_SUCCESS;
+  }
   GT_CALL(op->linear_backward(be, d.dt, dlnf, dwte, NULL, a->logits, a->lnf, wte, d.N, d.C,
                               d.Vl));
   if (d.tp) /* each rank's dlnf covers its vocabulary rows only */
@@ -42,9 +62,16 @@ int gt_lm_head_backward(gt_backend *be, const void *wte, float *dwte, const void
 
 int gt_embedding_forward(gt_backend *be, gt_dtype dt, void *out, const int32_t *tokens,
                          const void *wte, const void *wpe, int64_t B, int64_t T, int64_t C,
-                         int64_t v0, int64_t nv, const gt_group *tp)
+                         int64_t v0, int64_t nv, const gt_group *tp, const gt_seq_par *sp)
 {
   const bool lead = !tp || tp->rank == 0;
+  int64_t r0, ns;
+  if (gt_sp_on(tp, sp, B * T, &r0, &ns)) {
+    GT_CALL(be->ops->embedding_forward(be, dt, sp->full, tokens, wte, lead ? wpe : NULL, B, T,
+                                       C, v0, nv));
+    GT_CALL(gt_group_reduce_scatter_sum(tp, sp->full, out, (size_t)(ns * C), dt));
+    return GT_SUCCESS;
+  }
   GT_CALL(be->ops->embedding_forward(be, dt, out, tokens, wte, lead ? wpe : NULL, B, T, C, v0,
                                      nv));
   if (tp)
@@ -54,8 +81,14 @@ int gt_embedding_forward(gt_backend *be, gt_dtype dt, void *out, const int32_t *
 
 int gt_embedding_backward(gt_backend *be, gt_dtype dt, float *dwte, float *dwpe,
                           const void *dout, const int32_t *tokens, int64_t B, int64_t T,
-                          int64_t C, int64_t v0, int64_t nv)
+                          int64_t C, int64_t v0, int64_t nv, const gt_group *tp,
+                          const gt_seq_par *sp)
 {
+  int64_t r0, ns;
+  if (gt_sp_on(tp, sp, B * T, &r0, &ns)) {
+    GT_CALL(gt_group_allgather(tp, dout, sp->full, (size_t)(ns * C), dt));
+    dout = sp->full;
+  }
   GT_CALL(be->ops->embedding_backward(be, dt, dwte, dwpe, dout, tokens, B, T, C, v0, nv));
   return GT_SUCCESS;
 }

@@ -71,6 +71,8 @@ struct gt_gpt {
   void *re_out;     /* recompute BLOCK: the rerun block's output (N,C), unused */
   void *dlnf;       /* (N,C) */
   float *stats_all; /* (tp, N, 3) */
+  gt_seq_par sp;    /* sequence parallelism's shared buffers */
+  bool sp_on;       /* part.seq_par with tp > 1 */
 };
 
 // ---- the logical parameters ----------------------------------------------------------
@@ -386,6 +388,7 @@ enum { GT_ACTS_CORE = 1, GT_ACTS_REST = 2, GT_ACTS_ALL = 3 };
 static void gt_gpt_layout_acts(gt_gpt *m, gt_block_acts *a, gt_carver *c, int which)
 {
   const size_t B = (size_t)m->batch, T = (size_t)m->seq, N = B * T;
+  const size_t Ns = (size_t)gt_gpt_stream_rows(m, m->batch, m->seq); /* LayerNorm side */
   const size_t C = (size_t)m->shape.dim, P = (size_t)m->part.tp.size, H = (size_t)m->H;
   const size_t Cl = C / P, F4 = 4 * C / P, F = sizeof(float), E = gt_dtype_size(m->dt);
   memset(a, 0, sizeof *a);
@@ -395,14 +398,14 @@ static void gt_gpt_layout_acts(gt_gpt *m, gt_block_acts *a, gt_carver *c, int wh
   }
   if (!(which & GT_ACTS_REST))
     return;
-  a->ln1 = gt_carve(c, N * C * E);
-  a->ln1_mean = gt_carve(c, N * F);
-  a->ln1_rstd = gt_carve(c, N * F);
+  a->ln1 = gt_carve(c, Ns * C * E);
+  a->ln1_mean = gt_carve(c, Ns * F);
+  a->ln1_rstd = gt_carve(c, Ns * F);
   a->qkv = gt_carve(c, 3 * N * Cl * E);
-  a->res2 = gt_carve(c, N * C * E);
-  a->ln2 = gt_carve(c, N * C * E);
-  a->ln2_mean = gt_carve(c, N * F);
-  a->ln2_rstd = gt_carve(c, N * F);
+  a->res2 = gt_carve(c, Ns * C * E);
+  a->ln2 = gt_carve(c, Ns * C * E);
+  a->ln2_mean = gt_carve(c, Ns * F);
+  a->ln2_rstd = gt_carve(c, Ns * F);
   a->fc = gt_carve(c, N * F4 * E);
   a->gelu = gt_carve(c, N * F4 * E);
 }
@@ -410,9 +413,10 @@ static void gt_gpt_layout_acts(gt_gpt *m, gt_block_acts *a, gt_carver *c, int wh
 static void gt_gpt_layout_slot(gt_gpt *m, gt_gpt_slot *sl, gt_carver *c)
 {
   const size_t B = (size_t)m->batch, T = (size_t)m->seq, N = B * T;
+  const size_t Ns = (size_t)gt_gpt_stream_rows(m, m->batch, m->seq);
   const size_t C = (size_t)m->shape.dim, F = sizeof(float), E = gt_dtype_size(m->dt);
   for (int l = 0; l <= m->nl; l++)
-    sl->resid[l] = gt_carve(c, N * C * E);
+    sl->resid[l] = gt_carve(c, Ns * C * E);
   /* BLOCK keeps the block's input resid[l] only */
   const int keep = m->part.recompute == GT_RECOMPUTE_NONE        ? GT_ACTS_ALL
                    : m->part.recompute == GT_RECOMPUTE_ATTENTION ? GT_ACTS_REST
@@ -420,14 +424,14 @@ static void gt_gpt_layout_slot(gt_gpt *m, gt_gpt_slot *sl, gt_carver *c)
   for (int l = 0; l < m->nl; l++)
     gt_gpt_layout_acts(m, &sl->acts[l], c, keep);
   if (m->part.last) {
-    sl->head.lnf = gt_carve(c, N * C * E);
-    sl->head.lnf_mean = gt_carve(c, N * F);
-    sl->head.lnf_rstd = gt_carve(c, N * F);
+    sl->head.lnf = gt_carve(c, Ns * C * E);
+    sl->head.lnf_mean = gt_carve(c, Ns * F);
+    sl->head.lnf_rstd = gt_carve(c, Ns * F);
     sl->head.logits = gt_carve(c, N * (size_t)m->Vl * E);
     sl->head.losses = gt_carve(c, N * F);
     sl->head.stats = gt_carve(c, 3 * N * F);
   }
-  sl->dgrad = gt_carve(c, N * C * E);
+  sl->dgrad = gt_carve(c, Ns * C * E);
   sl->tokens = gt_carve(c, N * sizeof(int32_t));
   sl->targets = gt_carve(c, N * sizeof(int32_t));
 }
@@ -452,9 +456,14 @@ static void gt_gpt_layout(gt_gpt *m, gt_carver *c)
     gt_gpt_layout_acts(m, &m->re, c,
                        m->part.recompute == GT_RECOMPUTE_ATTENTION ? GT_ACTS_CORE : GT_ACTS_ALL);
   if (m->part.recompute == GT_RECOMPUTE_BLOCK && m->nl > 0)
-    m->re_out = gt_carve(c, N * C * E);
+    m->re_out = gt_carve(c, (size_t)gt_gpt_stream_rows(m, m->batch, m->seq) * C * E);
   m->dlnf = gt_carve(c, N * C * E);
   m->stats_all = gt_carve(c, 3 * N * P * F);
+  memset(&m->sp, 0, sizeof m->sp);
+  if (m->sp_on) {
+    m->sp.full = gt_carve(c, N * C * E);
+    m->sp.piece = gt_carve(c, N / P * C * E);
+  }
 }
 
 // ---- life cycle ----------------------------------------------------------------------------
@@ -477,7 +486,7 @@ int gt_recompute_parse(const char *name)
 gt_gpt_part gt_gpt_whole(const gt_gpt_shape *shape)
 {
   gt_gpt_part p = {0,    shape->layers, true, true, {MPI_COMM_NULL, 0, 1, -1, NULL},
-                   0,    1,             GT_RECOMPUTE_NONE, -1, 0};
+                   0,    1,             GT_RECOMPUTE_NONE, -1, 0, false};
   return p;
 }
 
@@ -501,6 +510,8 @@ static int gt_gpt_shell(gt_backend *be, const gt_gpt_shape *shape, const gt_gpt_
   m->batch = batch;
   m->seq = seq;
   m->nl = part->layer_end - part->layer_begin;
+  m->sp_on = part->seq_par && P > 1;
+  GT_ASSERT(!m->sp_on || ((int64_t)batch * seq) % P == 0);
   m->H = shape->heads / P;
   m->Vl = (shape->vocab + P - 1) / P;
   m->v0 = part->tp.rank * m->Vl;
@@ -690,6 +701,12 @@ size_t gt_gpt_slot_bytes(const gt_gpt *m) { return m->slot_bytes; }
 void *gt_gpt_input(gt_gpt *m, int slot) { return m->slots[slot].resid[0]; }
 void *gt_gpt_output(gt_gpt *m, int slot) { return m->slots[slot].resid[m->nl]; }
 void *gt_gpt_grad(gt_gpt *m, int slot) { return m->slots[slot].dgrad; }
+
+int64_t gt_gpt_stream_rows(const gt_gpt *m, int B, int T)
+{
+  const int64_t N = (int64_t)B * T;
+  return m->sp_on ? N / m->part.tp.size : N;
+}
 gt_dtype gt_gpt_dtype(const gt_gpt *m) { return m->dt; }
 const gt_gpt_shape *gt_gpt_shape_of(const gt_gpt *m) { return &m->shape; }
 
@@ -709,7 +726,8 @@ void gt_gpt_tied_grad(gt_gpt *m, float **grad, size_t *n)
 
 static gt_head_dims gt_gpt_head_dims(const gt_gpt *m, int64_t N)
 {
-  return (gt_head_dims){N, m->shape.dim, m->Vl, m->v0, m->nv, m->dt, &m->part.tp};
+  return (gt_head_dims){N,     m->shape.dim, m->Vl, m->v0, m->nv, m->dt, &m->part.tp,
+                        m->sp_on ? &m->sp : NULL};
 }
 
 /* Where block l of slot sl keeps its activations: the slot's own, with the
@@ -749,8 +767,12 @@ int gt_gpt_forward(gt_gpt *m, int slot, const int32_t *tokens, const int32_t *ta
   gt_backend *be = m->be;
   gt_gpt_slot *sl = &m->slots[slot];
   const int64_t N = (int64_t)B * T, C = m->shape.dim;
+  GT_CHECK(!m->sp_on || N % m->part.tp.size == 0, GT_ERR_INPUT,
+           "sequence parallelism: a micro-batch of %lld tokens does not split over tp=%d",
+           (long long)N, m->part.tp.size);
+  const gt_seq_par *sp = m->sp_on ? &m->sp : NULL;
   const gt_layer_dims d = {B, T, C, m->H, m->dt, &m->part.tp,
-                           m->has_whook ? &m->whook.progress : NULL};
+                           m->has_whook ? &m->whook.progress : NULL, sp};
   if (m->part.first)
     GT_CALL(gt_gpt_upload_ids(m, sl, sl->tokens, sl->host_tokens, tokens, (size_t)N));
   if (m->part.last)
@@ -763,7 +785,7 @@ int gt_gpt_forward(gt_gpt *m, int slot, const int32_t *tokens, const int32_t *ta
   if (m->part.first) {
     GT_CALL(gt_gpt_take(m, &m->fwd, k));
     GT_CALL(gt_embedding_forward(be, m->dt, sl->resid[0], sl->tokens, m->wte, m->wpe, B, T, C,
-                                 m->v0, m->nv, &m->part.tp));
+                                 m->v0, m->nv, &m->part.tp, sp));
     GT_CALL(gt_gpt_drop(m, &m->fwd, k++));
   }
   for (int l = 0; l < m->nl; l++) {
@@ -871,7 +893,8 @@ int gt_gpt_backward(gt_gpt *m, int slot, const gt_grad_hook *hook)
   const gt_progress *progress = hook           ? &hook->progress
                                 : m->has_whook ? &m->whook.progress
                                                : NULL;
-  const gt_layer_dims d = {B, T, C, m->H, m->dt, &m->part.tp, progress};
+  const gt_seq_par *sp = m->sp_on ? &m->sp : NULL;
+  const gt_layer_dims d = {B, T, C, m->H, m->dt, &m->part.tp, progress, sp};
   int k = 0; /* the weight unit of the pass (ZeRO 3) */
   if (m->part.last) {
     const bool one_stage = m->part.first;
@@ -905,7 +928,7 @@ int gt_gpt_backward(gt_gpt *m, int slot, const gt_grad_hook *hook)
     if (!m->part.last) /* with one stage the head's backward asked already */
       GT_CALL(gt_gpt_grads(m, hook, m->p_wte, 1));
     GT_CALL(gt_embedding_backward(be, m->dt, m->dwte, m->dwpe, sl->dgrad, sl->tokens, B, T, C,
-                                  m->v0, m->nv));
+                                  m->v0, m->nv, &m->part.tp, sp));
     GT_CALL(gt_gpt_ready(hook, 0, m->p_emb_count));
   }
   sl->grad_ready = false;

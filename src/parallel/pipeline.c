@@ -45,7 +45,7 @@ int gt_pipe_create(gt_gpt *model, gt_coll *coll, const gt_grid *grid, gt_schedul
   pl->nslots = gt_schedule_in_flight(schedule, grid->pp_size, grid->pp_rank, microbatches);
   pl->dt = gt_gpt_dtype(model);
   pl->ev = events;
-  pl->n = (size_t)B_micro * (size_t)T * (size_t)gt_gpt_shape_of(model)->dim;
+  pl->n = (size_t)gt_gpt_stream_rows(model, B_micro, T) * (size_t)gt_gpt_shape_of(model)->dim;
   pl->ops = malloc(sizeof *pl->ops * 2 * (size_t)microbatches);
   pl->req = calloc((size_t)GT_NREQ * (size_t)pl->nslots, sizeof *pl->req);
   if (!pl->ops || !pl->req) {

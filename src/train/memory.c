@@ -71,7 +71,7 @@ int gt_mem_plan(const gt_config *cfg, int ranks, bool staged, gt_mem_account *st
                         {MPI_COMM_NULL, 0, tp, -1, NULL},
                         0,         zero >= 1 ? dp : 1,
                         (gt_recompute)gt_recompute_parse(cfg->model.recompute), -1,
-                        zero};
+                        zero, strcmp(cfg->parallel.sequence_parallel, "on") == 0};
     gt_mem_account *a = &stages[s];
     memset(a, 0, sizeof *a);
     size_t psi = 0, act = 0, slot = 0, largest = 0, tied = 0;

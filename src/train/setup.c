@@ -462,7 +462,7 @@ int gt_trainer_create(const gt_config *cfg, MPI_Comm world, bool quiet, gt_train
                       {g->tp, g->tp_rank, g->tp_size, tr->ev.tp_comm, tr->coll},
                       g->dp_rank, tr->zero >= 1 ? g->dp_size : 1,
                       (gt_recompute)gt_recompute_parse(cfg->model.recompute), tr->ev.recompute,
-                      tr->zero};
+                      tr->zero, strcmp(cfg->parallel.sequence_parallel, "on") == 0};
   tr->dp_group = (gt_group){g->dp, g->dp_rank, g->dp_size, tr->ev.zero_gather, tr->coll};
   if (g->world_rank == 0 && cfg->parallel.zero >= 1 && g->dp_size == 1 && !quiet)
     gt_info("gridtrain: [parallel] zero = %ld does nothing with dp = 1: the one data-parallel "

@@ -67,4 +67,9 @@ int gt_nccl_allgather(gt_backend *be, gt_nccl *comm, const void *send, void *rec
 int gt_nccl_reduce(gt_backend *be, gt_nccl *comm, void *buf, size_t n, gt_dtype t, int root,
                    gt_stream *s);
 
+/* recv (n) "=" the sum over the members of block `rank` (n elements) of
+ * their send (n * nranks). */
+int gt_nccl_reduce_scatter(gt_backend *be, gt_nccl *comm, const void *send, void *recv,
+                           size_t n, gt_dtype t, gt_stream *s);
+
 #endif /* GT_CUDA_ENTRY_H */

@@ -130,6 +130,18 @@ int gt_nccl_reduce(gt_backend *be, gt_nccl *comm, void *buf, size_t n, gt_dtype 
   return GT_SUCCESS;
 }
 
+int gt_nccl_reduce_scatter(gt_backend *be, gt_nccl *comm, const void *send, void *recv,
+                           size_t n, gt_dtype t, gt_stream *s)
+{
+  ncclDataType_t nt = ncclFloat32;
+  GT_CALL(gt_nccl_type(t, &nt));
+  if (n)
+    GT_CALL_NCCL(
+        ncclReduceScatter(send, recv, n, nt, ncclSum, comm->comm, gt_nccl_stream(be, s)));
+  GT_CALL(gt_nccl_check_async(comm));
+  return GT_SUCCESS;
+}
+
 int gt_nccl_allgather(gt_backend *be, gt_nccl *comm, const void *send, void *recv, size_t n,
                       gt_dtype t, gt_stream *s)
 {

@@ -45,6 +45,13 @@ int gt_nccl_reduce(gt_backend *be, gt_nccl *comm, void *buf, size_t n, gt_dtype 
   return GT_NO_NCCL;
 }
 
+int gt_nccl_reduce_scatter(gt_backend *be, gt_nccl *comm, const void *send, void *recv,
+                           size_t n, gt_dtype t, gt_stream *s)
+{
+  (void)be, (void)comm, (void)send, (void)recv, (void)n, (void)t, (void)s;
+  return GT_NO_NCCL;
+}
+
 int gt_nccl_allgather(gt_backend *be, gt_nccl *comm, const void *send, void *recv, size_t n,
                       gt_dtype t, gt_stream *s)
 {
