@@ -1,0 +1,3 @@
+#!/bin/sh
+# tests/modes/guard-seq_par.sh - the sequence-parallelism test under cpu-guard (tests/modes/run-mode.sh).
+. "$GT_SRCDIR/tests/modes/run-mode.sh" guard tests/mpi/test_seq_par
