@@ -106,10 +106,14 @@ int gt_cmd_plan(int argc, char **argv, MPI_Comm world)
     char what[320];
     const int zero = sizes[0] > 1 ? (int)cfg.parallel.zero : 0;
     snprintf(what, sizeof what,
-             "%s compute, zero %d over dp=%d, recompute %s, %s schedule; layout dp=%d x pp=%d "
-             "x tp=%d on %ld ranks, %s; MPI %s",
+             "%s compute, zero %d over dp=%d, recompute %s, %s schedule%s; layout dp=%d x "
+             "pp=%d x tp=%d on %ld ranks, %s; MPI %s",
              cfg.backend.precision[0] ? cfg.backend.precision : "fp32", zero, sizes[0],
-             cfg.model.recompute, cfg.parallel.schedule, sizes[0], sizes[1], sizes[2], ranks,
+             cfg.model.recompute, cfg.parallel.schedule,
+             sizes[2] > 1 && strcmp(cfg.parallel.sequence_parallel, "on") == 0
+                 ? ", sequence parallel over tp"
+                 : "",
+             sizes[0], sizes[1], sizes[2], ranks,
              cfg.backend.device, staged ? "staged" : "on device buffers");
     gt_mem_print_header(stdout, what, gt_precision_dtype(cfg.backend.precision), "stage");
     for (int s = 0; s < sizes[1]; s++) {

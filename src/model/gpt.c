@@ -562,7 +562,9 @@ int gt_gpt_tied_param(const gt_gpt *m)
 static int gt_gpt_described(const gt_gpt_shape *shape, const gt_gpt_part *part, gt_dtype dtype,
                             gt_gpt **model)
 {
-  GT_CALL(gt_gpt_shell(NULL, shape, part, dtype, 1, 1, 1, model));
+  gt_gpt_part params_only = *part; /* no activations: their split does not matter */
+  params_only.seq_par = false;
+  GT_CALL(gt_gpt_shell(NULL, shape, &params_only, dtype, 1, 1, 1, model));
   gt_gpt *m = *model;
   GT_CALL(gt_params_create(NULL, dtype, &m->params));
   GT_CALL(gt_gpt_register(m));

@@ -213,9 +213,12 @@ static int gt_report_memory(const gt_trainer *tr, FILE *out)
   if (g->world_rank != 0)
     return GT_SUCCESS;
   char what[256];
-  snprintf(what, sizeof what, "%s compute, zero %d over dp=%d, recompute %s, %s schedule",
+  snprintf(what, sizeof what, "%s compute, zero %d over dp=%d, recompute %s, %s schedule%s",
            gt_dtype_name(tr->dtype), tr->zero, g->dp_size, tr->cfg.model.recompute,
-           gt_schedule_name(tr->schedule));
+           gt_schedule_name(tr->schedule),
+           g->tp_size > 1 && strcmp(tr->cfg.parallel.sequence_parallel, "on") == 0
+               ? ", sequence parallel over tp"
+               : "");
   gt_mem_print_header(out, what, tr->dtype, g->world_size > 32 ? "stage (max)" : "rank");
   for (int r = 0; r < gt_mem_rows(g); r++) {
     double row[GT_MEM_FIELDS];

@@ -61,6 +61,12 @@ expect "tp does not divide heads" "tp=4 does not divide [model] heads=6; choose 
   train "$deck" data.train="$data" model.heads=6 model.dim=96 grid.dp=1 grid.tp=4
 expect "more stages than layers" "pp=4 pipeline stages need at least 4 layers but [model] layers=2" \
   train "$deck" data.train="$data" grid.dp=1 grid.pp=4
+expect "sequence parallelism: tokens do not split over tp" \
+  "[parallel] sequence_parallel = on: a micro-batch's 30 tokens" \
+  train "$deck" data.train="$data" parallel.sequence_parallel=on grid.dp=1 grid.tp=4 \
+  data.batch=1 model.seq_len=30
+expect "sequence_parallel not on or off" "[parallel] sequence_parallel = 'yes' is not valid" \
+  train "$deck" data.train="$data" parallel.sequence_parallel=yes
 expect "batch does not split" "[data] batch=10 does not split over dp=4 x microbatches=1" \
   train "$deck" data.train="$data" data.batch=10
 expect "explicit stage split that does not cover the layers" \
