@@ -56,33 +56,6 @@ static size_t slot_bytes(const gt_gpt_shape *shape, int tp, bool sp, int B)
   return slot;
 }
 
-/* Worst per-tensor max|a - b| / max(max|b|, floor) over the model; with
- * verbose, the tensors past tol as diagnostics. */
-static double param_err(const gt_gpt_shape *shape, const float *a, const float *b,
-                        double floor, double tol, bool verbose)
-{
-  double worst = 0;
-  size_t off = 0;
-  for (int i = 0; i < gt_gpt_logical_count(shape); i++) {
-    char name[GT_PARAM_NAME_MAX];
-    int ndim;
-    long dims[GT_TENSOR_MAX_DIMS];
-    const size_t ne = gt_gpt_logical_param(shape, i, name, &ndim, dims);
-    double diff = 0, scale = floor;
-    for (size_t k = 0; k < ne; k++) {
-      const double d = fabs((double)a[off + k] - b[off + k]);
-      diff = isnan(d) ? INFINITY : fmax(diff, d);
-      scale = fmax(scale, fabs((double)b[off + k]));
-    }
-    const double e = diff / fmax(scale, 1e-30);
-    worst = fmax(worst, e);
-    if (verbose && !(e <= tol))
-      tap_diag("  %s: max|a - b| %.3g, scale %.3g", name, diff, scale);
-    off += ne;
-  }
-  return worst;
-}
-
 int main(int argc, char **argv)
 {
   tu_scratch scratch;
@@ -141,7 +114,7 @@ int main(int argc, char **argv)
           const double tol = bf16 ? BF16_LAYOUT_TOL : TOL, ptol = bf16 ? BF16_PARAM_TOL : TOL;
           const double floor = bf16 ? cfg.optim.lr * STEPS : 0.0;
           const double le = tu_loss_err(got[1].loss, got[0].loss, STEPS);
-          const double pe = param_err(&shape, got[1].final, got[0].final, floor, ptol, false);
+          const double pe = tu_param_err_at(&shape, got[1].final, got[0].final, floor, -1.0);
           tap_ok(le <= tol, "%s: losses of %d steps within %.0e of off (worst %.2e)", what,
                  STEPS, tol, le);
           if (le > tol)
@@ -150,7 +123,7 @@ int main(int argc, char **argv)
           tap_ok(pe <= ptol, "%s: final parameters within %.0e of off (worst %.2e)", what,
                  ptol, pe);
           if (!(pe <= ptol))
-            param_err(&shape, got[1].final, got[0].final, floor, ptol, true);
+            tu_param_err_at(&shape, got[1].final, got[0].final, floor, ptol);
         }
         tap_ok(got[1].loss[STEPS - 1] < got[1].loss[0] - 0.3, "%s: it learns: %.4f -> %.4f",
                what, got[1].loss[0], got[1].loss[STEPS - 1]);

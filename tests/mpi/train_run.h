@@ -160,8 +160,10 @@ static inline void tu_free_outcome(tu_outcome *o)
   o->loaded = o->final = NULL;
 }
 
-/* Worst per-tensor max|a - b| / max|b| over the model. */
-static inline double tu_param_err(const gt_gpt_shape *shape, const float *a, const float *b)
+/* Worst per-tensor max|a - b| / max(max|b|, floor) over the model; with
+ * tol >= 0, the tensors past tol as diagnostics. */
+static inline double tu_param_err_at(const gt_gpt_shape *shape, const float *a, const float *b,
+                                     double floor, double tol)
 {
   double err = 0;
   size_t off = 0;
@@ -170,16 +172,25 @@ static inline double tu_param_err(const gt_gpt_shape *shape, const float *a, con
     int ndim;
     long dims[GT_TENSOR_MAX_DIMS];
     const size_t ne = gt_gpt_logical_param(shape, i, name, &ndim, dims);
-    double diff = 0, scale = 0;
+    double diff = 0, scale = floor;
     for (size_t k = 0; k < ne; k++) {
       double d = fabs((double)a[off + k] - b[off + k]);
       diff = isnan(d) ? INFINITY : fmax(diff, d);
       scale = fmax(scale, fabs((double)b[off + k]));
     }
-    err = fmax(err, diff / fmax(scale, 1e-30));
+    const double e = diff / fmax(scale, 1e-30);
+    err = fmax(err, e);
+    if (tol >= 0 && !(e <= tol))
+      tap_diag("  %s: max|a - b| %.3g, scale %.3g", name, diff, scale);
     off += ne;
   }
   return err;
+}
+
+/* Worst per-tensor max|a - b| / max|b| over the model. */
+static inline double tu_param_err(const gt_gpt_shape *shape, const float *a, const float *b)
+{
+  return tu_param_err_at(shape, a, b, 0.0, -1.0);
 }
 
 static inline double tu_loss_err(const double *a, const double *b, int n)
