@@ -207,11 +207,13 @@ int gt_gpt_plan(const gt_gpt_shape *shape, const gt_gpt_part *part, gt_dtype dty
 
 /* The flat parameter elements gt_gpt_create would give this part (padding
  * and ZeRO pieces included; params.h), without allocating; and the flat
- * elements of its largest gradient unit but the tied wte of pp > 1, and of
- * that tied unit (0 if none) (ZeRO 2's buffers, grad_shards.h). Not
- * collective. */
+ * elements of its largest gradient unit but the tied wte of pp > 1, of the
+ * largest of the other units (the second largest, equal to the largest on
+ * a tie), and of that tied unit (0 if none) (ZeRO 2's buffers,
+ * grad_shards.h). Not collective. */
 int gt_gpt_plan_params(const gt_gpt_shape *shape, const gt_gpt_part *part, gt_dtype dtype,
-                       size_t *numel, size_t *largest_unit, size_t *tied_unit);
+                       size_t *numel, size_t *largest_unit, size_t *second_unit,
+                       size_t *tied_unit);
 
 /* gt_gpt_gather_sizes of the part gt_gpt_create would make, without
  * allocating. Not collective. */

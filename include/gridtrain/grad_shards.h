@@ -40,14 +40,19 @@
 typedef struct gt_gshard gt_gshard;
 
 /* Pool buffers the trainer uses: the one-stage wte held through backward,
- * the unit being computed, and two reductions in flight. */
+ * the unit being computed, and two reductions in flight. The first buffer
+ * holds the largest unit, the others the largest of the rest: when one
+ * unit (the one-stage wte) is larger than all others, the first buffer is
+ * kept for it and the rest are smaller (pool - 1 buffers of a block instead
+ * of pool buffers of the embedding). */
 #define GT_GSHARD_POOL 4
 
 /* For params sharded with their gradients (gt_params_shard(..., true)) over
  * dp, and the gradient units of the model (first[i], count[i], n of them).
  * persistent: the parameter index of the tied wte copy to keep whole, or
- * -1. pool: buffers of the largest unit (at least 3: the one-stage wte is
- * held from the head's backward to the embedding's). Not collective. */
+ * -1. pool: buffers (at least 3: the one-stage wte is held from the head's
+ * backward to the embedding's), sized as GT_GSHARD_POOL says. Not
+ * collective. */
 int gt_gshard_create(gt_params *params, gt_coll *coll, MPI_Comm dp, const int *first,
                      const int *count, int n, int persistent, int pool, gt_gshard **gs);
 int gt_gshard_destroy(gt_gshard **gs);
@@ -81,8 +86,8 @@ int gt_gshard_finish_persistent(gt_gshard *gs);
 size_t gt_gshard_buffer_bytes(const gt_gshard *gs);
 
 /* The bytes gt_gshard_create will allocate for units of these sizes
- * (elements of the largest pooled unit, of the persistent one), for the
- * memory account. */
-size_t gt_gshard_plan_bytes(size_t largest, size_t persistent, int pool);
+ * (elements of the largest pooled unit, of the largest of the others, of
+ * the persistent one), for the memory account. */
+size_t gt_gshard_plan_bytes(size_t largest, size_t second, size_t persistent, int pool);
 
 #endif /* GRIDTRAIN_GRAD_SHARDS_H */

@@ -576,23 +576,28 @@ static int gt_gpt_described(const gt_gpt_shape *shape, const gt_gpt_part *part, 
 }
 
 int gt_gpt_plan_params(const gt_gpt_shape *shape, const gt_gpt_part *part, gt_dtype dtype,
-                       size_t *numel, size_t *largest_unit, size_t *tied_unit)
+                       size_t *numel, size_t *largest_unit, size_t *second_unit,
+                       size_t *tied_unit)
 {
   gt_gpt *m = NULL;
   int status = gt_gpt_described(shape, part, dtype, &m);
   if (status == GT_SUCCESS) {
     *numel = m->params->numel;
-    *largest_unit = *tied_unit = 0;
+    *largest_unit = *second_unit = *tied_unit = 0;
     enum { MAX_UNITS = 4096 };
     int first[MAX_UNITS], count[MAX_UNITS];
     const int n = gt_gpt_grad_units(m, first, count, MAX_UNITS);
     const int tied = gt_gpt_tied_param(m);
     for (int i = 0; i < n && i < MAX_UNITS; i++) {
       const size_t len = gt_params_span(m->params, first[i], count[i]);
-      if (first[i] == tied)
+      if (first[i] == tied) {
         *tied_unit = len;
-      else if (len > *largest_unit)
+      } else if (len > *largest_unit) {
+        *second_unit = *largest_unit;
         *largest_unit = len;
+      } else if (len > *second_unit) {
+        *second_unit = len;
+      }
     }
   }
   gt_gpt_destroy(&m);

@@ -19,6 +19,7 @@ typedef struct {
 
 typedef struct {
   float *buf;
+  size_t cap; /* elements */
   gt_xfer *x;
   int unit;      /* -1: free */
   bool reducing; /* its reduce-scatter is in flight */
@@ -35,22 +36,30 @@ struct gt_gshard {
   int *unit_of; /* parameter -> unit, -1: none */
   int nslots;
   gt_gslot *slots;
-  size_t largest;
+  size_t largest, second; /* the largest pooled unit, the largest of the rest */
   unsigned long long issued;
   float *pbuf; /* the persistent unit's whole buffer */
   gt_xfer *px;
   int persistent; /* its unit, -1: none */
 };
 
-size_t gt_gshard_plan_bytes(size_t largest, size_t persistent, int pool)
+size_t gt_gshard_plan_bytes(size_t largest, size_t second, size_t persistent, int pool)
 {
-  return ((size_t)pool * largest + persistent) * sizeof(float);
+  pool = pool < 3 ? 3 : pool;
+  return (largest + (size_t)(pool - 1) * second + persistent) * sizeof(float);
 }
 
 size_t gt_gshard_buffer_bytes(const gt_gshard *gs)
 {
   const size_t plen = gs->persistent >= 0 ? gs->units[gs->persistent].len : 0;
-  return gt_gshard_plan_bytes(gs->largest, plen, gs->nslots);
+  return gt_gshard_plan_bytes(gs->largest, gs->second, plen, gs->nslots);
+}
+
+/* Is slot s the one kept for the largest unit (which alone does not fit
+ * the others)? */
+static bool gt_gshard_reserved(const gt_gshard *gs, int s)
+{
+  return s == 0 && gs->largest > gs->second;
 }
 
 /* The kept piece's address of flat element off. */
@@ -108,17 +117,23 @@ int gt_gshard_create(gt_params *p, gt_coll *coll, MPI_Comm dp, const int *first,
     }
     for (int j = first[i]; j < first[i] + count[i]; j++)
       gs->unit_of[j] = i;
-    if (u->persistent)
+    if (u->persistent) {
       gs->persistent = i;
-    else if (u->len > gs->largest)
+    } else if (u->len > gs->largest) {
+      gs->second = gs->largest;
       gs->largest = u->len;
+    } else if (u->len > gs->second) {
+      gs->second = u->len;
+    }
   }
   gt_backend *be = p->be;
   for (int s = 0; status == GT_SUCCESS && s < gs->nslots; s++) {
-    gs->slots[s].unit = -1;
-    status = be->ops->alloc(be, gs->largest * sizeof(float), (void **)&gs->slots[s].buf);
+    gt_gslot *sl = &gs->slots[s];
+    sl->unit = -1;
+    sl->cap = s == 0 ? gs->largest : gs->second;
+    status = be->ops->alloc(be, sl->cap * sizeof(float), (void **)&sl->buf);
     if (status == GT_SUCCESS)
-      status = gt_xfer_create(coll, gs->largest * sizeof(float), &gs->slots[s].x);
+      status = gt_xfer_create(coll, sl->cap * sizeof(float), &sl->x);
   }
   if (status == GT_SUCCESS && gs->persistent >= 0) {
     const size_t len = gs->units[gs->persistent].len;
@@ -191,18 +206,23 @@ int gt_gshard_progress(gt_gshard *gs)
   return GT_SUCCESS;
 }
 
-/* A free slot, waiting for the oldest reduction if every slot is taken. */
-static int gt_gshard_free_slot(gt_gshard *gs, int *slot)
+/* A free slot for a unit of len elements, waiting for the oldest reduction
+ * among the slots it may use if they are all taken. The largest unit uses
+ * slot 0 only; the others never use slot 0 when it is larger than the rest
+ * (kept for the largest unit, so that the one-stage wte held through
+ * backward always finds it). */
+static int gt_gshard_free_slot(gt_gshard *gs, size_t len, int *slot)
 {
+  const bool big = len > gs->second;
   for (;;) {
     for (int s = 0; s < gs->nslots; s++)
-      if (gs->slots[s].unit < 0) {
+      if (gs->slots[s].unit < 0 && big == gt_gshard_reserved(gs, s)) {
         *slot = s;
         return GT_SUCCESS;
       }
     int oldest = -1;
     for (int s = 0; s < gs->nslots; s++)
-      if (gs->slots[s].reducing &&
+      if (gs->slots[s].reducing && big == gt_gshard_reserved(gs, s) &&
           (oldest < 0 || gs->slots[s].started < gs->slots[oldest].started))
         oldest = s;
     GT_CHECK(oldest >= 0, GT_ERR_INTERNAL,
@@ -235,7 +255,8 @@ int gt_gshard_acquire(gt_gshard *gs, int first, int count, float **base)
     return GT_SUCCESS;
   }
   int s = -1;
-  GT_CALL(gt_gshard_free_slot(gs, &s));
+  GT_CALL(gt_gshard_free_slot(gs, u->len, &s));
+  GT_ASSERT(gs->slots[s].cap >= u->len);
   gt_gslot *sl = &gs->slots[s];
   gt_backend *be = gs->params->be;
   /* zero, but for this rank's block: the piece's sums so far */

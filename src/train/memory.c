@@ -74,11 +74,11 @@ int gt_mem_plan(const gt_config *cfg, int ranks, bool staged, gt_mem_account *st
                         zero, strcmp(cfg->parallel.sequence_parallel, "on") == 0};
     gt_mem_account *a = &stages[s];
     memset(a, 0, sizeof *a);
-    size_t psi = 0, act = 0, slot = 0, largest = 0, tied = 0;
+    size_t psi = 0, act = 0, slot = 0, largest = 0, second = 0, tied = 0;
     const int slots = gt_schedule_in_flight(kind, pp, s, M);
-    GT_CALL(gt_gpt_plan_params(&shape, &part, dt, &psi, &largest, &tied));
+    GT_CALL(gt_gpt_plan_params(&shape, &part, dt, &psi, &largest, &second, &tied));
     if (zero >= 2)
-      a->grad_bufs = (double)gt_gshard_plan_bytes(largest, tied, GT_GSHARD_POOL);
+      a->grad_bufs = (double)gt_gshard_plan_bytes(largest, second, tied, GT_GSHARD_POOL);
     if (zero >= 3) {
       size_t bufs[GT_GPT_GATHER_BUFS];
       GT_CALL(gt_gpt_plan_gather(&shape, &part, dt, bufs));
