@@ -310,11 +310,13 @@ static int bench_time_load(gt_trainer *tr, const char *path, MPI_Comm world, dou
 #define BENCH_CHUNK ((size_t)4 << 20) /* floats compared at a time */
 
 /* This rank's parameter values equal ref (bitwise)? buf: BENCH_CHUNK floats. */
-static int bench_same_values(gt_params *p, const float *ref, float *buf, bool *same)
+/* Whether the `held` master values this rank holds equal ref. */
+static int bench_same_values(gt_params *p, size_t held, const float *ref, float *buf,
+                             bool *same)
 {
   *same = true;
-  for (size_t at = 0; at < p->numel; at += BENCH_CHUNK) {
-    size_t n = p->numel - at < BENCH_CHUNK ? p->numel - at : BENCH_CHUNK;
+  for (size_t at = 0; at < held; at += BENCH_CHUNK) {
+    size_t n = held - at < BENCH_CHUNK ? held - at : BENCH_CHUNK;
     GT_CALL(p->be->ops->download(p->be, buf, p->values + at, n * sizeof(float), NULL));
     GT_CALL(p->be->ops->sync(p->be));
     if (memcmp(buf, ref + at, n * sizeof(float)) != 0) {
@@ -346,7 +348,9 @@ static int bench_run_layout(const bench_opts *o, MPI_Comm world, MPI_Comm node, 
   }
   const long step = gt_trainer_step_index(tr);
   gt_params *p = gt_trainer_params(tr);
-  const size_t bytes = p->numel * sizeof(float);
+  size_t lo, hi; /* under ZeRO the master holds only this rank's piece */
+  gt_params_master_range(p, &lo, &hi);
+  const size_t held = hi - lo, bytes = held * sizeof(float);
   float *ref = malloc(bytes ? bytes : 1), *buf = malloc(BENCH_CHUNK * sizeof(float));
   GT_CHECK(ref && buf, GT_ERR_SYSTEM, "out of memory allocating %zu bytes",
            bytes + BENCH_CHUNK * sizeof(float));
@@ -381,7 +385,7 @@ static int bench_run_layout(const bench_opts *o, MPI_Comm world, MPI_Comm node, 
     double cached = rank == 0 ? bench_cached_fraction(path) : 0;
     GT_CALL(bench_time_load(tr, path, world, &rs));
     bool same;
-    GT_CALL(bench_same_values(p, ref, buf, &same));
+    GT_CALL(bench_same_values(p, held, ref, buf, &same));
     int ok = same && gt_trainer_step_index(tr) == step, all_ok;
     GT_CALL_MPI(MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, world));
     if (rank == 0) {
