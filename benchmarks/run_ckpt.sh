@@ -3,9 +3,11 @@
 # sequential speed of the same disk, measured in the same run:
 #   bench_ckpt on the first rank count (its file size sets dd's size), then
 #   dd R times into the same directory: write (conv=fsync) and read back,
+#   through the page cache and with O_DIRECT (oflag/iflag=direct),
 #   then bench_ckpt on the other rank counts;
 # then one table of medians: ranks, layout, size, write s and MB/s and their
-# ratio to dd's write, read s and MB/s and their ratio to dd's read.
+# ratio to dd's write, read s and MB/s and their ratio to dd's read, and
+# both ratios to dd's O_DIRECT write and read.
 # Builds nothing (`make bench` builds bench_ckpt). Everything goes to the
 # terminal and to OUT/ckpt.txt, bench_ckpt's rows to OUT/ckpt.csv, dd's to
 # OUT/dd.csv.
@@ -166,8 +168,8 @@ secs() { sed -n 's/.* copied, \([0-9.e+-]*\) s,.*/\1/p' | tail -n 1; }
 run_dd() { # SIZE
   size=$1
   f=$dir/ddtest
-  say "== dd: $repeats x write $size bytes to $f (bs=8M, conv=fsync), then read it (bs=8M) after --cache $cache"
-  echo "round,bytes,write_s,write_MBps,cached_before_read_pct,read_s,read_MBps" > "$out/dd.csv"
+  say "== dd: $repeats x write $size bytes to $f (bs=8M, conv=fsync), then read it (bs=8M) after --cache $cache; then the same with oflag=direct / iflag=direct"
+  echo "round,bytes,write_s,write_MBps,cached_before_read_pct,read_s,read_MBps,direct_write_s,direct_write_MBps,direct_read_s,direct_read_MBps" > "$out/dd.csv"
   i=1
   while [ $i -le "$repeats" ]; do
     rm -f "$f"
@@ -175,11 +177,16 @@ run_dd() { # SIZE
     evict "$f"
     pct=$(cached_pct "$f")
     rs=$(dd if="$f" of=/dev/null bs=8M 2>&1 | secs)
+    # past the page cache (what gridtrain's writes do where the file system
+    # takes O_DIRECT); "nan" where it does not
+    rm -f "$f"
+    dws=$(dd if=/dev/zero of="$f" bs=8M count="$size" iflag=count_bytes oflag=direct conv=fsync 2>&1 | secs)
+    drs=$(dd if="$f" of=/dev/null bs=8M iflag=direct 2>&1 | secs)
     if [ -z "$ws" ] || [ -z "$rs" ]; then
       say "run_ckpt.sh: dd failed"; status=1; rm -f "$f"; return 1
     fi
-    echo "$i,$size,$ws,$rs" | awk -F, -v pct="$pct" '{ printf "%d,%s,%s,%.1f,%s,%s,%.1f\n", $1, $2, $3, $2 / $3 / 1e6, pct, $4, $2 / $4 / 1e6 }' >> "$out/dd.csv"
-    awk -F, -v i=$i 'NR == i + 1 { printf "#   round %d: write %.3f s (%.1f MB/s), read %.3f s (%.1f MB/s); in page cache before read %s%%\n", $1, $3, $4, $6, $7, $5 }' "$out/dd.csv" | tee -a "$log"
+    echo "$i,$size,$ws,$rs,${dws:-nan},${drs:-nan}" | awk -F, -v pct="$pct" '{ printf "%d,%s,%s,%.1f,%s,%s,%.1f,%s,%.1f,%s,%.1f\n", $1, $2, $3, $2 / $3 / 1e6, pct, $4, $2 / $4 / 1e6, $5, $2 / $5 / 1e6, $6, $2 / $6 / 1e6 }' >> "$out/dd.csv"
+    awk -F, -v i=$i 'NR == i + 1 { printf "#   round %d: write %.3f s (%.1f MB/s), read %.3f s (%.1f MB/s); in page cache before read %s%%; O_DIRECT write %.3f s (%.1f MB/s), read %.3f s (%.1f MB/s)\n", $1, $3, $4, $6, $7, $5, $8, $9, $10, $11 }' "$out/dd.csv" | tee -a "$log"
     i=$((i + 1))
   done
   rm -f "$f"
@@ -201,21 +208,26 @@ dd_w=$(awk -F, 'NR > 1 { print $3 }' "$out/dd.csv" | median)
 dd_r=$(awk -F, 'NR > 1 { print $6 }' "$out/dd.csv" | median)
 ddmb_w=$(awk -v s="$size" -v t="$dd_w" 'BEGIN { printf "%.1f", s / t / 1e6 }')
 ddmb_r=$(awk -v s="$size" -v t="$dd_r" 'BEGIN { printf "%.1f", s / t / 1e6 }')
+dio_w=$(awk -F, 'NR > 1 { print $8 }' "$out/dd.csv" | median)
+dio_r=$(awk -F, 'NR > 1 { print $10 }' "$out/dd.csv" | median)
+diomb_w=$(awk -v s="$size" -v t="$dio_w" 'BEGIN { printf "%.1f", s / t / 1e6 }')
+diomb_r=$(awk -v s="$size" -v t="$dio_r" 'BEGIN { printf "%.1f", s / t / 1e6 }')
 say ""
 say "# Checkpoint I/O: medians of n rounds (at most $repeats); MB = 10^6 bytes; ratio = checkpoint MB/s / dd MB/s"
 say "# dd (raw, $size bytes, same directory): write $dd_w s = $ddmb_w MB/s (conv=fsync), read $dd_r s = $ddmb_r MB/s (cache before read: $cache)"
+say "# dd with O_DIRECT (oflag/iflag=direct): write $dio_w s = $diomb_w MB/s, read $dio_r s = $diomb_r MB/s; w_dio, r_dio = checkpoint MB/s / these"
 say "# layout = dp x pp x tp; '*' = more ranks than the $cores cores (oversubscribed)"
-hdr=$(printf "%-6s %-9s %8s %3s %8s %10s %7s %8s %10s %7s %7s  %s" ranks layout size_MB n write_s write_MB/s w_ratio read_s read_MB/s r_ratio cached check)
+hdr=$(printf "%-6s %-9s %8s %3s %8s %10s %7s %8s %10s %7s %6s %6s %7s  %s" ranks layout size_MB n write_s write_MB/s w_ratio read_s read_MB/s r_ratio w_dio r_dio cached check)
 say "$hdr"
-awk -F, -v ddw="$ddmb_w" -v ddr="$ddmb_r" \
+awk -F, -v ddw="$ddmb_w" -v ddr="$ddmb_r" -v dw="$diomb_w" -v dr="$diomb_r" \
   -v cr="$(col "$csv" ranks)" -v cd="$(col "$csv" dp)" -v cp="$(col "$csv" pp)" -v ct="$(col "$csv" tp)" \
   -v cb="$(col "$csv" file_bytes)" -v cw="$(col "$csv" write_s_median)" -v cr2="$(col "$csv" read_s_median)" \
   -v cn="$(col "$csv" rounds)" -v cc="$(col "$csv" cached_before_read_max)" -v co="$(col "$csv" oversubscribed)" -v ck="$(col "$csv" check)" '
   NR > 1 {
     wm = $cb / $cw / 1e6; rm = $cb / $cr2 / 1e6
-    printf "%-6s %-9s %8.1f %3d %8.3f %10.1f %7.2f %8.3f %10.1f %7.2f %6.0f%%  %s\n",
+    printf "%-6s %-9s %8.1f %3d %8.3f %10.1f %7.2f %8.3f %10.1f %7.2f %6.2f %6.2f %6.0f%%  %s\n",
       $cr ($co == 1 ? "*" : ""), $cd "x" $cp "x" $ct, $cb / 1e6, $cn, $cw, wm, wm / ddw, $cr2, rm, rm / ddr,
-      100 * $cc, $ck
+      wm / dw, rm / dr, 100 * $cc, $ck
   }' "$csv" | tee -a "$log"
 grep -q ",INVALID$" "$csv" && status=1
 say "== $(($(date +%s) - t_start)) s; results in $out (ckpt.txt: everything; ckpt.csv: bench_ckpt rows; dd.csv: dd rounds)"

@@ -76,6 +76,11 @@ typedef struct gt_ckpt_tensor {
   long dims[GT_TENSOR_MAX_DIMS];
 } gt_ckpt_tensor;
 
+/* How the tensor data reaches the file (gt_ckpt_state.direct): with
+ * O_DIRECT where the file system takes it (auto), always (on: an error
+ * where it does not) or never (off: through the page cache). */
+typedef enum { GT_CKPT_DIRECT_AUTO = 0, GT_CKPT_DIRECT_ON, GT_CKPT_DIRECT_OFF } gt_ckpt_direct;
+
 /* What one rank holds, and which part of it this rank writes or loads.
  * Tensors not in params are skipped on this rank. Ranges are of the flat
  * buffers of params (gt_param offset + local index), so a ZeRO piece
@@ -96,6 +101,14 @@ typedef struct gt_ckpt_state {
                                     hi == 0: [values_lo, params->numel) */
   size_t mlo, mhi;               /* the same for the moments; mhi == 0:
                                     [moments_lo, params->numel) */
+  const MPI_Comm *group;         /* writing: NULL, or the ranks holding the
+                                    other pieces of this rank's sharded
+                                    tensors (its tensor-parallel group), all
+                                    writers of the same ranges: they swap
+                                    entries so that each writes one
+                                    contiguous range of every such tensor.
+                                    Every rank of it calls gt_ckpt_write. */
+  gt_ckpt_direct direct;         /* writing: O_DIRECT for the tensor data */
 } gt_ckpt_state;
 
 /* The number of entries this rank's part of t selects in the file (the

@@ -100,6 +100,18 @@ void gt_comm_io_begin(bool fail_writes);
  * on it (gt_error_agree) after the file is closed everywhere. */
 int gt_comm_io_end(void);
 
+/* Inside a write scope, for writes that do not go through MPI-IO (the
+ * checkpoint writer's own pwrite of the tensor data, checkpoint.c): note a
+ * failed one with its one-line description ("pwrite failed: No space left
+ * on device (...)"); the first error noted in the scope, from MPI-IO or from
+ * here, is the one gt_comm_io_end reports. Outside a scope, a no-op. Not
+ * collective. */
+void gt_comm_io_note(const char *what);
+
+/* True inside a write scope whose writes are to fail (gt_comm_io_begin's
+ * fail_writes): a writer outside MPI-IO then fails its writes too. */
+bool gt_comm_io_failing(void);
+
 /* Agree on an error. Collective on comm: every rank passes its local status;
  * if any rank failed, the lowest failing rank's code and message become
  * every rank's current error, marked collective (so rank 0 alone prints it

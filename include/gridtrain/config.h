@@ -71,13 +71,14 @@ typedef struct gt_config {
     char dp_overlap[GT_NAME_MAX]; /* on | off */
     char sequence_parallel[GT_NAME_MAX]; /* on | off */
     char collectives[GT_NAME_MAX]; /* mpi | nccl */
-    long zero;                    /* ZeRO stage 0..3 (2, 3: not implemented) */
+    long zero;                    /* ZeRO stage 0..3 */
   } parallel;
   struct {
     char dir[GT_PATH_MAX];    /* "" for no checkpoints */
     long every;               /* steps between checkpoints, 0: signal and end only */
     long keep;                /* files kept, 0: all */
     char resume[GT_PATH_MAX]; /* auto | never | PATH */
+    char direct_io[GT_NAME_MAX]; /* auto | on | off */
   } checkpoint;
 
   char deck_path[GT_PATH_MAX];                 /* "" when no deck */

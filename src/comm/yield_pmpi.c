@@ -320,6 +320,14 @@ static void gt_io_note(int code, const char *what)
   snprintf(gt_io.what, sizeof gt_io.what, "%s", what);
 }
 
+void gt_comm_io_note(const char *what)
+{
+  if (gt_io.active)
+    gt_io_note(MPI_ERR_IO, what);
+}
+
+bool gt_comm_io_failing(void) { return gt_io.active && gt_io.fail; }
+
 /* An injected write failure (fail_writes): noted with a text that says
  * where it comes from, and returned as the MPI_ERR_IO a failing disk gives.
  * (A code of our own through MPI_Add_error_code would be neater, but

@@ -181,6 +181,11 @@ static const gt_key gt_keys[] = {
   {"checkpoint", "resume", GT_KEY_STRING, GT_OFF(checkpoint.resume), 0, 0, NULL, "auto",
    "auto: continue from dir's newest valid checkpoint if there is one; never: start "
    "fresh; or the path of a checkpoint file to start from (any layout)", false, false},
+  {"checkpoint", "direct_io", GT_KEY_ENUM, GT_OFF(checkpoint.direct_io), 0, 0, "auto|on|off",
+   "auto",
+   "how the tensor data reaches the file: with O_DIRECT (past the page cache) where the "
+   "file system takes it (auto), always (on: an error where it does not), or through the "
+   "page cache (off)", false, false},
 };
 
 #define GT_NKEYS ((int)(sizeof gt_keys / sizeof gt_keys[0]))

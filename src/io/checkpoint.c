@@ -130,8 +130,11 @@ typedef int (*gt_run_fn)(void *ctx, size_t local, size_t logical, size_t len);
 
 /* Call fn on the runs of t's real (not padding) local entries with index in
  * [a, b), in local row-major order - which is also the logical order, as
- * the map from local to logical coordinates is increasing along every axis. */
-static int gt_ckpt_runs(const gt_param *t, size_t a, size_t b, gt_run_fn fn, void *ctx)
+ * the map from local to logical coordinates is increasing along every axis -
+ * for the rank holding piece `index` of t's shards (its group members hold
+ * the same local shape, each its own piece). */
+static int gt_ckpt_runs_at(const gt_param *t, int index, size_t a, size_t b, gt_run_fn fn,
+                           void *ctx)
 {
   if (a >= b)
     return GT_SUCCESS;
@@ -144,7 +147,7 @@ static int gt_ckpt_runs(const gt_param *t, size_t a, size_t b, gt_run_fn fn, voi
   const size_t nblocks = (size_t)t->shard.blocks;
   const size_t full_len = (size_t)t->full_shape[ax], local_len = (size_t)t->value.shape[ax];
   const size_t block = full_len / nblocks, piece = local_len / nblocks;
-  const size_t k0 = (size_t)t->shard.index * piece;
+  const size_t k0 = (size_t)index * piece;
   const size_t n = block > k0 ? gt_min_size(piece, block - k0) : 0;
   const size_t slab = local_len * inner;
   if (n == 0 || slab == 0)
@@ -158,6 +161,11 @@ static int gt_ckpt_runs(const gt_param *t, size_t a, size_t b, gt_run_fn fn, voi
         GT_CALL(fn(ctx, s0, f0 + (s0 - l0), s1 - s0));
     }
   return GT_SUCCESS;
+}
+
+static int gt_ckpt_runs(const gt_param *t, size_t a, size_t b, gt_run_fn fn, void *ctx)
+{
+  return gt_ckpt_runs_at(t, t->shard.index, a, b, fn, ctx);
 }
 
 static int gt_run_count(void *ctx, size_t local, size_t logical, size_t len)
@@ -222,55 +230,6 @@ static int gt_sel_flat(gt_sel *s, int d, hsize_t lo, hsize_t hi)
     s->count[d] = 1;
     GT_CALL(gt_sel_flat(s, d + 1, 0, hi % inner));
   }
-  return GT_SUCCESS;
-}
-
-static int gt_sel_run(void *ctx, size_t local, size_t logical, size_t len)
-{
-  (void)local;
-  gt_sel *s = ctx;
-  s->m = s->nd;
-  GT_CALL(gt_sel_flat(s, 0, (hsize_t)logical, (hsize_t)(logical + len)));
-  return GT_SUCCESS;
-}
-
-/* Select in fspace (the logical tensor's) the real entries of t's local
- * range [a, b) (a < b, at least one real entry). Whole slabs of the shard
- * axis go in as regular boxes (one per shard block and box of the axes
- * before it), the partial slabs at the ends run by run. */
-static int gt_ckpt_select_range(const gt_param *t, size_t a, size_t b, hid_t fspace)
-{
-  gt_sel s = {.space = fspace, .nd = t->ndim, .first = true};
-  for (int d = 0; d < t->ndim; d++)
-    s.dims[d] = (hsize_t)t->full_shape[d];
-  if (t->shard.axis < 0)
-    return gt_sel_run(&s, a, a, b - a);
-  const int ax = t->shard.axis;
-  size_t inner = 1;
-  for (int d = ax + 1; d < t->ndim; d++)
-    inner *= (size_t)t->full_shape[d];
-  const size_t slab = (size_t)t->value.shape[ax] * inner;
-  const size_t o0 = (a + slab - 1) / slab, o1 = b / slab; /* whole slabs [o0, o1) */
-  if (o0 >= o1)
-    return gt_ckpt_runs(t, a, b, gt_sel_run, &s);
-  if (a < o0 * slab)
-    GT_CALL(gt_ckpt_runs(t, a, o0 * slab, gt_sel_run, &s));
-  const long block = t->full_shape[ax] / t->shard.blocks;
-  const long piece = t->value.shape[ax] / t->shard.blocks;
-  const long k0 = (long)t->shard.index * piece;
-  const long n = block - k0 < piece ? block - k0 : piece;
-  for (int bk = 0; bk < t->shard.blocks && n > 0; bk++) {
-    s.m = ax;
-    s.start[ax] = (hsize_t)(bk * block + k0);
-    s.count[ax] = (hsize_t)n;
-    for (int d = ax + 1; d < t->ndim; d++) {
-      s.start[d] = 0;
-      s.count[d] = s.dims[d];
-    }
-    GT_CALL(gt_sel_flat(&s, 0, (hsize_t)o0, (hsize_t)o1));
-  }
-  if (o1 * slab < b)
-    GT_CALL(gt_ckpt_runs(t, o1 * slab, b, gt_sel_run, &s));
   return GT_SUCCESS;
 }
 
@@ -432,22 +391,45 @@ static int gt_ckpt_write_meta(hid_t file, const gt_ckpt_meta *m)
   return GT_SUCCESS;
 }
 
+/* The exchange inside the group (gt_ckpt_state.group) of a write or read:
+ * which tensors take part, and the shard index of each member. */
+typedef struct {
+  int gsize, grank; /* the group (1, 0: none) */
+  int *index;       /* ntensors x gsize: shard index of each member */
+  bool *swap, any;  /* swap[i]: tensor i is exchanged; any: some tensor is */
+} gt_swap_plan;
+
+static void gt_swap_plan_free(gt_swap_plan *p)
+{
+  free(p->index);
+  free(p->swap);
+  p->index = NULL;
+  p->swap = NULL;
+}
+
 /* One rank's state through a write. A failure that only this rank meets (a
- * download, a broken invariant, an independent H5Dwrite) must not take it
- * out of the collective calls that the other ranks go on making
- * (H5Dcreate2, MPI_Allreduce, H5Acreate2, H5Fclose): the first one is kept
- * in `local`, message and all, and the rank writes nothing more. Errors of
- * the collective HDF5 calls are the same on every rank (their I/O errors
- * are held back by the write scope, comm.h) and end the write everywhere
+ * download, a broken invariant, an open(2)) must not take it out of the
+ * collective calls that the other ranks go on making (H5Dcreate2, the
+ * exchange inside the group, MPI_Allreduce, H5Acreate2, H5Fclose): the
+ * first one is kept in `local`, message and all, and the rank writes
+ * nothing more. Failed writes are noted in the write scope (comm.h), from
+ * MPI-IO and from the data's own pwrite alike. Errors of the collective
+ * HDF5 calls are the same on every rank and end the write everywhere
  * alike. */
 typedef struct {
   const gt_ckpt_state *st;
-  float *staging, *packed; /* the local entries written, as downloaded / in file order */
+  const char *path;        /* the file, for the data's own descriptors */
+  float *staging;          /* the local entries, as downloaded (at `pad`) */
+  float *send, *recv, *rows; /* the exchange: packed for the group, from it,
+                              and this rank's contiguous range */
+  size_t cap;              /* floats each of them holds */
   hid_t *dsets;            /* ntensors x GT_NKINDS datasets */
   uint64_t *sums;          /* Fletcher-32 terms, 2 per block of every dataset */
   size_t *sum_base;        /* first block of each dataset in sums */
   size_t nsums;
   uint32_t *values;        /* nsums checksums */
+  int fd, fd_direct;       /* the file through the page cache / O_DIRECT; -1 */
+  gt_swap_plan plan;       /* the exchange inside the group */
   int rank;  /* world rank, for the fault hooks */
   long step; /* the checkpoint's step, for the fault hooks */
   int local; /* first local failure, or GT_SUCCESS */
@@ -463,79 +445,440 @@ static void gt_ckpt_note_local(gt_ckpt_writer *w, int code)
   gt_error_clear();
 }
 
-typedef struct {
-  float *dst;
-  const float *src;
-  size_t a, pos;
-  uint64_t *sums;
-  size_t total;
-} gt_pack;
+// ---- the tensor data: each rank's entries at the dataset's file offset -----------------
+/*
+ * Why the data does not go through H5Dwrite. A column-split tensor is, in
+ * the file, one short run per row and q/k/v block of each rank's piece:
+ * ~110k runs of 768 B-3 KB per rank for GPT-2 124M at tp=4, which several
+ * ranks write into the same pages. Whether HDF5 or our own pwrite makes
+ * those writes, they cost the same (benchmarks/README.md). And through the
+ * page cache every byte lands in a page the kernel has just allocated; on a
+ * VM that hands freed memory back to its host (page reporting, as on this
+ * project's machines) that first touch alone ran dd at 340-520 MB/s, while
+ * O_DIRECT wrote the same disk at 1.7-3.2 GB/s from 1, 2 or 4 ranks.
+ *
+ * So: (1) the ranks of the group (tensor parallel) swap entries, so that
+ * each holds one contiguous range of the group's part of every sharded
+ * tensor, cut at 4 KiB file boundaries (two-phase I/O, as ROMIO's
+ * collective buffering does, but through our own point-to-point calls,
+ * which yield on oversubscribed cores); (2) each rank pwrite(2)s its ranges
+ * at the dataset's offset (H5Dget_offset: datasets are contiguous,
+ * allocated at creation and never filled, so HDF5 writes none of their
+ * bytes), the whole 4 KiB blocks of a range with O_DIRECT, the ends through
+ * the page cache. The file is the same HDF5 file as before.
+ */
 
-/* Append a run to dst (file order) and add its checksum terms. */
-static int gt_pack_run(void *ctx, size_t local, size_t logical, size_t len)
+#define GT_DIO_ALIGN ((size_t)4096)
+#define GT_DIO_FLOATS (GT_DIO_ALIGN / sizeof(float))
+#define GT_PWRITE_MAX ((size_t)64 << 20) /* bytes per pwrite(2) */
+#define GT_CKPT_SWAP_TAG 0x6753
+#define GT_CKPT_GROUP_MAX 32 /* larger groups write without the exchange */
+
+static size_t gt_align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+/* Write len bytes from src at file offset off, in pieces of GT_PWRITE_MAX,
+ * through descriptor fd. A failure is noted in the write scope, except an
+ * EINVAL when `refusable` (an O_DIRECT write the file system turned down,
+ * which the caller makes again through the page cache): 0 or the errno. */
+static int gt_ckpt_pwrite_fd(int fd, const char *src, size_t len, size_t off,
+                             const char *what, bool refusable)
 {
-  gt_pack *p = ctx;
-  const float *src = p->src + (local - p->a);
-  if (p->dst)
-    memcpy(p->dst + p->pos, src, len * sizeof(float));
-  p->pos += len;
-  gt_fletcher_add(p->sums, p->total, src, logical, len);
+  const bool injected = gt_comm_io_failing();
+  while (len > 0) {
+    const size_t n = len < GT_PWRITE_MAX ? len : GT_PWRITE_MAX;
+    const ssize_t got = injected ? -1 : pwrite(fd, src, n, (off_t)off);
+    const int err = injected ? EIO : got < 0 ? errno : got == 0 ? EIO : 0;
+    if (err == EINTR)
+      continue;
+    if (err == EINVAL && refusable)
+      return err;
+    if (err) {
+      char text[512];
+      snprintf(text, sizeof text, "pwrite failed: %s (%s%s, %zu bytes at offset %zu)",
+               got == 0 && !injected ? "wrote nothing" : strerror(err),
+               injected ? "injected by GT_FAULT=ckpt_write_fail; " : "", what, n, off);
+      gt_comm_io_note(text);
+      return err;
+    }
+    src += got;
+    off += (size_t)got;
+    len -= (size_t)got;
+  }
+  return 0;
+}
+
+/* Write the entries [logical, logical + len) of a dataset that starts at
+ * byte `base` of the file from src: the whole 4 KiB blocks with O_DIRECT
+ * when there is a descriptor for it and src lies in memory as the entries
+ * lie in the file (same offset in a block), the rest through the page
+ * cache. An O_DIRECT write refused with EINVAL (direct_io = auto) goes
+ * through the page cache, and so does the rest of the file. */
+static void gt_ckpt_pwrite(gt_ckpt_writer *w, size_t base, size_t logical, size_t len,
+                           const float *src, const char *what)
+{
+  const char *p = (const char *)src;
+  size_t off = base + logical * sizeof(float), end = off + len * sizeof(float);
+  size_t d0 = gt_align_up(off, GT_DIO_ALIGN), d1 = end / GT_DIO_ALIGN * GT_DIO_ALIGN;
+  if (w->fd_direct < 0 || d0 >= d1 || ((uintptr_t)p - off) % GT_DIO_ALIGN != 0)
+    d0 = d1 = end;
+  if (gt_ckpt_pwrite_fd(w->fd, p, d0 - off, off, what, false) != 0)
+    return;
+  const bool refusable = w->st->direct == GT_CKPT_DIRECT_AUTO;
+  if (d1 > d0 && gt_ckpt_pwrite_fd(w->fd_direct, p + (d0 - off), d1 - d0, d0, what,
+                                   refusable) == EINVAL && refusable) {
+    close(w->fd_direct);
+    w->fd_direct = -1;
+    d1 = d0;
+  }
+  gt_ckpt_pwrite_fd(w->fd, p + (d1 - off), end - d1, d1, what, false);
+}
+
+/* Open the file's own descriptors (after H5Fcreate made it). */
+static int gt_ckpt_open_data(gt_ckpt_writer *w)
+{
+  w->fd = open(w->path, O_WRONLY | O_CLOEXEC);
+  GT_CHECK(w->fd >= 0, GT_ERR_SYSTEM, "cannot open %s to write its tensor data: %s", w->path,
+           strerror(errno));
+  if (w->st->direct == GT_CKPT_DIRECT_OFF)
+    return GT_SUCCESS;
+  w->fd_direct = open(w->path, O_WRONLY | O_DIRECT | O_CLOEXEC);
+  GT_CHECK(w->fd_direct >= 0 || w->st->direct != GT_CKPT_DIRECT_ON, GT_ERR_INPUT,
+           "checkpoint.direct_io = on, but the file system of %s does not take O_DIRECT "
+           "(%s); set it to auto or off",
+           w->path, strerror(errno));
   return GT_SUCCESS;
 }
 
-enum { GT_P_SPACE, GT_P_MSPACE, GT_P_N };
+static void gt_ckpt_close_data(gt_ckpt_writer *w)
+{
+  int *fds[2] = {&w->fd, &w->fd_direct};
+  for (int i = 0; i < 2; i++)
+    if (*fds[i] >= 0) {
+      if (close(*fds[i]) != 0) {
+        char text[512];
+        snprintf(text, sizeof text, "close failed: %s (%s)", strerror(errno), w->path);
+        gt_comm_io_note(text);
+      }
+      *fds[i] = -1;
+    }
+}
 
-/* Write this rank's entries of tensor (kind) into dset, independently. */
+/* Which tensors the group exchanges: those that every member holds sharded
+ * over the group (one piece each, shard indices 0..gsize-1), when all
+ * members write (or read) the same ranges of the same flat layout.
+ * Collective on the group. */
+static int gt_ckpt_plan_swap(const gt_ckpt_state *st, bool writing, gt_swap_plan *w)
+{
+  if (!st->group || *st->group == MPI_COMM_NULL)
+    return GT_SUCCESS;
+  GT_CALL_MPI(MPI_Comm_size(*st->group, &w->gsize));
+  GT_CALL_MPI(MPI_Comm_rank(*st->group, &w->grank));
+  if (w->gsize == 1 || w->gsize > GT_CKPT_GROUP_MAX)
+    return GT_SUCCESS;
+  const int nt = st->ntensors, g = w->gsize, nsig = 6, per = nsig + 2 * nt;
+  long long *mine = malloc((size_t)per * sizeof *mine);
+  long long *all = malloc((size_t)per * (size_t)g * sizeof *all);
+  w->index = malloc(((size_t)nt * (size_t)g + 1) * sizeof *w->index);
+  w->swap = calloc((size_t)nt + 1, sizeof *w->swap);
+  int status = mine && all && w->index && w->swap ? GT_SUCCESS
+                                                  : gt_error_set(GT_ERR_SYSTEM, __FILE__,
+                                                                 __LINE__, __func__,
+                                                                 "out of memory planning "
+                                                                 "the checkpoint exchange");
+  if (status == GT_SUCCESS) {
+    gt_params *p = st->params;
+    size_t r[4];
+    gt_ckpt_range(st, GT_KIND_MODEL, &r[0], &r[1]);
+    gt_ckpt_range(st, GT_KIND_M, &r[2], &r[3]);
+    mine[0] = p && (st->writer || !writing);
+    mine[1] = p ? (long long)p->numel : -1;
+    for (int k = 0; k < 4; k++)
+      mine[2 + k] = p ? (long long)r[k] : -1;
+    for (int i = 0; i < nt; i++) {
+      const gt_param *t = p ? gt_params_find(p, st->tensors[i].name) : NULL;
+      const bool sharded = t && t->counted && t->shard.axis >= 0 && t->shard.parts == g;
+      mine[nsig + 2 * i] = sharded ? t->shard.index : -1;
+      mine[nsig + 2 * i + 1] = t ? (long long)t->offset : -1;
+    }
+    /* in the write's foreign scope: a yielding wait where ranks share cores */
+    if (MPI_Allgather(mine, per, MPI_LONG_LONG, all, per, MPI_LONG_LONG, *st->group) !=
+        MPI_SUCCESS)
+      status = gt_error_set(GT_ERR_MPI, __FILE__, __LINE__, __func__,
+                            "MPI_Allgather of the checkpoint exchange plan failed");
+  }
+  if (status == GT_SUCCESS) {
+    bool same = mine[0] == 1;
+    for (int j = 0; j < g && same; j++)
+      for (int k = 0; k < nsig; k++)
+        same = same && all[(size_t)j * per + k] == mine[k];
+    for (int i = 0; i < nt && same; i++) {
+      unsigned seen = 0;
+      bool ok = true;
+      for (int j = 0; j < g && ok; j++) {
+        const long long idx = all[(size_t)j * per + nsig + 2 * i];
+        const long long off = all[(size_t)j * per + nsig + 2 * i + 1];
+        ok = idx >= 0 && idx < g && !(seen & (1u << idx)) && off == mine[nsig + 2 * i + 1];
+        if (ok)
+          seen |= 1u << idx;
+        w->index[(size_t)i * g + j] = (int)idx;
+      }
+      w->swap[i] = ok;
+      w->any = w->any || ok;
+    }
+  }
+  free(mine);
+  free(all);
+  GT_CALL(status);
+  return GT_SUCCESS;
+}
+
+/* The cut points of the group's contiguous range [lo, hi) of a dataset
+ * starting at byte base: cut[0..gsize], rank i's range [cut[i], cut[i+1]),
+ * on 4 KiB boundaries of the file where the range allows. */
+static void gt_ckpt_cuts(size_t base, size_t lo, size_t hi, int g, size_t *cut)
+{
+  cut[0] = lo;
+  cut[g] = hi;
+  for (int i = 1; i < g; i++) {
+    size_t c = lo + (size_t)((hi - lo) * (unsigned __int128)i / (unsigned)g);
+    if (base % sizeof(float) == 0) {
+      const size_t at = gt_align_up(base + c * sizeof(float), GT_DIO_ALIGN);
+      c = (at - base) / sizeof(float);
+    }
+    c = c < cut[i - 1] ? cut[i - 1] : c > hi ? hi : c;
+    cut[i] = c;
+  }
+}
+
+/* A pointer into buf (4 KiB aligned, cap + GT_DIO_FLOATS floats) at which
+ * entry `logical` of a dataset at byte base lies as it will in the file. */
+static float *gt_ckpt_place(float *buf, size_t base, size_t logical)
+{
+  if (base % sizeof(float) != 0)
+    return buf;
+  return buf + (base / sizeof(float) + logical) % GT_DIO_FLOATS;
+}
+
+/* Cutting runs at the cut points, in logical order. */
+typedef struct {
+  const size_t *cut;
+  int g, me, dest;     /* dest: the range the next entries fall in */
+  const float *src;    /* sender: entries of local index a at src[0] */
+  size_t a;
+  float *send, *rows;  /* sender: packed for the others / this rank's range */
+  size_t *count;       /* entries per destination (sender) */
+  const float *recv;   /* receiver: what one member sent */
+  size_t pos;          /* receiver: entries taken from recv */
+} gt_cutter;
+
+static int gt_cut_send(void *ctx, size_t local, size_t logical, size_t len)
+{
+  gt_cutter *c = ctx;
+  while (len > 0) {
+    while (logical >= c->cut[c->dest + 1])
+      c->dest++;
+    const size_t n = gt_min_size(len, c->cut[c->dest + 1] - logical);
+    const float *from = c->src + (local - c->a);
+    if (c->dest == c->me) {
+      if (c->rows)
+        memcpy(c->rows + (logical - c->cut[c->me]), from, n * sizeof(float));
+    } else {
+      if (c->send)
+        memcpy(c->send + c->pos, from, n * sizeof(float));
+      c->pos += n;
+      c->count[c->dest] += n;
+    }
+    local += n;
+    logical += n;
+    len -= n;
+  }
+  return GT_SUCCESS;
+}
+
+/* Receiver: a member's entries in this rank's range, counted (rows NULL)
+ * or put in place. */
+static int gt_cut_recv(void *ctx, size_t local, size_t logical, size_t len)
+{
+  (void)local;
+  gt_cutter *c = ctx;
+  const size_t lo = c->cut[c->me], hi = c->cut[c->me + 1];
+  const size_t s = logical > lo ? logical : lo, e = logical + len < hi ? logical + len : hi;
+  if (s >= e)
+    return GT_SUCCESS;
+  if (c->rows)
+    memcpy(c->rows + (s - lo), c->recv + c->pos, (e - s) * sizeof(float));
+  c->pos += e - s;
+  return GT_SUCCESS;
+}
+
+/* Checksum terms and writes of t's runs in [a, b), each where it belongs. */
+typedef struct {
+  gt_ckpt_writer *w;
+  const float *src; /* local index a at src[0] */
+  size_t a, base;
+  uint64_t *sums;
+  size_t total;
+  const char *what;
+} gt_run_writer;
+
+static int gt_write_run(void *ctx, size_t local, size_t logical, size_t len)
+{
+  gt_run_writer *r = ctx;
+  const float *src = r->src + (local - r->a);
+  gt_fletcher_add(r->sums, r->total, src, logical, len);
+  gt_ckpt_pwrite(r->w, r->base, logical, len, src, r->what);
+  return GT_SUCCESS;
+}
+
+/* The exchange of one sharded tensor's whole slabs (local [x0, x1)) inside
+ * the group; this rank then writes its range. ok: this rank's staging holds
+ * its entries (else it takes part with whatever is there, and writes
+ * nothing). Collective on the group. */
+static int gt_ckpt_swap(gt_ckpt_writer *w, const gt_param *t, const int *index, size_t a,
+                        size_t x0, size_t x1, size_t base, gt_run_writer *rw, bool ok)
+{
+  const int g = w->plan.gsize, me = w->plan.grank;
+  const MPI_Comm comm = *w->st->group;
+  const int ax = t->shard.axis;
+  size_t inner = 1;
+  for (int d = ax + 1; d < t->ndim; d++)
+    inner *= (size_t)t->full_shape[d];
+  const size_t ls = (size_t)t->value.shape[ax] * inner, fs = (size_t)t->full_shape[ax] * inner;
+  size_t cut[GT_CKPT_GROUP_MAX + 1], scount[GT_CKPT_GROUP_MAX] = {0};
+  size_t rcount[GT_CKPT_GROUP_MAX] = {0};
+  gt_ckpt_cuts(base, x0 / ls * fs, x1 / ls * fs, g, cut);
+  const size_t mine = cut[me + 1] - cut[me];
+  GT_CHECK(mine <= w->cap, GT_ERR_INTERNAL,
+           "internal error: checkpoint exchange range of %zu entries past %zu", mine, w->cap);
+  float *rows = gt_ckpt_place(w->rows, base, cut[me]);
+  gt_cutter send = {.cut = cut, .g = g, .me = me, .src = rw->src, .a = a, .send = w->send,
+                    .rows = rows, .count = scount};
+  GT_CALL(gt_ckpt_runs_at(t, index[me], x0, x1, gt_cut_send, &send));
+  size_t rtotal = 0;
+  for (int j = 0; j < g; j++) {
+    if (j == me)
+      continue;
+    gt_cutter c = {.cut = cut, .g = g, .me = me};
+    GT_CALL(gt_ckpt_runs_at(t, index[j], x0, x1, gt_cut_recv, &c));
+    rcount[j] = c.pos;
+    rtotal += c.pos;
+  }
+  GT_CHECK(send.pos <= w->cap && rtotal <= w->cap, GT_ERR_INTERNAL,
+           "internal error: checkpoint exchange of %zu / %zu entries past %zu", send.pos,
+           rtotal, w->cap);
+  MPI_Request req[2 * GT_CKPT_GROUP_MAX];
+  int nreq = 0;
+  size_t soff = 0, roff = 0;
+  for (int j = 0; j < g; j++) {
+    GT_CHECK(scount[j] <= INT_MAX && rcount[j] <= INT_MAX, GT_ERR_INPUT,
+             "a tensor piece of %zu entries is too large for the checkpoint exchange",
+             scount[j] > rcount[j] ? scount[j] : rcount[j]);
+    if (rcount[j])
+      GT_CALL_MPI(MPI_Irecv(w->recv + roff, (int)rcount[j], MPI_FLOAT, j, GT_CKPT_SWAP_TAG,
+                            comm, &req[nreq++]));
+    roff += rcount[j];
+  }
+  for (int j = 0; j < g; j++) {
+    if (scount[j])
+      GT_CALL_MPI(MPI_Isend(w->send + soff, (int)scount[j], MPI_FLOAT, j, GT_CKPT_SWAP_TAG,
+                            comm, &req[nreq++]));
+    soff += scount[j];
+  }
+  GT_CALL(gt_comm_waitall(nreq, req));
+  if (!ok)
+    return GT_SUCCESS;
+  roff = 0;
+  for (int j = 0; j < g; j++) {
+    if (j == me)
+      continue;
+    gt_cutter c = {.cut = cut, .g = g, .me = me, .recv = w->recv + roff, .rows = rows};
+    GT_CALL(gt_ckpt_runs_at(t, index[j], x0, x1, gt_cut_recv, &c));
+    roff += rcount[j];
+  }
+  gt_fletcher_add(rw->sums, rw->total, rows, cut[me], mine);
+  gt_ckpt_pwrite(w, base, cut[me], mine, rows, rw->what);
+  return GT_SUCCESS;
+}
+
+/* Write this rank's entries of tensor (kind) into dset, independently - but
+ * an exchanged tensor is collective on the group, which every member takes
+ * part in, failed or not. */
 static int gt_ckpt_write_part_in(gt_ckpt_writer *w, hid_t dset, const gt_ckpt_tensor *tensor,
-                                 int kind, hid_t ids[])
+                                 int kind)
 {
   const gt_ckpt_state *st = w->st;
   gt_param *t = st->params ? gt_params_find(st->params, tensor->name) : NULL;
   if (!t || !st->writer || !t->counted)
     return GT_SUCCESS;
+  const size_t i = (size_t)(tensor - st->tensors);
+  const bool swap = w->plan.swap && w->plan.swap[i];
   size_t lo, hi, a, b, count = 0;
   gt_ckpt_range(st, kind, &lo, &hi);
   gt_ckpt_clip(t, lo, hi, &a, &b);
   GT_CALL(gt_ckpt_runs(t, a, b, gt_run_count, &count));
-  if (count == 0)
+  if (count == 0 && !swap) /* a member of the group may hold padding only */
     return GT_SUCCESS;
   for (int d = 0; d < tensor->ndim; d++)
     GT_CHECK(t->ndim == tensor->ndim && t->full_shape[d] == tensor->dims[d], GT_ERR_INTERNAL,
              "internal error: parameter %s does not have its logical shape", t->name);
-  GT_CHECK(!gt_fault_hit("ckpt_local_fail", w->rank, w->step), GT_ERR_DEVICE,
-           "copying %s/%s to the host failed (injected by GT_FAULT=ckpt_local_fail)",
+  const haddr_t base = H5Dget_offset(dset);
+  GT_CHECK(base != HADDR_UNDEF, GT_ERR_HDF5,
+           "H5Dget_offset gave no file offset for %s/%s (not contiguous and allocated?)",
            gt_kind_group[kind], tensor->name);
+  /* The local entries [a, b), downloaded where entry a lies as in the file. */
+  size_t first = 0;
+  if (t->shard.axis < 0)
+    first = a;
+  float *src = t->shard.axis < 0 ? gt_ckpt_place(w->staging, (size_t)base, first) : w->staging;
+  bool ok = w->local == GT_SUCCESS;
+  if (ok && gt_fault_hit("ckpt_local_fail", w->rank, w->step)) {
+    gt_error_set(GT_ERR_DEVICE, __FILE__, __LINE__, __func__,
+                 "copying %s/%s to the host failed (injected by GT_FAULT=ckpt_local_fail)",
+                 gt_kind_group[kind], tensor->name);
+    gt_ckpt_note_local(w, GT_ERR_DEVICE);
+    ok = false;
+  }
   gt_backend *be = st->params->be;
-  GT_CALL(be->ops->download(be, w->staging, gt_ckpt_part_data(st, kind, t->offset + a),
-                            (b - a) * sizeof(float), NULL));
-  GT_CALL(gt_ckpt_copy_done(be));
-  const size_t i = (size_t)(tensor - st->tensors);
-  gt_pack pack = {.dst = count == b - a ? NULL : w->packed, .src = w->staging, .a = a,
-                  .sums = w->sums + 2 * w->sum_base[i * GT_NKINDS + (size_t)kind],
-                  .total = gt_ckpt_tensor_numel(tensor)};
-  GT_CALL(gt_ckpt_runs(t, a, b, gt_pack_run, &pack));
-  GT_H5_ID(ids[GT_P_SPACE], H5Dget_space(dset));
-  GT_CALL(gt_ckpt_select_range(t, a, b, ids[GT_P_SPACE]));
-  hssize_t npoints;
-  GT_CALL_HDF5(npoints = H5Sget_select_npoints(ids[GT_P_SPACE]));
-  GT_CHECK((size_t)npoints == count, GT_ERR_INTERNAL,
-           "internal error: %s/%s: %lld entries selected in the file for %zu held",
-           gt_kind_group[kind], tensor->name, (long long)npoints, count);
-  const hsize_t n = (hsize_t)count;
-  GT_H5_ID(ids[GT_P_MSPACE], H5Screate_simple(1, &n, NULL));
-  GT_CALL_HDF5(H5Dwrite(dset, H5T_NATIVE_FLOAT, ids[GT_P_MSPACE], ids[GT_P_SPACE], H5P_DEFAULT,
-                        pack.dst ? pack.dst : w->staging));
+  if (ok) {
+    int status = be->ops->download(be, src, gt_ckpt_part_data(st, kind, t->offset + a),
+                                   (b - a) * sizeof(float), NULL);
+    if (status == GT_SUCCESS)
+      status = gt_ckpt_copy_done(be);
+    if (status != GT_SUCCESS) {
+      gt_ckpt_note_local(w, status);
+      ok = false;
+    }
+  }
+  char what[GT_PARAM_NAME_MAX + 16];
+  snprintf(what, sizeof what, "%s/%s", gt_kind_group[kind], tensor->name);
+  gt_run_writer rw = {.w = w, .src = src, .a = a, .base = (size_t)base,
+                      .sums = w->sums + 2 * w->sum_base[i * GT_NKINDS + (size_t)kind],
+                      .total = gt_ckpt_tensor_numel(tensor), .what = what};
+  size_t x0 = a, x1 = a; /* the whole slabs, exchanged */
+  if (swap) {
+    size_t inner = 1;
+    for (int d = t->shard.axis + 1; d < t->ndim; d++)
+      inner *= (size_t)t->full_shape[d];
+    const size_t ls = (size_t)t->value.shape[t->shard.axis] * inner;
+    x0 = gt_align_up(a, ls);
+    x1 = b / ls * ls;
+    if (x0 >= x1)
+      x0 = x1 = a;
+  }
+  if (x0 < x1)
+    GT_CALL(gt_ckpt_swap(w, t, w->plan.index + i * (size_t)w->plan.gsize, a, x0, x1,
+                         (size_t)base, &rw, ok));
+  if (!ok)
+    return GT_SUCCESS;
+  GT_CALL(gt_ckpt_runs(t, a, x0, gt_write_run, &rw));
+  GT_CALL(gt_ckpt_runs(t, x1 > x0 ? x1 : a, b, gt_write_run, &rw));
   return GT_SUCCESS;
 }
 
 static void gt_ckpt_write_part(gt_ckpt_writer *w, hid_t dset, const gt_ckpt_tensor *tensor,
                                int kind)
 {
-  if (w->local != GT_SUCCESS)
-    return;
-  hid_t ids[GT_P_N] = {H5I_INVALID_HID, H5I_INVALID_HID};
-  int status = gt_ckpt_write_part_in(w, dset, tensor, kind, ids);
-  status = gt_h5_close_all(status, GT_P_N, ids);
+  int status = gt_ckpt_write_part_in(w, dset, tensor, kind);
   if (status != GT_SUCCESS)
     gt_ckpt_note_local(w, status);
 }
@@ -601,12 +944,19 @@ static int gt_ckpt_write_in(const char *path, const gt_ckpt_meta *meta, gt_ckpt_
   for (int i = 0; i < st->ntensors; i++)
     for (int k = 0; k < GT_NKINDS; k++)
       GT_CALL(gt_ckpt_create(file, &st->tensors[i], k, &w->dsets[i * GT_NKINDS + k]));
-  /* the data: independent writes, no collective call per tensor */
+  /* the data: our own writes (the exchanged tensors collective on the group
+   * only), no collective call of HDF5's per tensor */
+  if (st->writer && st->params) {
+    const int opened = gt_ckpt_open_data(w);
+    if (opened != GT_SUCCESS)
+      gt_ckpt_note_local(w, opened);
+  }
   for (int i = 0; i < st->ntensors; i++) {
     gt_ckpt_maybe_kill(w, i, st->ntensors);
     for (int k = 0; k < GT_NKINDS; k++)
       gt_ckpt_write_part(w, w->dsets[i * GT_NKINDS + k], &st->tensors[i], k);
   }
+  gt_ckpt_close_data(w);
   /* Every entry was written by one rank: the sums of the terms are the
    * checksums. */
   GT_CALL_MPI(MPI_Allreduce(MPI_IN_PLACE, w->sums, (int)(2 * w->nsums), MPI_UINT64_T, MPI_SUM,
@@ -633,6 +983,7 @@ static int gt_ckpt_writer_alloc(gt_ckpt_writer *w)
   const gt_ckpt_state *st = w->st;
   const size_t nd = (size_t)st->ntensors * GT_NKINDS;
   const size_t n = gt_ckpt_largest_local(st);
+  w->cap = n + 2 * GT_DIO_FLOATS;
   w->sum_base = malloc((nd + 1) * sizeof(size_t));
   w->dsets = malloc((nd + 1) * sizeof(hid_t));
   GT_CHECK(w->sum_base && w->dsets, GT_ERR_SYSTEM, "out of memory for the dataset list");
@@ -645,11 +996,18 @@ static int gt_ckpt_writer_alloc(gt_ckpt_writer *w)
            "a checkpoint of %zu checksum blocks is too large", w->nsums);
   w->sums = calloc(2 * w->nsums + 1, sizeof(uint64_t));
   w->values = malloc((w->nsums + 1) * sizeof(uint32_t));
-  w->staging = malloc(n * sizeof(float));
-  w->packed = malloc(n * sizeof(float));
-  GT_CHECK(w->sums && w->values && w->staging && w->packed, GT_ERR_SYSTEM,
-           "out of memory allocating %zu bytes of staging buffers",
-           2 * n * sizeof(float) + w->nsums * (2 * sizeof(uint64_t) + sizeof(uint32_t)));
+  GT_CHECK(w->sums && w->values, GT_ERR_SYSTEM, "out of memory allocating %zu bytes of checksums",
+           w->nsums * (2 * sizeof(uint64_t) + sizeof(uint32_t)));
+  /* staging and rows get room to start where their first entry lies in a
+   * 4 KiB block of the file (gt_ckpt_place) */
+  const size_t bytes = (w->cap + GT_DIO_FLOATS) * sizeof(float);
+  float **bufs[4] = {&w->staging, &w->rows, &w->send, &w->recv};
+  for (int b = 0; b < (w->plan.any ? 4 : 1); b++) {
+    void *p = NULL;
+    GT_CHECK(posix_memalign(&p, GT_DIO_ALIGN, bytes) == 0, GT_ERR_SYSTEM,
+             "out of memory allocating %zu bytes of checkpoint staging buffers", bytes);
+    *bufs[b] = p;
+  }
   return GT_SUCCESS;
 }
 
@@ -660,19 +1018,27 @@ static void gt_ckpt_writer_free(gt_ckpt_writer *w)
   free(w->sums);
   free(w->values);
   free(w->staging);
-  free(w->packed);
+  free(w->rows);
+  free(w->send);
+  free(w->recv);
+  gt_swap_plan_free(&w->plan);
 }
 
 /* gt_ckpt_write, naming the checkpoint `shown` in its error message. */
 static int gt_ckpt_write_file(const char *path, const char *shown, const gt_ckpt_meta *meta,
                               const gt_ckpt_state *st, MPI_Comm comm)
 {
-  gt_ckpt_writer w = {.st = st, .step = meta->step, .local = GT_SUCCESS};
+  gt_ckpt_writer w = {.st = st, .path = path, .step = meta->step, .local = GT_SUCCESS,
+                      .fd = -1, .fd_direct = -1, .plan = {.gsize = 1}};
   MPI_Comm_rank(MPI_COMM_WORLD, &w.rank);
-  int status = gt_error_agree(gt_ckpt_writer_alloc(&w), comm);
-  hid_t ids[GT_WF_N] = {H5I_INVALID_HID, H5I_INVALID_HID};
+  int status = gt_comm_foreign_begin(comm);
+  const bool in_scope = status == GT_SUCCESS;
   if (status == GT_SUCCESS)
-    status = gt_comm_foreign_begin(comm);
+    status = gt_ckpt_plan_swap(st, true, &w.plan);
+  if (status == GT_SUCCESS)
+    status = gt_ckpt_writer_alloc(&w);
+  status = gt_error_agree(status, comm);
+  hid_t ids[GT_WF_N] = {H5I_INVALID_HID, H5I_INVALID_HID};
   if (status == GT_SUCCESS) {
     /* Every rank makes every collective call of the write, whatever failed
      * here (write scope, `local`), and closes the file; only then is the
@@ -683,13 +1049,14 @@ static int gt_ckpt_write_file(const char *path, const char *shown, const gt_ckpt
     status = gt_h5_close_all(status, st->ntensors * GT_NKINDS, w.dsets);
     status = gt_h5_close_all(status, GT_WF_N, ids);
     const int io = gt_comm_io_end();
-    gt_comm_foreign_end();
     if (io != GT_SUCCESS) {
       status = io;
     } else if (w.local != GT_SUCCESS) {
       status = gt_error_set(w.local, __FILE__, __LINE__, __func__, "%s", w.local_message);
     }
   }
+  if (in_scope)
+    gt_comm_foreign_end();
   gt_ckpt_writer_free(&w);
   if (status != GT_SUCCESS)
     return gt_error_wrap(status, __FILE__, __LINE__, __func__, "cannot write checkpoint %s",
@@ -815,6 +1182,9 @@ typedef struct {
   size_t rcap;
   uint32_t *stored; /* format 3: their checksums */
   size_t scap;
+  float *send, *recv; /* the exchange inside the group */
+  size_t send_cap, recv_cap;
+  gt_swap_plan plan;
 } gt_ckpt_reader;
 
 typedef struct {
@@ -856,20 +1226,17 @@ static int gt_grow(void **buf, size_t *cap, size_t n, size_t size)
 
 enum { GT_R_DSET, GT_R_SPACE, GT_R_MSPACE, GT_R_N };
 
-/* Format 3: read the checksum blocks of dataset `name` that hold this
- * rank's entries [a, b) of t, check them, and put the entries into
- * staging (from local index a). */
-static int gt_ckpt_read_blocks(gt_ckpt_reader *r, const char *name, const gt_param *t,
-                               size_t a, size_t b, size_t count, hid_t ids[])
+/* Format 3: read the checksum blocks of dataset `name` that hold its
+ * logical entries [lo, hi) into r->rbuf (entry f0 first) and check them. */
+static int gt_ckpt_read_span_in(gt_ckpt_reader *r, const char *name, const gt_param *t,
+                                size_t lo, size_t hi, size_t *f0, hid_t ids[])
 {
-  size_t total = gt_param_full_numel(t);
-  gt_span span = {(size_t)-1, 0};
-  GT_CALL(gt_ckpt_runs(t, a, b, gt_span_run, &span));
-  const size_t blk0 = span.lo / GT_CKPT_SUM_FLOATS;
-  const size_t blk1 = (span.hi + GT_CKPT_SUM_FLOATS - 1) / GT_CKPT_SUM_FLOATS;
-  const size_t f0 = blk0 * GT_CKPT_SUM_FLOATS;
+  const size_t total = gt_param_full_numel(t);
+  const size_t blk0 = lo / GT_CKPT_SUM_FLOATS;
+  const size_t blk1 = (hi + GT_CKPT_SUM_FLOATS - 1) / GT_CKPT_SUM_FLOATS;
+  *f0 = blk0 * GT_CKPT_SUM_FLOATS;
   const size_t f1 = gt_min_size(total, blk1 * GT_CKPT_SUM_FLOATS);
-  GT_CALL(gt_grow((void **)&r->rbuf, &r->rcap, f1 - f0, sizeof(float)));
+  GT_CALL(gt_grow((void **)&r->rbuf, &r->rcap, f1 - *f0, sizeof(float)));
   const size_t nsums = gt_ckpt_nsums(total);
   GT_CALL(gt_grow((void **)&r->stored, &r->scap, nsums, sizeof(uint32_t)));
   bool found;
@@ -879,8 +1246,8 @@ static int gt_ckpt_read_blocks(gt_ckpt_reader *r, const char *name, const gt_par
   gt_sel s = {.space = ids[GT_R_SPACE], .nd = t->ndim, .m = t->ndim, .first = true};
   for (int d = 0; d < t->ndim; d++)
     s.dims[d] = (hsize_t)t->full_shape[d];
-  GT_CALL(gt_sel_flat(&s, 0, (hsize_t)f0, (hsize_t)f1));
-  const hsize_t n = (hsize_t)(f1 - f0);
+  GT_CALL(gt_sel_flat(&s, 0, (hsize_t)*f0, (hsize_t)f1));
+  const hsize_t n = (hsize_t)(f1 - *f0);
   GT_H5_ID(ids[GT_R_MSPACE], H5Screate_simple(1, &n, NULL));
   if (H5Dread(ids[GT_R_DSET], H5T_NATIVE_FLOAT, ids[GT_R_MSPACE], ids[GT_R_SPACE], H5P_DEFAULT,
               r->rbuf) < 0) {
@@ -889,10 +1256,157 @@ static int gt_ckpt_read_blocks(gt_ckpt_reader *r, const char *name, const gt_par
                          "checkpoint %s: %s cannot be read", r->path, name);
   }
   GT_CALL(gt_ckpt_check_sums(r->path, name, r->rbuf, total, blk0, blk1 - blk0, r->stored));
-  if (count != b - a) /* padding stays zero */
-    memset(r->staging, 0, (b - a) * sizeof(float));
-  gt_unpack u = {r->staging, r->rbuf, a, f0};
+  return GT_SUCCESS;
+}
+
+static int gt_ckpt_read_span(gt_ckpt_reader *r, const char *name, const gt_param *t,
+                             size_t lo, size_t hi, size_t *f0, hid_t ids[])
+{
+  int status = gt_ckpt_read_span_in(r, name, t, lo, hi, f0, ids);
+  GT_CALL(gt_h5_close_all(status, 1, &ids[GT_R_MSPACE]));
+  return GT_SUCCESS;
+}
+
+/* Format 3: this rank's entries [a, b) of t (local indices; none padding
+ * only) from the checksum blocks that hold them, into staging from local
+ * index `first` on. */
+static int gt_ckpt_read_blocks(gt_ckpt_reader *r, const char *name, const gt_param *t,
+                               size_t first, size_t a, size_t b, hid_t ids[])
+{
+  gt_span span = {(size_t)-1, 0};
+  GT_CALL(gt_ckpt_runs(t, a, b, gt_span_run, &span));
+  if (span.lo >= span.hi)
+    return GT_SUCCESS;
+  size_t f0;
+  GT_CALL(gt_ckpt_read_span(r, name, t, span.lo, span.hi, &f0, ids));
+  gt_unpack u = {r->staging, r->rbuf, first, f0};
   GT_CALL(gt_ckpt_runs(t, a, b, gt_unpack_run, &u));
+  return GT_SUCCESS;
+}
+
+/* A member's runs in [x0, x1) cut to the logical range [lo, hi), each piece
+ * counted or moved, in order: packed (src by logical index -> dst in
+ * sequence), unpacked (src in sequence -> dst by local index) or placed
+ * (src by logical index -> dst by local index). */
+typedef enum { GT_CLIP_COUNT, GT_CLIP_PACK, GT_CLIP_UNPACK, GT_CLIP_PLACE } gt_clip_mode;
+
+typedef struct {
+  gt_clip_mode mode;
+  size_t lo, hi;
+  size_t pos;        /* entries counted or moved so far */
+  float *dst;
+  const float *src;
+  size_t first, f0;  /* local index at dst[0] (unpack, place); logical
+                        index at src[0] (pack, place) */
+} gt_clip;
+
+static int gt_clip_run(void *ctx, size_t local, size_t logical, size_t len)
+{
+  gt_clip *c = ctx;
+  const size_t s = logical > c->lo ? logical : c->lo;
+  const size_t e = logical + len < c->hi ? logical + len : c->hi;
+  if (s >= e)
+    return GT_SUCCESS;
+  const size_t n = (e - s) * sizeof(float), at = local + (s - logical) - c->first;
+  switch (c->mode) {
+  case GT_CLIP_PACK: memcpy(c->dst + c->pos, c->src + (s - c->f0), n); break;
+  case GT_CLIP_UNPACK: memcpy(c->dst + at, c->src + c->pos, n); break;
+  case GT_CLIP_PLACE: memcpy(c->dst + at, c->src + (s - c->f0), n); break;
+  case GT_CLIP_COUNT: break;
+  }
+  c->pos += e - s;
+  return GT_SUCCESS;
+}
+
+/* The read exchange of one sharded tensor's whole slabs (local [x0, x1)):
+ * each member reads and checks its cut of the group's range once, and sends
+ * every other member the entries of it that member holds. A member whose
+ * read failed (ok false: its error is noted by the caller) still takes part;
+ * the error, agreed on afterwards, makes the whole load fail. Collective on
+ * the group. */
+static int gt_ckpt_swap_read(gt_ckpt_reader *r, const char *name, const gt_param *t,
+                             const int *index, size_t a, size_t x0, size_t x1, hid_t ids[],
+                             int *local)
+{
+  const int g = r->plan.gsize, me = r->plan.grank;
+  const MPI_Comm comm = *r->st->group;
+  const int ax = t->shard.axis;
+  size_t inner = 1;
+  for (int d = ax + 1; d < t->ndim; d++)
+    inner *= (size_t)t->full_shape[d];
+  const size_t ls = (size_t)t->value.shape[ax] * inner, fs = (size_t)t->full_shape[ax] * inner;
+  const size_t lo = x0 / ls * fs, hi = x1 / ls * fs;
+  size_t cut[GT_CKPT_GROUP_MAX + 1], scount[GT_CKPT_GROUP_MAX] = {0};
+  size_t rcount[GT_CKPT_GROUP_MAX] = {0};
+  /* cuts on checksum blocks: every block is read and checked once */
+  cut[0] = lo;
+  cut[g] = hi;
+  for (int i = 1; i < g; i++) {
+    size_t c = lo + (size_t)((hi - lo) * (unsigned __int128)i / (unsigned)g);
+    c = gt_align_up(c, GT_CKPT_SUM_FLOATS);
+    cut[i] = c < cut[i - 1] ? cut[i - 1] : c > hi ? hi : c;
+  }
+  size_t f0 = cut[me];
+  if (*local == GT_SUCCESS && cut[me] < cut[me + 1])
+    *local = gt_ckpt_read_span(r, name, t, cut[me], cut[me + 1], &f0, ids);
+  const bool ok = *local == GT_SUCCESS;
+  /* what goes to each member, and what comes from each */
+  size_t stotal = 0, rtotal = 0;
+  for (int j = 0; j < g; j++) {
+    gt_clip c = {.lo = cut[me], .hi = cut[me + 1]};
+    GT_CALL(gt_ckpt_runs_at(t, index[j], x0, x1, gt_clip_run, &c));
+    scount[j] = j == me ? 0 : c.pos;
+    stotal += scount[j];
+    gt_clip d = {.lo = cut[j], .hi = cut[j + 1]};
+    GT_CALL(gt_ckpt_runs_at(t, index[me], x0, x1, gt_clip_run, &d));
+    rcount[j] = j == me ? 0 : d.pos;
+    rtotal += rcount[j];
+  }
+  GT_CALL(gt_grow((void **)&r->send, &r->send_cap, stotal + 1, sizeof(float)));
+  GT_CALL(gt_grow((void **)&r->recv, &r->recv_cap, rtotal + 1, sizeof(float)));
+  size_t off = 0;
+  for (int j = 0; j < g && ok; j++) {
+    if (j == me)
+      continue;
+    gt_clip c = {.mode = GT_CLIP_PACK, .lo = cut[me], .hi = cut[me + 1], .dst = r->send + off,
+                 .src = r->rbuf, .f0 = f0};
+    GT_CALL(gt_ckpt_runs_at(t, index[j], x0, x1, gt_clip_run, &c));
+    off += scount[j];
+  }
+  MPI_Request req[2 * GT_CKPT_GROUP_MAX];
+  int nreq = 0;
+  size_t soff = 0, roff = 0;
+  for (int j = 0; j < g; j++) {
+    GT_CHECK(scount[j] <= INT_MAX && rcount[j] <= INT_MAX, GT_ERR_INPUT,
+             "a tensor piece of %zu entries is too large for the checkpoint exchange",
+             scount[j] > rcount[j] ? scount[j] : rcount[j]);
+    if (rcount[j])
+      GT_CALL_MPI(MPI_Irecv(r->recv + roff, (int)rcount[j], MPI_FLOAT, j, GT_CKPT_SWAP_TAG,
+                            comm, &req[nreq++]));
+    roff += rcount[j];
+  }
+  for (int j = 0; j < g; j++) {
+    if (scount[j])
+      GT_CALL_MPI(MPI_Isend(r->send + soff, (int)scount[j], MPI_FLOAT, j, GT_CKPT_SWAP_TAG,
+                            comm, &req[nreq++]));
+    soff += scount[j];
+  }
+  GT_CALL(gt_comm_waitall(nreq, req));
+  if (!ok)
+    return GT_SUCCESS;
+  roff = 0;
+  for (int j = 0; j < g; j++) {
+    gt_clip c = {.mode = GT_CLIP_UNPACK, .lo = cut[j], .hi = cut[j + 1], .dst = r->staging,
+                 .src = r->recv + roff, .first = a};
+    if (j == me) { /* this rank's own entries, straight from what it read */
+      c.mode = GT_CLIP_PLACE;
+      c.src = r->rbuf;
+      c.f0 = f0;
+    } else {
+      roff += rcount[j];
+    }
+    GT_CALL(gt_ckpt_runs_at(t, index[me], x0, x1, gt_clip_run, &c));
+  }
   return GT_SUCCESS;
 }
 
@@ -913,25 +1427,24 @@ static int gt_ckpt_read_filtered(gt_ckpt_reader *r, const char *name, const gt_p
   return GT_SUCCESS;
 }
 
-/* Load this rank's entries of t (kind) from the open dataset. */
-static int gt_ckpt_read_part(gt_ckpt_reader *r, const char *name, const gt_param *t, int kind,
-                             hid_t ids[])
+/* Load this rank's entries [a, b) of t (kind) from the open dataset, by
+ * itself. */
+static int gt_ckpt_read_own(gt_ckpt_reader *r, const char *name, const gt_param *t, int kind,
+                            size_t a, size_t b, hid_t ids[])
 {
   const gt_ckpt_state *st = r->st;
-  size_t lo, hi, a, b, count = 0;
-  gt_ckpt_range(st, kind, &lo, &hi);
-  gt_ckpt_clip(t, lo, hi, &a, &b);
-  if (a >= b)
-    return GT_SUCCESS;
+  size_t count = 0;
   GT_CALL(gt_ckpt_runs(t, a, b, gt_run_count, &count));
-  const float *src;
-  if (count == 0) { /* padding only */
+  const float *src = r->staging;
+  if (count != b - a) /* padding stays zero */
     memset(r->staging, 0, (b - a) * sizeof(float));
-    src = r->staging;
-  } else if (r->format >= 3) {
-    GT_CALL(gt_ckpt_read_blocks(r, name, t, a, b, count, ids));
-    src = r->staging;
-  } else {
+  if (r->format >= 3 && t->shard.axis < 0) { /* one run: straight from the blocks read */
+    size_t f0;
+    GT_CALL(gt_ckpt_read_span(r, name, t, a, b, &f0, ids));
+    src = r->rbuf + (a - f0);
+  } else if (count > 0 && r->format >= 3) {
+    GT_CALL(gt_ckpt_read_blocks(r, name, t, a, a, b, ids));
+  } else if (count > 0) {
     GT_CALL(gt_ckpt_read_filtered(r, name, t, ids));
     src = r->staging + a;
   }
@@ -939,6 +1452,66 @@ static int gt_ckpt_read_part(gt_ckpt_reader *r, const char *name, const gt_param
   GT_CALL(be->ops->upload(be, gt_ckpt_part_data(st, kind, t->offset + a), src,
                           (b - a) * sizeof(float), NULL));
   GT_CALL(gt_ckpt_copy_done(be));
+  return GT_SUCCESS;
+}
+
+/* Load this rank's entries of t (kind, tensor i) from the open dataset:
+ * the whole slabs of an exchanged tensor through the group (collective on
+ * it, whatever failed on this rank before), the rest by itself. A failure
+ * of this rank's reads goes to *local; the returned status is for errors
+ * that are the same on every member. */
+static int gt_ckpt_read_part(gt_ckpt_reader *r, const char *name, const gt_param *t, int kind,
+                             size_t i, hid_t ids[], int *local)
+{
+  const gt_ckpt_state *st = r->st;
+  size_t lo, hi, a, b;
+  gt_ckpt_range(st, kind, &lo, &hi);
+  gt_ckpt_clip(t, lo, hi, &a, &b);
+  if (a >= b)
+    return GT_SUCCESS;
+  size_t x0 = a, x1 = a;
+  /* The exchange when this rank's own entries are spread over much more of
+   * the file than they fill (column splits, q/k/v blocks): read alone, each
+   * member would read and check the whole tensor. Every member decides
+   * alike: the spans of equal pieces are equal. */
+  gt_span span = {(size_t)-1, 0};
+  size_t held = 0;
+  if (r->format >= 3 && r->plan.swap && r->plan.swap[i]) {
+    GT_CALL(gt_ckpt_runs_at(t, r->plan.index[i * (size_t)r->plan.gsize], a, b, gt_span_run,
+                            &span));
+    GT_CALL(gt_ckpt_runs_at(t, r->plan.index[i * (size_t)r->plan.gsize], a, b, gt_run_count,
+                            &held));
+  }
+  if (span.lo < span.hi && span.hi - span.lo > 2 * held) {
+    size_t inner = 1;
+    for (int d = t->shard.axis + 1; d < t->ndim; d++)
+      inner *= (size_t)t->full_shape[d];
+    const size_t ls = (size_t)t->value.shape[t->shard.axis] * inner;
+    x0 = gt_align_up(a, ls);
+    x1 = b / ls * ls;
+  }
+  if (x0 >= x1) {
+    if (*local == GT_SUCCESS)
+      *local = gt_ckpt_read_own(r, name, t, kind, a, b, ids);
+    return GT_SUCCESS;
+  }
+  size_t count = 0;
+  GT_CALL(gt_ckpt_runs(t, a, b, gt_run_count, &count));
+  if (count != b - a) /* padding stays zero */
+    memset(r->staging, 0, (b - a) * sizeof(float));
+  GT_CALL(gt_ckpt_swap_read(r, name, t, r->plan.index + i * (size_t)r->plan.gsize, a, x0, x1,
+                            ids, local));
+  if (*local == GT_SUCCESS)
+    *local = gt_ckpt_read_blocks(r, name, t, a, a, x0, ids);
+  if (*local == GT_SUCCESS)
+    *local = gt_ckpt_read_blocks(r, name, t, a, x1, b, ids);
+  if (*local == GT_SUCCESS) {
+    gt_backend *be = st->params->be;
+    *local = be->ops->upload(be, gt_ckpt_part_data(st, kind, t->offset + a), r->staging,
+                             (b - a) * sizeof(float), NULL);
+    if (*local == GT_SUCCESS)
+      *local = gt_ckpt_copy_done(be);
+  }
   return GT_SUCCESS;
 }
 
@@ -982,9 +1555,9 @@ static int gt_ckpt_read_tensor_in(hid_t file, gt_ckpt_reader *r, const gt_ckpt_t
                         have, want);
   }
   gt_param *t = st->params ? gt_params_find(st->params, tensor->name) : NULL;
-  if (!t || *local != GT_SUCCESS)
+  if (!t)
     return GT_SUCCESS;
-  *local = gt_ckpt_read_part(r, name, t, kind, ids);
+  GT_CALL(gt_ckpt_read_part(r, name, t, kind, (size_t)(tensor - st->tensors), ids, local));
   return GT_SUCCESS;
 }
 
@@ -1032,6 +1605,8 @@ int gt_ckpt_read(const char *path, const gt_ckpt_state *st, MPI_Comm comm)
     return gt_ckpt_open_error(path);
   }
   status = gt_ckpt_read_format(file, path, &r.format);
+  if (status == GT_SUCCESS)
+    status = gt_ckpt_plan_swap(st, false, &r.plan);
   int local = GT_SUCCESS;
   for (int i = 0; i < st->ntensors && status == GT_SUCCESS; i++)
     for (int k = 0; k < GT_NKINDS && status == GT_SUCCESS; k++)
@@ -1043,6 +1618,9 @@ int gt_ckpt_read(const char *path, const gt_ckpt_state *st, MPI_Comm comm)
   free(r.staging);
   free(r.rbuf);
   free(r.stored);
+  free(r.send);
+  free(r.recv);
+  gt_swap_plan_free(&r.plan);
   GT_CALL(status);
   return GT_SUCCESS;
 }

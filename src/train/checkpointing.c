@@ -44,6 +44,11 @@ static gt_ckpt_state gt_trainer_ckpt_state(gt_trainer *tr)
                       .values = p->values, .values_lo = p->master_sharded ? p->shard_lo : 0,
                       .moments_lo = sharded ? p->shard_lo : 0};
   gt_adamw_moments(tr->opt, &st.m, &st.v);
+  st.group = &tr->grid->tp;
+  const char *dio = tr->cfg.checkpoint.direct_io;
+  st.direct = strcmp(dio, "on") == 0    ? GT_CKPT_DIRECT_ON
+              : strcmp(dio, "off") == 0 ? GT_CKPT_DIRECT_OFF
+                                        : GT_CKPT_DIRECT_AUTO;
   return st;
 }
 

@@ -82,7 +82,7 @@ for wait in busy yield; do
     name="${fault%%:*}-$wait"
     rank=${fault##*rank=}
     case $fault in
-      ckpt_write_fail*) cause='MPI_File_write_at(_all)? failed: Input/output error' ;;
+      ckpt_write_fail*) cause='(MPI_File_write_at(_all)?|pwrite) failed: Input/output error' ;;
       *) cause='to the host failed' ;;
     esac
     dir="$GT_TMP/$name"
@@ -128,7 +128,7 @@ for wait in busy yield; do
   mkdir "$dir"
   before=$(sums "$dir")
   train 2 "$name" grid.pp=2 run.steps=2 parallel.wait=$wait checkpoint.dir="$dir"
-  failed "$name" $? "$dir" 2 'MPI_File_write_at(_all)? failed: No space left on device' \
+  failed "$name" $? "$dir" 2 '(MPI_File_write_at(_all)?|pwrite) failed: No space left on device' \
     "$before"
   train 2 "$name-rerun" grid.pp=2 run.steps=2 checkpoint.dir="$GT_TMP/$name-good"
   [ $? -eq 0 ] && [ "$(cat "$GT_TMP/$name-good/latest")" = step_00000002.h5 ]
@@ -140,7 +140,7 @@ for wait in busy yield; do
     name="tmpfs-$kind-$wait"
     if [ $kind = data ]; then
       tmpfs $((pages + 1 + pages / 2))
-      cause='MPI_File_write_at(_all)? failed: No space left on device'
+      cause='(MPI_File_write_at(_all)?|pwrite) failed: No space left on device'
     else
       tmpfs $((2 * pages + 1))
       cause="latest.tmp: No space left on device"
