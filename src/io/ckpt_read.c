@@ -1,0 +1,564 @@
+/*
+ * ckpt_read.c - reading a checkpoint file: its attributes, and every
+ * rank's part of every tensor through its checksum blocks, exchanged
+ * inside the tensor-parallel group where that reads less (checkpoint.h,
+ * docs/checkpoints.md).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "gridtrain/comm.h"
+#include "gridtrain/error.h"
+#include "ckpt_internal.h"
+#include "h5util.h"
+
+// ---- reading ---------------------------------------------------------------------------------
+
+int gt_ckpt_read_meta_in(hid_t file, const char *path, gt_ckpt_meta *m)
+{
+  bool found;
+  long long v;
+  GT_CALL(gt_h5_read_attr_i64(file, "format_version", path, &found, &v));
+  GT_CHECK(found, GT_ERR_INPUT,
+           "%s is not a gridtrain checkpoint (no format_version attribute)", path);
+  GT_CHECK(v >= 1 && v <= GT_CKPT_FORMAT, GT_ERR_INPUT,
+           "%s has checkpoint format %lld; this gridtrain reads formats 1 to %d", path, v,
+           GT_CKPT_FORMAT);
+  m->format = (int)v;
+  struct {
+    const char *name;
+    long long *dst;
+  } ints[] = {{"step", &v}, {"tokens", &m->tokens}, {"data_samples", &m->samples},
+              {"batch", &v}};
+  for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
+    GT_CALL(gt_h5_read_attr_i64(file, ints[i].name, path, &found, ints[i].dst));
+    GT_CHECK(found, GT_ERR_INPUT, "checkpoint %s has no '%s' attribute", path, ints[i].name);
+    if (i == 0)
+      m->step = (long)v;
+    if (i == 3)
+      m->batch = (long)v;
+  }
+  GT_CALL(gt_h5_read_attr_i64(file, "seed", path, &found, &v));
+  GT_CHECK(found, GT_ERR_INPUT, "checkpoint %s has no 'seed' attribute", path);
+  m->seed = (unsigned long long)v;
+  GT_CALL(gt_h5_read_attr_f64(file, "loss_scale", path, &found, &m->loss_scale));
+  GT_CHECK(found, GT_ERR_INPUT, "checkpoint %s has no 'loss_scale' attribute", path);
+  snprintf(m->precision, sizeof m->precision, "fp32");
+  if (m->format >= 2) {
+    const char *need[2] = {"loss_scale_good_steps", "skipped_steps"};
+    long long *dst[2] = {&m->scale_good_steps, &m->skipped_steps};
+    for (int i = 0; i < 2; i++) {
+      GT_CALL(gt_h5_read_attr_i64(file, need[i], path, &found, dst[i]));
+      GT_CHECK(found, GT_ERR_INPUT, "checkpoint %s has no '%s' attribute", path, need[i]);
+    }
+    char *prec = NULL;
+    GT_CALL(gt_h5_read_attr_str(file, "precision", path, &found, &prec));
+    GT_CHECK(found, GT_ERR_INPUT, "checkpoint %s has no 'precision' attribute", path);
+    snprintf(m->precision, sizeof m->precision, "%s", prec);
+    free(prec);
+  }
+  GT_CALL(gt_h5_read_attr_f64(file, "loss", path, &found, &m->loss));
+  if (!found)
+    m->loss = NAN;
+  long long layout[3], model[5];
+  GT_CALL(gt_h5_read_attr_i64s(file, "layout", path, 3, &found, layout));
+  GT_CHECK(found, GT_ERR_INPUT, "checkpoint %s has no 'layout' attribute", path);
+  GT_CALL(gt_h5_read_attr_i64s(file, "model_shape", path, 5, &found, model));
+  GT_CHECK(found, GT_ERR_INPUT, "checkpoint %s has no 'model_shape' attribute", path);
+  m->dp = (int)layout[0];
+  m->pp = (int)layout[1];
+  m->tp = (int)layout[2];
+  m->layers = (int)model[0];
+  m->heads = (int)model[1];
+  m->dim = (int)model[2];
+  m->seq_len = (int)model[3];
+  m->vocab = (int)model[4];
+  char *text = NULL;
+  GT_CALL(gt_h5_read_attr_str(file, "code_version", path, &found, &text));
+  snprintf(m->code_version, sizeof m->code_version, "%s", found ? text : "");
+  free(text);
+  GT_CALL(gt_h5_read_attr_str(file, "created", path, &found, &text));
+  snprintf(m->created, sizeof m->created, "%s", found ? text : "");
+  free(text);
+  GT_CALL(gt_h5_read_attr_str(file, "deck", path, &found, &m->deck));
+  return GT_SUCCESS;
+}
+
+/* A file that cannot be opened: say why in words a user can act on. */
+int gt_ckpt_open_error(const char *path)
+{
+  struct stat sb;
+  if (stat(path, &sb) != 0)
+    return gt_error_set(GT_ERR_INPUT, __FILE__, __LINE__, __func__,
+                        "cannot open checkpoint %s: %s", path, strerror(errno));
+  return gt_error_wrap(GT_ERR_HDF5, __FILE__, __LINE__, __func__,
+                       "checkpoint %s is not a readable HDF5 file (truncated or damaged)", path);
+}
+
+int gt_ckpt_read_meta(const char *path, MPI_Comm comm, gt_ckpt_meta *meta)
+{
+  memset(meta, 0, sizeof *meta);
+  hid_t file = H5I_INVALID_HID;
+  GT_CALL(gt_comm_foreign_begin(comm));
+  if (gt_h5_open_mpio(path, H5F_ACC_RDONLY, comm, &file) != GT_SUCCESS) {
+    gt_comm_foreign_end();
+    return gt_ckpt_open_error(path);
+  }
+  int status = gt_ckpt_read_meta_in(file, path, meta);
+  status = gt_h5_close_all(status, 1, &file);
+  gt_comm_foreign_end();
+  if (status != GT_SUCCESS)
+    gt_ckpt_meta_free(meta);
+  GT_CALL(status);
+  return GT_SUCCESS;
+}
+
+/* One rank's state through a read. */
+typedef struct {
+  const char *path;
+  const gt_ckpt_state *st;
+  int format;
+  float *staging; /* the local entries loaded (largest local tensor) */
+  float *rbuf;    /* format 3: the checksum blocks read */
+  size_t rcap;
+  uint32_t *stored; /* format 3: their checksums */
+  size_t scap;
+  float *send, *recv; /* the exchange inside the group */
+  size_t send_cap, recv_cap;
+  gt_swap_plan plan;
+} gt_ckpt_reader;
+
+typedef struct {
+  size_t lo, hi;
+} gt_span;
+
+static int gt_span_run(void *ctx, size_t local, size_t logical, size_t len)
+{
+  (void)local;
+  gt_span *s = ctx;
+  s->lo = logical < s->lo ? logical : s->lo;
+  s->hi = logical + len > s->hi ? logical + len : s->hi;
+  return GT_SUCCESS;
+}
+
+typedef struct {
+  float *dst;
+  const float *src;
+  size_t a, f0;
+} gt_unpack;
+
+static int gt_unpack_run(void *ctx, size_t local, size_t logical, size_t len)
+{
+  gt_unpack *u = ctx;
+  memcpy(u->dst + (local - u->a), u->src + (logical - u->f0), len * sizeof(float));
+  return GT_SUCCESS;
+}
+
+enum { GT_R_DSET, GT_R_SPACE, GT_R_MSPACE, GT_R_N };
+
+/* Format 3: read the checksum blocks of dataset `name` that hold its
+ * logical entries [lo, hi) into r->rbuf (entry f0 first) and check them. */
+static int gt_ckpt_read_span_in(gt_ckpt_reader *r, const char *name, const gt_param *t,
+                                size_t lo, size_t hi, size_t *f0, hid_t ids[])
+{
+  const size_t total = gt_param_full_numel(t);
+  const size_t blk0 = lo / GT_CKPT_SUM_FLOATS;
+  const size_t blk1 = (hi + GT_CKPT_SUM_FLOATS - 1) / GT_CKPT_SUM_FLOATS;
+  *f0 = blk0 * GT_CKPT_SUM_FLOATS;
+  const size_t f1 = gt_min_size(total, blk1 * GT_CKPT_SUM_FLOATS);
+  GT_CALL(gt_ckpt_grow((void **)&r->rbuf, &r->rcap, f1 - *f0, sizeof(float)));
+  const size_t nsums = gt_ckpt_nsums(total);
+  GT_CALL(gt_ckpt_grow((void **)&r->stored, &r->scap, nsums, sizeof(uint32_t)));
+  bool found;
+  GT_CALL(gt_h5_read_attr_u32s(ids[GT_R_DSET], "fletcher32", name, (int)nsums, &found,
+                               r->stored));
+  GT_CHECK(found, GT_ERR_INPUT, "checkpoint %s: %s has no fletcher32 checksums", r->path, name);
+  gt_sel s = {.space = ids[GT_R_SPACE], .nd = t->ndim, .m = t->ndim, .first = true};
+  for (int d = 0; d < t->ndim; d++)
+    s.dims[d] = (hsize_t)t->full_shape[d];
+  GT_CALL(gt_sel_flat(&s, 0, (hsize_t)*f0, (hsize_t)f1));
+  const hsize_t n = (hsize_t)(f1 - *f0);
+  GT_H5_ID(ids[GT_R_MSPACE], H5Screate_simple(1, &n, NULL));
+  if (H5Dread(ids[GT_R_DSET], H5T_NATIVE_FLOAT, ids[GT_R_MSPACE], ids[GT_R_SPACE], H5P_DEFAULT,
+              r->rbuf) < 0) {
+    gt_error_hdf5("H5Dread", __FILE__, __LINE__, __func__);
+    return gt_error_wrap(GT_ERR_HDF5, __FILE__, __LINE__, __func__,
+                         "checkpoint %s: %s cannot be read", r->path, name);
+  }
+  GT_CALL(gt_ckpt_check_sums(r->path, name, r->rbuf, total, blk0, blk1 - blk0, r->stored));
+  return GT_SUCCESS;
+}
+
+static int gt_ckpt_read_span(gt_ckpt_reader *r, const char *name, const gt_param *t,
+                             size_t lo, size_t hi, size_t *f0, hid_t ids[])
+{
+  int status = gt_ckpt_read_span_in(r, name, t, lo, hi, f0, ids);
+  GT_CALL(gt_h5_close_all(status, 1, &ids[GT_R_MSPACE]));
+  return GT_SUCCESS;
+}
+
+/* Format 3: this rank's entries [a, b) of t (local indices; none padding
+ * only) from the checksum blocks that hold them, into staging from local
+ * index `first` on. */
+static int gt_ckpt_read_blocks(gt_ckpt_reader *r, const char *name, const gt_param *t,
+                               size_t first, size_t a, size_t b, hid_t ids[])
+{
+  gt_span span = {(size_t)-1, 0};
+  GT_CALL(gt_ckpt_runs(t, a, b, gt_span_run, &span));
+  if (span.lo >= span.hi)
+    return GT_SUCCESS;
+  size_t f0;
+  GT_CALL(gt_ckpt_read_span(r, name, t, span.lo, span.hi, &f0, ids));
+  gt_unpack u = {r->staging, r->rbuf, first, f0};
+  GT_CALL(gt_ckpt_runs(t, a, b, gt_unpack_run, &u));
+  return GT_SUCCESS;
+}
+
+/* A member's runs in [x0, x1) cut to the logical range [lo, hi), each piece
+ * counted or moved, in order: packed (src by logical index -> dst in
+ * sequence), unpacked (src in sequence -> dst by local index) or placed
+ * (src by logical index -> dst by local index). */
+typedef enum { GT_CLIP_COUNT, GT_CLIP_PACK, GT_CLIP_UNPACK, GT_CLIP_PLACE } gt_clip_mode;
+
+typedef struct {
+  gt_clip_mode mode;
+  size_t lo, hi;
+  size_t pos;        /* entries counted or moved so far */
+  float *dst;
+  const float *src;
+  size_t first, f0;  /* local index at dst[0] (unpack, place); logical
+                        index at src[0] (pack, place) */
+} gt_clip;
+
+static int gt_clip_run(void *ctx, size_t local, size_t logical, size_t len)
+{
+  gt_clip *c = ctx;
+  const size_t s = logical > c->lo ? logical : c->lo;
+  const size_t e = logical + len < c->hi ? logical + len : c->hi;
+  if (s >= e)
+    return GT_SUCCESS;
+  const size_t n = (e - s) * sizeof(float), at = local + (s - logical) - c->first;
+  switch (c->mode) {
+  case GT_CLIP_PACK: memcpy(c->dst + c->pos, c->src + (s - c->f0), n); break;
+  case GT_CLIP_UNPACK: memcpy(c->dst + at, c->src + c->pos, n); break;
+  case GT_CLIP_PLACE: memcpy(c->dst + at, c->src + (s - c->f0), n); break;
+  case GT_CLIP_COUNT: break;
+  }
+  c->pos += e - s;
+  return GT_SUCCESS;
+}
+
+/* The read exchange of one sharded tensor's whole slabs (local [x0, x1)):
+ * each member reads and checks its cut of the group's range once, and sends
+ * every other member the entries of it that member holds. A member whose
+ * read failed (ok false: its error is noted by the caller) still takes part;
+ * the error, agreed on afterwards, makes the whole load fail. Collective on
+ * the group. */
+static int gt_ckpt_swap_read(gt_ckpt_reader *r, const char *name, const gt_param *t,
+                             const int *index, size_t a, size_t x0, size_t x1, hid_t ids[],
+                             int *local)
+{
+  const int g = r->plan.gsize, me = r->plan.grank;
+  const MPI_Comm comm = *r->st->group;
+  const int ax = t->shard.axis;
+  size_t inner = 1;
+  for (int d = ax + 1; d < t->ndim; d++)
+    inner *= (size_t)t->full_shape[d];
+  const size_t ls = (size_t)t->value.shape[ax] * inner, fs = (size_t)t->full_shape[ax] * inner;
+  const size_t lo = x0 / ls * fs, hi = x1 / ls * fs;
+  size_t cut[GT_CKPT_GROUP_MAX + 1], scount[GT_CKPT_GROUP_MAX] = {0};
+  size_t rcount[GT_CKPT_GROUP_MAX] = {0};
+  /* cuts on checksum blocks: every block is read and checked once */
+  cut[0] = lo;
+  cut[g] = hi;
+  for (int i = 1; i < g; i++) {
+    size_t c = lo + (size_t)((hi - lo) * (unsigned __int128)i / (unsigned)g);
+    c = gt_align_up(c, GT_CKPT_SUM_FLOATS);
+    cut[i] = c < cut[i - 1] ? cut[i - 1] : c > hi ? hi : c;
+  }
+  size_t f0 = cut[me];
+  if (*local == GT_SUCCESS && cut[me] < cut[me + 1])
+    *local = gt_ckpt_read_span(r, name, t, cut[me], cut[me + 1], &f0, ids);
+  const bool ok = *local == GT_SUCCESS;
+  /* what goes to each member, and what comes from each */
+  size_t stotal = 0, rtotal = 0;
+  for (int j = 0; j < g; j++) {
+    gt_clip c = {.lo = cut[me], .hi = cut[me + 1]};
+    GT_CALL(gt_ckpt_runs_at(t, index[j], x0, x1, gt_clip_run, &c));
+    scount[j] = j == me ? 0 : c.pos;
+    stotal += scount[j];
+    gt_clip d = {.lo = cut[j], .hi = cut[j + 1]};
+    GT_CALL(gt_ckpt_runs_at(t, index[me], x0, x1, gt_clip_run, &d));
+    rcount[j] = j == me ? 0 : d.pos;
+    rtotal += rcount[j];
+  }
+  GT_CALL(gt_ckpt_grow((void **)&r->send, &r->send_cap, stotal + 1, sizeof(float)));
+  GT_CALL(gt_ckpt_grow((void **)&r->recv, &r->recv_cap, rtotal + 1, sizeof(float)));
+  size_t off = 0;
+  for (int j = 0; j < g && ok; j++) {
+    if (j == me)
+      continue;
+    gt_clip c = {.mode = GT_CLIP_PACK, .lo = cut[me], .hi = cut[me + 1], .dst = r->send + off,
+                 .src = r->rbuf, .f0 = f0};
+    GT_CALL(gt_ckpt_runs_at(t, index[j], x0, x1, gt_clip_run, &c));
+    off += scount[j];
+  }
+  MPI_Request req[2 * GT_CKPT_GROUP_MAX];
+  int nreq = 0;
+  size_t soff = 0, roff = 0;
+  for (int j = 0; j < g; j++) {
+    GT_CHECK(scount[j] <= INT_MAX && rcount[j] <= INT_MAX, GT_ERR_INPUT,
+             "a tensor piece of %zu entries is too large for the checkpoint exchange",
+             scount[j] > rcount[j] ? scount[j] : rcount[j]);
+    if (rcount[j])
+      GT_CALL_MPI(MPI_Irecv(r->recv + roff, (int)rcount[j], MPI_FLOAT, j, GT_CKPT_SWAP_TAG,
+                            comm, &req[nreq++]));
+    roff += rcount[j];
+  }
+  for (int j = 0; j < g; j++) {
+    if (scount[j])
+      GT_CALL_MPI(MPI_Isend(r->send + soff, (int)scount[j], MPI_FLOAT, j, GT_CKPT_SWAP_TAG,
+                            comm, &req[nreq++]));
+    soff += scount[j];
+  }
+  GT_CALL(gt_comm_waitall(nreq, req));
+  if (!ok)
+    return GT_SUCCESS;
+  roff = 0;
+  for (int j = 0; j < g; j++) {
+    gt_clip c = {.mode = GT_CLIP_UNPACK, .lo = cut[j], .hi = cut[j + 1], .dst = r->staging,
+                 .src = r->recv + roff, .first = a};
+    if (j == me) { /* this rank's own entries, straight from what it read */
+      c.mode = GT_CLIP_PLACE;
+      c.src = r->rbuf;
+      c.f0 = f0;
+    } else {
+      roff += rcount[j];
+    }
+    GT_CALL(gt_ckpt_runs_at(t, index[me], x0, x1, gt_clip_run, &c));
+  }
+  return GT_SUCCESS;
+}
+
+/* Formats 1-2: read t's whole local part through the filter into staging
+ * (from local index 0). */
+static int gt_ckpt_read_filtered(gt_ckpt_reader *r, const char *name, const gt_param *t,
+                                 hid_t ids[])
+{
+  GT_CALL(gt_ckpt_local_space(t, &ids[GT_R_MSPACE]));
+  GT_CALL(gt_ckpt_select(t, ids[GT_R_SPACE], ids[GT_R_MSPACE]));
+  memset(r->staging, 0, t->numel * sizeof(float)); /* padding stays zero */
+  if (H5Dread(ids[GT_R_DSET], H5T_NATIVE_FLOAT, ids[GT_R_MSPACE], ids[GT_R_SPACE], H5P_DEFAULT,
+              r->staging) < 0) {
+    gt_error_hdf5("H5Dread", __FILE__, __LINE__, __func__);
+    return gt_error_wrap(GT_ERR_HDF5, __FILE__, __LINE__, __func__,
+                         "checkpoint %s: %s is damaged", r->path, name);
+  }
+  return GT_SUCCESS;
+}
+
+/* Load this rank's entries [a, b) of t (kind) from the open dataset, by
+ * itself. */
+static int gt_ckpt_read_own(gt_ckpt_reader *r, const char *name, const gt_param *t, int kind,
+                            size_t a, size_t b, hid_t ids[])
+{
+  const gt_ckpt_state *st = r->st;
+  size_t count = 0;
+  GT_CALL(gt_ckpt_runs(t, a, b, gt_run_count, &count));
+  const float *src = r->staging;
+  if (count != b - a) /* padding stays zero */
+    memset(r->staging, 0, (b - a) * sizeof(float));
+  if (r->format >= 3 && t->shard.axis < 0) { /* one run: straight from the blocks read */
+    size_t f0;
+    GT_CALL(gt_ckpt_read_span(r, name, t, a, b, &f0, ids));
+    src = r->rbuf + (a - f0);
+  } else if (count > 0 && r->format >= 3) {
+    GT_CALL(gt_ckpt_read_blocks(r, name, t, a, a, b, ids));
+  } else if (count > 0) {
+    GT_CALL(gt_ckpt_read_filtered(r, name, t, ids));
+    src = r->staging + a;
+  }
+  gt_backend *be = st->params->be;
+  GT_CALL(be->ops->upload(be, gt_ckpt_part_data(st, kind, t->offset + a), src,
+                          (b - a) * sizeof(float), NULL));
+  GT_CALL(gt_ckpt_copy_done(be));
+  return GT_SUCCESS;
+}
+
+/* Load this rank's entries of t (kind, tensor i) from the open dataset:
+ * the whole slabs of an exchanged tensor through the group (collective on
+ * it, whatever failed on this rank before), the rest by itself. A failure
+ * of this rank's reads goes to *local; the returned status is for errors
+ * that are the same on every member. */
+static int gt_ckpt_read_part(gt_ckpt_reader *r, const char *name, const gt_param *t, int kind,
+                             size_t i, hid_t ids[], int *local)
+{
+  const gt_ckpt_state *st = r->st;
+  size_t lo, hi, a, b;
+  gt_ckpt_range(st, kind, &lo, &hi);
+  gt_ckpt_clip(t, lo, hi, &a, &b);
+  if (a >= b)
+    return GT_SUCCESS;
+  size_t x0 = a, x1 = a;
+  /* The exchange when this rank's own entries are spread over much more of
+   * the file than they fill (column splits, q/k/v blocks): read alone, each
+   * member would read and check the whole tensor. Every member decides
+   * alike: the spans of equal pieces are equal. */
+  gt_span span = {(size_t)-1, 0};
+  size_t held = 0;
+  if (r->format >= 3 && r->plan.swap && r->plan.swap[i]) {
+    GT_CALL(gt_ckpt_runs_at(t, r->plan.index[i * (size_t)r->plan.gsize], a, b, gt_span_run,
+                            &span));
+    GT_CALL(gt_ckpt_runs_at(t, r->plan.index[i * (size_t)r->plan.gsize], a, b, gt_run_count,
+                            &held));
+  }
+  if (span.lo < span.hi && span.hi - span.lo > 2 * held) {
+    size_t inner = 1;
+    for (int d = t->shard.axis + 1; d < t->ndim; d++)
+      inner *= (size_t)t->full_shape[d];
+    const size_t ls = (size_t)t->value.shape[t->shard.axis] * inner;
+    x0 = gt_align_up(a, ls);
+    x1 = b / ls * ls;
+  }
+  if (x0 >= x1) {
+    if (*local == GT_SUCCESS)
+      *local = gt_ckpt_read_own(r, name, t, kind, a, b, ids);
+    return GT_SUCCESS;
+  }
+  size_t count = 0;
+  GT_CALL(gt_ckpt_runs(t, a, b, gt_run_count, &count));
+  if (count != b - a) /* padding stays zero */
+    memset(r->staging, 0, (b - a) * sizeof(float));
+  GT_CALL(gt_ckpt_swap_read(r, name, t, r->plan.index + i * (size_t)r->plan.gsize, a, x0, x1,
+                            ids, local));
+  if (*local == GT_SUCCESS)
+    *local = gt_ckpt_read_blocks(r, name, t, a, a, x0, ids);
+  if (*local == GT_SUCCESS)
+    *local = gt_ckpt_read_blocks(r, name, t, a, x1, b, ids);
+  if (*local == GT_SUCCESS) {
+    gt_backend *be = st->params->be;
+    *local = be->ops->upload(be, gt_ckpt_part_data(st, kind, t->offset + a), r->staging,
+                             (b - a) * sizeof(float), NULL);
+    if (*local == GT_SUCCESS)
+      *local = gt_ckpt_copy_done(be);
+  }
+  return GT_SUCCESS;
+}
+
+/* Open dataset `group/name` (every rank), check its shape, and when this
+ * rank holds the tensor and no read has failed here yet (*local), read its
+ * part. Shape problems are the same on every rank; read problems are not,
+ * so they go to *local and the loop goes on, keeping every rank in step. */
+static int gt_ckpt_read_tensor_in(hid_t file, gt_ckpt_reader *r, const gt_ckpt_tensor *tensor,
+                                  int kind, int *local, hid_t ids[])
+{
+  const gt_ckpt_state *st = r->st;
+  const char *path = r->path;
+  char name[GT_PARAM_NAME_MAX + 16];
+  snprintf(name, sizeof name, "%s/%s", gt_kind_group[kind], tensor->name);
+  htri_t exists = H5Lexists(file, gt_kind_group[kind], H5P_DEFAULT);
+  if (exists > 0)
+    exists = H5Lexists(file, name, H5P_DEFAULT);
+  GT_CHECK(exists > 0, GT_ERR_INPUT,
+           "checkpoint %s has no dataset %s: it was written for another model", path, name);
+  GT_H5_ID(ids[GT_R_DSET], H5Dopen2(file, name, H5P_DEFAULT));
+  GT_H5_ID(ids[GT_R_SPACE], H5Dget_space(ids[GT_R_DSET]));
+  hsize_t dims[GT_TENSOR_MAX_DIMS];
+  int nd;
+  GT_CALL_HDF5(nd = H5Sget_simple_extent_ndims(ids[GT_R_SPACE]));
+  bool same = nd == tensor->ndim;
+  if (same) {
+    GT_CALL_HDF5(H5Sget_simple_extent_dims(ids[GT_R_SPACE], dims, NULL));
+    for (int d = 0; d < nd; d++)
+      same = same && dims[d] == (hsize_t)tensor->dims[d];
+  }
+  if (!same) {
+    char want[96] = "", have[96] = "";
+    for (int d = 0; d < tensor->ndim; d++)
+      snprintf(want + strlen(want), sizeof want - strlen(want), "%s%ld", d ? ", " : "",
+               tensor->dims[d]);
+    for (int d = 0; d < nd && d < GT_TENSOR_MAX_DIMS; d++)
+      snprintf(have + strlen(have), sizeof have - strlen(have), "%s%llu", d ? ", " : "",
+               (unsigned long long)dims[d]);
+    return gt_error_set(GT_ERR_INPUT, __FILE__, __LINE__, __func__,
+                        "checkpoint %s: %s has shape (%s) but the model needs (%s)", path, name,
+                        have, want);
+  }
+  gt_param *t = st->params ? gt_params_find(st->params, tensor->name) : NULL;
+  if (!t)
+    return GT_SUCCESS;
+  GT_CALL(gt_ckpt_read_part(r, name, t, kind, (size_t)(tensor - st->tensors), ids, local));
+  return GT_SUCCESS;
+}
+
+static int gt_ckpt_read_tensor(hid_t file, gt_ckpt_reader *r, const gt_ckpt_tensor *tensor,
+                               int kind, int *local)
+{
+  hid_t ids[GT_R_N] = {H5I_INVALID_HID, H5I_INVALID_HID, H5I_INVALID_HID};
+  int status = gt_ckpt_read_tensor_in(file, r, tensor, kind, local, ids);
+  GT_CALL(gt_h5_close_all(status, GT_R_N, ids));
+  return GT_SUCCESS;
+}
+
+/* The format of an open checkpoint, and for format 3 its checksum block. */
+int gt_ckpt_read_format(hid_t file, const char *path, int *format)
+{
+  bool found;
+  long long v;
+  GT_CALL(gt_h5_read_attr_i64(file, "format_version", path, &found, &v));
+  GT_CHECK(found && v >= 1 && v <= GT_CKPT_FORMAT, GT_ERR_INPUT,
+           "%s is not a gridtrain checkpoint of formats 1 to %d", path, GT_CKPT_FORMAT);
+  *format = (int)v;
+  if (v >= 3) {
+    GT_CALL(gt_h5_read_attr_i64(file, "checksum_block_bytes", path, &found, &v));
+    GT_CHECK(found && v == (long long)GT_CKPT_SUM_BYTES, GT_ERR_INPUT,
+             "checkpoint %s has checksum blocks of %lld bytes; this gridtrain reads %zu", path,
+             found ? v : 0, GT_CKPT_SUM_BYTES);
+  }
+  return GT_SUCCESS;
+}
+
+int gt_ckpt_read(const char *path, const gt_ckpt_state *st, MPI_Comm comm)
+{
+  const size_t n = gt_ckpt_largest_local(st);
+  gt_ckpt_reader r = {.path = path, .st = st, .staging = malloc(n * sizeof(float))};
+  GT_CHECK_ALLOC(r.staging, n * sizeof(float));
+  hid_t file = H5I_INVALID_HID;
+  int status = gt_comm_foreign_begin(comm);
+  if (status != GT_SUCCESS) {
+    free(r.staging);
+    return gt_error_push(status, __FILE__, __LINE__, __func__);
+  }
+  if (gt_h5_open_mpio(path, H5F_ACC_RDONLY, comm, &file) != GT_SUCCESS) {
+    gt_comm_foreign_end();
+    free(r.staging);
+    return gt_ckpt_open_error(path);
+  }
+  status = gt_ckpt_read_format(file, path, &r.format);
+  if (status == GT_SUCCESS)
+    status = gt_ckpt_plan_swap(st, false, &r.plan);
+  int local = GT_SUCCESS;
+  for (int i = 0; i < st->ntensors && status == GT_SUCCESS; i++)
+    for (int k = 0; k < GT_NKINDS && status == GT_SUCCESS; k++)
+      status = gt_ckpt_read_tensor(file, &r, &st->tensors[i], k, &local);
+  if (status == GT_SUCCESS)
+    status = local; /* its error is still the current one */
+  status = gt_h5_close_all(status, 1, &file);
+  gt_comm_foreign_end();
+  free(r.staging);
+  free(r.rbuf);
+  free(r.stored);
+  free(r.send);
+  free(r.recv);
+  gt_swap_plan_free(&r.plan);
+  GT_CALL(status);
+  return GT_SUCCESS;
+}
+
