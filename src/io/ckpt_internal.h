@@ -131,6 +131,19 @@ void gt_swap_plan_free(gt_swap_plan *p);
  * group (one all-gather). */
 int gt_ckpt_plan_swap(const gt_ckpt_state *st, bool writing, gt_swap_plan *plan);
 
+/* For a sharded t (shard.axis >= 0): the entries of one slab of the shard
+ * axis (one index of the axes before it) locally (*ls) and in the logical
+ * tensor (*fs); and the local entries [*x0, *x1) of [a, b) that are whole
+ * slabs (*x0 == *x1 == a: none). */
+void gt_ckpt_slab_sizes(const gt_param *t, size_t *ls, size_t *fs);
+void gt_ckpt_whole_slabs(const gt_param *t, size_t a, size_t b, size_t *x0, size_t *x1);
+
+/* Send scount[j] floats to member j (packed in member order from send) and
+ * receive rcount[j] from it (into recv, in member order), member g's own
+ * entries 0, and wait for all. Collective on comm (the group). */
+int gt_ckpt_swap_post(MPI_Comm comm, int g, const float *send, const size_t *scount, float *recv,
+                      const size_t *rcount);
+
 // ---- shared by the files ---------------------------------------------------------------
 
 /* gt_ckpt_write, naming the checkpoint `shown` in its error message

@@ -4,11 +4,13 @@
  * inside the tensor-parallel group (ckpt_internal.h).
  */
 #define _GNU_SOURCE
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "gridtrain/comm.h"
 #include "gridtrain/error.h"
 #include "ckpt_internal.h"
 #include "h5util.h"
@@ -412,5 +414,50 @@ int gt_ckpt_plan_swap(const gt_ckpt_state *st, bool writing, gt_swap_plan *w)
   free(mine);
   free(all);
   GT_CALL(status);
+  return GT_SUCCESS;
+}
+
+void gt_ckpt_slab_sizes(const gt_param *t, size_t *ls, size_t *fs)
+{
+  size_t inner = 1;
+  for (int d = t->shard.axis + 1; d < t->ndim; d++)
+    inner *= (size_t)t->full_shape[d];
+  *ls = (size_t)t->value.shape[t->shard.axis] * inner;
+  *fs = (size_t)t->full_shape[t->shard.axis] * inner;
+}
+
+void gt_ckpt_whole_slabs(const gt_param *t, size_t a, size_t b, size_t *x0, size_t *x1)
+{
+  size_t ls, fs;
+  gt_ckpt_slab_sizes(t, &ls, &fs);
+  *x0 = gt_align_up(a, ls);
+  *x1 = b / ls * ls;
+  if (*x0 >= *x1)
+    *x0 = *x1 = a;
+}
+
+int gt_ckpt_swap_post(MPI_Comm comm, int g, const float *send, const size_t *scount, float *recv,
+                      const size_t *rcount)
+{
+  MPI_Request req[2 * GT_CKPT_GROUP_MAX];
+  int nreq = 0;
+  size_t soff = 0, roff = 0;
+  for (int j = 0; j < g; j++)
+    GT_CHECK(scount[j] <= INT_MAX && rcount[j] <= INT_MAX, GT_ERR_INPUT,
+             "a tensor piece of %zu entries is too large for the checkpoint exchange",
+             scount[j] > rcount[j] ? scount[j] : rcount[j]);
+  for (int j = 0; j < g; j++) {
+    if (rcount[j])
+      GT_CALL_MPI(MPI_Irecv(recv + roff, (int)rcount[j], MPI_FLOAT, j, GT_CKPT_SWAP_TAG, comm,
+                            &req[nreq++]));
+    roff += rcount[j];
+  }
+  for (int j = 0; j < g; j++) {
+    if (scount[j])
+      GT_CALL_MPI(MPI_Isend(send + soff, (int)scount[j], MPI_FLOAT, j, GT_CKPT_SWAP_TAG, comm,
+                            &req[nreq++]));
+    soff += scount[j];
+  }
+  GT_CALL(gt_comm_waitall(nreq, req));
   return GT_SUCCESS;
 }

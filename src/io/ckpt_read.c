@@ -267,11 +267,8 @@ static int gt_ckpt_swap_read(gt_ckpt_reader *r, const char *name, const gt_param
 {
   const int g = r->plan.gsize, me = r->plan.grank;
   const MPI_Comm comm = *r->st->group;
-  const int ax = t->shard.axis;
-  size_t inner = 1;
-  for (int d = ax + 1; d < t->ndim; d++)
-    inner *= (size_t)t->full_shape[d];
-  const size_t ls = (size_t)t->value.shape[ax] * inner, fs = (size_t)t->full_shape[ax] * inner;
+  size_t ls, fs;
+  gt_ckpt_slab_sizes(t, &ls, &fs);
   const size_t lo = x0 / ls * fs, hi = x1 / ls * fs;
   size_t cut[GT_CKPT_GROUP_MAX + 1], scount[GT_CKPT_GROUP_MAX] = {0};
   size_t rcount[GT_CKPT_GROUP_MAX] = {0};
@@ -310,28 +307,10 @@ static int gt_ckpt_swap_read(gt_ckpt_reader *r, const char *name, const gt_param
     GT_CALL(gt_ckpt_runs_at(t, index[j], x0, x1, gt_clip_run, &c));
     off += scount[j];
   }
-  MPI_Request req[2 * GT_CKPT_GROUP_MAX];
-  int nreq = 0;
-  size_t soff = 0, roff = 0;
-  for (int j = 0; j < g; j++) {
-    GT_CHECK(scount[j] <= INT_MAX && rcount[j] <= INT_MAX, GT_ERR_INPUT,
-             "a tensor piece of %zu entries is too large for the checkpoint exchange",
-             scount[j] > rcount[j] ? scount[j] : rcount[j]);
-    if (rcount[j])
-      GT_CALL_MPI(MPI_Irecv(r->recv + roff, (int)rcount[j], MPI_FLOAT, j, GT_CKPT_SWAP_TAG,
-                            comm, &req[nreq++]));
-    roff += rcount[j];
-  }
-  for (int j = 0; j < g; j++) {
-    if (scount[j])
-      GT_CALL_MPI(MPI_Isend(r->send + soff, (int)scount[j], MPI_FLOAT, j, GT_CKPT_SWAP_TAG,
-                            comm, &req[nreq++]));
-    soff += scount[j];
-  }
-  GT_CALL(gt_comm_waitall(nreq, req));
+  GT_CALL(gt_ckpt_swap_post(comm, g, r->send, scount, r->recv, rcount));
   if (!ok)
     return GT_SUCCESS;
-  roff = 0;
+  size_t roff = 0;
   for (int j = 0; j < g; j++) {
     gt_clip c = {.mode = GT_CLIP_UNPACK, .lo = cut[j], .hi = cut[j + 1], .dst = r->staging,
                  .src = r->recv + roff, .first = a};
@@ -419,14 +398,8 @@ static int gt_ckpt_read_part(gt_ckpt_reader *r, const char *name, const gt_param
     GT_CALL(gt_ckpt_runs_at(t, r->plan.index[i * (size_t)r->plan.gsize], a, b, gt_run_count,
                             &held));
   }
-  if (span.lo < span.hi && span.hi - span.lo > 2 * held) {
-    size_t inner = 1;
-    for (int d = t->shard.axis + 1; d < t->ndim; d++)
-      inner *= (size_t)t->full_shape[d];
-    const size_t ls = (size_t)t->value.shape[t->shard.axis] * inner;
-    x0 = gt_align_up(a, ls);
-    x1 = b / ls * ls;
-  }
+  if (span.lo < span.hi && span.hi - span.lo > 2 * held)
+    gt_ckpt_whole_slabs(t, a, b, &x0, &x1);
   if (x0 >= x1) {
     if (*local == GT_SUCCESS)
       *local = gt_ckpt_read_own(r, name, t, kind, a, b, ids);

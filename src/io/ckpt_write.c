@@ -307,11 +307,8 @@ static int gt_ckpt_swap(gt_ckpt_writer *w, const gt_param *t, const int *index, 
 {
   const int g = w->plan.gsize, me = w->plan.grank;
   const MPI_Comm comm = *w->st->group;
-  const int ax = t->shard.axis;
-  size_t inner = 1;
-  for (int d = ax + 1; d < t->ndim; d++)
-    inner *= (size_t)t->full_shape[d];
-  const size_t ls = (size_t)t->value.shape[ax] * inner, fs = (size_t)t->full_shape[ax] * inner;
+  size_t ls, fs;
+  gt_ckpt_slab_sizes(t, &ls, &fs);
   size_t cut[GT_CKPT_GROUP_MAX + 1], scount[GT_CKPT_GROUP_MAX] = {0};
   size_t rcount[GT_CKPT_GROUP_MAX] = {0};
   gt_ckpt_cuts(base, x0 / ls * fs, x1 / ls * fs, g, cut);
@@ -334,28 +331,10 @@ static int gt_ckpt_swap(gt_ckpt_writer *w, const gt_param *t, const int *index, 
   GT_CHECK(send.pos <= w->cap && rtotal <= w->cap, GT_ERR_INTERNAL,
            "internal error: checkpoint exchange of %zu / %zu entries past %zu", send.pos,
            rtotal, w->cap);
-  MPI_Request req[2 * GT_CKPT_GROUP_MAX];
-  int nreq = 0;
-  size_t soff = 0, roff = 0;
-  for (int j = 0; j < g; j++) {
-    GT_CHECK(scount[j] <= INT_MAX && rcount[j] <= INT_MAX, GT_ERR_INPUT,
-             "a tensor piece of %zu entries is too large for the checkpoint exchange",
-             scount[j] > rcount[j] ? scount[j] : rcount[j]);
-    if (rcount[j])
-      GT_CALL_MPI(MPI_Irecv(w->recv + roff, (int)rcount[j], MPI_FLOAT, j, GT_CKPT_SWAP_TAG,
-                            comm, &req[nreq++]));
-    roff += rcount[j];
-  }
-  for (int j = 0; j < g; j++) {
-    if (scount[j])
-      GT_CALL_MPI(MPI_Isend(w->send + soff, (int)scount[j], MPI_FLOAT, j, GT_CKPT_SWAP_TAG,
-                            comm, &req[nreq++]));
-    soff += scount[j];
-  }
-  GT_CALL(gt_comm_waitall(nreq, req));
+  GT_CALL(gt_ckpt_swap_post(comm, g, w->send, scount, w->recv, rcount));
   if (!ok)
     return GT_SUCCESS;
-  roff = 0;
+  size_t roff = 0;
   for (int j = 0; j < g; j++) {
     if (j == me)
       continue;
@@ -423,16 +402,8 @@ static int gt_ckpt_write_part_in(gt_ckpt_writer *w, hid_t dset, const gt_ckpt_te
                       .sums = w->sums + 2 * w->sum_base[i * GT_NKINDS + (size_t)kind],
                       .total = gt_ckpt_tensor_numel(tensor), .what = what};
   size_t x0 = a, x1 = a; /* the whole slabs, exchanged */
-  if (swap) {
-    size_t inner = 1;
-    for (int d = t->shard.axis + 1; d < t->ndim; d++)
-      inner *= (size_t)t->full_shape[d];
-    const size_t ls = (size_t)t->value.shape[t->shard.axis] * inner;
-    x0 = gt_align_up(a, ls);
-    x1 = b / ls * ls;
-    if (x0 >= x1)
-      x0 = x1 = a;
-  }
+  if (swap)
+    gt_ckpt_whole_slabs(t, a, b, &x0, &x1);
   if (x0 < x1)
     GT_CALL(gt_ckpt_swap(w, t, w->plan.index + i * (size_t)w->plan.gsize, a, x0, x1,
                          (size_t)base, &rw, ok));
