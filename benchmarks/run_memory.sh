@@ -5,7 +5,7 @@
 # the step time and the bytes rank 0 sends per step, in the same run.
 #
 # usage: benchmarks/run_memory.sh [--ranks N] [--steps S] [--models LIST]
-#                                 [--layouts LIST] [--csv FILE]
+#                                 [--layouts LIST] [--zero LIST] [--csv FILE]
 #   --ranks N     MPI ranks (default 8)
 #   --steps S     steps per run (default 3; the time is the median of steps
 #                 2..S, the first step's page faults aside)
@@ -15,6 +15,9 @@
 #                 tiny (2 layers, dim 64) checks the script in a minute
 #   --layouts     comma list of dp, dptp (default dp,dptp): dp = N, and
 #                 dp = N/2 x tp = 2 (the latter also with sequence_parallel)
+#   --zero LIST   comma list of ZeRO stages (default 0,1,2,3); on a small
+#                 machine the large models fit only at the higher stages
+#                 (350M on 8 ranks at zero 0 needs ~45 GB for the model state)
 #   --csv FILE    also write the table as CSV
 #
 # Each point is one `gridtrain train` of S steps: zero 0..3 x recompute
@@ -29,15 +32,16 @@
 # full sweep of both models takes hours; --models 124m --steps 2 about an
 # hour.
 set -eu
-ranks=8 steps=3 models=124m,350m layouts=dp,dptp csv=
+ranks=8 steps=3 models=124m,350m layouts=dp,dptp zeros=0,1,2,3 csv=
 while [ $# -gt 0 ]; do
   case $1 in
   --ranks) ranks=$2; shift 2 ;;
   --steps) steps=$2; shift 2 ;;
   --models) models=$2; shift 2 ;;
   --layouts) layouts=$2; shift 2 ;;
+  --zero) zeros=$2; shift 2 ;;
   --csv) csv=$2; shift 2 ;;
-  *) echo "usage: $0 [--ranks N] [--steps S] [--models LIST] [--layouts LIST] [--csv FILE]" >&2
+  *) echo "usage: $0 [--ranks N] [--steps S] [--models LIST] [--layouts LIST] [--zero LIST] [--csv FILE]" >&2
      exit 2 ;;
   esac
 done
@@ -66,7 +70,7 @@ for model in $(echo "$models" | tr , ' '); do
     *) echo "$0: unknown layout '$layout' (dp, dptp)" >&2; exit 2 ;;
     esac
     for sp in $sps; do
-      for zero in 0 1 2 3; do
+      for zero in $(echo "$zeros" | tr , ' '); do
         for rc in none attention block; do
           name="$model-$layout-sp$sp-z$zero-$rc"
           # shellcheck disable=SC2086
