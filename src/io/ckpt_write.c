@@ -63,7 +63,9 @@ static int gt_ckpt_write_meta(hid_t file, const gt_ckpt_meta *m)
 typedef struct {
   const gt_ckpt_state *st;
   const char *path;        /* the file, for the data's own descriptors */
-  float *staging;          /* the local entries, as downloaded (at `pad`) */
+  float *staging;          /* the local entries, as downloaded (an unsplit
+                              tensor's where they lie in a file block:
+                              gt_ckpt_place) */
   float *send, *recv, *rows; /* the exchange: packed for the group, from it,
                               and this rank's contiguous range */
   size_t cap;              /* floats each of them holds */

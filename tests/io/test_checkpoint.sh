@@ -216,8 +216,17 @@ status=$?
 [ $status -eq 1 ] && grep -q "damaged" "$GT_TMP/vbad.out"
 ok $? "ckpt verify of a file with flipped bytes: exit 1, 'damaged' (got $status)"
 [ $status -eq 1 ] || show "$GT_TMP/vbad.out"
+cp -r "$bad" "$bad-tp"
 train 2 "$GT_TMP/d" grid.pp=2 run.steps=12 checkpoint.dir="$bad"
 ok $? "resume = auto with a damaged newest checkpoint exits 0"
+# the same at tp = 2: the members read their cuts of split tensors and swap
+# them (src/io/ckpt_read.c), so one rank may meet the damage for both
+train 4 "$GT_TMP/d-tp" grid.dp=2 grid.tp=2 run.steps=12 checkpoint.dir="$bad-tp"
+status=$?
+[ $status -eq 0 ] && grep -q "warning: cannot resume from $bad-tp/step_00000012.h5: .*damaged" "$GT_TMP/d-tp.err" &&
+  grep -q "resumed from $bad-tp/step_00000008.h5 at step 8" "$GT_TMP/d-tp.out"
+ok $? "dp=2 x tp=2 with the damaged newest checkpoint: warns, falls back to step 8 (got $status)"
+[ $? -eq 0 ] || show "$GT_TMP/d-tp.err"
 grep -q "warning: cannot resume from $bad/step_00000012.h5" "$GT_TMP/d.err" &&
   grep -q "resumed from $bad/step_00000008.h5 at step 8" "$GT_TMP/d.out" &&
   [ "$(final "$GT_TMP/d")" = "$ref" ]
