@@ -109,7 +109,7 @@ typedef struct {
   hid_t other;
   const char *group;
   int n;
-  char bad[256];
+  char bad[512];
 } file_cmp;
 
 static herr_t cmp_dataset(hid_t group, const char *name, const H5L_info_t *info, void *ctx)
@@ -330,7 +330,7 @@ int main(int argc, char **argv)
     outcome o = {0};
     st = run(&w, MPI_COMM_WORLD, 0, wdir, numel, &o);
     if (rank == 0) {
-      char what[128], bad[256] = "";
+      char what[128], bad[512] = "";
       snprintf(what, sizeof what, "(dp,pp,tp)=(%d,%d,%d) zero=%d direct_io=%s",
                rewrite[l].dp, rewrite[l].pp, rewrite[l].tp, rewrite[l].zero,
                rewrite[l].direct);
