@@ -232,7 +232,7 @@ static float *gt_ckpt_place(float *buf, size_t base, size_t logical)
 /* Cutting runs at the cut points, in logical order. */
 typedef struct {
   const size_t *cut;
-  int g, me, dest;     /* dest: the range the next entries fall in */
+  int me, dest;        /* dest: the range the next entries fall in */
   const float *src;    /* sender: entries of local index a at src[0] */
   size_t a;
   float *send, *rows;  /* sender: packed for the others / this rank's range */
@@ -250,11 +250,9 @@ static int gt_cut_send(void *ctx, size_t local, size_t logical, size_t len)
     const size_t n = gt_min_size(len, c->cut[c->dest + 1] - logical);
     const float *from = c->src + (local - c->a);
     if (c->dest == c->me) {
-      if (c->rows)
-        memcpy(c->rows + (logical - c->cut[c->me]), from, n * sizeof(float));
+      memcpy(c->rows + (logical - c->cut[c->me]), from, n * sizeof(float));
     } else {
-      if (c->send)
-        memcpy(c->send + c->pos, from, n * sizeof(float));
+      memcpy(c->send + c->pos, from, n * sizeof(float));
       c->pos += n;
       c->count[c->dest] += n;
     }
@@ -318,14 +316,14 @@ static int gt_ckpt_swap(gt_ckpt_writer *w, const gt_param *t, const int *index, 
   GT_CHECK(mine <= w->cap, GT_ERR_INTERNAL,
            "internal error: checkpoint exchange range of %zu entries past %zu", mine, w->cap);
   float *rows = gt_ckpt_place(w->rows, base, cut[me]);
-  gt_cutter send = {.cut = cut, .g = g, .me = me, .src = rw->src, .a = a, .send = w->send,
+  gt_cutter send = {.cut = cut, .me = me, .src = rw->src, .a = a, .send = w->send,
                     .rows = rows, .count = scount};
   GT_CALL(gt_ckpt_runs_at(t, index[me], x0, x1, gt_cut_send, &send));
   size_t rtotal = 0;
   for (int j = 0; j < g; j++) {
     if (j == me)
       continue;
-    gt_cutter c = {.cut = cut, .g = g, .me = me};
+    gt_cutter c = {.cut = cut, .me = me};
     GT_CALL(gt_ckpt_runs_at(t, index[j], x0, x1, gt_cut_recv, &c));
     rcount[j] = c.pos;
     rtotal += c.pos;
@@ -340,7 +338,7 @@ static int gt_ckpt_swap(gt_ckpt_writer *w, const gt_param *t, const int *index, 
   for (int j = 0; j < g; j++) {
     if (j == me)
       continue;
-    gt_cutter c = {.cut = cut, .g = g, .me = me, .recv = w->recv + roff, .rows = rows};
+    gt_cutter c = {.cut = cut, .me = me, .recv = w->recv + roff, .rows = rows};
     GT_CALL(gt_ckpt_runs_at(t, index[j], x0, x1, gt_cut_recv, &c));
     roff += rcount[j];
   }
@@ -375,10 +373,7 @@ static int gt_ckpt_write_part_in(gt_ckpt_writer *w, hid_t dset, const gt_ckpt_te
            "H5Dget_offset gave no file offset for %s/%s (not contiguous and allocated?)",
            gt_kind_group[kind], tensor->name);
   /* The local entries [a, b), downloaded where entry a lies as in the file. */
-  size_t first = 0;
-  if (t->shard.axis < 0)
-    first = a;
-  float *src = t->shard.axis < 0 ? gt_ckpt_place(w->staging, (size_t)base, first) : w->staging;
+  float *src = t->shard.axis < 0 ? gt_ckpt_place(w->staging, (size_t)base, a) : w->staging;
   bool ok = w->local == GT_SUCCESS;
   if (ok && gt_fault_hit("ckpt_local_fail", w->rank, w->step)) {
     gt_error_set(GT_ERR_DEVICE, __FILE__, __LINE__, __func__,
