@@ -1,6 +1,6 @@
 /*
  * cpu_convert.h - fp32 <-> bf16 / fp16 conversions for the host backends
- * (internal to src/backend/cpu).
+ * (for host code: the CPU backends, and the sums of src/comm/coll_algos.c).
  *
  * Rounding is to nearest, ties to even, in both formats; NaN stays NaN (a
  * quiet NaN), infinities stay infinite, fp32 values past a format's range
