@@ -36,6 +36,7 @@
 #include <stddef.h>
 
 #include "gridtrain/backend.h"
+#include "gridtrain/coll_algos.h"
 #include "gridtrain/comm.h"
 #include "gridtrain/tensor.h"
 
@@ -56,6 +57,23 @@ int gt_coll_create(gt_backend *be, const char *mpi_device, gt_coll **coll);
  * each comms[i], in the order given (call it with the same list on every
  * rank). */
 int gt_coll_use_nccl(gt_coll *coll, const MPI_Comm *comms, int n);
+
+/* [parallel] allreduce: the operations on comm - the data-parallel
+ * buckets' all-reduces, ZeRO's reduce-scatters and all-gathers (requests
+ * below), and the blocking all-reduce, all-gather and reduce-scatter of a
+ * gt_group on comm - run on algorithm a of coll_algos.h instead of MPI's
+ * own; GT_ALGO_AUTO picks per operation and size from table (then
+ * required; copied). seg_bytes, window: their segments (0: defaults). A
+ * no-op for GT_ALGO_MPI, MPI_COMM_NULL and groups of one; NCCL, where it
+ * carries comm, wins. Our algorithms sum on the host: GT_ERR_INPUT when MPI
+ * takes device pointers that the host cannot touch (CUDA-aware MPI; use
+ * mpi_device = off). Each request holds 3 x window x segment bytes of
+ * working memory once used (gt_coll_algo_bytes). Collective on comm. */
+int gt_coll_set_algorithm(gt_coll *coll, MPI_Comm comm, gt_algo a, const gt_algo_table *table,
+                          size_t seg_bytes, int window);
+
+/* Bytes of working memory our algorithms' requests hold now. */
+size_t gt_coll_algo_bytes(const gt_coll *coll);
 
 /* Complete everything in flight, free the staging buffers and streams. */
 int gt_coll_destroy(gt_coll **coll);

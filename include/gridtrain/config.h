@@ -71,6 +71,10 @@ typedef struct gt_config {
     char dp_overlap[GT_NAME_MAX]; /* on | off */
     char sequence_parallel[GT_NAME_MAX]; /* on | off */
     char collectives[GT_NAME_MAX]; /* mpi | nccl */
+    char allreduce[GT_NAME_MAX];  /* mpi | ring | tree | halving | auto */
+    char coll_table[GT_PATH_MAX]; /* auto: the fitted table */
+    long coll_segment_kb;         /* our algorithms: segment KiB */
+    long coll_window;             /* our algorithms: segments in flight */
     long zero;                    /* ZeRO stage 0..3 */
   } parallel;
   struct {

@@ -14,12 +14,13 @@
  *   - The executor runs up to `window` segments at once, one per slot. A
  *     slot posts its round's messages; once they are complete it sums what
  *     it received and posts the next round.
- * Partial sums are kept in a slot's accumulator, not in the caller's
- * buffer: a block counts as "dirty" once something was summed into it, and
- * from then on it is read from the accumulator; the final step copies this
- * member's finished blocks into the buffer. So a reduce-scatter leaves the
- * other blocks of the buffer as they were, and the sums of one block are
- * made once, at one member, in the plan's order.
+ * A reduce-scatter keeps its partial sums in a slot's accumulator, not in
+ * the caller's buffer: a block counts as "dirty" once something was summed
+ * into it, and from then on it is read from the accumulator; the final step
+ * copies this member's finished blocks into the buffer. So it leaves the
+ * other blocks of the buffer as they were. An all-reduce, which overwrites
+ * every block in the end, sums in place. Either way the sums of one block
+ * are made once, at one member, in the plan's order.
  */
 #include "gridtrain/coll_algos.h"
 
@@ -592,6 +593,7 @@ struct gt_algo_req {
   double sent;
   /* the operation in flight */
   bool active;
+  bool in_place; /* an all-reduce: partial sums may go to buf (it is all overwritten) */
   gt_algo_comm *ac;
   gt_coll_op op;
   char *buf;
@@ -755,6 +757,7 @@ int gt_algo_start(gt_algo_req *r, gt_algo_comm *ac, gt_algo a, gt_coll_op op, vo
   r->n = n;
   r->t = t;
   r->esize = gt_dtype_size(t);
+  r->in_place = op == GT_COLL_ALLREDUCE;
   if (blocks) {
     size_t *c = realloc(r->counts, (size_t)p * sizeof *c);
     GT_CHECK_ALLOC(c, (size_t)p * sizeof *c);
@@ -921,6 +924,9 @@ static void gt_slot_complete(gt_algo_req *r, gt_aslot *s)
       const char *from = s->rtmp + at * r->esize;
       if (o->kind == GT_A_RECV) {
         memcpy(r->buf + s->off[b] * r->esize, from, s->len[b] * r->esize);
+      } else if (r->in_place) {
+        char *dst = r->buf + s->off[b] * r->esize;
+        gt_sum_into(r->t, dst, dst, from, s->len[b]);
       } else {
         char *dst = s->acc + s->poff[b] * r->esize;
         gt_sum_into(r->t, dst, gt_blk_src(r, s, b), from, s->len[b]);

@@ -22,11 +22,13 @@
 #include <string.h>
 
 #include "../backend/cuda/cuda_entry.h"
+#include "gridtrain/coll_algos.h"
 #include "gridtrain/error.h"
 #include "gridtrain/timer.h"
 
 #define GT_PIECE_ELEMS ((size_t)4 << 20) /* all-reduce pieces: 16 MiB of fp32 */
 #define GT_COLL_NCCL_MAX 8                /* groups that may use NCCL */
+#define GT_COLL_ALGO_MAX 8                /* groups with an algorithm of ours */
 
 /* GT_X_REDUCE: a reduce-scatter as reductions to each block's member;
  * GT_X_BCAST: an all-gather as broadcasts from each block's member. */
@@ -68,6 +70,12 @@ struct gt_xfer {
   size_t plist_cap;
   size_t own_off, own_len;  /* reduce-scatter, all-gather: this member's block */
   int me;                   /* reduce-scatter, all-gather: this member's rank */
+  size_t *counts;           /* reduce-scatter, all-gather: the member blocks */
+  size_t counts_cap;
+  gt_algo_req *ar;          /* our algorithms: the request, made on first use */
+  bool via_algo;            /* the operation in flight runs on ar ... */
+  gt_algo algo;             /* ... with this algorithm */
+  gt_algo_comm *ac;         /* ... over this communicator */
   unsigned long long order; /* collectives: issue order */
   gt_xfer *next;            /* active list */
 };
@@ -91,6 +99,18 @@ struct gt_coll {
     gt_nccl *nc;
   } nccl[GT_COLL_NCCL_MAX];
   int n_nccl;
+  /* [parallel] allreduce: the groups whose operations run on our algorithms */
+  struct {
+    MPI_Comm comm;
+    gt_algo_comm *ac;
+    gt_algo algo;
+  } algo[GT_COLL_ALGO_MAX];
+  int n_algo;
+  gt_algo_table table; /* for auto */
+  size_t seg_bytes;
+  int window;
+  gt_algo_req *group_req; /* the blocking group operations' */
+  size_t algo_bytes;      /* working memory of every request so far */
 };
 
 // ---- chunks ------------------------------------------------------------------------
@@ -258,6 +278,12 @@ int gt_coll_destroy(gt_coll **coll)
     int s3 = gt_nccl_destroy(&c->nccl[i].nc);
     status = status != GT_SUCCESS ? status : s3;
   }
+  int s4 = gt_algo_req_destroy(&c->group_req);
+  status = status != GT_SUCCESS ? status : s4;
+  for (int i = 0; i < c->n_algo; i++) {
+    int s5 = gt_algo_comm_destroy(&c->algo[i].ac);
+    status = status != GT_SUCCESS ? status : s5;
+  }
   for (int i = 0; i < 2; i++)
     if (c->sum16[i] != MPI_OP_NULL)
       MPI_Op_free(&c->sum16[i]);
@@ -277,6 +303,7 @@ bool gt_coll_direct(const gt_coll *c) { return c->direct; }
 double gt_coll_bytes(const gt_coll *c) { return c->bytes; }
 const char *gt_coll_describe(const gt_coll *c) { return c->describe; }
 size_t gt_coll_staging_bytes(const gt_coll *c) { return c->staging_bytes + c->stage_cap; }
+size_t gt_coll_algo_bytes(const gt_coll *c) { return c->algo_bytes; }
 
 /* The group staging buffer, at least bytes. */
 static int gt_coll_stage(gt_coll *c, size_t bytes, void **stage)
@@ -377,6 +404,89 @@ int gt_coll_use_nccl(gt_coll *c, const MPI_Comm *comms, int n)
   return GT_SUCCESS;
 }
 
+// ---- our algorithms ---------------------------------------------------------------------
+
+int gt_coll_set_algorithm(gt_coll *c, MPI_Comm comm, gt_algo a, const gt_algo_table *table,
+                          size_t seg_bytes, int window)
+{
+  GT_CHECK(a != GT_ALGO_AUTO || table, GT_ERR_INTERNAL, "internal error: auto without a table");
+  if (comm == MPI_COMM_NULL || a == GT_ALGO_MPI)
+    return GT_SUCCESS;
+  int size = 1;
+  GT_CALL_MPI(MPI_Comm_size(comm, &size));
+  if (size == 1)
+    return GT_SUCCESS;
+  GT_CHECK(!c->direct || c->be->host_visible, GT_ERR_INPUT,
+           "[parallel] allreduce = %s sums on the host, and MPI takes this backend's device "
+           "pointers directly (CUDA-aware MPI): set [backend] mpi_device = off to stage "
+           "through host buffers, or use allreduce = mpi", gt_algo_name(a));
+  GT_CHECK(c->n_algo < GT_COLL_ALGO_MAX, GT_ERR_INTERNAL, "too many groups with an algorithm");
+  gt_algo_comm *ac = NULL;
+  GT_CALL(gt_algo_comm_create(comm, &ac));
+  c->algo[c->n_algo].comm = comm;
+  c->algo[c->n_algo].ac = ac;
+  c->algo[c->n_algo].algo = a;
+  c->n_algo++;
+  if (table)
+    c->table = *table;
+  c->seg_bytes = seg_bytes ? seg_bytes : GT_ALGO_SEG_BYTES;
+  c->window = window > 0 ? window : GT_ALGO_WINDOW;
+  return GT_SUCCESS;
+}
+
+/* The algorithm of ours that carries op on n bytes over comm (*ac its
+ * communicator), or GT_ALGO_MPI. The same on every member. */
+static gt_algo gt_coll_algo(const gt_coll *c, MPI_Comm comm, gt_coll_op op, size_t bytes,
+                            gt_algo_comm **ac)
+{
+  for (int i = 0; i < c->n_algo; i++)
+    if (c->algo[i].comm == comm) {
+      *ac = c->algo[i].ac;
+      gt_algo a = c->algo[i].algo;
+      if (a == GT_ALGO_AUTO)
+        a = gt_algo_pick(&c->table, op, gt_algo_comm_size(*ac), (double)bytes,
+                         (double)c->seg_bytes);
+      return a;
+    }
+  return GT_ALGO_MPI;
+}
+
+/* Run op with algorithm a on *req (made on first use), keeping count of the
+ * working memory. Non-blocking. */
+static int gt_coll_algo_start(gt_coll *c, gt_algo_req **req, gt_algo_comm *ac, gt_algo a,
+                              gt_coll_op op, void *buf, size_t n, gt_dtype t,
+                              const size_t *counts)
+{
+  if (!*req)
+    GT_CALL(gt_algo_req_create(c->seg_bytes, c->window, req));
+  const size_t before = gt_algo_req_memory(*req);
+  int status = gt_algo_start(*req, ac, a, op, buf, n, t, counts, 0);
+  c->algo_bytes += gt_algo_req_memory(*req) - before;
+  GT_CALL(status);
+  return GT_SUCCESS;
+}
+
+/* A blocking group operation on host-addressable buf through our
+ * algorithm a (equal member blocks for reduce-scatter and all-gather). */
+static int gt_coll_algo_group(gt_coll *c, gt_algo_comm *ac, gt_algo a, gt_coll_op op, void *buf,
+                              size_t n, gt_dtype t)
+{
+  const int p = gt_algo_comm_size(ac);
+  size_t *counts = NULL;
+  if (op == GT_COLL_REDUCE_SCATTER || op == GT_COLL_ALLGATHER) {
+    counts = malloc(sizeof *counts * (size_t)p);
+    GT_CHECK_ALLOC(counts, sizeof *counts * (size_t)p);
+    for (int r = 0; r < p; r++)
+      counts[r] = n / (size_t)p;
+  }
+  int status = gt_coll_algo_start(c, &c->group_req, ac, a, op, buf, n, t, counts);
+  if (status == GT_SUCCESS)
+    status = gt_algo_wait(c->group_req);
+  free(counts);
+  GT_CALL(status);
+  return GT_SUCCESS;
+}
+
 // ---- blocking group operations ------------------------------------------------------------
 
 /* In-place all-reduce of host-addressable memory, in pieces. */
@@ -408,16 +518,24 @@ static int gt_group_allreduce_in(const gt_group *g, void *buf, size_t n, gt_dtyp
     GT_CALL(gt_nccl_allreduce(be, nc, buf, n, t, NULL));
     return GT_SUCCESS;
   }
+  gt_algo_comm *ac = NULL;
+  const gt_algo a = gt_coll_algo(c, g->comm, GT_COLL_ALLREDUCE, bytes, &ac);
   if (gt_direct_for(c, t, true)) {
     GT_CALL(gt_coll_device_done(c));
-    GT_CALL(gt_mpi_allreduce(c, buf, n, t, g->comm));
+    if (a != GT_ALGO_MPI)
+      GT_CALL(gt_coll_algo_group(c, ac, a, GT_COLL_ALLREDUCE, buf, n, t));
+    else
+      GT_CALL(gt_mpi_allreduce(c, buf, n, t, g->comm));
     return GT_SUCCESS;
   }
   void *stage;
   GT_CALL(gt_coll_stage(c, bytes, &stage));
   GT_CALL(be->ops->download(be, stage, buf, bytes, NULL));
   GT_CALL(gt_coll_device_done(c));
-  GT_CALL(gt_mpi_allreduce(c, stage, n, t, g->comm));
+  if (a != GT_ALGO_MPI)
+    GT_CALL(gt_coll_algo_group(c, ac, a, GT_COLL_ALLREDUCE, stage, n, t));
+  else
+    GT_CALL(gt_mpi_allreduce(c, stage, n, t, g->comm));
   /* In order on the compute stream; the next group operation's download
    * into the same staging buffer queues behind it. */
   GT_CALL(be->ops->upload(be, buf, stage, bytes, NULL));
@@ -474,18 +592,31 @@ static int gt_group_allgather_in(const gt_group *g, const void *send, void *recv
     GT_CALL(gt_nccl_allgather(be, nc, send, recv, n, t, NULL));
     return GT_SUCCESS;
   }
+  gt_algo_comm *ac = NULL;
+  const size_t whole = bytes * (size_t)g->size;
+  const gt_algo a = gt_coll_algo(c, g->comm, GT_COLL_ALLGATHER, whole, &ac);
+  char *own = (char *)recv + bytes * (size_t)g->rank;
   if (gt_direct_for(c, t, false)) {
     GT_CALL(gt_coll_device_done(c));
-    GT_CALL(gt_mpi_allgather(send, recv, n, t, g->rank, g->comm));
+    if (a == GT_ALGO_MPI) {
+      GT_CALL(gt_mpi_allgather(send, recv, n, t, g->rank, g->comm));
+    } else { /* in place: host-visible memory (gt_coll_set_algorithm) */
+      if (send != own)
+        memmove(own, send, bytes);
+      GT_CALL(gt_coll_algo_group(c, ac, a, GT_COLL_ALLGATHER, recv, n * (size_t)g->size, t));
+    }
     return GT_SUCCESS;
   }
   void *stage;
   GT_CALL(gt_coll_stage(c, bytes * (size_t)(g->size + 1), &stage));
-  char *mine = (char *)stage + bytes * (size_t)g->size;
+  char *mine = a == GT_ALGO_MPI ? (char *)stage + whole : (char *)stage + bytes * (size_t)g->rank;
   GT_CALL(be->ops->download(be, mine, send, bytes, NULL));
   GT_CALL(gt_coll_device_done(c));
-  GT_CALL(gt_mpi_allgather(mine, stage, n, t, g->rank, g->comm));
-  GT_CALL(be->ops->upload(be, recv, stage, bytes * (size_t)g->size, NULL));
+  if (a == GT_ALGO_MPI)
+    GT_CALL(gt_mpi_allgather(mine, stage, n, t, g->rank, g->comm));
+  else
+    GT_CALL(gt_coll_algo_group(c, ac, a, GT_COLL_ALLGATHER, stage, n * (size_t)g->size, t));
+  GT_CALL(be->ops->upload(be, recv, stage, whole, NULL));
   return GT_SUCCESS;
 }
 
@@ -560,6 +691,18 @@ static int gt_group_reduce_scatter_in(const gt_group *g, const void *send, void 
     return GT_SUCCESS;
   }
   MPI_Request req;
+  gt_algo_comm *ac = NULL;
+  const size_t whole = bytes * (size_t)g->size;
+  const gt_algo a = gt_coll_algo(c, g->comm, GT_COLL_REDUCE_SCATTER, whole, &ac);
+  if (a != GT_ALGO_MPI) { /* on a copy (send stays as it is), in place there */
+    void *stage;
+    GT_CALL(gt_coll_stage(c, whole, &stage));
+    GT_CALL(be->ops->download(be, stage, send, whole, NULL));
+    GT_CALL(gt_coll_device_done(c));
+    GT_CALL(gt_coll_algo_group(c, ac, a, GT_COLL_REDUCE_SCATTER, stage, n * (size_t)g->size, t));
+    GT_CALL(be->ops->upload(be, recv, (char *)stage + bytes * (size_t)g->rank, bytes, NULL));
+    return GT_SUCCESS;
+  }
   if (gt_direct_for(c, t, true)) {
     GT_CALL(gt_coll_device_done(c));
     GT_CALL_MPI(MPI_Ireduce_scatter_block_c(send, recv, (MPI_Count)n, gt_mpi_type(t),
@@ -568,8 +711,8 @@ static int gt_group_reduce_scatter_in(const gt_group *g, const void *send, void 
     return GT_SUCCESS;
   }
   void *stage;
-  GT_CALL(gt_coll_stage(c, bytes * (size_t)g->size, &stage));
-  GT_CALL(be->ops->download(be, stage, send, bytes * (size_t)g->size, NULL));
+  GT_CALL(gt_coll_stage(c, whole, &stage));
+  GT_CALL(be->ops->download(be, stage, send, whole, NULL));
   GT_CALL(gt_coll_device_done(c));
   /* in place: the sum of block `rank` lands at the start of the stage */
   GT_CALL_MPI(MPI_Ireduce_scatter_block_c(MPI_IN_PLACE, stage, (MPI_Count)n, gt_mpi_type(t),
@@ -655,6 +798,9 @@ int gt_xfer_destroy(gt_xfer **xp)
     be->ops->event_destroy(be, x->ready);
   if (x->copied)
     be->ops->event_destroy(be, x->copied);
+  int s2 = gt_algo_req_destroy(&x->ar);
+  status = status != GT_SUCCESS ? status : s2;
+  free(x->counts);
   free(x->plist);
   free(x->req);
   free(x);
@@ -685,6 +831,14 @@ static int gt_xfer_begin(gt_xfer *x, gt_xkind kind, void *buf, size_t n, gt_dtyp
   if (kind != GT_X_SEND && kind != GT_X_RECV)
     GT_CALL_MPI(MPI_Comm_size(comm, &size));
   x->coll->bytes += gt_ring_bytes(kind, (double)bytes, size);
+  x->via_algo = false;
+  if (kind == GT_X_ALLREDUCE || kind == GT_X_REDUCE || kind == GT_X_BCAST) {
+    const gt_coll_op op = kind == GT_X_ALLREDUCE ? GT_COLL_ALLREDUCE
+                          : kind == GT_X_REDUCE  ? GT_COLL_REDUCE_SCATTER
+                                                 : GT_COLL_ALLGATHER;
+    x->algo = gt_coll_algo(x->coll, comm, op, bytes, &x->ac);
+    x->via_algo = x->algo != GT_ALGO_MPI;
+  }
   x->posted = x->finished = 0;
   x->phase = GT_P_DEVICE;
   x->next = x->coll->active;
@@ -798,7 +952,19 @@ static int gt_xfer_begin_blocks(gt_xfer *x, gt_xkind kind, void *buf, size_t n, 
 {
   GT_CALL(gt_xfer_begin(x, kind, buf, n, t, -1, 0, comm));
   x->me = me;
-  int status = gt_xfer_plan_pieces(x, n, counts, size);
+  int status = GT_SUCCESS;
+  if ((size_t)size > x->counts_cap) {
+    size_t *cs = realloc(x->counts, sizeof *cs * (size_t)size);
+    status = cs ? GT_SUCCESS : GT_ERROR(GT_ERR_SYSTEM, "out of memory for member counts");
+    if (cs) {
+      x->counts = cs;
+      x->counts_cap = (size_t)size;
+    }
+  }
+  if (status == GT_SUCCESS) {
+    memcpy(x->counts, counts, sizeof *counts * (size_t)size);
+    status = gt_xfer_plan_pieces(x, n, counts, size);
+  }
   if (status != GT_SUCCESS) {
     x->phase = GT_P_IDLE;
     x->kind = GT_X_IDLE;
@@ -901,6 +1067,16 @@ static int gt_xfer_post(gt_xfer *x)
     x->posted = 1;
     return GT_SUCCESS;
   }
+  if (x->via_algo) { /* one request of ours in place of the pieces */
+    const gt_coll_op op = x->kind == GT_X_ALLREDUCE ? GT_COLL_ALLREDUCE
+                          : x->kind == GT_X_REDUCE  ? GT_COLL_REDUCE_SCATTER
+                                                    : GT_COLL_ALLGATHER;
+    x->pieces = x->posted = 1;
+    x->req[0] = MPI_REQUEST_NULL;
+    GT_CALL(gt_coll_algo_start(x->coll, &x->ar, x->ac, x->algo, op, mbuf, x->n, x->t,
+                               op == GT_COLL_ALLREDUCE ? NULL : x->counts));
+    return GT_SUCCESS;
+  }
   while (x->posted < x->pieces) {
     MPI_Request *slot = &x->req[x->posted];
     if (x->kind == GT_X_REDUCE) { /* in place at the block's member */
@@ -984,7 +1160,14 @@ int gt_xfer_test(gt_xfer *x, bool *done)
       GT_CALL(gt_xfer_post(x));
     }
   }
-  if (x->phase == GT_P_MPI) {
+  if (x->phase == GT_P_MPI && x->via_algo) {
+    bool complete = false;
+    GT_CALL(gt_algo_test(x->ar, &complete));
+    if (complete) {
+      x->finished = x->pieces;
+      GT_CALL(gt_xfer_finish(x));
+    }
+  } else if (x->phase == GT_P_MPI) {
     for (size_t k = 0; k < x->posted; k++) {
       if (x->req[k] == MPI_REQUEST_NULL)
         continue;

@@ -170,6 +170,21 @@ static const gt_key gt_keys[] = {
    "direct or staged, see backend.mpi_device) or NCCL on the GPU's streams (device = cuda, "
    "a GPU per rank of a group); pipeline sends and receives are always MPI", false, false},
 
+  {"parallel", "allreduce", GT_KEY_ENUM, GT_OFF(parallel.allreduce), 0, 0,
+   "mpi|ring|tree|halving|auto", "mpi",
+   "algorithm of the data-parallel all-reduces, reduce-scatters and all-gathers: MPI's "
+   "own, or gridtrain's ring, binomial tree or recursive halving on MPI point to point "
+   "(docs/communication.md); auto picks per operation and size from coll_table", false,
+   false},
+  {"parallel", "coll_table", GT_KEY_STRING, GT_OFF(parallel.coll_table), 0, 0, NULL, "",
+   "allreduce = auto: the table of fitted latency and bandwidth per algorithm that "
+   "benchmarks/run_coll.sh writes (benchmarks/results/coll-table.txt)", false, false},
+  {"parallel", "coll_segment_kb", GT_KEY_INT, GT_OFF(parallel.coll_segment_kb), 1, 1 << 20,
+   NULL, "1024", "gridtrain's algorithms: a message is cut into segments of this many KiB, "
+   "which move through the algorithm's steps one after another", false, false},
+  {"parallel", "coll_window", GT_KEY_INT, GT_OFF(parallel.coll_window), 1, 8, NULL, "4",
+   "gridtrain's algorithms: segments in flight at once", false, false},
+
   {"checkpoint", "dir", GT_KEY_STRING, GT_OFF(checkpoint.dir), 0, 0, NULL, "",
    "directory of checkpoints (step_NNNNNNNN.h5 and latest); empty: no checkpoints",
    false, false},

@@ -90,6 +90,17 @@ static void gt_print_setup(const gt_trainer *tr, size_t params_max, size_t act_m
                                                                : "busy-poll",
                       "resolved");
   gt_config_print_row(stdout, "mpi and device memory", gt_coll_describe(tr->coll), "resolved");
+  const char *algo = tr->cfg.parallel.allreduce;
+  if (tr->grid->dp_size > 1 && strcmp(algo, "mpi") != 0) {
+    if (strcmp(algo, "auto") == 0)
+      snprintf(v, sizeof v, "gridtrain's, per size from %.120s; segments %ld KiB, %ld in flight",
+               tr->cfg.parallel.coll_table, tr->cfg.parallel.coll_segment_kb,
+               tr->cfg.parallel.coll_window);
+    else
+      snprintf(v, sizeof v, "gridtrain's %s; segments %ld KiB, %ld in flight", algo,
+               tr->cfg.parallel.coll_segment_kb, tr->cfg.parallel.coll_window);
+    gt_config_print_row(stdout, "dp collectives", v, "resolved");
+  }
   if (tr->dtype == GT_F16)
     snprintf(v, sizeof v, "fp16 compute, fp32 master; dynamic loss scale from %g",
              tr->scaler.scale);
@@ -388,6 +399,29 @@ static void gt_trainer_events(gt_trainer *tr)
   tr->ev.checkpoint = gt_event("checkpoint", GT_EV_OTHER);
 }
 
+/* [parallel] allreduce: our algorithms on the data-parallel group.
+ * Collective on world (every rank reads the same table). */
+static int gt_trainer_algorithms(gt_trainer *tr)
+{
+  const gt_config *cfg = &tr->cfg;
+  gt_algo a = GT_ALGO_MPI;
+  GT_CALL(gt_algo_parse(cfg->parallel.allreduce, &a));
+  gt_algo_table table;
+  int status = GT_SUCCESS;
+  if (a == GT_ALGO_AUTO)
+    status = cfg->parallel.coll_table[0]
+                 ? gt_algo_table_read(cfg->parallel.coll_table, &table)
+                 : GT_ERROR(GT_ERR_INPUT, "[parallel] allreduce = auto needs coll_table = FILE, "
+                            "the table benchmarks/run_coll.sh writes "
+                            "(benchmarks/results/coll-table.txt)");
+  GT_CALL(gt_error_agree(status, tr->grid->world));
+  status = gt_coll_set_algorithm(tr->coll, tr->grid->dp, a, a == GT_ALGO_AUTO ? &table : NULL,
+                                 (size_t)cfg->parallel.coll_segment_kb << 10,
+                                 (int)cfg->parallel.coll_window);
+  GT_CALL(gt_error_agree(status, tr->grid->world));
+  return GT_SUCCESS;
+}
+
 /* Backend, collectives context and device clock. */
 static int gt_trainer_device(gt_trainer *tr)
 {
@@ -399,6 +433,7 @@ static int gt_trainer_device(gt_trainer *tr)
     const MPI_Comm groups[] = {g->tp, g->dp, g->embed};
     GT_CALL(gt_coll_use_nccl(tr->coll, groups, 3));
   }
+  GT_CALL(gt_trainer_algorithms(tr));
   GT_CALL(gt_backend_clock_create(tr->be, &tr->clock));
   gt_events_set_clock(tr->clock);
   gt_backend *be = tr->be;

@@ -2,20 +2,23 @@
 # test_dp_parity.sh - the same global batch gives the same training at any
 # data-parallel size: dp = 1, 2, 3, 4 (and with gradient accumulation over
 # micro-batches) produce the loss trajectory of dp = 1 over 10 steps within
-# 1e-5 relative, gradient norms too.
+# 1e-5 relative, gradient norms too; also with [parallel] allreduce = ring,
+# tree and halving (and ZeRO 1-3 on them).
 . "$GT_SRCDIR/tests/lib.sh"
 
 data="$GT_TMP/genesis.h5"
 make_dataset "$data" 0 || bail "cannot make the dataset"
 deck="$GT_SRCDIR/tests/decks/tiny.in"
 
-# run NAME NRANKS DP MICROBATCHES
+# run NAME NRANKS DP MICROBATCHES [KEY=VALUE...]
 run() {
-  run_mpi "$2" 300 "$GT_BIN" train "$deck" data.train="$data" grid.dp="$3" \
-    data.microbatches="$4" run.metrics="$GT_TMP/$1.jsonl" >"$GT_TMP/$1.out" 2>&1
+  name=$1 nranks=$2 dp=$3 mb=$4
+  shift 4
+  run_mpi "$nranks" 300 "$GT_BIN" train "$deck" data.train="$data" grid.dp="$dp" \
+    data.microbatches="$mb" run.metrics="$GT_TMP/$name.jsonl" "$@" >"$GT_TMP/$name.out" 2>&1
   status=$?
-  ok $status "train at dp=$3 with $4 micro-batch(es) on $2 ranks"
-  [ $status -eq 0 ] || sed 's/^/# /' "$GT_TMP/$1.out"
+  ok $status "train at dp=$dp with $mb micro-batch(es) on $nranks ranks $*"
+  [ $status -eq 0 ] || sed 's/^/# /' "$GT_TMP/$name.out"
 }
 
 run dp1 1 1 1
@@ -25,6 +28,16 @@ run dp4 4 4 1
 run dp1m4 1 1 4
 run dp2m2 2 2 2
 run dp4m3 4 4 3
+# gridtrain's own algorithms for the data-parallel reductions (small
+# segments and buckets: many of both), with ZeRO's reduce-scatters and
+# all-gathers on them too
+seg="parallel.coll_segment_kb=4 parallel.bucket_mb=0.1"
+run ring4 4 4 1 parallel.allreduce=ring $seg
+run tree3 3 3 1 parallel.allreduce=tree $seg
+run halving3 3 3 2 parallel.allreduce=halving $seg
+run ring3z1 3 3 1 parallel.allreduce=ring parallel.zero=1 $seg
+run tree4z2 4 4 3 parallel.allreduce=tree parallel.zero=2 $seg
+run halving4z3 4 4 1 parallel.allreduce=halving parallel.zero=3 $seg
 
 # compare NAME: every step's loss and gradient norm against dp1
 compare() {
@@ -45,7 +58,7 @@ sys.exit(0 if worst <= 1e-5 else 1)
 PY
 }
 
-for name in dp2 dp3 dp4 dp1m4 dp2m2 dp4m3; do
+for name in dp2 dp3 dp4 dp1m4 dp2m2 dp4m3 ring4 tree3 halving3 ring3z1 tree4z2 halving4z3; do
   compare "$name"
   ok $? "$name: loss and gradient norm at each of 10 steps match dp=1 within 1e-5"
 done
