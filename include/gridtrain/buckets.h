@@ -27,9 +27,12 @@
 #define GRIDTRAIN_BUCKETS_H
 
 #include <mpi.h>
+#include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "gridtrain/collectives.h"
+#include "gridtrain/compress.h"
 #include "gridtrain/params.h"
 
 typedef struct gt_buckets gt_buckets;
@@ -41,6 +44,21 @@ typedef struct gt_buckets gt_buckets;
 int gt_buckets_create(gt_params *params, gt_coll *coll, MPI_Comm dp, size_t bucket_bytes,
                       gt_buckets **buckets);
 int gt_buckets_destroy(gt_buckets **buckets);
+
+/* [parallel] compress: every bucket's all-reduce goes through a
+ * compressor (compress.h) of its own; powersgd treats every parameter of
+ * two or more dimensions as a matrix (its first local dimension by the
+ * rest). algo carries the 16-bit payloads (GT_ALGO_MPI: MPI's own). Not
+ * for ZeRO (GT_ERR_INPUT: its buckets are reduce-scattered). Collective on
+ * dp (each compressor duplicates it), before the first step; a no-op when
+ * dp has one rank. */
+int gt_buckets_compress(gt_buckets *b, const gt_compress_spec *spec, gt_algo algo,
+                        uint64_t seed);
+
+/* The compressors' state for checkpoints: gt_buckets_state_len floats,
+ * copied out to (save) or in from (restore) buf, bucket by bucket. */
+size_t gt_buckets_state_len(const gt_buckets *b);
+void gt_buckets_state_copy(gt_buckets *b, float *buf, bool save);
 
 /* Number of buckets. */
 int gt_buckets_count(const gt_buckets *b);

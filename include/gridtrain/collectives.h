@@ -168,6 +168,26 @@ int gt_xfer_recv(gt_xfer *x, void *buf, size_t n, gt_dtype t, int peer, int tag,
  * sees the sum. */
 int gt_xfer_allreduce(gt_xfer *x, float *buf, size_t n, MPI_Comm comm);
 
+/* A reduction of its own that a request runs in place of MPI's all-reduce
+ * (compress.h's compressors): once the data is in host-addressable memory
+ * (the device buffer when MPI takes it directly, else the request's
+ * staging), start(ctx, buf, n) begins it and test(ctx, &done) moves it
+ * along until done, when buf holds the result; bytes(ctx) is what this
+ * member sent for it. It must use communicators of its own: requests start
+ * in issue order, but its later phases may run while other requests start. */
+typedef struct gt_xfer_reducer {
+  int (*start)(void *ctx, float *buf, size_t n);
+  int (*test)(void *ctx, bool *done);
+  double (*bytes)(const void *ctx);
+  void *ctx;
+} gt_xfer_reducer;
+
+/* As gt_xfer_allreduce, with red doing the reduction (it must stay valid
+ * until complete). Needs memory the host can touch, or staging: the
+ * context's rule of gt_coll_set_algorithm. Collective on comm. */
+int gt_xfer_allreduce_custom(gt_xfer *x, float *buf, size_t n, MPI_Comm comm,
+                             const gt_xfer_reducer *red);
+
 /* Reduce-scatter in place over comm of n fp32 elements of the device buffer
  * buf, final once the work queued before the call has run: buf is cut into
  * member blocks of counts[r] elements (comm order, summing to n) and, once

@@ -76,6 +76,7 @@ struct gt_xfer {
   bool via_algo;            /* the operation in flight runs on ar ... */
   gt_algo algo;             /* ... with this algorithm */
   gt_algo_comm *ac;         /* ... over this communicator */
+  const gt_xfer_reducer *red; /* a reduction of its own (gt_xfer_allreduce_custom) */
   unsigned long long order; /* collectives: issue order */
   gt_xfer *next;            /* active list */
 };
@@ -832,6 +833,7 @@ static int gt_xfer_begin(gt_xfer *x, gt_xkind kind, void *buf, size_t n, gt_dtyp
     GT_CALL_MPI(MPI_Comm_size(comm, &size));
   x->coll->bytes += gt_ring_bytes(kind, (double)bytes, size);
   x->via_algo = false;
+  x->red = NULL;
   if (kind == GT_X_ALLREDUCE || kind == GT_X_REDUCE || kind == GT_X_BCAST) {
     const gt_coll_op op = kind == GT_X_ALLREDUCE ? GT_COLL_ALLREDUCE
                           : kind == GT_X_REDUCE  ? GT_COLL_REDUCE_SCATTER
@@ -909,6 +911,31 @@ int gt_xfer_allreduce(gt_xfer *x, float *buf, size_t n, MPI_Comm comm)
     GT_CALL(be->ops->stream_wait(be, x->coll->copy, x->ready));
     GT_CALL(be->ops->download(be, x->stage, buf, n * sizeof(float), x->coll->copy));
     GT_CALL(be->ops->event_record(be, x->ready, x->coll->copy));
+  }
+  GT_CALL(gt_xfer_test(x, &(bool){false}));
+  return GT_SUCCESS;
+}
+
+int gt_xfer_allreduce_custom(gt_xfer *x, float *buf, size_t n, MPI_Comm comm,
+                             const gt_xfer_reducer *red)
+{
+  gt_coll *c = x->coll;
+  gt_backend *be = c->be;
+  GT_CHECK(!c->direct || be->host_visible, GT_ERR_INPUT,
+           "a reduction on the host (compression) needs host-visible memory or staging: set "
+           "[backend] mpi_device = off");
+  GT_CALL(gt_xfer_begin(x, GT_X_ALLREDUCE, buf, n, GT_F32, -1, 0, comm));
+  x->via_algo = false;
+  x->red = red;
+  int size = 1;
+  GT_CALL_MPI(MPI_Comm_size(comm, &size));
+  c->bytes -= gt_ring_bytes(GT_X_ALLREDUCE, (double)n * sizeof(float), size); /* counted at the end */
+  x->order = c->issued++;
+  GT_CALL(be->ops->event_record(be, x->ready, NULL));
+  if (!gt_direct_for(c, GT_F32, true)) {
+    GT_CALL(be->ops->stream_wait(be, c->copy, x->ready));
+    GT_CALL(be->ops->download(be, x->stage, buf, n * sizeof(float), c->copy));
+    GT_CALL(be->ops->event_record(be, x->ready, c->copy));
   }
   GT_CALL(gt_xfer_test(x, &(bool){false}));
   return GT_SUCCESS;
@@ -1067,6 +1094,12 @@ static int gt_xfer_post(gt_xfer *x)
     x->posted = 1;
     return GT_SUCCESS;
   }
+  if (x->red) { /* a reduction of its own */
+    x->pieces = x->posted = 1;
+    x->req[0] = MPI_REQUEST_NULL;
+    GT_CALL(x->red->start(x->red->ctx, mbuf, x->n));
+    return GT_SUCCESS;
+  }
   if (x->via_algo) { /* one request of ours in place of the pieces */
     const gt_coll_op op = x->kind == GT_X_ALLREDUCE ? GT_COLL_ALLREDUCE
                           : x->kind == GT_X_REDUCE  ? GT_COLL_REDUCE_SCATTER
@@ -1160,9 +1193,14 @@ int gt_xfer_test(gt_xfer *x, bool *done)
       GT_CALL(gt_xfer_post(x));
     }
   }
-  if (x->phase == GT_P_MPI && x->via_algo) {
+  if (x->phase == GT_P_MPI && (x->via_algo || x->red)) {
     bool complete = false;
-    GT_CALL(gt_algo_test(x->ar, &complete));
+    if (x->red)
+      GT_CALL(x->red->test(x->red->ctx, &complete));
+    else
+      GT_CALL(gt_algo_test(x->ar, &complete));
+    if (complete && x->red)
+      c->bytes += x->red->bytes(x->red->ctx);
     if (complete) {
       x->finished = x->pieces;
       GT_CALL(gt_xfer_finish(x));

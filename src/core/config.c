@@ -176,6 +176,11 @@ static const gt_key gt_keys[] = {
    "own, or gridtrain's ring, binomial tree or recursive halving on MPI point to point "
    "(docs/communication.md); auto picks per operation and size from coll_table", false,
    false},
+  {"parallel", "compress", GT_KEY_STRING, GT_OFF(parallel.compress), 0, 0, NULL, "none",
+   "compression of the data-parallel gradient all-reduce (zero = 0): none, bf16 or fp16 "
+   "payloads (fp32 sums), topk:R (the fraction R of largest entries, error feedback) or "
+   "powersgd:K (rank-K PowerSGD of every matrix, error feedback); docs/communication.md",
+   false, false},
   {"parallel", "coll_table", GT_KEY_STRING, GT_OFF(parallel.coll_table), 0, 0, NULL, "",
    "allreduce = auto: the table of fitted latency and bandwidth per algorithm that "
    "benchmarks/run_coll.sh writes (benchmarks/results/coll-table.txt)", false, false},

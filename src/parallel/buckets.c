@@ -5,6 +5,7 @@
 
 #include <stdbool.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "gridtrain/error.h"
 
@@ -16,6 +17,8 @@ typedef struct {
   bool held;          /* started by gt_buckets_wait_held only */
   size_t *counts;     /* ZeRO: elements of each dp rank's piece in the slice */
   gt_xfer *xfer;
+  gt_compressor *comp; /* [parallel] compress */
+  gt_xfer_reducer red;
 } gt_bucket;
 
 struct gt_buckets {
@@ -100,6 +103,7 @@ int gt_buckets_destroy(gt_buckets **buckets)
     return GT_SUCCESS;
   for (int i = 0; b->list && i < b->n; i++) {
     gt_xfer_destroy(&b->list[i].xfer);
+    gt_compressor_destroy(&b->list[i].comp);
     free(b->list[i].counts);
   }
   free(b->list);
@@ -111,6 +115,83 @@ int gt_buckets_destroy(gt_buckets **buckets)
 }
 
 int gt_buckets_count(const gt_buckets *b) { return b->n; }
+
+/* The matrices of bucket k: every parameter of two or more dimensions,
+ * its local first dimension by the rest (a sharded axis holds blocks x
+ * ceil(block / parts) entries, padding included). */
+static int gt_bucket_matrices(const gt_buckets *b, const gt_bucket *k, gt_cmat *mats, int *n)
+{
+  *n = 0;
+  for (int j = k->first; j < k->first + k->count; j++) {
+    const gt_param *t = &b->params->list[j];
+    if (t->ndim < 2)
+      continue;
+    long rows = t->full_shape[0];
+    if (t->shard.axis == 0) {
+      const long block = rows / t->shard.blocks;
+      rows = t->shard.blocks * ((block + t->shard.parts - 1) / t->shard.parts);
+    }
+    if (rows <= 0 || t->numel % (size_t)rows != 0)
+      continue; /* not a plain matrix here: sent as a vector */
+    mats[(*n)++] = (gt_cmat){t->offset - k->offset, (size_t)rows, t->numel / (size_t)rows};
+  }
+  return GT_SUCCESS;
+}
+
+int gt_buckets_compress(gt_buckets *b, const gt_compress_spec *spec, gt_algo algo,
+                        uint64_t seed)
+{
+  if (spec->kind == GT_COMPRESS_NONE)
+    return GT_SUCCESS;
+  int dp_size = 1;
+  GT_CALL_MPI(MPI_Comm_size(b->dp, &dp_size));
+  if (dp_size == 1)
+    return GT_SUCCESS;
+  GT_CHECK(b->params->shard_size == 1, GT_ERR_INPUT,
+           "[parallel] compress works on the all-reduce of zero = 0; ZeRO stages "
+           "reduce-scatter the gradients instead (set zero = 0 or compress = none)");
+  gt_cmat *mats = malloc(sizeof *mats * (size_t)(b->params->count + 1));
+  GT_CHECK_ALLOC(mats, sizeof *mats * (size_t)(b->params->count + 1));
+  int status = GT_SUCCESS;
+  for (int i = 0; i < b->n && status == GT_SUCCESS; i++) {
+    gt_bucket *k = &b->list[i];
+    int nm = 0;
+    status = gt_bucket_matrices(b, k, mats, &nm);
+    if (status == GT_SUCCESS)
+      status = gt_compressor_create(spec, b->dp, k->len, mats, nm, algo,
+                                    seed ^ (0x9e3779b97f4a7c15ULL * (uint64_t)(i + 1)), &k->comp);
+    if (status == GT_SUCCESS)
+      k->red = gt_compressor_reducer(k->comp);
+  }
+  free(mats);
+  GT_CALL(status);
+  return GT_SUCCESS;
+}
+
+size_t gt_buckets_state_len(const gt_buckets *b)
+{
+  size_t n = 0;
+  for (int i = 0; i < b->n; i++)
+    if (b->list[i].comp)
+      n += gt_compressor_state_len(b->list[i].comp);
+  return n;
+}
+
+void gt_buckets_state_copy(gt_buckets *b, float *buf, bool save)
+{
+  size_t at = 0;
+  for (int i = 0; i < b->n; i++) {
+    gt_compressor *c = b->list[i].comp;
+    if (!c)
+      continue;
+    const size_t n = gt_compressor_state_len(c);
+    if (save)
+      memcpy(buf + at, gt_compressor_state(c), n * sizeof(float));
+    else
+      memcpy(gt_compressor_state(c), buf + at, n * sizeof(float));
+    at += n;
+  }
+}
 
 void gt_buckets_reset(gt_buckets *b)
 {
@@ -133,6 +214,8 @@ static int gt_bucket_start(gt_buckets *b, gt_bucket *k)
   float *slice = b->params->grads + k->offset;
   if (k->xfer && k->counts)
     GT_CALL(gt_xfer_reduce_scatter(k->xfer, slice, k->len, k->counts, b->dp));
+  else if (k->xfer && k->comp)
+    GT_CALL(gt_xfer_allreduce_custom(k->xfer, slice, k->len, b->dp, &k->red));
   else if (k->xfer)
     GT_CALL(gt_xfer_allreduce(k->xfer, slice, k->len, b->dp));
   k->started = true;

@@ -422,6 +422,26 @@ static int gt_trainer_algorithms(gt_trainer *tr)
   return GT_SUCCESS;
 }
 
+/* [parallel] compress on the data-parallel buckets; 16-bit payloads go
+ * through the [parallel] allreduce algorithm (MPI's own for auto). */
+static int gt_trainer_compression(gt_trainer *tr)
+{
+  gt_compress_spec spec;
+  GT_CALL(gt_compress_parse(tr->cfg.parallel.compress, &spec));
+  tr->compress = spec;
+  if (spec.kind == GT_COMPRESS_NONE)
+    return GT_SUCCESS;
+  GT_CHECK(tr->zero == 0, GT_ERR_INPUT,
+           "[parallel] compress = %s works on the all-reduce of zero = 0; ZeRO stages "
+           "reduce-scatter the gradients instead (set zero = 0 or compress = none)",
+           tr->cfg.parallel.compress);
+  gt_algo a = GT_ALGO_MPI;
+  GT_CALL(gt_algo_parse(tr->cfg.parallel.allreduce, &a));
+  GT_CALL(gt_buckets_compress(tr->buckets, &spec, a == GT_ALGO_AUTO ? GT_ALGO_MPI : a,
+                              tr->cfg.run.seed));
+  return GT_SUCCESS;
+}
+
 /* Backend, collectives context and device clock. */
 static int gt_trainer_device(gt_trainer *tr)
 {
@@ -549,6 +569,7 @@ int gt_trainer_create(const gt_config *cfg, MPI_Comm world, bool quiet, gt_train
     tr->hook = (gt_grad_hook){gt_trainer_bucket_ready, tr, {gt_trainer_bucket_progress, tr},
                               NULL, false};
   }
+  GT_AGREE(comm, gt_trainer_compression(tr));
   tr->embed = (gt_group){g->embed, 0, 1, tr->ev.tied, tr->coll};
   if (g->embed != MPI_COMM_NULL) {
     GT_CALL_MPI(MPI_Comm_rank(g->embed, &tr->embed.rank));

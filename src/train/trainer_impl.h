@@ -14,6 +14,7 @@
 #include "gridtrain/buckets.h"
 #include "gridtrain/checkpoint.h"
 #include "gridtrain/collectives.h"
+#include "gridtrain/compress.h"
 #include "gridtrain/data.h"
 #include "gridtrain/grad_shards.h"
 #include "gridtrain/gpt.h"
@@ -33,6 +34,7 @@ struct gt_trainer {
   gt_grid *grid;
   gt_backend *be;
   gt_coll *coll;
+  gt_compress_spec compress; /* [parallel] compress */
   gt_timer_clock *clock;
   gt_dtype dtype;
   gt_gpt *model;
