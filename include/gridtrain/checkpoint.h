@@ -9,6 +9,10 @@
  *                      master weights whatever the training precision)
  *   /optim/m/<name>    AdamW first moment, same shape
  *   /optim/v/<name>    AdamW second moment, same shape
+ *   /rank/state        float32 (ranks x L), optional: each rank's state
+ *                      outside the tensors (gt_ckpt_state.rank_state), a
+ *                      row per rank padded to the longest, with attributes
+ *                      `lengths` (each row's) and `tag`
  * Format 3: every dataset is contiguous (one run of bytes, readable as it is
  * by h5py) with the attribute `fletcher32`: the Fletcher-32 checksum of each
  * GT_CKPT_SUM_BYTES block of its row-major data (docs/checkpoints.md), so a
@@ -109,6 +113,17 @@ typedef struct gt_ckpt_state {
                                     contiguous range of every such tensor.
                                     Every rank of it calls gt_ckpt_write. */
   gt_ckpt_direct direct;         /* writing: O_DIRECT for the tensor data */
+  /* State of each rank that is not a tensor of the model (compression
+   * residuals, local replicas): rank_n floats of host memory at rank_state,
+   * and rank_tag, one line saying what they are that is the same on every
+   * rank ("compress=topk:0.01 dp=4 pp=1 tp=1"). Written as row `rank` (of
+   * comm) of /rank/state; read back into rank_state only when the file has
+   * that tag, the same number of ranks and this rank's rank_n, on every
+   * rank (all or none: *rank_loaded says which, the same everywhere). */
+  float *rank_state;
+  size_t rank_n;
+  const char *rank_tag;
+  bool *rank_loaded;             /* reading: NULL when nothing is wanted */
 } gt_ckpt_state;
 
 /* The number of entries this rank's part of t selects in the file (the
@@ -146,7 +161,8 @@ int gt_ckpt_read_meta(const char *path, MPI_Comm comm, gt_ckpt_meta *meta);
 int gt_ckpt_read(const char *path, const gt_ckpt_state *st, MPI_Comm comm);
 
 /* Not collective: read every dataset of `path` in full and check it against
- * its checksums (MPI_COMM_SELF). *datasets and *bytes count what was read. Corruption is
+ * its checksums (MPI_COMM_SELF). *datasets counts the tensors' datasets
+ * read (not /rank/state), *bytes all bytes read. Corruption is
  * GT_ERR_HDF5 naming the dataset. */
 int gt_ckpt_verify_file(const char *path, long *datasets, double *bytes);
 

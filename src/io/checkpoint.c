@@ -78,7 +78,8 @@ static int gt_ckpt_visit_dataset_in(hid_t group, const char *name, gt_visit *v, 
              full);
     GT_CALL(gt_ckpt_check_sums(v->path, full, v->buf, (size_t)npoints, 0, nsums, v->stored));
   }
-  v->datasets++;
+  if (strcmp(v->group, "/rank") != 0) /* the ranks' own state is not a tensor's */
+    v->datasets++;
   v->bytes += (double)npoints * sizeof(float);
   if (v->out >= 0) {
     GT_H5_ID(ids[GT_V_ODSET], H5Dcreate2(v->out, name, H5T_IEEE_F32LE, ids[GT_V_SPACE],
@@ -110,19 +111,29 @@ static herr_t gt_ckpt_visit_link(hid_t group, const char *name, const H5L_info_t
   return v->status == GT_SUCCESS ? 0 : -1;
 }
 
-/* Read every dataset of the given groups; export copies /model's into out. */
+/* Read every dataset of group `name`. */
+static int gt_ckpt_visit_group(hid_t file, const char *name, gt_visit *v, hid_t *group)
+{
+  v->group = name;
+  GT_H5_ID(*group, H5Gopen2(file, name, H5P_DEFAULT));
+  hsize_t idx = 0;
+  herr_t r = H5Literate(*group, H5_INDEX_NAME, H5_ITER_INC, &idx, gt_ckpt_visit_link, v);
+  if (v->status != GT_SUCCESS)
+    return v->status;
+  GT_CALL_HDF5(r);
+  GT_CALL(gt_h5_close(group));
+  return GT_SUCCESS;
+}
+
+/* Read every dataset of the given groups (and, for all of them, of /rank
+ * when there is one); export copies /model's into out. */
 static int gt_ckpt_visit_in(hid_t file, gt_visit *v, int ngroups, hid_t *group)
 {
-  for (int k = 0; k < ngroups; k++) {
-    v->group = gt_kind_group[k];
-    GT_H5_ID(*group, H5Gopen2(file, gt_kind_group[k], H5P_DEFAULT));
-    hsize_t idx = 0;
-    herr_t r = H5Literate(*group, H5_INDEX_NAME, H5_ITER_INC, &idx, gt_ckpt_visit_link, v);
-    if (v->status != GT_SUCCESS)
-      return v->status;
-    GT_CALL_HDF5(r);
-    GT_CALL(gt_h5_close(group));
-  }
+  for (int k = 0; k < ngroups; k++)
+    GT_CALL(gt_ckpt_visit_group(file, gt_kind_group[k], v, group));
+  if (ngroups == GT_NKINDS && H5Lexists(file, "/rank", H5P_DEFAULT) > 0)
+    GT_CALL(gt_ckpt_visit_group(file, "/rank", v, group));
+  H5Eclear2(H5E_DEFAULT);
   return GT_SUCCESS;
 }
 

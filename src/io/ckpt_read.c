@@ -498,6 +498,109 @@ int gt_ckpt_read_format(hid_t file, const char *path, int *format)
   return GT_SUCCESS;
 }
 
+enum { GT_RR_DSET, GT_RR_SPACE, GT_RR_MEM, GT_RR_N };
+
+/* This rank's row of /rank/state into row (rank_n floats), checked against
+ * its checksum blocks; *match false (GT_SUCCESS) when the file has no such
+ * row for this state: no dataset, another tag, ranks or length. */
+static int gt_ckpt_read_rank_in(hid_t file, const char *path, const gt_ckpt_state *st,
+                                MPI_Comm comm, float *row, bool *match, hid_t ids[])
+{
+  *match = false;
+  if (H5Lexists(file, "/rank", H5P_DEFAULT) <= 0 ||
+      H5Lexists(file, "/rank/state", H5P_DEFAULT) <= 0) {
+    H5Eclear2(H5E_DEFAULT);
+    return GT_SUCCESS;
+  }
+  int rank = 0, size = 1;
+  GT_CALL_MPI(MPI_Comm_rank(comm, &rank));
+  GT_CALL_MPI(MPI_Comm_size(comm, &size));
+  GT_H5_ID(ids[GT_RR_DSET], H5Dopen2(file, "/rank/state", H5P_DEFAULT));
+  GT_H5_ID(ids[GT_RR_SPACE], H5Dget_space(ids[GT_RR_DSET]));
+  hssize_t npoints;
+  GT_CALL_HDF5(npoints = H5Sget_simple_extent_npoints(ids[GT_RR_SPACE]));
+  const size_t total = (size_t)npoints;
+  if (total % (size_t)size != 0)
+    return GT_SUCCESS; /* written by another number of ranks */
+  const size_t L = total / (size_t)size;
+  char *tag = NULL;
+  bool found = false;
+  GT_CALL(gt_h5_read_attr_str(ids[GT_RR_DSET], "tag", "/rank/state", &found, &tag));
+  const bool same_tag = found && tag && strcmp(tag, st->rank_tag ? st->rank_tag : "") == 0;
+  free(tag);
+  uint32_t *lengths = malloc(sizeof *lengths * (size_t)size);
+  GT_CHECK_ALLOC(lengths, sizeof *lengths * (size_t)size);
+  int status = gt_h5_read_attr_u32s(ids[GT_RR_DSET], "lengths", "/rank/state", size, &found,
+                                    lengths);
+  const bool same_len = status == GT_SUCCESS && found && lengths[rank] == st->rank_n;
+  free(lengths);
+  if (status != GT_SUCCESS) { /* another number of ranks: not this run's state */
+    gt_error_clear();
+    H5Eclear2(H5E_DEFAULT);
+    return GT_SUCCESS;
+  }
+  if (!same_tag || !same_len || st->rank_n == 0)
+    return GT_SUCCESS;
+  /* the checksum blocks that hold the row, read and checked */
+  const size_t nsums = gt_ckpt_nsums(total), lo = (size_t)rank * L;
+  const size_t b0 = lo / GT_CKPT_SUM_FLOATS, b1 = (lo + st->rank_n - 1) / GT_CKPT_SUM_FLOATS;
+  const size_t first = b0 * GT_CKPT_SUM_FLOATS;
+  const size_t last = (b1 + 1) * GT_CKPT_SUM_FLOATS < total ? (b1 + 1) * GT_CKPT_SUM_FLOATS : total;
+  uint32_t *stored = malloc(sizeof *stored * nsums);
+  float *data = malloc(sizeof *data * (last - first));
+  status = stored && data ? GT_SUCCESS : GT_ERROR(GT_ERR_SYSTEM, "out of memory");
+  if (status == GT_SUCCESS)
+    status = gt_h5_read_attr_u32s(ids[GT_RR_DSET], "fletcher32", "/rank/state", (int)nsums,
+                                  &found, stored);
+  if (status == GT_SUCCESS && !found)
+    status = GT_ERROR(GT_ERR_HDF5, "checkpoint %s: /rank/state has no fletcher32 checksums",
+                      path);
+  if (status == GT_SUCCESS) {
+    const hsize_t start = first, count = last - first;
+    ids[GT_RR_MEM] = H5Screate_simple(1, &count, NULL);
+    if (ids[GT_RR_MEM] < 0 ||
+        H5Sselect_hyperslab(ids[GT_RR_SPACE], H5S_SELECT_SET, &start, NULL, &count, NULL) < 0 ||
+        H5Dread(ids[GT_RR_DSET], H5T_NATIVE_FLOAT, ids[GT_RR_MEM], ids[GT_RR_SPACE], H5P_DEFAULT,
+                data) < 0)
+      status = gt_error_hdf5("H5Dread(/rank/state)", __FILE__, __LINE__, __func__);
+  }
+  if (status == GT_SUCCESS)
+    status = gt_ckpt_check_sums(path, "/rank/state", data, total, b0, b1 - b0 + 1, stored);
+  if (status == GT_SUCCESS) {
+    memcpy(row, data + (lo - first), st->rank_n * sizeof *row);
+    *match = true;
+  }
+  free(stored);
+  free(data);
+  GT_CALL(status);
+  return GT_SUCCESS;
+}
+
+/* The rank state, all or none (collective on comm). */
+static int gt_ckpt_read_rank(hid_t file, const char *path, const gt_ckpt_state *st,
+                             MPI_Comm comm)
+{
+  if (!st->rank_loaded)
+    return GT_SUCCESS;
+  *st->rank_loaded = false;
+  float *row = malloc(sizeof *row * (st->rank_n + 1));
+  GT_CHECK_ALLOC(row, sizeof *row * (st->rank_n + 1));
+  hid_t ids[GT_RR_N] = {H5I_INVALID_HID, H5I_INVALID_HID, H5I_INVALID_HID};
+  bool match = false;
+  int status = gt_ckpt_read_rank_in(file, path, st, comm, row, &match, ids);
+  status = gt_h5_close_all(status, GT_RR_N, ids);
+  int mine = status == GT_SUCCESS && match, all = 0;
+  if (MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_LAND, comm) != MPI_SUCCESS && status == GT_SUCCESS)
+    status = GT_ERROR(GT_ERR_MPI, "MPI_Allreduce of the rank state match failed");
+  if (status == GT_SUCCESS && all) {
+    memcpy(st->rank_state, row, st->rank_n * sizeof *row);
+    *st->rank_loaded = true;
+  }
+  free(row);
+  GT_CALL(status);
+  return GT_SUCCESS;
+}
+
 int gt_ckpt_read(const char *path, const gt_ckpt_state *st, MPI_Comm comm)
 {
   const size_t n = gt_ckpt_largest_local(st);
@@ -523,6 +626,10 @@ int gt_ckpt_read(const char *path, const gt_ckpt_state *st, MPI_Comm comm)
       status = gt_ckpt_read_tensor(file, &r, &st->tensors[i], k, &local);
   if (status == GT_SUCCESS)
     status = local; /* its error is still the current one */
+  /* every rank takes part (an error above is agreed on by the caller) */
+  const int rank_status = gt_ckpt_read_rank(file, path, st, comm);
+  if (status == GT_SUCCESS)
+    status = rank_status;
   status = gt_h5_close_all(status, 1, &file);
   gt_comm_foreign_end();
   free(r.staging);

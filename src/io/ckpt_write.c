@@ -463,6 +463,94 @@ static void gt_ckpt_maybe_kill(const gt_ckpt_writer *w, int done, int total)
 }
 
 enum { GT_WF_FILE, GT_WF_GROUP, GT_WF_N };
+enum { GT_RS_GROUP, GT_RS_SPACE, GT_RS_DCPL, GT_RS_DSET, GT_RS_MEM, GT_RS_N };
+
+/* /rank/state: every rank's row of rank_n floats, padded to the longest
+ * row L (collective: creation, attributes, the checksum sums; each row is
+ * this rank's own independent write). */
+static int gt_ckpt_write_rank_in(hid_t file, gt_ckpt_writer *w, MPI_Comm comm, hid_t ids[])
+{
+  const gt_ckpt_state *st = w->st;
+  unsigned long long mine = st->rank_state ? st->rank_n : 0, longest = 0;
+  GT_CALL_MPI(MPI_Allreduce(&mine, &longest, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, comm));
+  if (longest == 0)
+    return GT_SUCCESS;
+  int rank = 0, size = 1;
+  GT_CALL_MPI(MPI_Comm_rank(comm, &rank));
+  GT_CALL_MPI(MPI_Comm_size(comm, &size));
+  GT_CHECK(longest <= UINT32_MAX, GT_ERR_INPUT, "rank state of %llu floats is too long",
+           longest);
+  uint32_t *lengths = malloc(sizeof *lengths * (size_t)size);
+  const size_t L = (size_t)longest, total = L * (size_t)size, nsums = gt_ckpt_nsums(total);
+  float *row = calloc(L, sizeof *row);
+  uint64_t *sums = calloc(2 * nsums, sizeof *sums);
+  uint32_t *values = malloc(sizeof *values * nsums);
+  int status = lengths && row && sums && values
+                   ? GT_SUCCESS
+                   : GT_ERROR(GT_ERR_SYSTEM, "out of memory for the rank state");
+  const uint32_t my_len = (uint32_t)mine;
+  if (status == GT_SUCCESS &&
+      MPI_Allgather(&my_len, 1, MPI_UINT32_T, lengths, 1, MPI_UINT32_T, comm) != MPI_SUCCESS)
+    status = GT_ERROR(GT_ERR_MPI, "MPI_Allgather of the rank state lengths failed");
+  if (status == GT_SUCCESS) {
+    if (mine)
+      memcpy(row, st->rank_state, mine * sizeof *row);
+    gt_fletcher_add(sums, total, row, (size_t)rank * L, L);
+    if (MPI_Allreduce(MPI_IN_PLACE, sums, (int)(2 * nsums), MPI_UINT64_T, MPI_SUM, comm) !=
+        MPI_SUCCESS)
+      status = GT_ERROR(GT_ERR_MPI, "MPI_Allreduce of the rank state checksums failed");
+  }
+  for (size_t b = 0; b < nsums && status == GT_SUCCESS; b++) {
+    uint64_t sum[2] = {sums[2 * b] % GT_FLETCHER_MOD, sums[2 * b + 1] % GT_FLETCHER_MOD};
+    values[b] = gt_fletcher_value(sum);
+  }
+  free(sums);
+  if (status == GT_SUCCESS) {
+    const hsize_t dims = (hsize_t)total, start = (hsize_t)rank * L, count = L;
+    status = GT_SUCCESS;
+    ids[GT_RS_GROUP] = H5Gcreate2(file, "/rank", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    ids[GT_RS_SPACE] = H5Screate_simple(1, &dims, NULL);
+    ids[GT_RS_DCPL] = H5Pcreate(H5P_DATASET_CREATE);
+    if (ids[GT_RS_GROUP] < 0 || ids[GT_RS_SPACE] < 0 || ids[GT_RS_DCPL] < 0 ||
+        H5Pset_layout(ids[GT_RS_DCPL], H5D_CONTIGUOUS) < 0 ||
+        H5Pset_fill_time(ids[GT_RS_DCPL], H5D_FILL_TIME_NEVER) < 0 ||
+        H5Pset_alloc_time(ids[GT_RS_DCPL], H5D_ALLOC_TIME_EARLY) < 0 ||
+        (ids[GT_RS_DSET] = H5Dcreate2(file, "/rank/state", H5T_IEEE_F32LE, ids[GT_RS_SPACE],
+                                      H5P_DEFAULT, ids[GT_RS_DCPL], H5P_DEFAULT)) < 0)
+      status = gt_error_hdf5("H5Dcreate2(/rank/state)", __FILE__, __LINE__, __func__);
+    if (status == GT_SUCCESS) {
+      int local = GT_SUCCESS; /* this rank's row: a failure here is local */
+      ids[GT_RS_MEM] = H5Screate_simple(1, &count, NULL);
+      if (ids[GT_RS_MEM] < 0 ||
+          H5Sselect_hyperslab(ids[GT_RS_SPACE], H5S_SELECT_SET, &start, NULL, &count, NULL) < 0 ||
+          H5Dwrite(ids[GT_RS_DSET], H5T_NATIVE_FLOAT, ids[GT_RS_MEM], ids[GT_RS_SPACE],
+                   H5P_DEFAULT, row) < 0)
+        local = gt_error_hdf5("H5Dwrite(/rank/state)", __FILE__, __LINE__, __func__);
+      if (local != GT_SUCCESS)
+        gt_ckpt_note_local(w, local);
+      status = gt_h5_write_attr_u32s(ids[GT_RS_DSET], "lengths", size, lengths);
+      if (status == GT_SUCCESS)
+        status = gt_h5_write_attr_str(ids[GT_RS_DSET], "tag", st->rank_tag ? st->rank_tag : "");
+      if (status == GT_SUCCESS)
+        status = gt_h5_write_attr_u32s(ids[GT_RS_DSET], "fletcher32", (int)nsums, values);
+    }
+  }
+  free(lengths);
+  free(row);
+  free(values);
+  GT_CALL(status);
+  return GT_SUCCESS;
+}
+
+static int gt_ckpt_write_rank(hid_t file, gt_ckpt_writer *w, MPI_Comm comm)
+{
+  hid_t ids[GT_RS_N];
+  for (int i = 0; i < GT_RS_N; i++)
+    ids[i] = H5I_INVALID_HID;
+  int status = gt_ckpt_write_rank_in(file, w, comm, ids);
+  GT_CALL(gt_h5_close_all(status, GT_RS_N, ids));
+  return GT_SUCCESS;
+}
 
 static int gt_ckpt_write_in(const char *path, const gt_ckpt_meta *meta, gt_ckpt_writer *w,
                             MPI_Comm comm, hid_t ids[])
@@ -493,6 +581,7 @@ static int gt_ckpt_write_in(const char *path, const gt_ckpt_meta *meta, gt_ckpt_
       gt_ckpt_write_part(w, w->dsets[i * GT_NKINDS + k], &st->tensors[i], k);
   }
   gt_ckpt_close_data(w);
+  GT_CALL(gt_ckpt_write_rank(file, w, comm));
   /* Every entry was written by one rank: the sums of the terms are the
    * checksums. */
   GT_CALL_MPI(MPI_Allreduce(MPI_IN_PLACE, w->sums, (int)(2 * w->nsums), MPI_UINT64_T, MPI_SUM,

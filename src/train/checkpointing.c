@@ -33,6 +33,24 @@ static void gt_trainer_restore_scaler(gt_trainer *tr, const char *path, const gt
             tr->scaler.dynamic ? " with the deck's initial loss scale" : "");
 }
 
+/* ---- each rank's state outside the tensors (compression residuals) ---------------------- */
+
+/* What the rank state is: the same on every rank of a run, different for
+ * another compression or layout (whose state would not fit). */
+static void gt_trainer_rank_tag(const gt_trainer *tr, char *tag, size_t size)
+{
+  char spec[64];
+  gt_compress_format(&tr->compress, spec, sizeof spec);
+  const gt_grid *g = tr->grid;
+  snprintf(tag, size, "compress=%s bucket_mb=%g dp=%d pp=%d tp=%d", spec,
+           tr->cfg.parallel.bucket_mb, g->dp_size, g->pp_size, g->tp_size);
+}
+
+static size_t gt_trainer_rank_len(const gt_trainer *tr)
+{
+  return tr->buckets ? gt_buckets_state_len(tr->buckets) : 0;
+}
+
 /* What this rank holds. Without ZeRO the data-parallel replicas hold the
  * same values; with it each holds its piece of the moments (and, below
  * fp32, of the master weights). */
@@ -110,9 +128,21 @@ int gt_trainer_save(gt_trainer *tr, const char *dir, char *path, size_t size)
   gt_config_to_ini(cfg, meta.deck, (size_t)n + 1);
   gt_ckpt_state st = gt_trainer_ckpt_state(tr);
   gt_trainer_write_range(tr, &st);
+  char tag[256];
+  gt_trainer_rank_tag(tr, tag, sizeof tag);
+  st.rank_n = gt_trainer_rank_len(tr);
+  st.rank_tag = tag;
+  st.rank_state = st.rank_n ? malloc(st.rank_n * sizeof(float)) : NULL;
+  int status = st.rank_n && !st.rank_state
+                   ? GT_ERROR(GT_ERR_SYSTEM, "out of memory for the rank state")
+                   : GT_SUCCESS;
+  GT_CALL(gt_error_agree(status, g->world));
+  if (st.rank_n)
+    gt_buckets_state_copy(tr->buckets, st.rank_state, true);
   /* every rank writes its own part: no gather */
-  int status = gt_ckpt_save(dir, (int)cfg->checkpoint.keep, &meta, &st, g->world, g->world,
-                            path, size);
+  status = gt_ckpt_save(dir, (int)cfg->checkpoint.keep, &meta, &st, g->world, g->world, path,
+                        size);
+  free(st.rank_state);
   gt_ckpt_meta_free(&meta);
   GT_CALL(status);
   return GT_SUCCESS;
@@ -138,6 +168,7 @@ int gt_trainer_load(gt_trainer *tr, const char *path)
   const gt_grid *g = tr->grid;
   gt_ckpt_meta meta;
   GT_CALL(gt_error_agree(gt_ckpt_read_meta(path, g->world, &meta), g->world));
+  bool rank_loaded = false;
   int status = gt_check_ckpt_model(tr, path, &meta);
   if (status == GT_SUCCESS) {
     /* each rank loads what it holds: with ZeRO its piece of the moments
@@ -148,7 +179,17 @@ int gt_trainer_load(gt_trainer *tr, const char *path)
       st.mlo = st.params->shard_lo;
       st.mhi = st.params->shard_lo + st.params->shard_n;
     }
-    status = gt_ckpt_read(path, &st, g->world);
+    char tag[256];
+    gt_trainer_rank_tag(tr, tag, sizeof tag);
+    st.rank_n = gt_trainer_rank_len(tr);
+    st.rank_tag = tag;
+    st.rank_state = malloc((st.rank_n + 1) * sizeof(float));
+    st.rank_loaded = &rank_loaded;
+    status = st.rank_state ? gt_ckpt_read(path, &st, g->world)
+                           : GT_ERROR(GT_ERR_SYSTEM, "out of memory for the rank state");
+    if (status == GT_SUCCESS && rank_loaded && st.rank_n)
+      gt_buckets_state_copy(tr->buckets, st.rank_state, false);
+    free(st.rank_state);
   }
   if (status == GT_SUCCESS) /* the compute copy follows the master just read */
     status = gt_params_refresh_compute(gt_gpt_params(tr->model));
@@ -160,6 +201,11 @@ int gt_trainer_load(gt_trainer *tr, const char *path)
     tr->samples = meta.samples;
     tr->last_loss = meta.loss;
     gt_trainer_restore_scaler(tr, path, &meta);
+    if (gt_trainer_rank_len(tr) && !rank_loaded && g->world_rank == 0)
+      gt_warn("checkpoint %s holds no compression state for this run (it was written with "
+              "another [parallel] compress, bucket size or layout): the error-feedback "
+              "residuals start at zero and PowerSGD's warm starts afresh",
+              path);
     if (meta.seed != tr->cfg.run.seed)
       gt_warn("checkpoint %s was written with [run] seed = %llu, the deck "
               "has %llu: the data order from here on follows the deck",
