@@ -212,6 +212,9 @@ typedef struct gt_backend_ops {
    * the same inputs give the same bits. */
   int (*sum_add)(gt_backend *be, double *acc, const float *x, size_t n);
   int (*sumsq_add)(gt_backend *be, double *acc, const float *x, size_t n);
+  /* y = a x + b y on n fp32 elements, each in fp32 (x may be y): the
+   * averages and elastic pulls of the local update modes (sync.h). */
+  int (*axpby)(gt_backend *be, float *y, float a, const float *x, float b, size_t n);
 } gt_backend_ops;
 
 struct gt_backend {

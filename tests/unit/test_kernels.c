@@ -671,6 +671,28 @@ static void test_sums(size_t n)
   free(x), free(shifted);
 }
 
+static void test_axpby(size_t n)
+{
+  float *x = tu_alloc(n + 1), *y1 = tu_alloc(n + 1), *y2 = tu_alloc(n + 1);
+  tu_fill(x, n, 7, -1.0f, 1.0f);
+  tu_fill(y1, n, 8, -1.0f, 1.0f);
+  memcpy(y2, y1, n * sizeof(float));
+  float *want = tu_alloc(n + 1);
+  for (size_t i = 0; i < n; i++)
+    want[i] = 0.25f * x[i] + -1.5f * y1[i];
+  CALL(fast, axpby, y1, 0.25f, x, -1.5f, n);
+  CALL(ref, axpby, y2, 0.25f, x, -1.5f, n);
+  tap_ok(!memcmp(y1, want, n * sizeof(float)) && !memcmp(y2, want, n * sizeof(float)),
+         "axpby n=%zu: y = a x + b y in fp32, cpu and cpu-ref bit for bit", n);
+  memcpy(want, x, n * sizeof(float));
+  CALL(fast, axpby, x, 2.0f, x, 1.0f, n); /* in place: 2x + x, rounded once */
+  int bad = 0;
+  for (size_t i = 0; i < n; i++)
+    bad += x[i] != 3.0f * want[i];
+  tap_ok(bad == 0, "axpby n=%zu with x = y (%d wrong)", n, bad);
+  free(x), free(y1), free(y2), free(want);
+}
+
 // ---- casts ---------------------------------------------------------------------------------
 
 static bool is_nan16(gt_dtype t, uint16_t h)
@@ -844,6 +866,8 @@ int main(int argc, char **argv)
   test_adamw(20011, GT_F16);
   test_sums(100003);
   test_sums(37);
+  test_axpby(100003);
+  test_axpby(5);
   test_cast();
   test_bad_type();
   tap_ok(call_failures == 0, "every kernel call and sync returned GT_SUCCESS (%d did not)",

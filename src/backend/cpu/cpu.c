@@ -850,6 +850,15 @@ static int cpu_sumsq_add(gt_backend *be, double *acc, const float *x, size_t n)
   return gt_sum_parts(be, acc, x, n, true);
 }
 
+static int cpu_axpby(gt_backend *be, float *y, float a, const float *x, float b, size_t n)
+{
+  (void)be;
+#pragma omp parallel for schedule(static) if (n > 65536)
+  for (size_t i = 0; i < n; i++)
+    y[i] = a * x[i] + b * y[i];
+  return GT_SUCCESS;
+}
+
 // ---- the table -------------------------------------------------------------------------------
 
 const gt_backend_ops gt_cpu_kernels = {
@@ -869,4 +878,5 @@ const gt_backend_ops gt_cpu_kernels = {
   .adamw = cpu_adamw,
   .sum_add = cpu_sum_add,
   .sumsq_add = cpu_sumsq_add,
+  .axpby = cpu_axpby,
 };

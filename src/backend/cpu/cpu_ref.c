@@ -327,6 +327,14 @@ static int ref_sumsq_add(gt_backend *be, double *acc, const float *x, size_t n)
   return GT_SUCCESS;
 }
 
+static int ref_axpby(gt_backend *be, float *y, float a, const float *x, float b, size_t n)
+{
+  (void)be;
+  for (size_t i = 0; i < n; i++)
+    y[i] = a * x[i] + b * y[i];
+  return GT_SUCCESS;
+}
+
 const gt_backend_ops gt_ref_kernels = {
   .cast = ref_cast,
   .linear_forward = ref_linear_forward,
@@ -344,4 +352,5 @@ const gt_backend_ops gt_ref_kernels = {
   .adamw = ref_adamw,
   .sum_add = ref_sum_add,
   .sumsq_add = ref_sumsq_add,
+  .axpby = ref_axpby,
 };

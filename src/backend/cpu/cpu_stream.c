@@ -1027,6 +1027,27 @@ static int cpu_sumsq_add(gt_backend *be, double *acc, const float *x, size_t n)
   return gt_submit(be, NULL, &c);
 }
 
+typedef struct {
+  gt_backend *be;
+  float *y;
+  float a;
+  const float *x;
+  float b;
+  size_t n;
+} gt_axpby_args;
+static int gt_run_axpby(gt_backend *be, const void *p)
+{
+  const gt_axpby_args *a = p;
+  return GT_KERNELS(be)->axpby(be, a->y, a->a, a->x, a->b, a->n);
+}
+static int cpu_axpby(gt_backend *be, float *y, float a, const float *x, float b, size_t n)
+{
+  gt_axpby_args args = {be, y, a, x, b, n};
+  gt_cmd c;
+  GT_PACK(c, gt_run_axpby, args);
+  return gt_submit(be, NULL, &c);
+}
+
 // ---- the table ------------------------------------------------------------------------------
 
 static const gt_backend_ops gt_cpu_stream_ops = {
@@ -1064,6 +1085,7 @@ static const gt_backend_ops gt_cpu_stream_ops = {
   .adamw = cpu_adamw,
   .sum_add = cpu_sum_add,
   .sumsq_add = cpu_sumsq_add,
+  .axpby = cpu_axpby,
 };
 
 int gt_cpu_backend_init(gt_backend *be, const gt_backend_ops *kernels, gt_cpu_mode mode,

@@ -147,6 +147,7 @@ int gt_cuda_adamw(gt_backend *be, float *p, const float *g, float *m, float *v, 
                   gt_dtype compute_t, size_t n, float lr, float beta1, float beta2, float eps,
                   float weight_decay, float bc1, float bc2, float grad_mult);
 int gt_cuda_sum_add(gt_backend *be, double *acc, const float *x, size_t n);
+int gt_cuda_axpby(gt_backend *be, float *y, float a, const float *x, float b, size_t n);
 int gt_cuda_sumsq_add(gt_backend *be, double *acc, const float *x, size_t n);
 
 /* cuda_attention.cu: our own kernels */

@@ -419,6 +419,7 @@ static const gt_backend_ops gt_cuda_ops = {
   .xent_finish = gt_cuda_xent_finish,
   .adamw = gt_cuda_adamw,
   .sum_add = gt_cuda_sum_add,
+  .axpby = gt_cuda_axpby,
   .sumsq_add = gt_cuda_sumsq_add,
 };
 

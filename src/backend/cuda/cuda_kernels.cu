@@ -1071,6 +1071,13 @@ template <bool SQUARE> int sum_add_t(gt_backend *be, double *acc, const float *x
   return GT_SUCCESS;
 }
 
+__global__ void axpby_kernel(float *y, float a, const float *x, float b, size_t n)
+{
+  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+       i += (size_t)gridDim.x * blockDim.x)
+    y[i] = a * x[i] + b * y[i];
+}
+
 } // namespace
 
 // ---- entries (C linkage, declared in cuda_backend.h) -------------------------------------------
@@ -1216,4 +1223,16 @@ extern "C" int gt_cuda_sum_add(gt_backend *be, double *acc, const float *x, size
 extern "C" int gt_cuda_sumsq_add(gt_backend *be, double *acc, const float *x, size_t n)
 {
   return sum_add_t<true>(be, acc, x, n);
+}
+
+extern "C" int gt_cuda_axpby(gt_backend *be, float *y, float a, const float *x, float b,
+                             size_t n)
+{
+  if (n == 0)
+    return GT_SUCCESS;
+  const size_t blocks = (n + 255) / 256;
+  axpby_kernel<<<blocks < 65535 ? (unsigned)blocks : 65535u, 256, 0, gt_cuda_compute(be)>>>(
+      y, a, x, b, n);
+  GT_CUDA_LAUNCHED("axpby");
+  return GT_SUCCESS;
 }
