@@ -74,6 +74,8 @@ typedef struct gt_config {
     char allreduce[GT_NAME_MAX];  /* mpi | ring | tree | halving | auto */
     char coll_table[GT_PATH_MAX]; /* auto: the fitted table */
     char compress[GT_NAME_MAX];   /* none | bf16 | fp16 | topk:R | powersgd:K */
+    char sync[GT_NAME_MAX];       /* every_step | local:K | diloco:K | easgd:K,A | stale:S */
+    double outer_lr, outer_momentum; /* diloco */
     long coll_segment_kb;         /* our algorithms: segment KiB */
     long coll_window;             /* our algorithms: segments in flight */
     long zero;                    /* ZeRO stage 0..3 */

@@ -19,6 +19,8 @@
  *                    fail with an I/O error, as a failing disk makes them
  *   ckpt_local_fail  every rank by default: copying the tensors to the host
  *                    for a checkpoint fails, before the collective write
+ *   slow_step        rank 1 by default: the step sleeps 300 ms before its
+ *                    forward (a straggler: a slow node, a noisy neighbour)
  *
  * A name that is not in this list, or a malformed field, is an error at
  * start (gt_fault_init). Unset or empty GT_FAULT arms nothing; the hooks

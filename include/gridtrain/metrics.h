@@ -9,7 +9,9 @@
  * data_ms, bubble_ms (by kind) and forward_ms, backward_ms, tp_comm_ms,
  * pp_comm_ms, dp_exposed_ms, optimizer_ms, recompute_ms (by event),
  * comm_bytes (the payload rank 0 handed to collectives in the step,
- * collectives.h); val_loss when the step evaluated. A final record has "summary": true with run totals.
+ * collectives.h), synced (the data-parallel replicas synchronised in the
+ * step: always with sync = every_step, sync.h); val_loss when the step
+ * evaluated. A final record has "summary": true with run totals.
  */
 #ifndef GRIDTRAIN_METRICS_H
 #define GRIDTRAIN_METRICS_H
@@ -33,6 +35,7 @@ typedef struct gt_step_stats {
   double forward_ms, backward_ms, tp_comm_ms, pp_comm_ms, dp_exposed_ms, optimizer_ms;
   double recompute_ms; /* the extra forwards of [model] recompute */
   double comm_bytes;   /* payload handed to collectives in the step */
+  bool synced;         /* [parallel] sync: the replicas synchronised at this step */
 } gt_step_stats;
 
 typedef struct gt_run_summary {

@@ -181,6 +181,15 @@ static const gt_key gt_keys[] = {
    "payloads (fp32 sums), topk:R (the fraction R of largest entries, error feedback) or "
    "powersgd:K (rank-K PowerSGD of every matrix, error feedback); docs/communication.md",
    false, false},
+  {"parallel", "sync", GT_KEY_STRING, GT_OFF(parallel.sync), 0, 0, NULL, "every_step",
+   "how often the data-parallel replicas synchronise (zero = 0): every_step, local:K "
+   "(local SGD, every K-th step synchronous), diloco:K (DiLoCo outer Nesterov step every "
+   "K), easgd:K,ALPHA (elastic averaging every K) or stale:S (gradients applied S steps "
+   "late, non-blocking); docs/communication.md", false, false},
+  {"parallel", "outer_lr", GT_KEY_REAL, GT_OFF(parallel.outer_lr), 0, 100, NULL, "0.7",
+   "sync = diloco: learning rate of the outer Nesterov step", true, false},
+  {"parallel", "outer_momentum", GT_KEY_REAL, GT_OFF(parallel.outer_momentum), 0, 1, NULL,
+   "0.9", "sync = diloco: momentum of the outer Nesterov step", false, true},
   {"parallel", "coll_table", GT_KEY_STRING, GT_OFF(parallel.coll_table), 0, 0, NULL, "",
    "allreduce = auto: the table of fitted latency and bandwidth per algorithm that "
    "benchmarks/run_coll.sh writes (benchmarks/results/coll-table.txt)", false, false},

@@ -22,6 +22,7 @@ static const struct {
   {"ckpt_kill", 0},
   {"ckpt_write_fail", GT_FAULT_ANY},
   {"ckpt_local_fail", GT_FAULT_ANY},
+  {"slow_step", 1},
 };
 #define GT_FAULT_NKNOWN ((int)(sizeof gt_fault_known / sizeof gt_fault_known[0]))
 

@@ -86,7 +86,7 @@ int gt_metrics_write_step(gt_metrics *m, const gt_step_stats *s)
   gt_json_num(f, "optimizer_ms", s->optimizer_ms, true);
   gt_json_num(f, "recompute_ms", s->recompute_ms, true);
   gt_json_num(f, "comm_bytes", s->comm_bytes, true);
-  fprintf(f, "}\n");
+  fprintf(f, ",\"synced\":%s}\n", s->synced ? "true" : "false");
   GT_CHECK(fflush(f) == 0, GT_ERR_SYSTEM, "cannot write the metrics file '%s': %s", m->path,
            strerror(errno));
   return GT_SUCCESS;

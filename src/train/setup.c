@@ -442,6 +442,46 @@ static int gt_trainer_compression(gt_trainer *tr)
   return GT_SUCCESS;
 }
 
+/* [parallel] sync: the mode, the replica's communicator (pp x tp: the
+ * scalars that must not wait for the other replicas) and, for stale, the
+ * pipelined signal agreement. Collective on world. */
+static int gt_trainer_sync(gt_trainer *tr)
+{
+  const gt_grid *g = tr->grid;
+  gt_sync_spec spec;
+  int status = gt_sync_parse(tr->cfg.parallel.sync, &spec);
+  GT_CALL(gt_error_agree(status, g->world));
+  if (spec.kind == GT_SYNC_EVERY)
+    return GT_SUCCESS;
+  GT_CALL_MPI(MPI_Comm_split(g->world, g->dp_rank, g->world_rank, &tr->replica));
+  if (tr->compress.kind != GT_COMPRESS_NONE)
+    status = GT_ERROR(GT_ERR_INPUT, "[parallel] compress = %s needs sync = every_step (the "
+                      "compressed reduction is the every-step gradient all-reduce)",
+                      tr->cfg.parallel.compress);
+  else if (tr->zero > 0)
+    status = GT_ERROR(GT_ERR_INPUT, "[parallel] sync = %s needs zero = 0: a replica that "
+                      "steps on its own needs its whole optimizer state",
+                      tr->cfg.parallel.sync);
+  if (status == GT_SUCCESS) {
+    float *m, *v;
+    gt_adamw_moments(tr->opt, &m, &v);
+    status = gt_sync_create(&spec, gt_gpt_params(tr->model), m, v, &tr->dp_group,
+                            tr->cfg.parallel.outer_lr, tr->cfg.parallel.outer_momentum,
+                            &tr->sync);
+  }
+  if (status == GT_SUCCESS && spec.kind == GT_SYNC_STALE) {
+    tr->poll_hook = (gt_grad_hook){NULL, tr, {gt_trainer_bucket_progress, tr}, NULL, false};
+    tr->sig_req = malloc(sizeof *tr->sig_req * (size_t)(spec.s + 1));
+    tr->sig_val = calloc(2 * (size_t)(spec.s + 1), sizeof *tr->sig_val);
+    if (!tr->sig_req || !tr->sig_val)
+      status = GT_ERROR(GT_ERR_SYSTEM, "out of memory for the signal agreements");
+    for (long i = 0; tr->sig_req && i <= spec.s; i++)
+      tr->sig_req[i] = MPI_REQUEST_NULL;
+  }
+  GT_CALL(gt_error_agree(status, g->world));
+  return GT_SUCCESS;
+}
+
 /* Backend, collectives context and device clock. */
 static int gt_trainer_device(gt_trainer *tr)
 {
@@ -469,6 +509,7 @@ int gt_trainer_create(const gt_config *cfg, MPI_Comm world, bool quiet, gt_train
   GT_CHECK_ALLOC(tr, sizeof *tr);
   *trainer = tr;
   tr->writers = MPI_COMM_NULL;
+  tr->replica = MPI_COMM_NULL;
   tr->cfg = *cfg;
   GT_CALL(gt_grid_create(cfg, world, &tr->grid));
   const gt_grid *g = tr->grid;
@@ -570,6 +611,7 @@ int gt_trainer_create(const gt_config *cfg, MPI_Comm world, bool quiet, gt_train
                               NULL, false};
   }
   GT_AGREE(comm, gt_trainer_compression(tr));
+  GT_CALL(gt_trainer_sync(tr));
   tr->embed = (gt_group){g->embed, 0, 1, tr->ev.tied, tr->coll};
   if (g->embed != MPI_COMM_NULL) {
     GT_CALL_MPI(MPI_Comm_rank(g->embed, &tr->embed.rank));
@@ -629,6 +671,11 @@ int gt_trainer_destroy(gt_trainer **trainer)
     gt_dataset_close(&tr->train);
   gt_pipe_destroy(&tr->pipe);
   gt_buckets_destroy(&tr->buckets);
+  gt_sync_destroy(&tr->sync);
+  if (tr->replica != MPI_COMM_NULL)
+    MPI_Comm_free(&tr->replica);
+  free(tr->sig_req);
+  free(tr->sig_val);
   gt_gshard_destroy(&tr->gshard);
   gt_pgather_destroy(&tr->pgather);
   gt_adamw_destroy(&tr->opt);

@@ -8,9 +8,11 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "gridtrain/comm.h"
 #include "gridtrain/error.h"
+#include "gridtrain/fault.h"
 #include "gridtrain/log.h"
 #include "gridtrain/signals.h"
 
@@ -59,7 +61,7 @@ static gt_pipe_feed gt_trainer_feed(gt_trainer *tr, gt_dataset *ds, bool shuffle
 
 // ---- the step's scalars ----------------------------------------------------------------------
 
-int gt_trainer_reduce_scalars(gt_trainer *tr, int first, int n, double *out)
+int gt_trainer_reduce_scalars(gt_trainer *tr, int first, int n, double *out, MPI_Comm comm)
 {
   gt_backend *be = tr->be;
   GT_CALL(be->ops->download(be, tr->host_scalars + first, tr->scalars + first,
@@ -68,7 +70,7 @@ int gt_trainer_reduce_scalars(gt_trainer *tr, int first, int n, double *out)
   GT_CALL(be->ops->event_wait(be, tr->scalars_ready));
   for (int i = 0; i < n; i++)
     out[i] = tr->host_scalars[first + i];
-  GT_CALL(gt_allreduce_f64(out, n, MPI_SUM, tr->grid->world));
+  GT_CALL(gt_allreduce_f64(out, n, MPI_SUM, comm));
   return GT_SUCCESS;
 }
 
@@ -91,6 +93,18 @@ int gt_trainer_step(gt_trainer *tr, gt_step_stats *st)
   const double t0 = gt_now();
   const double bytes0 = gt_coll_bytes(tr->coll);
   gt_events_step_reset();
+  if (gt_fault_hit("slow_step", g->world_rank, s)) /* a straggler (fault.h) */
+    for (int ms = 0; ms < 300; ms++) { /* computing slowly: polling MPI as backward does */
+      nanosleep(&(struct timespec){0, 1000000L}, NULL);
+      GT_CALL(gt_comm_progress());
+    }
+  /* [parallel] sync: whether the gradients are all-reduced over dp this
+   * step, and whether the replicas keep their own gradients (then each is
+   * 1/dp of its replica's batch mean: the update takes dp times it) */
+  const gt_sync_spec *sync = tr->sync ? gt_sync_get_spec(tr->sync) : NULL;
+  const bool stale = sync && sync->kind == GT_SYNC_STALE;
+  const bool reduce = !tr->sync || gt_sync_reduces_grads(tr->sync, s);
+  const double own = !reduce && !stale ? (double)g->dp_size : 1.0;
 
   gt_event_begin(tr->ev.zero);
   int status = gt_params_zero_grads(params);
@@ -111,13 +125,16 @@ int gt_trainer_step(gt_trainer *tr, gt_step_stats *st)
   const gt_pipe_feed feed = gt_trainer_feed(tr, tr->train, true, tr->samples);
   /* zero 2 hands out every micro-batch's gradient buffers (the hook is
    * always on); below it the hook starts buckets when DP overlaps */
-  const bool hooked = tr->gshard || (tr->overlap && g->dp_size > 1);
+  const bool hooked = tr->gshard || (tr->overlap && g->dp_size > 1 && reduce);
+  const gt_grad_hook *hook = hooked                        ? &tr->hook
+                             : stale && g->dp_size > 1 ? &tr->poll_hook
+                                                       : NULL;
   GT_CALL(gt_pipe_train(tr->pipe, &feed, dlogit_scale, gt_trainer_loss_acc(tr, GT_SC_LOSS),
-                        hooked ? &tr->hook : NULL));
+                        hook));
 
   if (tr->pgather) /* zero 3: no gathered weights outlive the passes */
     GT_CALL(gt_pgather_drop(tr->pgather));
-  if (g->dp_size > 1) { /* what backward did not hide */
+  if (g->dp_size > 1 && reduce) { /* what backward did not hide */
     gt_event_begin(tr->ev.dp_exposed);
     status = tr->gshard ? gt_gshard_wait(tr->gshard) : gt_buckets_wait(tr->buckets);
     gt_event_end(tr->ev.dp_exposed);
@@ -141,9 +158,17 @@ int gt_trainer_step(gt_trainer *tr, gt_step_stats *st)
     gt_event_end(tr->ev.dp_exposed);
     GT_CALL(status);
   }
+  bool have = true; /* stale: a sum S steps old to apply */
+  if (stale) {
+    gt_event_begin(tr->ev.dp_exposed);
+    status = gt_sync_stale_exchange(tr->sync, s, &have);
+    gt_event_end(tr->ev.dp_exposed);
+    GT_CALL(status);
+  }
   /* dp replicas hold the same gradients; with zero each dp rank holds the
-   * reduced ones of its own piece */
-  if (g->dp_rank == 0 || tr->zero >= 1) {
+   * reduced ones of its own piece; with [parallel] sync every replica
+   * counts its own (replica 0's norm is the one logged) */
+  if ((g->dp_rank == 0 || tr->zero >= 1 || tr->sync) && have) {
     gt_event_begin(tr->ev.norm);
     status = gt_params_grad_sumsq(params, &tr->scalars[GT_SC_SUMSQ]);
     gt_event_end(tr->ev.norm);
@@ -151,11 +176,18 @@ int gt_trainer_step(gt_trainer *tr, gt_step_stats *st)
   }
   double red[2];
   gt_event_begin(tr->ev.reduce);
-  status = gt_trainer_reduce_scalars(tr, GT_SC_LOSS, 2, red);
+  if (!tr->sync) {
+    status = gt_trainer_reduce_scalars(tr, GT_SC_LOSS, 2, red, g->world);
+  } else { /* the loss: the mean over replicas (stale: this replica's, no dp collective) */
+    status = gt_trainer_reduce_scalars(tr, GT_SC_LOSS, 1, &red[0],
+                                       stale ? tr->replica : g->world);
+    if (status == GT_SUCCESS)
+      status = gt_trainer_reduce_scalars(tr, GT_SC_SUMSQ, 1, &red[1], tr->replica);
+  }
   gt_event_end(tr->ev.reduce);
   GT_CALL(status);
-  const double loss = red[0] / ((double)tr->B * tr->T);
-  const double norm = sqrt(red[1]) / loss_scale; /* of the unscaled gradients */
+  const double loss = red[0] / ((double)(stale ? tr->B_rank : tr->B) * tr->T);
+  const double norm = own * sqrt(red[1]) / loss_scale; /* of the unscaled gradients */
   const bool finite = isfinite(loss) && isfinite(norm);
   if (!finite && !tr->scaler.dynamic) {
     gt_error_set(GT_ERR_NUMERIC, __FILE__, __LINE__, __func__,
@@ -173,15 +205,26 @@ int gt_trainer_step(gt_trainer *tr, gt_step_stats *st)
     gt_error_set_collective(true); /* the same verdict on every rank */
     return gt_error_push(status, __FILE__, __LINE__, __func__);
   }
-  const double lr = gt_lr_at(&tr->opt_cfg, s);
-  if (!skip) {
+  /* stale:S applies step s - S's gradients: its schedule and update count */
+  const long late = stale ? sync->s : 0;
+  const double lr = gt_lr_at(&tr->opt_cfg, s - late);
+  if (tr->sync)
+    GT_CALL(gt_sync_before_update(tr->sync, s)); /* local:K: the replicas averaged */
+  if (!skip && have) {
     /* Bias correction counts the updates made: skipped steps made none. */
-    const double grad_mult = gt_clip_factor(&tr->opt_cfg, norm) / loss_scale;
+    const double grad_mult = own * gt_clip_factor(&tr->opt_cfg, norm) / loss_scale;
     gt_event_begin(tr->ev.optimizer);
-    status = gt_adamw_step(tr->opt, s - skipped_before, lr, grad_mult);
+    status = gt_adamw_step(tr->opt, s - late - skipped_before, lr, grad_mult);
     gt_event_end(tr->ev.optimizer);
     GT_CALL(status);
     GT_CALL(gt_trainer_gather_compute(tr)); /* zero: the other pieces' updates */
+  }
+  bool synced = true;
+  if (tr->sync) {
+    gt_event_begin(tr->ev.dp_exposed);
+    status = gt_sync_after_update(tr->sync, s, &synced);
+    gt_event_end(tr->ev.dp_exposed);
+    GT_CALL(status);
   }
   GT_CALL(gt_events_collect()); /* what the device did in the step */
 
@@ -210,6 +253,7 @@ int gt_trainer_step(gt_trainer *tr, gt_step_stats *st)
   st->optimizer_ms = 1e3 * gt_event_step_seconds(tr->ev.optimizer);
   st->recompute_ms = 1e3 * gt_event_step_seconds(tr->ev.recompute);
   st->comm_bytes = gt_coll_bytes(tr->coll) - bytes0;
+  st->synced = synced;
   tr->step++;
   tr->samples += tr->B;
   tr->last_loss = loss;
@@ -228,7 +272,7 @@ int gt_trainer_evaluate(gt_trainer *tr, double *val_loss)
   }
   double sum = 0;
   if (status == GT_SUCCESS)
-    status = gt_trainer_reduce_scalars(tr, GT_SC_EVAL, 1, &sum);
+    status = gt_trainer_reduce_scalars(tr, GT_SC_EVAL, 1, &sum, tr->grid->world);
   gt_event_end(tr->ev.eval);
   GT_CALL(status);
   *val_loss = sum / ((double)tr->cfg.run.eval_batches * tr->B * tr->T);
@@ -326,11 +370,37 @@ int gt_trainer_gather_params(gt_trainer *tr, float *full)
 
 // ---- the loop ----------------------------------------------------------------------------
 
-static int gt_agree_signal(const gt_grid *g, int *signo)
+/* Every rank learns whether any rank was signalled. With sync = stale:S
+ * the agreement is a non-blocking all-reduce completed S steps later (a
+ * blocking one would hold every replica to the slowest each step): every
+ * rank acts on the flags of the same step, S steps after it; `flush`
+ * completes those in flight (the end of the run). */
+static int gt_agree_signal(gt_trainer *tr, bool flush, int *signo)
 {
-  double sig = (double)gt_signal_pending();
-  GT_CALL(gt_allreduce_f64(&sig, 1, MPI_MAX, g->world));
-  *signo = (int)sig;
+  const gt_grid *g = tr->grid;
+  *signo = 0;
+  if (!tr->sig_req) {
+    double sig = (double)gt_signal_pending();
+    GT_CALL(gt_allreduce_f64(&sig, 1, MPI_MAX, g->world));
+    *signo = (int)sig;
+    return GT_SUCCESS;
+  }
+  const long S = gt_sync_get_spec(tr->sync)->s, slots = S + 1;
+  if (flush) {
+    for (long i = 0; i < slots; i++)
+      if (tr->sig_req[i] != MPI_REQUEST_NULL)
+        GT_CALL(gt_comm_wait(&tr->sig_req[i]));
+    return GT_SUCCESS;
+  }
+  const long t = tr->sig_count++, slot = t % slots;
+  tr->sig_val[2 * slot] = (double)gt_signal_pending();
+  GT_CALL_MPI(MPI_Iallreduce(&tr->sig_val[2 * slot], &tr->sig_val[2 * slot + 1], 1, MPI_DOUBLE,
+                             MPI_MAX, g->world, &tr->sig_req[slot]));
+  if (t < S)
+    return GT_SUCCESS;
+  const long old = (t - S) % slots;
+  GT_CALL(gt_comm_wait(&tr->sig_req[old]));
+  *signo = (int)tr->sig_val[2 * old + 1];
   return GT_SUCCESS;
 }
 
@@ -369,7 +439,7 @@ int gt_trainer_run(gt_trainer *tr)
     }
     /* Step boundary: every rank learns whether any rank was signalled. */
     int signo = 0;
-    GT_CALL(gt_agree_signal(g, &signo));
+    GT_CALL(gt_agree_signal(tr, false, &signo));
     const bool due = cfg->checkpoint.every > 0 && tr->step % cfg->checkpoint.every == 0;
     if (saving && (due || signo || last)) {
       const double t0 = gt_now();
@@ -382,6 +452,7 @@ int gt_trainer_run(gt_trainer *tr)
         gt_info("gridtrain: checkpoint %s written in %.1f s\n", path, gt_now() - t0);
     }
     if (signo) {
+      GT_CALL(gt_agree_signal(tr, true, &(int){0})); /* nothing left in flight */
       if (saved == tr->step)
         gt_error_set(GT_ERR_REQUEUE, __FILE__, __LINE__, __func__,
                      "caught %s: checkpoint %s written at step %ld of %ld; exiting with status "
@@ -396,6 +467,7 @@ int gt_trainer_run(gt_trainer *tr)
       return saved == tr->step ? GT_ERR_REQUEUE : GT_ERR_SYSTEM;
     }
   }
+  GT_CALL(gt_agree_signal(tr, true, &(int){0}));
   GT_CALL(gt_barrier(g->world));
   const double wall = gt_now() - t_start;
   const long ran = steps - tr->start_step;

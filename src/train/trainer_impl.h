@@ -15,6 +15,7 @@
 #include "gridtrain/checkpoint.h"
 #include "gridtrain/collectives.h"
 #include "gridtrain/compress.h"
+#include "gridtrain/sync.h"
 #include "gridtrain/data.h"
 #include "gridtrain/grad_shards.h"
 #include "gridtrain/gpt.h"
@@ -35,6 +36,11 @@ struct gt_trainer {
   gt_backend *be;
   gt_coll *coll;
   gt_compress_spec compress; /* [parallel] compress */
+  gt_sync *sync;             /* [parallel] sync other than every_step; else NULL */
+  MPI_Comm replica;          /* with sync: the ranks of this dp replica (pp x tp) */
+  MPI_Request *sig_req;      /* stale:S: the signal agreements in flight, S + 1 */
+  double *sig_val;           /* their values: 2 per slot (mine, agreed) */
+  long sig_count;            /* agreements started by this process */
   gt_timer_clock *clock;
   gt_dtype dtype;
   gt_gpt *model;
@@ -77,6 +83,7 @@ struct gt_trainer {
   gt_pgather *pgather;    /* zero 3 */
   bool overlap;
   gt_grad_hook hook;
+  gt_grad_hook poll_hook; /* stale: backward only moves the sums in flight along */
   gt_group embed;         /* first and last stage (pp > 1) */
 
   double *scalars;        /* device: GT_NSCALARS doubles */
@@ -97,8 +104,9 @@ int gt_trainer_resume(gt_trainer *tr, bool quiet);
 int gt_trainer_feed_read(void *ctx, int mb, const int32_t **tokens, const int32_t **targets);
 
 /* trainer.c: the device scalars [first, first + n) to the host
- * (tr->host_scalars) and summed over the world into out. */
-int gt_trainer_reduce_scalars(gt_trainer *tr, int first, int n, double *out);
+ * (tr->host_scalars) and summed over comm (the world, or a replica) into
+ * out. Collective on comm. */
+int gt_trainer_reduce_scalars(gt_trainer *tr, int first, int n, double *out, MPI_Comm comm);
 
 /* sharding.c: with the parameters in ZeRO pieces, the compute copy outside
  * this rank's piece from the other dp ranks (after an update, an
