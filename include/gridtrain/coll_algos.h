@@ -38,8 +38,9 @@
  *            first: the even one hands its data to the odd one, sits out,
  *            and gets its result back at the end.
  * gt_algo_cost returns these coefficients; the benchmark fits alpha, beta
- * and gamma per operation and algorithm (benchmarks/bench_coll.c) and
- * writes the table that [parallel] allreduce = auto reads (gt_algo_table).
+ * and gamma per algorithm and group size over all four operations
+ * (benchmarks/coll_fit.py) and writes the table that [parallel] allreduce =
+ * auto reads (gt_algo_table).
  */
 #ifndef GRIDTRAIN_COLL_ALGOS_H
 #define GRIDTRAIN_COLL_ALGOS_H
@@ -144,21 +145,29 @@ double gt_algo_req_sent(const gt_algo_req *r);
  * broadcast). */
 void gt_algo_cost(gt_algo a, gt_coll_op op, int p, double n, double seg_bytes, double c[3]);
 
-/* A table of fitted alpha, beta, gamma per operation and algorithm, as the
- * benchmark writes it: lines "OP ALGO ALPHA BETA GAMMA" (seconds, seconds
- * per byte), '#' comments. */
+/* A table of fitted alpha, beta, gamma per operation, algorithm and group
+ * size, as the benchmark writes it: lines "OP ALGO NP ALPHA BETA GAMMA"
+ * (seconds, seconds per byte), '#' comments. */
+#define GT_ALGO_TABLE_MAX 512
+typedef struct gt_algo_row {
+  gt_coll_op op;
+  gt_algo algo;
+  int np;
+  double abg[3];
+} gt_algo_row;
 typedef struct gt_algo_table {
-  bool have[GT_COLL_OPS][GT_ALGO_AUTO];
-  double abg[GT_COLL_OPS][GT_ALGO_AUTO][3];
+  int n;
+  gt_algo_row rows[GT_ALGO_TABLE_MAX];
 } gt_algo_table;
 
-/* Read FILE; GT_ERR_INPUT with file:line on a malformed line or a table
- * without one all-reduce row. Not collective. */
+/* Read FILE; GT_ERR_INPUT with file:line on a malformed line, and for a
+ * table without an all-reduce row. Not collective. */
 int gt_algo_table_read(const char *path, gt_algo_table *table);
 
 /* The algorithm with the smallest predicted time for op on n bytes over p
- * members among the table's rows for op (GT_ALGO_MPI when the table has
- * none). The same on every member for the same arguments. */
+ * members, among the table's rows for op at the group size nearest p (the
+ * smaller of two as near; GT_ALGO_MPI when the table has no row for op).
+ * The same on every member for the same arguments. */
 gt_algo gt_algo_pick(const gt_algo_table *table, gt_coll_op op, int p, double n,
                      double seg_bytes);
 

@@ -1088,11 +1088,12 @@ void gt_algo_cost(gt_algo a, gt_coll_op op, int p, double n, double seg_bytes, d
 
 int gt_algo_table_read(const char *path, gt_algo_table *table)
 {
-  memset(table, 0, sizeof *table);
+  table->n = 0;
   FILE *fp = fopen(path, "r");
   GT_CHECK(fp, GT_ERR_INPUT, "cannot open the collective table %s: %s", path, strerror(errno));
   char line[512];
   int lineno = 0, status = GT_SUCCESS;
+  bool allreduce = false;
   while (status == GT_SUCCESS && fgets(line, sizeof line, fp)) {
     lineno++;
     char *hash = strchr(line, '#');
@@ -1100,47 +1101,61 @@ int gt_algo_table_read(const char *path, gt_algo_table *table)
       *hash = '\0';
     char op[64], algo[64];
     double v[3];
-    int got = sscanf(line, "%63s %63s %lf %lf %lf", op, algo, &v[0], &v[1], &v[2]);
+    int np = 0;
+    int got = sscanf(line, "%63s %63s %d %lf %lf %lf", op, algo, &np, &v[0], &v[1], &v[2]);
     if (got <= 0)
       continue;
     gt_coll_op o = GT_COLL_ALLREDUCE;
     gt_algo a = GT_ALGO_MPI;
-    if (got != 5 || gt_coll_op_parse(op, &o) != GT_SUCCESS ||
-        gt_algo_parse(algo, &a) != GT_SUCCESS || a == GT_ALGO_AUTO || !isfinite(v[0]) ||
-        !isfinite(v[1]) || !isfinite(v[2]) || v[0] < 0 || v[1] < 0 || v[2] < 0) {
+    if (got != 6 || gt_coll_op_parse(op, &o) != GT_SUCCESS ||
+        gt_algo_parse(algo, &a) != GT_SUCCESS || a == GT_ALGO_AUTO || np < 2 ||
+        !isfinite(v[0]) || !isfinite(v[1]) || !isfinite(v[2]) || v[0] < 0 || v[1] < 0 ||
+        v[2] < 0) {
       gt_error_clear();
-      status = GT_ERROR(GT_ERR_INPUT, "%s:%d: expected 'OP ALGO ALPHA BETA GAMMA' (an "
-                        "operation, an algorithm, three times >= 0), got '%.60s'",
-                        path, lineno, line);
+      status = GT_ERROR(GT_ERR_INPUT, "%s:%d: expected 'OP ALGO NP ALPHA BETA GAMMA' (an "
+                        "operation, an algorithm, a group size >= 2, three times >= 0), got "
+                        "'%.60s'", path, lineno, line);
       break;
     }
-    table->have[o][a] = true;
-    memcpy(table->abg[o][a], v, sizeof v);
+    if (table->n == GT_ALGO_TABLE_MAX) {
+      status = GT_ERROR(GT_ERR_INPUT, "%s:%d: more than %d rows", path, lineno,
+                        GT_ALGO_TABLE_MAX);
+      break;
+    }
+    gt_algo_row *r = &table->rows[table->n++];
+    *r = (gt_algo_row){o, a, np, {v[0], v[1], v[2]}};
+    allreduce |= o == GT_COLL_ALLREDUCE;
   }
   fclose(fp);
   GT_CALL(status);
-  bool any = false;
-  for (int a = 0; a < GT_ALGO_AUTO; a++)
-    any |= table->have[GT_COLL_ALLREDUCE][a];
-  GT_CHECK(any, GT_ERR_INPUT, "%s: no allreduce row (is it a table of benchmarks/bench_coll?)",
+  GT_CHECK(allreduce, GT_ERR_INPUT, "%s: no allreduce row (is it a table of benchmarks/bench_coll?)",
            path);
   return GT_SUCCESS;
 }
 
 gt_algo gt_algo_pick(const gt_algo_table *table, gt_coll_op op, int p, double n, double seg_bytes)
 {
+  int near = -1; /* the group size of the table nearest p */
+  for (int i = 0; i < table->n; i++) {
+    const gt_algo_row *r = &table->rows[i];
+    if (r->op != op)
+      continue;
+    const int d = abs(r->np - p), dn = near < 0 ? 0 : abs(near - p);
+    if (near < 0 || d < dn || (d == dn && r->np < near))
+      near = r->np;
+  }
   gt_algo best = GT_ALGO_MPI;
   double best_t = INFINITY;
-  for (int a = 0; a < GT_ALGO_AUTO; a++) {
-    if (!table->have[op][a])
+  for (int i = 0; i < table->n; i++) {
+    const gt_algo_row *r = &table->rows[i];
+    if (r->op != op || r->np != near)
       continue;
     double c[3];
-    gt_algo_cost((gt_algo)a, op, p, n, seg_bytes, c);
-    const double *abg = table->abg[op][a];
-    const double t = abg[0] * c[0] + abg[1] * c[1] + abg[2] * c[2];
+    gt_algo_cost(r->algo, op, p, n, seg_bytes, c);
+    const double t = r->abg[0] * c[0] + r->abg[1] * c[1] + r->abg[2] * c[2];
     if (t < best_t) {
       best_t = t;
-      best = (gt_algo)a;
+      best = r->algo;
     }
   }
   return best;

@@ -212,7 +212,7 @@ int gt_sync_before_update(gt_sync *s, long step)
   GT_CALL(gt_sync_mean(s, s->params->values));
   GT_CALL(gt_sync_mean(s, s->m));
   GT_CALL(gt_sync_mean(s, s->v));
-  return GT_SUCCESS;
+  return gt_params_refresh_compute(s->params); /* the update may be skipped (fp16) */
 }
 
 int gt_sync_after_update(gt_sync *s, long step, bool *synced)

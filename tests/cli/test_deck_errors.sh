@@ -98,6 +98,19 @@ expect "NCCL collectives on the cpu backend" "[parallel] collectives = nccl need
   train "$deck" data.train="$data" parallel.collectives=nccl
 expect "ZeRO stage out of range" "[parallel] zero = '4' is not valid" \
   train "$deck" data.train="$data" parallel.zero=4
+expect "unknown collective algorithm" "parallel.allreduce" \
+  train "$deck" data.train="$data" parallel.allreduce=butterfly
+expect "allreduce = auto without a table" "allreduce = auto needs coll_table = FILE" \
+  train "$deck" data.train="$data" parallel.allreduce=auto
+printf 'allreduce ring 2 1e-6 fast 0\n' >"$GT_TMP/table.txt"
+expect "a malformed collective table" "table.txt:1: expected 'OP ALGO NP ALPHA BETA GAMMA'" \
+  train "$deck" data.train="$data" parallel.allreduce=auto parallel.coll_table="$GT_TMP/table.txt"
+expect "a missing collective table" "cannot open the collective table $GT_TMP/none.txt" \
+  train "$deck" data.train="$data" parallel.allreduce=auto parallel.coll_table="$GT_TMP/none.txt"
+expect "unknown compression" "[parallel] compress = 'zip': expected none, bf16, fp16" \
+  train "$deck" data.train="$data" parallel.compress=zip
+expect "compression with sync modes" "compress = bf16 needs sync = every_step" \
+  train "$deck" data.train="$data" parallel.compress=bf16 parallel.sync=local:2
 # zero = 1 or 3 with one data-parallel rank runs, and says it does nothing
 for z in 1 3; do
   run_mpi 2 120 "$GT_BIN" train "$deck" data.train="$data" parallel.zero=$z grid.dp=1 grid.tp=2 \

@@ -223,17 +223,21 @@ static void test_model(const char *dir)
   char path[512];
   snprintf(path, sizeof path, "%s/coll-table-%d.txt", dir, (int)getpid());
   FILE *fp = fopen(path, "w");
-  fprintf(fp, "# op algo alpha beta gamma\nallreduce mpi 1e-6 1e-9 0\n"
-              "allreduce ring 1e-3 1e-10 0 # slow start, fast link\n");
+  fprintf(fp, "# op algo np alpha beta gamma\nallreduce mpi 2 1e-6 1e-9 0\n"
+              "allreduce ring 2 1e-3 1e-10 0 # slow start, fast link\n"
+              "allreduce mpi 8 1e-6 1e-12 0\nallreduce ring 8 1e-3 1e-10 0\n");
   fclose(fp);
   gt_algo_table tab;
   int st = gt_algo_table_read(path, &tab);
   tap_ok(st == GT_SUCCESS && gt_algo_pick(&tab, GT_COLL_ALLREDUCE, 2, 64, 0) == GT_ALGO_MPI &&
              gt_algo_pick(&tab, GT_COLL_ALLREDUCE, 2, 64e6, 0) == GT_ALGO_RING &&
+             gt_algo_pick(&tab, GT_COLL_ALLREDUCE, 3, 64e6, 0) == GT_ALGO_RING &&
+             gt_algo_pick(&tab, GT_COLL_ALLREDUCE, 7, 64e6, 0) == GT_ALGO_MPI &&
              gt_algo_pick(&tab, GT_COLL_BCAST, 2, 64e6, 0) == GT_ALGO_MPI,
-         "auto picks MPI for small messages, ring for large ones, MPI where the table is silent");
+         "auto picks MPI for small messages, ring for large ones, from the rows of the nearest "
+         "group size, MPI where the table is silent");
   fp = fopen(path, "w");
-  fprintf(fp, "allreduce ring 1e-6 fast 0\n");
+  fprintf(fp, "allreduce ring 2 1e-6 fast 0\n");
   fclose(fp);
   gt_error_clear();
   st = gt_algo_table_read(path, &tab);
