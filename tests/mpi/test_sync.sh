@@ -5,7 +5,9 @@
 #     buckets);
 #   - every mode resumes bit for bit: 3 steps, a checkpoint (between two
 #     synchronisations), 5 more give the final checkpoint of 8 steps straight
-#     (every dataset, each replica's state in /rank/state too);
+#     (every dataset, each replica's state in /rank/state too); also with tp
+#     and pp inside the replicas (dp=2 x tp=2, dp=2 x pp=2), where local:1
+#     is again synchronous training bit for bit;
 #   - the modes learn: the loss falls;
 #   - stale:2 with a straggler (rank 1 sleeps 300 ms in steps 2 and 3): rank 0
 #     runs those steps at its own pace (with every_step it waits), and the
@@ -87,6 +89,31 @@ rows = [r for r in map(json.loads, open(sys.argv[1])) if "loss" in r and not r.g
 sys.exit(0 if len(rows) == 8 and rows[-1]["loss"] < rows[0]["loss"] - 0.3 else 1)
 PY
   ok $? "sync=$mode: the loss falls over 8 steps"
+done
+
+# inside each replica: tp and pp (a replica is the pp x tp ranks of a dp rank)
+train every_pp 4 6 grid.dp=2 grid.pp=2
+st1=$?
+train local1_pp 4 6 grid.dp=2 grid.pp=2 parallel.sync=local:1
+st2=$?
+ok $((st1 + st2)) "every_step and local:1 at dp=2 x pp=2"
+same_ckpt "$GT_TMP/ck-every_pp/step_00000006.h5" "$GT_TMP/ck-local1_pp/step_00000006.h5"
+ok $? "local:1 at dp=2 x pp=2 is synchronous training bit for bit"
+for layout in "grid.dp=2 grid.tp=2:diloco:2" "grid.dp=2 grid.pp=2:stale:1" "grid.dp=2 grid.tp=2:easgd:2,0.3"; do
+  grid=${layout%%:*}
+  mode=${layout#*:}
+  name=$(echo "$grid $mode" | tr ' :.,=' '_____')
+  train "full_$name" 4 6 $grid parallel.sync="$mode" checkpoint.every=3
+  st1=$?
+  train "half_$name" 4 3 $grid parallel.sync="$mode"
+  st2=$?
+  mv "$GT_TMP/half_$name.out" "$GT_TMP/half_$name.first.out"
+  train "half_$name" 4 6 $grid parallel.sync="$mode"
+  st3=$?
+  ok $((st1 + st2 + st3)) "sync=$mode at $grid: 6 steps, and 3 + resume + 3" ||
+    sed 's/^/# /' "$GT_TMP/half_$name.out"
+  same_ckpt "$GT_TMP/ck-full_$name/step_00000006.h5" "$GT_TMP/ck-half_$name/step_00000006.h5"
+  ok $? "sync=$mode at $grid: resume is bit for bit"
 done
 
 # the straggler: rank 1 sleeps in steps 2 and 3
