@@ -98,7 +98,7 @@ expect "NCCL collectives on the cpu backend" "[parallel] collectives = nccl need
   train "$deck" data.train="$data" parallel.collectives=nccl
 expect "ZeRO stage out of range" "[parallel] zero = '4' is not valid" \
   train "$deck" data.train="$data" parallel.zero=4
-expect "unknown collective algorithm" "parallel.allreduce" \
+expect "unknown collective algorithm" "[parallel] allreduce = 'butterfly' is not valid" \
   train "$deck" data.train="$data" parallel.allreduce=butterfly
 expect "allreduce = auto without a table" "allreduce = auto needs coll_table = FILE" \
   train "$deck" data.train="$data" parallel.allreduce=auto
