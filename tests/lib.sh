@@ -66,3 +66,44 @@ make_dataset() {
   "$GT_BIN" ingest text "$GT_SRCDIR/tests/data/genesis.txt" -o "$1" \
     --val-fraction "${2:-0.05}" >/dev/null
 }
+
+# train NAME NRANKS STEPS KEY=VALUE...: gridtrain train "$deck" $common (both
+# set by the test) for STEPS steps, metrics in $GT_TMP/NAME.jsonl, checkpoints
+# in $GT_TMP/ck-NAME, output in $GT_TMP/NAME.out; returns gridtrain's status.
+train() {
+  t_name=$1 t_ranks=$2 t_steps=$3
+  shift 3
+  run_mpi "$t_ranks" 300 "$GT_BIN" train "$deck" $common run.steps="$t_steps" \
+    run.metrics="$GT_TMP/$t_name.jsonl" checkpoint.dir="$GT_TMP/ck-$t_name" "$@" \
+    >"$GT_TMP/$t_name.out" 2>&1
+}
+
+# same_ckpt A B [TOL]: every dataset of checkpoint A is in B and equal, bit
+# for bit (TOL 0, the default) or within TOL relative (norm-wise; datasets
+# missing from B are then skipped). Needs $PYTHON_REF with h5py.
+same_ckpt() {
+  "$PYTHON_REF" - "$1" "$2" "${3:-0}" <<'PY'
+import sys
+import h5py, numpy as np
+a, b, tol = h5py.File(sys.argv[1], "r"), h5py.File(sys.argv[2], "r"), float(sys.argv[3])
+names, bad = [], []
+a.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) else None)
+for n in names:
+    if n not in b:
+        if tol == 0:
+            bad.append(n)
+        continue
+    x, y = a[n][()], b[n][()]
+    ok = np.array_equal(x, y) if tol == 0 else \
+        np.linalg.norm(x - y) <= tol * max(np.linalg.norm(y), 1e-30)
+    if not ok:
+        bad.append(n)
+print(f"# {len(names)} datasets, {len(bad)} differ {bad[:3]}")
+sys.exit(0 if not bad else 1)
+PY
+}
+
+# has_dataset FILE NAME: the checkpoint FILE has dataset NAME.
+has_dataset() {
+  "$PYTHON_REF" -c 'import sys, h5py; sys.exit(0 if sys.argv[2] in h5py.File(sys.argv[1], "r") else 1)' "$1" "$2"
+}

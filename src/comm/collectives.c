@@ -874,6 +874,23 @@ int gt_xfer_recv(gt_xfer *x, void *buf, size_t n, gt_dtype t, int peer, int tag,
   return GT_SUCCESS;
 }
 
+/* A reduction of n fp32 elements of buf just begun: it waits for the work
+ * queued so far (staged: the copy out on the copy stream), then a first
+ * test. */
+static int gt_xfer_launch_f32(gt_xfer *x, float *buf, size_t n)
+{
+  gt_coll *c = x->coll;
+  gt_backend *be = c->be;
+  GT_CALL(be->ops->event_record(be, x->ready, NULL));
+  if (!gt_direct_for(c, GT_F32, true)) {
+    GT_CALL(be->ops->stream_wait(be, c->copy, x->ready));
+    GT_CALL(be->ops->download(be, x->stage, buf, n * sizeof(float), c->copy));
+    GT_CALL(be->ops->event_record(be, x->ready, c->copy));
+  }
+  GT_CALL(gt_xfer_test(x, &(bool){false}));
+  return GT_SUCCESS;
+}
+
 /* NCCL on the copy stream, after the compute stream's work so far; the
  * compute stream waits for it; the request is complete for the host at once
  * (NCCL calls are issued in the same order on every rank, as the buckets'). */
@@ -896,7 +913,6 @@ static int gt_xfer_allreduce_nccl(gt_xfer *x, gt_nccl *nc, float *buf, size_t n,
 
 int gt_xfer_allreduce(gt_xfer *x, float *buf, size_t n, MPI_Comm comm)
 {
-  gt_backend *be = x->coll->be;
   gt_nccl *nc = gt_coll_nccl(x->coll, comm);
   if (nc) {
     int size = 1;
@@ -906,14 +922,7 @@ int gt_xfer_allreduce(gt_xfer *x, float *buf, size_t n, MPI_Comm comm)
   }
   GT_CALL(gt_xfer_begin(x, GT_X_ALLREDUCE, buf, n, GT_F32, -1, 0, comm));
   x->order = x->coll->issued++;
-  GT_CALL(be->ops->event_record(be, x->ready, NULL));
-  if (!gt_direct_for(x->coll, GT_F32, true)) {
-    GT_CALL(be->ops->stream_wait(be, x->coll->copy, x->ready));
-    GT_CALL(be->ops->download(be, x->stage, buf, n * sizeof(float), x->coll->copy));
-    GT_CALL(be->ops->event_record(be, x->ready, x->coll->copy));
-  }
-  GT_CALL(gt_xfer_test(x, &(bool){false}));
-  return GT_SUCCESS;
+  return gt_xfer_launch_f32(x, buf, n);
 }
 
 int gt_xfer_allreduce_custom(gt_xfer *x, float *buf, size_t n, MPI_Comm comm,
@@ -931,14 +940,7 @@ int gt_xfer_allreduce_custom(gt_xfer *x, float *buf, size_t n, MPI_Comm comm,
   GT_CALL_MPI(MPI_Comm_size(comm, &size));
   c->bytes -= gt_ring_bytes(GT_X_ALLREDUCE, (double)n * sizeof(float), size); /* counted at the end */
   x->order = c->issued++;
-  GT_CALL(be->ops->event_record(be, x->ready, NULL));
-  if (!gt_direct_for(c, GT_F32, true)) {
-    GT_CALL(be->ops->stream_wait(be, c->copy, x->ready));
-    GT_CALL(be->ops->download(be, x->stage, buf, n * sizeof(float), c->copy));
-    GT_CALL(be->ops->event_record(be, x->ready, c->copy));
-  }
-  GT_CALL(gt_xfer_test(x, &(bool){false}));
-  return GT_SUCCESS;
+  return gt_xfer_launch_f32(x, buf, n);
 }
 
 /* The pieces of a reduce-scatter (all-gather) of n elements in member
@@ -1029,14 +1031,7 @@ int gt_xfer_reduce_scatter(gt_xfer *x, float *buf, size_t n, const size_t *count
     return GT_SUCCESS;
   }
   GT_CALL(gt_xfer_begin_blocks(x, GT_X_REDUCE, buf, n, GT_F32, counts, me, size, comm));
-  GT_CALL(be->ops->event_record(be, x->ready, NULL));
-  if (!gt_direct_for(c, GT_F32, true)) {
-    GT_CALL(be->ops->stream_wait(be, c->copy, x->ready));
-    GT_CALL(be->ops->download(be, x->stage, buf, n * sizeof(float), c->copy));
-    GT_CALL(be->ops->event_record(be, x->ready, c->copy));
-  }
-  GT_CALL(gt_xfer_test(x, &(bool){false}));
-  return GT_SUCCESS;
+  return gt_xfer_launch_f32(x, buf, n);
 }
 
 int gt_xfer_allgather(gt_xfer *x, void *buf, size_t n, gt_dtype t, const size_t *counts,

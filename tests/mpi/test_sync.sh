@@ -21,41 +21,6 @@ make_dataset "$data" 0 || bail "cannot make the dataset"
 deck="$GT_SRCDIR/tests/decks/tiny.in"
 common="data.train=$data parallel.bucket_mb=0.05 checkpoint.keep=0 run.eval_every=0"
 
-# train NAME NRANKS STEPS KEY=VALUE...
-train() {
-  t_name=$1 t_ranks=$2 t_steps=$3
-  shift 3
-  run_mpi "$t_ranks" 300 "$GT_BIN" train "$deck" $common run.steps="$t_steps" \
-    run.metrics="$GT_TMP/$t_name.jsonl" checkpoint.dir="$GT_TMP/ck-$t_name" "$@" \
-    >"$GT_TMP/$t_name.out" 2>&1
-}
-
-# same_ckpt A B [TOL]: every dataset of two checkpoints equal (TOL: relative, else bitwise)
-same_ckpt() {
-  "$PYTHON_REF" - "$1" "$2" "${3:-0}" <<'PY'
-import sys
-import h5py, numpy as np
-a, b, tol = h5py.File(sys.argv[1], "r"), h5py.File(sys.argv[2], "r"), float(sys.argv[3])
-names, bad = [], []
-a.visititems(lambda n, o: names.append(n) if isinstance(o, h5py.Dataset) else None)
-for n in names:
-    if tol == 0 and n not in b:
-        bad.append(n)
-        continue
-    if n not in b:
-        continue
-    x, y = a[n][()], b[n][()]
-    if tol == 0:
-        ok = np.array_equal(x, y)
-    else:
-        ok = np.linalg.norm(x - y) <= tol * max(np.linalg.norm(y), 1e-30)
-    if not ok:
-        bad.append(n)
-print(f"# {len(names)} datasets, {len(bad)} differ {bad[:3]}")
-sys.exit(0 if not bad else 1)
-PY
-}
-
 train every 4 8 grid.dp=4
 ok $? "every_step at dp=4" || sed 's/^/# /' "$GT_TMP/every.out"
 train local1 4 8 grid.dp=4 parallel.sync=local:1
