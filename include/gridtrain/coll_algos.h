@@ -75,6 +75,13 @@ const char *gt_coll_op_name(gt_coll_op op);
 int gt_algo_parse(const char *name, gt_algo *a);
 int gt_coll_op_parse(const char *name, gt_coll_op *op);
 
+/* MPI user functions (MPI_User_function) for sums of bf16 and fp16
+ * payloads: in fp32, rounded to the payload type (round to nearest even),
+ * commutative, the same arithmetic as this module's own sums. For
+ * MPI_Op_create(gt_algo_sum_bf16, 1, &op). */
+void gt_algo_sum_bf16(void *in, void *inout, int *len, MPI_Datatype *type);
+void gt_algo_sum_f16(void *in, void *inout, int *len, MPI_Datatype *type);
+
 /* Segments and window when none is asked for. */
 #define GT_ALGO_SEG_BYTES ((size_t)1 << 20)
 #define GT_ALGO_WINDOW 4

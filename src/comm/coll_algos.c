@@ -821,6 +821,18 @@ static void gt_sum_into(gt_dtype t, void *dst, const void *a, const void *b, siz
   }
 }
 
+void gt_algo_sum_bf16(void *in, void *inout, int *len, MPI_Datatype *type)
+{
+  (void)type;
+  gt_sum_into(GT_BF16, inout, in, inout, (size_t)*len);
+}
+
+void gt_algo_sum_f16(void *in, void *inout, int *len, MPI_Datatype *type)
+{
+  (void)type;
+  gt_sum_into(GT_F16, inout, in, inout, (size_t)*len);
+}
+
 /* Where block b of a slot lives now. */
 static char *gt_blk_src(const gt_algo_req *r, const gt_aslot *s, int b)
 {

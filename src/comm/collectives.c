@@ -143,56 +143,6 @@ static double gt_ring_bytes(gt_xkind kind, double bytes, int size)
 
 // ---- element types ---------------------------------------------------------------------
 
-static float gt_h2f(uint16_t h, int fp16)
-{
-  if (!fp16) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-  }
-  _Float16 v;
-  memcpy(&v, &h, sizeof v);
-  return (float)v;
-}
-
-static uint16_t gt_f2h(float x, int fp16)
-{
-  if (fp16) {
-    _Float16 v = (_Float16)x;
-    uint16_t h;
-    memcpy(&h, &v, sizeof h);
-    return h;
-  }
-  uint32_t u;
-  memcpy(&u, &x, sizeof u);
-  if ((u & 0x7fffffffu) > 0x7f800000u)
-    return (uint16_t)((u >> 16) | 0x40u);
-  return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
-/* inout[i] = round(in[i] + inout[i]) in fp32: commutative, so every member
- * of a reduction gets the same bits. */
-static void gt_sum16(void *in, void *inout, int *len, int fp16)
-{
-  const uint16_t *a = in;
-  uint16_t *b = inout;
-  for (int i = 0; i < *len; i++)
-    b[i] = gt_f2h(gt_h2f(a[i], fp16) + gt_h2f(b[i], fp16), fp16);
-}
-
-static void gt_sum_bf16(void *in, void *inout, int *len, MPI_Datatype *type)
-{
-  (void)type;
-  gt_sum16(in, inout, len, 0);
-}
-
-static void gt_sum_f16(void *in, void *inout, int *len, MPI_Datatype *type)
-{
-  (void)type;
-  gt_sum16(in, inout, len, 1);
-}
-
 static MPI_Datatype gt_mpi_type(gt_dtype t)
 {
   return t == GT_F32 ? MPI_FLOAT : t == GT_I32 ? MPI_INT32_T : MPI_UINT16_T;
@@ -250,8 +200,9 @@ int gt_coll_create(gt_backend *be, const char *mpi_device, gt_coll **coll)
   int status = be->ops->stream_create(be, &c->copy);
   if (status == GT_SUCCESS)
     status = be->ops->event_create(be, &c->ev);
-  if (status == GT_SUCCESS && (MPI_Op_create(gt_sum_bf16, 1, &c->sum16[0]) != MPI_SUCCESS ||
-                               MPI_Op_create(gt_sum_f16, 1, &c->sum16[1]) != MPI_SUCCESS))
+  if (status == GT_SUCCESS &&
+      (MPI_Op_create(gt_algo_sum_bf16, 1, &c->sum16[0]) != MPI_SUCCESS ||
+       MPI_Op_create(gt_algo_sum_f16, 1, &c->sum16[1]) != MPI_SUCCESS))
     status = GT_ERROR(GT_ERR_MPI, "MPI_Op_create of the 16-bit sums failed");
   if (status != GT_SUCCESS) {
     gt_coll_destroy(&c);

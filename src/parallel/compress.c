@@ -200,24 +200,6 @@ struct gt_compressor {
   double last, sent_before;
 };
 
-static void gt_sum16_op(void *in, void *inout, int *len, MPI_Datatype *type, int fp16)
-{
-  (void)type;
-  const uint16_t *a = in;
-  uint16_t *b = inout;
-  for (int i = 0; i < *len; i++)
-    b[i] = fp16 ? gt_f32_to_f16(gt_f16_to_f32(a[i]) + gt_f16_to_f32(b[i]))
-                : gt_f32_to_bf16(gt_bf16_to_f32(a[i]) + gt_bf16_to_f32(b[i]));
-}
-static void gt_sum_bf16_op(void *in, void *inout, int *len, MPI_Datatype *type)
-{
-  gt_sum16_op(in, inout, len, type, 0);
-}
-static void gt_sum_f16_op(void *in, void *inout, int *len, MPI_Datatype *type)
-{
-  gt_sum16_op(in, inout, len, type, 1);
-}
-
 /* powersgd: the matrices (each r = min(rank, rows, cols)) and the vector
  * ranges between them. */
 static int gt_compressor_plan_powersgd(gt_compressor *c, const gt_cmat *mats, int nmats)
@@ -275,7 +257,8 @@ static int gt_compressor_create_in(gt_compressor *c, const gt_compress_spec *spe
       GT_CALL(gt_algo_comm_create(c->comm, &c->ac));
       GT_CALL(gt_algo_req_create(0, 0, &c->ar));
     } else {
-      GT_CALL_MPI(MPI_Op_create(spec->kind == GT_COMPRESS_BF16 ? gt_sum_bf16_op : gt_sum_f16_op,
+      GT_CALL_MPI(MPI_Op_create(spec->kind == GT_COMPRESS_BF16 ? gt_algo_sum_bf16
+                                                               : gt_algo_sum_f16,
                                 1, &c->op16));
     }
     break;
