@@ -207,7 +207,8 @@ static int bench_body(int argc, char **argv, MPI_Comm world, int *invalid)
   float *buf = malloc(nmax * sizeof *buf + 64);
   size_t *counts = malloc(sizeof *counts * (size_t)p);
   int *icounts = malloc(sizeof *icounts * (size_t)p), *displs = malloc(sizeof *displs * (size_t)p);
-  GT_CHECK(buf && counts && icounts && displs, GT_ERR_SYSTEM, "out of memory for %zu bytes", nmax * sizeof *buf);
+  GT_CHECK(buf && counts && icounts && displs, GT_ERR_SYSTEM, "out of memory for %zu bytes",
+           nmax * sizeof *buf);
   for (size_t i = 0; i < nmax; i++) /* touched once: no page faults in the timings */
     buf[i] = (float)((i + (size_t)me) % 7) * 0.125f;
   if (me == 0) {

@@ -1140,8 +1140,8 @@ int gt_algo_table_read(const char *path, gt_algo_table *table)
   }
   fclose(fp);
   GT_CALL(status);
-  GT_CHECK(allreduce, GT_ERR_INPUT, "%s: no allreduce row (is it a table of benchmarks/bench_coll?)",
-           path);
+  GT_CHECK(allreduce, GT_ERR_INPUT,
+           "%s: no allreduce row (is it a table of benchmarks/run_coll.sh?)", path);
   return GT_SUCCESS;
 }
 

@@ -889,7 +889,8 @@ int gt_xfer_allreduce_custom(gt_xfer *x, float *buf, size_t n, MPI_Comm comm,
   x->red = red;
   int size = 1;
   GT_CALL_MPI(MPI_Comm_size(comm, &size));
-  c->bytes -= gt_ring_bytes(GT_X_ALLREDUCE, (double)n * sizeof(float), size); /* counted at the end */
+  /* the reducer's own bytes are counted when it is done */
+  c->bytes -= gt_ring_bytes(GT_X_ALLREDUCE, (double)n * sizeof(float), size);
   x->order = c->issued++;
   return gt_xfer_launch_f32(x, buf, n);
 }

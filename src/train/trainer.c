@@ -205,9 +205,10 @@ int gt_trainer_step(gt_trainer *tr, gt_step_stats *st)
     gt_error_set_collective(true); /* the same verdict on every rank */
     return gt_error_push(status, __FILE__, __LINE__, __func__);
   }
-  /* stale:S applies step s - S's gradients: its schedule and update count */
+  /* stale:S applies step s - S's gradients: its schedule and update count
+   * (the first S steps apply nothing) */
   const long late = stale ? sync->s : 0;
-  const double lr = gt_lr_at(&tr->opt_cfg, s - late);
+  const double lr = gt_lr_at(&tr->opt_cfg, s >= late ? s - late : 0);
   if (tr->sync)
     GT_CALL(gt_sync_before_update(tr->sync, s)); /* local:K: the replicas averaged */
   if (!skip && have) {
