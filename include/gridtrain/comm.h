@@ -19,6 +19,12 @@
 
 typedef enum { GT_WAIT_BUSY = 0, GT_WAIT_YIELD = 1 } gt_wait_mode;
 
+/* The thread level MPI_Init_thread provided (main sets it; the watchdog's
+ * thread of watchdog.h needs MPI_THREAD_MULTIPLE, and runs without MPI
+ * otherwise). */
+void gt_comm_set_threads(int provided);
+int gt_comm_threads(void);
+
 /* Set / get how this process waits for MPI requests (process-wide). */
 void gt_comm_set_wait_mode(gt_wait_mode mode);
 gt_wait_mode gt_comm_get_wait_mode(void);
@@ -40,6 +46,11 @@ int gt_reduce_f64(double *buf, int n, MPI_Op op, int root, MPI_Comm comm);
 
 /* In-place all-reduce of n doubles (small payloads). Collective on comm. */
 int gt_allreduce_f64(double *buf, int n, MPI_Op op, MPI_Comm comm);
+
+/* In-place all-reduce of n ints; broadcast of n bytes from root.
+ * Collective on comm. */
+int gt_allreduce_int(int *buf, int n, MPI_Op op, MPI_Comm comm);
+int gt_bcast_bytes(void *buf, size_t n, int root, MPI_Comm comm);
 
 /* Every wait of this module (gt_comm_wait and what is built on it) calls
  * fn(ctx) between tests of its request, so that requests that wait for the

@@ -32,6 +32,7 @@ typedef struct gt_config {
     char metrics[GT_PATH_MAX];   /* JSON-lines file, "" for none */
     long eval_every;             /* validation loss every N steps, 0 = off */
     long eval_batches;           /* global batches per validation */
+    double hang_timeout;         /* watchdog: seconds without progress, 0 = off */
   } run;
   struct {
     long dp, pp, tp; /* 0 means auto */

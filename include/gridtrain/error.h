@@ -28,6 +28,8 @@ typedef enum {
   GT_SUCCESS = 0,
   GT_ERR_INPUT = 2,    /* bad user input: deck, command line, layout, data file */
   GT_ERR_REQUEUE = 3,  /* stopped by a signal after writing a checkpoint: requeue */
+  GT_ERR_INTERRUPT = 4, /* stopped by SIGINT (Ctrl-C) after writing a checkpoint */
+  GT_ERR_HANG = 5,     /* the watchdog found a rank that hangs (watchdog.h) */
   GT_ERR_SYSTEM = 10,  /* operating system: files, memory, processes */
   GT_ERR_MPI = 11,     /* an MPI call failed */
   GT_ERR_HDF5 = 12,    /* an HDF5 call failed */
@@ -38,7 +40,8 @@ typedef enum {
 } gt_err;
 
 /* Exit status of the program for an error code: 0 for success, 2 for bad
- * input (GT_ERR_INPUT), 3 for GT_ERR_REQUEUE, 1 for everything else. */
+ * input (GT_ERR_INPUT), 3 for GT_ERR_REQUEUE, 4 for GT_ERR_HANG, 130 for
+ * GT_ERR_INTERRUPT (the shell's code of a SIGINT), 1 for everything else. */
 int gt_error_exit_code(int code);
 
 /* Short name of a code ("input", "mpi", ...). */

@@ -7,11 +7,15 @@
  * rank, a node that dies in a checkpoint). It is read once per process.
  * Syntax: a comma-separated list of
  *
- *   NAME[:rank=R][:step=S]
+ *   NAME[:rank=R][:step=S][:comm=C][:op=O]
  *
  * rank R is the world rank the fault strikes on (absent: the fault's own
  * default, see below); step S the training step it strikes at (absent:
- * every step). Known faults (docs/checkpoints.md says what each does):
+ * every step); comm C (world, dp, pp, tp, embed) and op O (flight.h's
+ * operation names: allreduce, reduce_scatter, allgather, gather, bcast,
+ * reduce, barrier, send, recv, checkpoint; and forward, eval for kill) pick
+ * the operation of the faults below that strike once, at the first
+ * operation that matches. Known faults (docs/reliability.md says more):
  *
  *   ckpt_kill        rank 0 by default: SIGKILL halfway through a checkpoint
  *                    write (a node failure)
@@ -21,6 +25,14 @@
  *                    for a checkpoint fails, before the collective write
  *   slow_step        rank 1 by default: the step sleeps 300 ms before its
  *                    forward (a straggler: a slow node, a noisy neighbour)
+ *   coll_skip        rank 1 by default, once: skip the operation (a rank
+ *                    that never enters a collective or a pipeline send)
+ *   coll_sleep       rank 1 by default, once: sleep (an hour) before the
+ *                    operation begins (a rank stuck in compute)
+ *   kill             rank 1 by default, once: SIGKILL at the operation
+ *                    (comm/op as above, or op=forward, op=eval)
+ *   nan_grad         rank 1 by default: a NaN in this rank's gradient of
+ *                    the step (bad hardware numbers)
  *
  * A name that is not in this list, or a malformed field, is an error at
  * start (gt_fault_init). Unset or empty GT_FAULT arms nothing; the hooks
@@ -43,5 +55,23 @@ int gt_fault_init(void);
  * not been called; a GT_FAULT that does not parse arms nothing. Not
  * collective. */
 bool gt_fault_hit(const char *name, int rank, long step);
+
+/* As gt_fault_hit, for the one-shot faults that pick an operation: true
+ * (once per entry) when fault name is armed for rank at step and its comm=
+ * and op= fields (absent: any) match comm and op. Not collective. */
+bool gt_fault_hit_op(const char *name, int rank, long step, const char *comm, const char *op);
+
+/* This process's world rank, for hooks that do not know the grid (set by
+ * main after MPI_Init; 0 before). */
+void gt_fault_set_rank(int rank);
+int gt_fault_rank(void);
+
+/* The training step that gt_fault_kill_at matches step= against (the
+ * trainer sets it at the start of every step). */
+void gt_fault_set_step(long step);
+
+/* GT_FAULT=kill:op=PHASE (forward, eval): SIGKILL this process when the
+ * fault is armed for it at the current step. */
+void gt_fault_kill_at(const char *phase);
 
 #endif /* GRIDTRAIN_FAULT_H */

@@ -55,9 +55,9 @@ int gt_cmd_train(int argc, char **argv, MPI_Comm world)
     gt_error_set_collective(true);
     return GT_ERR_INPUT;
   }
-  /* From here a SIGUSR1 or SIGTERM means: checkpoint at the next step
-   * boundary and exit with status 3. */
-  GT_CALL(gt_signals_install());
+  /* main installed the signal handlers before MPI_Init (signals.h); take
+   * them back from any library that replaced them since. */
+  GT_CALL(gt_signals_reclaim(NULL));
   gt_config cfg;
   GT_CALL(gt_config_load(&cfg, argv[1], argc - 2, argv + 2, world));
   gt_trainer *tr = NULL;

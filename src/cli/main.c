@@ -14,6 +14,7 @@
 #include "gridtrain/error.h"
 #include "gridtrain/fault.h"
 #include "gridtrain/log.h"
+#include "gridtrain/signals.h"
 #include "gridtrain/version.h"
 
 static void gt_usage(void)
@@ -30,13 +31,16 @@ static void gt_usage(void)
          "  ingest text IN... -o OUT.h5          make an HDF5 token dataset from text\n"
          "  ckpt info|verify|convert FILE ...    inspect, check or export a checkpoint\n"
          "  plan --memory DECK [--ranks N] ...   the memory account of a layout, no training\n"
+         "  flight RUNDIR/flight-rank*.txt       merge the hang watchdog's records into a timeline\n"
          "\n"
          "Options:\n"
          "  -h, --help       this help ('gridtrain COMMAND --help' for a command)\n"
          "  -V, --version    version and build information\n"
          "\n"
          "Exit status: 0 success, 2 bad input, 3 stopped by SIGUSR1/SIGTERM after\n"
-         "writing a checkpoint (requeue to continue), 1 other errors.\n");
+         "writing a checkpoint (requeue to continue), 4 a hang found by the watchdog\n"
+         "([run] hang_timeout), 130 stopped by SIGINT after writing a checkpoint,\n"
+         "1 other errors.\n");
 }
 
 static int gt_dispatch(int argc, char **argv, MPI_Comm world)
@@ -67,11 +71,27 @@ static int gt_dispatch(int argc, char **argv, MPI_Comm world)
     return gt_cmd_ckpt(argc - 1, argv + 1, world);
   if (strcmp(cmd, "plan") == 0)
     return gt_cmd_plan(argc - 1, argv + 1, world);
+  if (strcmp(cmd, "flight") == 0)
+    return gt_cmd_flight(argc - 1, argv + 1, world);
   gt_error_set(GT_ERR_INPUT, __FILE__, __LINE__, __func__,
-               "unknown command '%s'; commands: train, ingest, ckpt, plan (see 'gridtrain --help')", cmd);
+               "unknown command '%s'; commands: train, ingest, ckpt, plan, flight (see 'gridtrain "
+               "--help')", cmd);
   gt_error_set_collective(true);
   return GT_ERR_INPUT;
 }
+
+/* The signal handlers go in before anything else runs: .preinit_array
+ * functions of the program run before the initialisers of its shared
+ * libraries (glibc's _dl_init), which here take ~50 ms (CUDA, cuDNN, oneDNN,
+ * OpenBLAS) during which a SIGUSR1 or SIGTERM would kill the rank. main
+ * installs them again in case a toolchain ignores the section. */
+static void gt_preinit(int argc, char **argv, char **envp)
+{
+  (void)argc, (void)argv, (void)envp;
+  (void)gt_signals_install();
+}
+__attribute__((used, section(".preinit_array"))) static void (*const gt_preinit_entry)(
+  int, char **, char **) = gt_preinit;
 
 int main(int argc, char **argv)
 {
@@ -80,8 +100,14 @@ int main(int argc, char **argv)
   mallopt(M_MMAP_MAX, 0);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
 
+  /* Before MPI_Init: a SIGUSR1/SIGTERM/SIGINT that arrives in start-up is
+   * recorded and acted on at the first step boundary, never lost. */
+  if (gt_signals_install() != GT_SUCCESS) {
+    fprintf(stderr, "gridtrain: error: cannot install the signal handlers\n");
+    return 1;
+  }
   int provided;
-  if (MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS) {
+  if (MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
     fprintf(stderr, "gridtrain: error: MPI_Init_thread failed\n");
     return 1;
   }
@@ -92,6 +118,9 @@ int main(int argc, char **argv)
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
   gt_log_init(rank);
+  gt_fault_set_rank(rank);
+  gt_comm_set_threads(provided); /* the watchdog's thread needs MPI_THREAD_MULTIPLE */
+  gt_signals_reclaim(NULL); /* MPI_Init may have installed its own */
   H5Eset_auto2(H5E_DEFAULT, NULL, NULL); /* HDF5 errors come back through GT_CALL_HDF5 */
 
   /* Test-only fault switches (fault.h): a GT_FAULT that does not parse

@@ -24,6 +24,7 @@
 #include "../backend/cuda/cuda_entry.h"
 #include "gridtrain/coll_algos.h"
 #include "gridtrain/error.h"
+#include "gridtrain/flight.h"
 #include "gridtrain/timer.h"
 
 #define GT_PIECE_ELEMS ((size_t)4 << 20) /* all-reduce pieces: 16 MiB of fp32 */
@@ -78,6 +79,7 @@ struct gt_xfer {
   gt_algo_comm *ac;         /* ... over this communicator */
   const gt_xfer_reducer *red; /* a reduction of its own (gt_xfer_allreduce_custom) */
   unsigned long long order; /* collectives: issue order */
+  long fl;                  /* its flight record (GT_FLIGHT_SKIP: skipped, a fault) */
   gt_xfer *next;            /* active list */
 };
 
@@ -500,12 +502,16 @@ int gt_group_allreduce_sum(const gt_group *g, void *buf, size_t n, gt_dtype t)
     return GT_SUCCESS;
   GT_ASSERT(g->coll != NULL);
   g->coll->bytes += gt_ring_bytes(GT_X_ALLREDUCE, (double)n * gt_dtype_size(t), g->size);
+  const long fl = gt_flight_begin(g->comm, GT_FL_ALLREDUCE, n * gt_dtype_size(t));
+  if (fl == GT_FLIGHT_SKIP)
+    return GT_SUCCESS;
   if (g->event >= 0)
     gt_event_begin(g->event);
   int status = gt_group_allreduce_in(g, buf, n, t);
   if (g->event >= 0)
     gt_event_end(g->event);
   GT_CALL(status);
+  gt_flight_end(fl);
   return GT_SUCCESS;
 }
 
@@ -585,6 +591,9 @@ int gt_group_gather(const gt_group *g, const void *send, void *recv, size_t n, g
     return GT_SUCCESS;
   }
   c->bytes += g->rank == root ? 0.0 : (double)bytes; /* what it sends */
+  const long fl = gt_flight_begin(g->comm, GT_FL_GATHER, bytes);
+  if (fl == GT_FLIGHT_SKIP)
+    return GT_SUCCESS;
   if (g->event >= 0)
     gt_event_begin(g->event);
   int status = GT_SUCCESS;
@@ -609,6 +618,7 @@ int gt_group_gather(const gt_group *g, const void *send, void *recv, size_t n, g
   if (g->event >= 0)
     gt_event_end(g->event);
   GT_CALL(status);
+  gt_flight_end(fl);
   return GT_SUCCESS;
 }
 
@@ -622,12 +632,17 @@ int gt_group_allgather(const gt_group *g, const void *send, void *recv, size_t n
   }
   GT_ASSERT(g->coll != NULL);
   g->coll->bytes += gt_ring_bytes(GT_X_REDUCE, (double)n * gt_dtype_size(t) * g->size, g->size);
+  const size_t all = n * gt_dtype_size(t) * (size_t)g->size;
+  const long fl = gt_flight_begin(g->comm, GT_FL_ALLGATHER, all);
+  if (fl == GT_FLIGHT_SKIP)
+    return GT_SUCCESS;
   if (g->event >= 0)
     gt_event_begin(g->event);
   int status = gt_group_allgather_in(g, send, recv, n, t);
   if (g->event >= 0)
     gt_event_end(g->event);
   GT_CALL(status);
+  gt_flight_end(fl);
   return GT_SUCCESS;
 }
 
@@ -683,12 +698,17 @@ int gt_group_reduce_scatter_sum(const gt_group *g, const void *send, void *recv,
     return GT_SUCCESS;
   }
   g->coll->bytes += gt_ring_bytes(GT_X_REDUCE, (double)n * gt_dtype_size(t) * g->size, g->size);
+  const size_t all = n * gt_dtype_size(t) * (size_t)g->size;
+  const long fl = gt_flight_begin(g->comm, GT_FL_REDUCE_SCATTER, all);
+  if (fl == GT_FLIGHT_SKIP)
+    return GT_SUCCESS;
   if (g->event >= 0)
     gt_event_begin(g->event);
   int status = gt_group_reduce_scatter_in(g, send, recv, n, t);
   if (g->event >= 0)
     gt_event_end(g->event);
   GT_CALL(status);
+  gt_flight_end(fl);
   return GT_SUCCESS;
 }
 
@@ -769,6 +789,14 @@ static int gt_xfer_begin(gt_xfer *x, gt_xkind kind, void *buf, size_t n, gt_dtyp
   GT_CHECK(x->phase == GT_P_IDLE, GT_ERR_INTERNAL,
            "internal error: a request was started while the previous one is in flight");
   const size_t bytes = n * gt_dtype_size(t);
+  const gt_flight_op fop = kind == GT_X_SEND     ? GT_FL_SEND
+                           : kind == GT_X_RECV   ? GT_FL_RECV
+                           : kind == GT_X_REDUCE ? GT_FL_REDUCE_SCATTER
+                           : kind == GT_X_BCAST  ? GT_FL_ALLGATHER
+                                                 : GT_FL_ALLREDUCE;
+  x->fl = gt_flight_begin_p2p(comm, fop, bytes, peer, tag);
+  if (x->fl == GT_FLIGHT_SKIP)
+    return GT_SUCCESS; /* the caller returns: nothing starts */
   GT_CHECK(x->coll->direct || bytes <= x->cap, GT_ERR_INTERNAL,
            "internal error: %zu bytes for a request with %zu bytes of staging", bytes, x->cap);
   x->kind = kind;
@@ -804,6 +832,8 @@ int gt_xfer_send(gt_xfer *x, const void *buf, size_t n, gt_dtype t, int peer, in
 {
   gt_backend *be = x->coll->be;
   GT_CALL(gt_xfer_begin(x, GT_X_SEND, (void *)buf, n, t, peer, tag, comm));
+  if (x->fl == GT_FLIGHT_SKIP)
+    return GT_SUCCESS;
   GT_CALL(be->ops->event_record(be, x->ready, NULL));
   if (!gt_direct_for(x->coll, t, false)) { /* copy out on the copy stream */
     GT_CALL(be->ops->stream_wait(be, x->coll->copy, x->ready));
@@ -818,6 +848,8 @@ int gt_xfer_recv(gt_xfer *x, void *buf, size_t n, gt_dtype t, int peer, int tag,
 {
   gt_backend *be = x->coll->be;
   GT_CALL(gt_xfer_begin(x, GT_X_RECV, buf, n, t, peer, tag, comm));
+  if (x->fl == GT_FLIGHT_SKIP)
+    return GT_SUCCESS;
   /* direct: MPI writes buf once its readers queued so far have run; staged:
    * the readers are respected by the copy back, which waits for `ready`. */
   GT_CALL(be->ops->event_record(be, x->ready, NULL));
@@ -872,6 +904,8 @@ int gt_xfer_allreduce(gt_xfer *x, float *buf, size_t n, MPI_Comm comm)
     return GT_SUCCESS;
   }
   GT_CALL(gt_xfer_begin(x, GT_X_ALLREDUCE, buf, n, GT_F32, -1, 0, comm));
+  if (x->fl == GT_FLIGHT_SKIP)
+    return GT_SUCCESS;
   x->order = x->coll->issued++;
   return gt_xfer_launch_f32(x, buf, n);
 }
@@ -885,6 +919,8 @@ int gt_xfer_allreduce_custom(gt_xfer *x, float *buf, size_t n, MPI_Comm comm,
            "a reduction on the host (compression) needs host-visible memory or staging: set "
            "[backend] mpi_device = off");
   GT_CALL(gt_xfer_begin(x, GT_X_ALLREDUCE, buf, n, GT_F32, -1, 0, comm));
+  if (x->fl == GT_FLIGHT_SKIP)
+    return GT_SUCCESS;
   x->via_algo = false;
   x->red = red;
   int size = 1;
@@ -932,6 +968,8 @@ static int gt_xfer_begin_blocks(gt_xfer *x, gt_xkind kind, void *buf, size_t n, 
                                 const size_t *counts, int me, int size, MPI_Comm comm)
 {
   GT_CALL(gt_xfer_begin(x, kind, buf, n, t, -1, 0, comm));
+  if (x->fl == GT_FLIGHT_SKIP)
+    return GT_SUCCESS;
   x->me = me;
   int status = GT_SUCCESS;
   if ((size_t)size > x->counts_cap) {
@@ -983,6 +1021,8 @@ int gt_xfer_reduce_scatter(gt_xfer *x, float *buf, size_t n, const size_t *count
     return GT_SUCCESS;
   }
   GT_CALL(gt_xfer_begin_blocks(x, GT_X_REDUCE, buf, n, GT_F32, counts, me, size, comm));
+  if (x->fl == GT_FLIGHT_SKIP)
+    return GT_SUCCESS;
   return gt_xfer_launch_f32(x, buf, n);
 }
 
@@ -995,6 +1035,8 @@ int gt_xfer_allgather(gt_xfer *x, void *buf, size_t n, gt_dtype t, const size_t 
   GT_CALL_MPI(MPI_Comm_rank(comm, &me));
   GT_CALL_MPI(MPI_Comm_size(comm, &size));
   GT_CALL(gt_xfer_begin_blocks(x, GT_X_BCAST, buf, n, t, counts, me, size, comm));
+  if (x->fl == GT_FLIGHT_SKIP)
+    return GT_SUCCESS;
   GT_CALL(be->ops->event_record(be, x->ready, NULL));
   if (!gt_direct_for(c, t, false) && x->own_len > 0) { /* only this member's block goes out */
     const size_t es = gt_dtype_size(t);
@@ -1112,6 +1154,7 @@ static int gt_xfer_finish(gt_xfer *x)
   x->phase = GT_P_IDLE;
   x->kind = GT_X_IDLE;
   gt_xfer_unlink(x);
+  gt_flight_end(x->fl);
   return GT_SUCCESS;
 }
 
@@ -1183,7 +1226,7 @@ int gt_coll_progress(gt_coll *c)
   return GT_SUCCESS;
 }
 
-int gt_xfer_wait(gt_xfer *x)
+static int gt_xfer_wait_in(gt_xfer *x)
 {
   for (;;) {
     bool done;
@@ -1196,4 +1239,15 @@ int gt_xfer_wait(gt_xfer *x)
       return GT_SUCCESS;
     gt_comm_pause();
   }
+}
+
+int gt_xfer_wait(gt_xfer *x)
+{
+  if (x->phase == GT_P_IDLE)
+    return GT_SUCCESS;
+  const long before = gt_flight_wait_on(x->fl); /* for the watchdog */
+  const int status = gt_xfer_wait_in(x);
+  gt_flight_wait_on(before);
+  GT_CALL(status);
+  return GT_SUCCESS;
 }

@@ -10,9 +10,15 @@
 #include <time.h>
 
 #include "gridtrain/error.h"
+#include "gridtrain/flight.h"
+#include "gridtrain/watchdog.h"
 #include "gridtrain/timer.h"
 
 static gt_wait_mode gt_wait_current = GT_WAIT_BUSY;
+static int gt_thread_level = MPI_THREAD_SINGLE;
+
+void gt_comm_set_threads(int provided) { gt_thread_level = provided; }
+int gt_comm_threads(void) { return gt_thread_level; }
 
 void gt_comm_set_wait_mode(gt_wait_mode mode) { gt_wait_current = mode; }
 gt_wait_mode gt_comm_get_wait_mode(void) { return gt_wait_current; }
@@ -80,6 +86,9 @@ int gt_comm_waitall(int n, MPI_Request reqs[])
 
 int gt_allreduce_f32(float *buf, size_t n, MPI_Op op, MPI_Comm comm)
 {
+  const long fl = gt_flight_begin(comm, GT_FL_ALLREDUCE, n * sizeof(float));
+  if (fl == GT_FLIGHT_SKIP)
+    return GT_SUCCESS;
   MPI_Request reqs[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
   size_t nchunks = (n + GT_ALLREDUCE_CHUNK - 1) / GT_ALLREDUCE_CHUNK;
   for (size_t c = 0; c < nchunks; c++) {
@@ -91,18 +100,24 @@ int gt_allreduce_f32(float *buf, size_t n, MPI_Op op, MPI_Comm comm)
     GT_CALL_MPI(MPI_Iallreduce(MPI_IN_PLACE, buf + off, (int)len, MPI_FLOAT, op, comm, slot));
   }
   GT_CALL(gt_comm_waitall(2, reqs));
+  gt_flight_end(fl);
   return GT_SUCCESS;
 }
 
 /* Reduce count items of type to root, in place there. */
 static int gt_reduce(void *buf, int count, MPI_Datatype type, MPI_Op op, int root, MPI_Comm comm)
 {
-  int rank;
+  int rank, tsize;
   GT_CALL_MPI(MPI_Comm_rank(comm, &rank));
+  GT_CALL_MPI(MPI_Type_size(type, &tsize));
+  const long fl = gt_flight_begin(comm, GT_FL_REDUCE, (size_t)count * (size_t)tsize);
+  if (fl == GT_FLIGHT_SKIP)
+    return GT_SUCCESS;
   MPI_Request req;
   GT_CALL_MPI(MPI_Ireduce(rank == root ? MPI_IN_PLACE : buf, buf, count, type, op, root, comm,
                           &req));
   GT_CALL(gt_comm_wait(&req));
+  gt_flight_end(fl);
   return GT_SUCCESS;
 }
 
@@ -123,9 +138,13 @@ int gt_reduce_f64(double *buf, int n, MPI_Op op, int root, MPI_Comm comm)
 
 int gt_allreduce_f64(double *buf, int n, MPI_Op op, MPI_Comm comm)
 {
+  const long fl = gt_flight_begin(comm, GT_FL_ALLREDUCE, (size_t)n * sizeof(double));
+  if (fl == GT_FLIGHT_SKIP)
+    return GT_SUCCESS;
   MPI_Request req;
   GT_CALL_MPI(MPI_Iallreduce(MPI_IN_PLACE, buf, n, MPI_DOUBLE, op, comm, &req));
   GT_CALL(gt_comm_wait(&req));
+  gt_flight_end(fl);
   return GT_SUCCESS;
 }
 
@@ -136,13 +155,42 @@ int gt_progress_poll(const gt_progress *p)
   return GT_SUCCESS;
 }
 
+int gt_allreduce_int(int *buf, int n, MPI_Op op, MPI_Comm comm)
+{
+  const long fl = gt_flight_begin(comm, GT_FL_ALLREDUCE, (size_t)n * sizeof(int));
+  if (fl == GT_FLIGHT_SKIP)
+    return GT_SUCCESS;
+  MPI_Request req;
+  GT_CALL_MPI(MPI_Iallreduce(MPI_IN_PLACE, buf, n, MPI_INT, op, comm, &req));
+  GT_CALL(gt_comm_wait(&req));
+  gt_flight_end(fl);
+  return GT_SUCCESS;
+}
+
+int gt_bcast_bytes(void *buf, size_t n, int root, MPI_Comm comm)
+{
+  GT_CHECK(n <= INT_MAX, GT_ERR_INTERNAL, "internal error: a broadcast of %zu bytes", n);
+  const long fl = gt_flight_begin(comm, GT_FL_BCAST, n);
+  if (fl == GT_FLIGHT_SKIP)
+    return GT_SUCCESS;
+  MPI_Request req;
+  GT_CALL_MPI(MPI_Ibcast(buf, (int)n, MPI_BYTE, root, comm, &req));
+  GT_CALL(gt_comm_wait(&req));
+  gt_flight_end(fl);
+  return GT_SUCCESS;
+}
+
 // ---- barrier --------------------------------------------------------------------
 
 int gt_barrier(MPI_Comm comm)
 {
+  const long fl = gt_flight_begin(comm, GT_FL_BARRIER, 0);
+  if (fl == GT_FLIGHT_SKIP)
+    return GT_SUCCESS;
   MPI_Request req;
   GT_CALL_MPI(MPI_Ibarrier(comm, &req));
   GT_CALL(gt_comm_wait(&req));
+  gt_flight_end(fl);
   return GT_SUCCESS;
 }
 
@@ -157,9 +205,11 @@ int gt_error_agree(int status, MPI_Comm comm)
    * (those with nothing to do in the phase) must not spin on the cores of
    * those still working. */
   int mine = status != GT_SUCCESS ? rank : size, first;
+  const long fl = gt_flight_begin(comm, GT_FL_ALLREDUCE, sizeof mine);
   MPI_Request req;
   GT_CALL_MPI(MPI_Iallreduce(&mine, &first, 1, MPI_INT, MPI_MIN, comm, &req));
   GT_CALL(gt_comm_wait(&req));
+  gt_flight_end(fl);
   if (first == size)
     return GT_SUCCESS;
   struct {
@@ -191,6 +241,7 @@ int gt_comm_finish(int status)
 {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  gt_watchdog_stop(); /* its thread makes MPI calls: before MPI_Finalize */
   if (status == GT_SUCCESS) {
     if (MPI_Finalize() != MPI_SUCCESS) {
       fprintf(stderr, "gridtrain: rank %d: error: MPI_Finalize failed\n", rank);

@@ -11,6 +11,7 @@
 
 #include "gridtrain/comm.h"
 #include "gridtrain/error.h"
+#include "gridtrain/flight.h"
 
 int gt_grid_resolve(long dp, long pp, long tp, int world_size, int sizes[3])
 {
@@ -170,6 +171,11 @@ static int gt_grid_split(gt_grid *g, MPI_Comm world, const int sizes[3])
   GT_ASSERT(check == g->pp_rank);
   GT_CALL_MPI(MPI_Comm_rank(g->tp, &check));
   GT_ASSERT(check == g->tp_rank);
+  /* The flight recorder's names (flight.h) */
+  const MPI_Comm comms[] = {g->world, g->dp, g->pp, g->tp, g->embed, g->node};
+  const char *names[] = {"world", "dp", "pp", "tp", "embed", "node"};
+  for (int i = 0; i < 6; i++)
+    GT_CALL(gt_flight_name(comms[i], names[i]));
   return GT_SUCCESS;
 }
 
@@ -207,6 +213,7 @@ int gt_grid_destroy(gt_grid **grid)
   int first_error = MPI_SUCCESS;
   for (size_t i = 0; i < sizeof comms / sizeof comms[0]; i++)
     if (*comms[i] != MPI_COMM_NULL) {
+      gt_flight_forget(*comms[i]);
       int rc = MPI_Comm_free(comms[i]); /* free them all, report the first failure */
       if (rc != MPI_SUCCESS && first_error == MPI_SUCCESS)
         first_error = rc;

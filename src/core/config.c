@@ -50,6 +50,9 @@ static const gt_key gt_keys[] = {
    "validation loss every N steps and at the end; 0 turns it off", false, false},
   {"run", "eval_batches", GT_KEY_INT, GT_OFF(run.eval_batches), 1, 1e6, NULL, "4",
    "global batches of the validation set per evaluation", false, false},
+  {"run", "hang_timeout", GT_KEY_REAL, GT_OFF(run.hang_timeout), 0, 1e6, NULL, "600",
+   "seconds without progress in communication before the watchdog names the hanging rank "
+   "and ends the job (exit 4); 0 turns it off", false, false},
 
   {"grid", "dp", GT_KEY_INT_AUTO, GT_OFF(grid.dp), 1, 1e6, NULL, "auto",
    "data-parallel size; auto takes what the world size leaves", false, false},

@@ -37,6 +37,8 @@ int gt_error_exit_code(int code)
   case GT_SUCCESS: return 0;
   case GT_ERR_INPUT: return 2;
   case GT_ERR_REQUEUE: return 3;
+  case GT_ERR_HANG: return 4;
+  case GT_ERR_INTERRUPT: return 130;
   default: return 1;
   }
 }
@@ -47,6 +49,8 @@ const char *gt_error_name(int code)
   case GT_SUCCESS: return "success";
   case GT_ERR_INPUT: return "input";
   case GT_ERR_REQUEUE: return "requeue";
+  case GT_ERR_INTERRUPT: return "interrupt";
+  case GT_ERR_HANG: return "hang";
   case GT_ERR_SYSTEM: return "system";
   case GT_ERR_MPI: return "mpi";
   case GT_ERR_HDF5: return "hdf5";
@@ -145,13 +149,17 @@ void gt_error_print(int rank)
 {
   char prefix[64];
   /* A requeue request is how a signalled run ends well, not an error. */
-  const char *kind = gt_err_state.code == GT_ERR_REQUEUE ? "requeue" : "error";
+  const int code = gt_err_state.code;
+  const char *kind = code == GT_ERR_REQUEUE     ? "requeue"
+                     : code == GT_ERR_INTERRUPT ? "interrupted"
+                     : code == GT_ERR_HANG      ? "hang"
+                                                : "error";
   if (rank < 0)
     snprintf(prefix, sizeof prefix, "gridtrain: %s: ", kind);
   else
     snprintf(prefix, sizeof prefix, "gridtrain: rank %d: %s: ", rank, kind);
-  if (gt_err_state.code == GT_ERR_INPUT || gt_err_state.code == GT_ERR_REQUEUE ||
-      gt_err_state.origin[0] == '\0')
+  if (code == GT_ERR_INPUT || code == GT_ERR_REQUEUE || code == GT_ERR_INTERRUPT ||
+      code == GT_ERR_HANG || gt_err_state.origin[0] == '\0')
     fprintf(stderr, "%s%s\n", prefix, gt_err_state.message);
   else
     fprintf(stderr, "%s%s [at %s]\n", prefix, gt_err_state.message,

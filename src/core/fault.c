@@ -4,6 +4,7 @@
 #include "gridtrain/fault.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,6 +24,10 @@ static const struct {
   {"ckpt_write_fail", GT_FAULT_ANY},
   {"ckpt_local_fail", GT_FAULT_ANY},
   {"slow_step", 1},
+  {"coll_skip", 1},
+  {"coll_sleep", 1},
+  {"kill", 1},
+  {"nan_grad", 1},
 };
 #define GT_FAULT_NKNOWN ((int)(sizeof gt_fault_known / sizeof gt_fault_known[0]))
 
@@ -35,7 +40,11 @@ static struct {
     int kind; /* index into gt_fault_known */
     int rank; /* GT_FAULT_ANY: every rank */
     long step; /* GT_FAULT_ANY: every step */
+    char comm[16], op[16]; /* "": any */
+    int spent; /* a one-shot fault (gt_fault_hit_op) that has struck */
   } armed[GT_FAULT_MAX];
+  int rank;  /* this process's world rank (gt_fault_set_rank) */
+  long step; /* the training step (gt_fault_set_step) */
 } gt_faults;
 
 // ----------------------------------------------------------------------------
@@ -54,8 +63,8 @@ static int gt_fault_bad(const char *entry, const char *why)
   char known[256];
   gt_fault_known_list(known, sizeof known);
   return gt_error_set(GT_ERR_INPUT, __FILE__, __LINE__, __func__,
-                      "GT_FAULT: %s in '%s'; the form is NAME[:rank=R][:step=S] with NAME one "
-                      "of %s",
+                      "GT_FAULT: %s in '%s'; the form is NAME[:rank=R][:step=S][:comm=C]"
+                      "[:op=O] with NAME one of %s",
                       why, entry, known);
 }
 
@@ -86,13 +95,18 @@ static int gt_fault_parse_entry(char *entry)
   if (gt_faults.n == GT_FAULT_MAX)
     return gt_fault_bad(copy, "more than 16 faults");
   long rank = gt_fault_known[kind].default_rank, step = GT_FAULT_ANY;
+  memset(&gt_faults.armed[gt_faults.n], 0, sizeof gt_faults.armed[0]);
   for (char *field = strtok_r(NULL, ":", &save); field; field = strtok_r(NULL, ":", &save)) {
     if (strncmp(field, "rank=", 5) == 0)
       GT_CALL(gt_fault_number(copy, field + 5, &rank));
     else if (strncmp(field, "step=", 5) == 0)
       GT_CALL(gt_fault_number(copy, field + 5, &step));
+    else if (strncmp(field, "comm=", 5) == 0 && strlen(field + 5) < 16)
+      snprintf(gt_faults.armed[gt_faults.n].comm, 16, "%s", field + 5);
+    else if (strncmp(field, "op=", 3) == 0 && strlen(field + 3) < 16)
+      snprintf(gt_faults.armed[gt_faults.n].op, 16, "%s", field + 3);
     else
-      return gt_fault_bad(copy, "a field that is neither rank=R nor step=S");
+      return gt_fault_bad(copy, "a field that is not rank=R, step=S, comm=C or op=O");
   }
   gt_faults.armed[gt_faults.n].kind = kind;
   gt_faults.armed[gt_faults.n].rank = (int)rank;
@@ -145,3 +159,38 @@ bool gt_fault_hit(const char *name, int rank, long step)
   }
   return false;
 }
+
+bool gt_fault_hit_op(const char *name, int rank, long step, const char *comm, const char *op)
+{
+  if (!gt_faults.parsed && gt_fault_init() != GT_SUCCESS)
+    gt_error_clear();
+  for (int i = 0; i < gt_faults.n; i++) {
+    const int kind = gt_faults.armed[i].kind;
+    if (gt_faults.armed[i].spent || strcmp(gt_fault_known[kind].name, name) != 0)
+      continue;
+    if ((gt_faults.armed[i].rank == GT_FAULT_ANY || gt_faults.armed[i].rank == rank) &&
+        (gt_faults.armed[i].step == GT_FAULT_ANY || gt_faults.armed[i].step == step) &&
+        (!gt_faults.armed[i].comm[0] || (comm && strcmp(gt_faults.armed[i].comm, comm) == 0)) &&
+        (!gt_faults.armed[i].op[0] || (op && strcmp(gt_faults.armed[i].op, op) == 0))) {
+      gt_faults.armed[i].spent = 1;
+      return true;
+    }
+  }
+  return false;
+}
+
+void gt_fault_set_rank(int rank) { gt_faults.rank = rank; }
+
+int gt_fault_rank(void) { return gt_faults.rank; }
+
+void gt_fault_kill_at(const char *phase)
+{
+  if (!gt_fault_hit_op("kill", gt_faults.rank, gt_faults.step, NULL, phase))
+    return;
+  fprintf(stderr, "gridtrain: GT_FAULT=kill: killing rank %d in %s at step %ld\n", gt_faults.rank,
+          phase, gt_faults.step);
+  fflush(stderr);
+  raise(SIGKILL);
+}
+
+void gt_fault_set_step(long step) { gt_faults.step = step; }

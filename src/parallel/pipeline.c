@@ -6,6 +6,8 @@
 #include <stdlib.h>
 
 #include "gridtrain/error.h"
+#include "gridtrain/fault.h"
+#include "gridtrain/flight.h"
 #include "gridtrain/timer.h"
 
 enum { GT_RECV_ACT = 0, GT_SEND_ACT, GT_RECV_GRAD, GT_SEND_GRAD, GT_NREQ };
@@ -131,6 +133,8 @@ static int gt_pipe_forward(gt_pipe *pl, const gt_pipe_feed *feed, int mb, float 
   const gt_grid *g = pl->grid;
   const int slot = mb % pl->nslots;
   const int32_t *tokens = NULL, *targets = NULL;
+  gt_flight_slot('F', mb);
+  gt_fault_kill_at("forward");
   if (pl->first || pl->last)
     GT_CALL(feed->read(feed->ctx, mb, &tokens, &targets));
   if (!pl->first)
@@ -167,6 +171,7 @@ static int gt_pipe_backward(gt_pipe *pl, int mb, const gt_grad_hook *hook)
 {
   const gt_grid *g = pl->grid;
   const int slot = mb % pl->nslots;
+  gt_flight_slot('B', mb);
   if (!pl->last)
     GT_CALL(gt_pipe_wait(pl, gt_pipe_req(pl, slot, GT_RECV_GRAD), pl->ev.bubble));
   gt_pipe_begin(pl, pl->ev.backward);

@@ -12,6 +12,7 @@
 
 #include "gridtrain/comm.h"
 #include "gridtrain/error.h"
+#include "gridtrain/watchdog.h"
 #include "gridtrain/log.h"
 
 /* Every rank reaches each set-up phase; a failure on any rank becomes the
@@ -503,6 +504,20 @@ static int gt_trainer_device(gt_trainer *tr)
   return GT_SUCCESS;
 }
 
+void gt_run_dir(const gt_config *cfg, char *dir, size_t size)
+{
+  if (cfg->checkpoint.dir[0]) {
+    snprintf(dir, size, "%s", cfg->checkpoint.dir);
+  } else if (cfg->run.metrics[0] && strrchr(cfg->run.metrics, '/')) {
+    snprintf(dir, size, "%s", cfg->run.metrics);
+    *strrchr(dir, '/') = '\0';
+    if (!dir[0])
+      snprintf(dir, size, "/");
+  } else {
+    snprintf(dir, size, ".");
+  }
+}
+
 int gt_trainer_create(const gt_config *cfg, MPI_Comm world, bool quiet, gt_trainer **trainer)
 {
   gt_trainer *tr = calloc(1, sizeof *tr);
@@ -514,6 +529,12 @@ int gt_trainer_create(const gt_config *cfg, MPI_Comm world, bool quiet, gt_train
   GT_CALL(gt_grid_create(cfg, world, &tr->grid));
   const gt_grid *g = tr->grid;
   MPI_Comm comm = g->world;
+  { /* the hang watchdog (watchdog.h), from here to gt_trainer_destroy */
+    char where[64], dir[GT_PATH_MAX];
+    snprintf(where, sizeof where, "dp %d pp %d tp %d", g->dp_rank, g->pp_rank, g->tp_rank);
+    gt_run_dir(cfg, dir, sizeof dir);
+    GT_CALL(gt_watchdog_start(comm, cfg->run.hang_timeout, dir, where));
+  }
 
   tr->T = (int)cfg->model.seq_len;
   tr->B = (int)cfg->data.batch;
@@ -662,6 +683,7 @@ int gt_trainer_destroy(gt_trainer **trainer)
   gt_trainer *tr = *trainer;
   if (!tr)
     return GT_SUCCESS;
+  gt_watchdog_stop();
   /* Queued work first: nothing may still run on what is freed below. */
   int status = tr->be ? tr->be->ops->sync(tr->be) : GT_SUCCESS;
   gt_metrics_close(&tr->metrics);

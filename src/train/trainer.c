@@ -13,6 +13,7 @@
 #include "gridtrain/comm.h"
 #include "gridtrain/error.h"
 #include "gridtrain/fault.h"
+#include "gridtrain/flight.h"
 #include "gridtrain/log.h"
 #include "gridtrain/signals.h"
 
@@ -112,6 +113,9 @@ int gt_trainer_step(gt_trainer *tr, gt_step_stats *st)
     status = be->ops->zero(be, tr->scalars, sizeof(double) * GT_NSCALARS);
   gt_event_end(tr->ev.zero);
   GT_CALL(status);
+  GT_CALL(gt_trainer_inject_nan(tr, s)); /* a test-only fault (fault.h) */
+  gt_flight_step(s);
+  gt_fault_set_step(s);
   if (tr->buckets)
     gt_buckets_reset(tr->buckets);
   if (tr->gshard)
@@ -189,14 +193,8 @@ int gt_trainer_step(gt_trainer *tr, gt_step_stats *st)
   const double loss = red[0] / ((double)(stale ? tr->B_rank : tr->B) * tr->T);
   const double norm = own * sqrt(red[1]) / loss_scale; /* of the unscaled gradients */
   const bool finite = isfinite(loss) && isfinite(norm);
-  if (!finite && !tr->scaler.dynamic) {
-    gt_error_set(GT_ERR_NUMERIC, __FILE__, __LINE__, __func__,
-                 "training diverged at step %ld: loss %g, gradient norm %g; lower [optim] "
-                 "lr or set [optim] grad_clip",
-                 s, loss, norm);
-    gt_error_set_collective(true); /* every rank holds the same reduced values */
-    return GT_ERR_NUMERIC;
-  }
+  if (!finite && !tr->scaler.dynamic) /* every rank holds the same reduced values */
+    return gt_trainer_nonfinite(tr, s, loss, norm);
   /* fp16: an overflow skips the step and backs the scale off */
   bool skip;
   const long skipped_before = tr->scaler.skipped;
@@ -265,6 +263,7 @@ int gt_trainer_evaluate(gt_trainer *tr, double *val_loss)
 {
   GT_ASSERT(tr->val != NULL);
   gt_backend *be = tr->be;
+  gt_fault_kill_at("eval");
   gt_event_begin(tr->ev.eval);
   int status = be->ops->zero(be, &tr->scalars[GT_SC_EVAL], sizeof(double));
   for (long e = 0; e < tr->cfg.run.eval_batches && status == GT_SUCCESS; e++) {
@@ -454,10 +453,16 @@ int gt_trainer_run(gt_trainer *tr)
     }
     if (signo) {
       GT_CALL(gt_agree_signal(tr, true, &(int){0})); /* nothing left in flight */
-      if (saved == tr->step)
+      const int code = gt_signal_status(signo);
+      if (saved == tr->step && code == GT_ERR_REQUEUE)
         gt_error_set(GT_ERR_REQUEUE, __FILE__, __LINE__, __func__,
                      "caught %s: checkpoint %s written at step %ld of %ld; exiting with status "
                      "3 so that the job script requeues the job",
+                     gt_signal_name(signo), path, tr->step, steps);
+      else if (saved == tr->step)
+        gt_error_set(GT_ERR_INTERRUPT, __FILE__, __LINE__, __func__,
+                     "caught %s: checkpoint %s written at step %ld of %ld; exiting with status "
+                     "130 (resume with checkpoint.resume=latest)",
                      gt_signal_name(signo), path, tr->step, steps);
       else
         gt_error_set(GT_ERR_SYSTEM, __FILE__, __LINE__, __func__,
@@ -465,7 +470,7 @@ int gt_trainer_run(gt_trainer *tr)
                      "dir is not set",
                      gt_signal_name(signo), tr->step, steps);
       gt_error_set_collective(true);
-      return saved == tr->step ? GT_ERR_REQUEUE : GT_ERR_SYSTEM;
+      return saved == tr->step ? code : GT_ERR_SYSTEM;
     }
   }
   GT_CALL(gt_agree_signal(tr, true, &(int){0}));

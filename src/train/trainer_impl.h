@@ -5,6 +5,7 @@
  *   checkpointing.c  checkpoint metadata, save, load and the resume policy
  *   trainer.c        one step, evaluation, the run loop and the reports
  *   sharding.c       ZeRO: the compute all-gather and the whole model state
+ *   nonfinite.c      a step with non-finite numbers: which rank, which parameter
  * The pipeline executor is src/parallel/pipeline.c.
  */
 #ifndef GT_TRAINER_IMPL_H
@@ -107,6 +108,20 @@ int gt_trainer_feed_read(void *ctx, int mb, const int32_t **tokens, const int32_
  * (tr->host_scalars) and summed over comm (the world, or a replica) into
  * out. Collective on comm. */
 int gt_trainer_reduce_scalars(gt_trainer *tr, int first, int n, double *out, MPI_Comm comm);
+
+/* setup.c: the run directory (flight records, ranks.txt): [checkpoint] dir
+ * when set, else the directory of [run] metrics, else ".". */
+void gt_run_dir(const gt_config *cfg, char *dir, size_t size);
+
+/* nonfinite.c: a step's reduced loss or gradient norm is not finite (fp32,
+ * bf16: no loss scaler to skip it): find the rank and the parameter it
+ * came from and set the error (GT_ERR_NUMERIC, collective). Collective on
+ * world. */
+int gt_trainer_nonfinite(gt_trainer *tr, long step, double loss, double norm);
+
+/* GT_FAULT=nan_grad (fault.h): a NaN in this rank's gradients at step.
+ * Call it after the gradients are zeroed (backward accumulates onto it). */
+int gt_trainer_inject_nan(gt_trainer *tr, long step);
 
 /* sharding.c: with the parameters in ZeRO pieces, the compute copy outside
  * this rank's piece from the other dp ranks (after an update, an
