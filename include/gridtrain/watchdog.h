@@ -32,13 +32,13 @@
  * directory of the dumps, and where this rank sits in the layout ("dp 1
  * pp 0 tp 1") for the messages. The host, pid and place of every rank are
  * gathered here, and rank 0 writes them to DIR/ranks.txt (which rank a
- * launcher's "PID n" was). Collective on world. One watchdog per process:
+ * launcher's "PID n" was) unless DIR is ".". Collective on world. One watchdog per process:
  * a second start replaces the first (stopping it). */
 int gt_watchdog_start(MPI_Comm world, double timeout, const char *dir, const char *where);
 
-/* Stop the thread and free its communicator; a no-op when none runs.
- * Collective on the world of gt_watchdog_start when one runs (frees a
- * communicator), but it waits for nobody. */
+/* Stop the thread and free its communicator; a no-op when none runs. Call
+ * it on every rank of the world of gt_watchdog_start (it frees a
+ * communicator); it waits for no other rank. */
 void gt_watchdog_stop(void);
 
 #endif /* GRIDTRAIN_WATCHDOG_H */

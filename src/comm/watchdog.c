@@ -560,8 +560,8 @@ int gt_watchdog_start(MPI_Comm world, double timeout, const char *dir, const cha
   GT_CALL_MPI(MPI_Iallgather(&mine, (int)sizeof mine, MPI_BYTE, gt_wd.places, (int)sizeof mine,
                              MPI_BYTE, gt_wd.comm, &req));
   GT_CALL(gt_comm_wait(&req));
-  if (gt_wd.rank == 0) {
-    mkdir(gt_wd.dir, 0777); /* the run's directory may not exist yet */
+  if (gt_wd.rank == 0 && strcmp(gt_wd.dir, ".") != 0) { /* a run directory was named */
+    mkdir(gt_wd.dir, 0777); /* it may not exist yet */
     char path[1100];
     snprintf(path, sizeof path, "%s/ranks.txt", gt_wd.dir);
     FILE *f = fopen(path, "w");
