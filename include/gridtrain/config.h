@@ -87,6 +87,7 @@ typedef struct gt_config {
     long keep;                /* files kept, 0: all */
     char resume[GT_PATH_MAX]; /* auto | never | PATH */
     char direct_io[GT_NAME_MAX]; /* auto | on | off */
+    char on_error[GT_NAME_MAX];  /* stop | warn */
   } checkpoint;
 
   char deck_path[GT_PATH_MAX];                 /* "" when no deck */

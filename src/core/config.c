@@ -218,6 +218,10 @@ static const gt_key gt_keys[] = {
    "how the tensor data reaches the file: with O_DIRECT (past the page cache) where the "
    "file system takes it (auto), always (on: an error where it does not), or through the "
    "page cache (off)", false, false},
+  {"checkpoint", "on_error", GT_KEY_ENUM, GT_OFF(checkpoint.on_error), 0, 0, "stop|warn", "stop",
+   "a periodic checkpoint that cannot be written (full disk, read-only directory, I/O "
+   "error) stops the run (stop) or is reported and training goes on (warn); the last "
+   "checkpoint and a signal's always stop", false, false},
 };
 
 #define GT_NKEYS ((int)(sizeof gt_keys / sizeof gt_keys[0]))

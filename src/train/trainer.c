@@ -446,6 +446,14 @@ int gt_trainer_run(gt_trainer *tr)
       gt_event_begin(tr->ev.checkpoint);
       int status = gt_trainer_save(tr, NULL, path, sizeof path);
       gt_event_end(tr->ev.checkpoint);
+      /* [checkpoint] on_error = warn: a periodic write that every rank saw
+       * fail (none of the earlier ones is lost) does not end the run */
+      if (status != GT_SUCCESS && !signo && !last && gt_error_is_collective() &&
+          strcmp(cfg->checkpoint.on_error, "warn") == 0) {
+        gt_warn("%s; training goes on ([checkpoint] on_error = warn)", gt_error_message());
+        gt_error_clear();
+        continue;
+      }
       GT_CALL(status);
       saved = tr->step;
       if (!signo)
@@ -462,7 +470,7 @@ int gt_trainer_run(gt_trainer *tr)
       else if (saved == tr->step)
         gt_error_set(GT_ERR_INTERRUPT, __FILE__, __LINE__, __func__,
                      "caught %s: checkpoint %s written at step %ld of %ld; exiting with status "
-                     "130 (resume with checkpoint.resume=latest)",
+                     "130 (run it again to resume from it)",
                      gt_signal_name(signo), path, tr->step, steps);
       else
         gt_error_set(GT_ERR_SYSTEM, __FILE__, __LINE__, __func__,
