@@ -182,8 +182,8 @@ long gt_flight_begin_p2p(MPI_Comm comm, gt_flight_op op, size_t bytes, int peer,
       sleep(1);
   }
   if (gt_fault_hit_op("kill", me, gt_fl.step, c->name, gt_fl_names[op])) {
-    fprintf(stderr, "gridtrain: GT_FAULT=kill: killing rank %d at %s %s\n", me, c->name,
-            gt_fl_names[op]);
+    fprintf(stderr, "gridtrain: GT_FAULT=kill: killing rank %d at %s %s (t=%.3f)\n", me,
+            c->name, gt_fl_names[op], gt_flight_wall());
     fflush(stderr);
     raise(SIGKILL);
   }

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "gridtrain/error.h"
 
@@ -187,8 +188,10 @@ void gt_fault_kill_at(const char *phase)
 {
   if (!gt_fault_hit_op("kill", gt_faults.rank, gt_faults.step, NULL, phase))
     return;
-  fprintf(stderr, "gridtrain: GT_FAULT=kill: killing rank %d in %s at step %ld\n", gt_faults.rank,
-          phase, gt_faults.step);
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  fprintf(stderr, "gridtrain: GT_FAULT=kill: killing rank %d in %s at step %ld (t=%.3f)\n",
+          gt_faults.rank, phase, gt_faults.step, (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec);
   fflush(stderr);
   raise(SIGKILL);
 }

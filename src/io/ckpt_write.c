@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "gridtrain/comm.h"
@@ -455,8 +456,11 @@ static int gt_ckpt_create(hid_t file, const gt_ckpt_tensor *tensor, int kind, hi
 static void gt_ckpt_maybe_kill(const gt_ckpt_writer *w, int done, int total)
 {
   if (done == total / 2 && gt_fault_hit("ckpt_kill", w->rank, w->step)) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
     fprintf(stderr, "gridtrain: GT_FAULT=ckpt_kill: killing rank %d in the checkpoint write of "
-            "step %ld\n", w->rank, w->step);
+            "step %ld (t=%.3f)\n", w->rank, w->step,
+            (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec);
     fflush(stderr);
     raise(SIGKILL);
   }

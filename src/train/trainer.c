@@ -263,6 +263,7 @@ int gt_trainer_evaluate(gt_trainer *tr, double *val_loss)
 {
   GT_ASSERT(tr->val != NULL);
   gt_backend *be = tr->be;
+  gt_fault_set_step(tr->step); /* the step the evaluation follows */
   gt_fault_kill_at("eval");
   gt_event_begin(tr->ev.eval);
   int status = be->ops->zero(be, &tr->scalars[GT_SC_EVAL], sizeof(double));
