@@ -77,8 +77,9 @@ int gt_trainer_nonfinite(gt_trainer *tr, long step, double loss, double norm)
                msg.name, origin, msg.dp, msg.pp, msg.tp);
   }
   if (origin < g->world_size && !in_loss && bad_grads > 1)
-    snprintf(where + strlen(where), sizeof where - strlen(where), " and %d other rank(s)",
-             bad_grads - 1);
+    snprintf(where + strlen(where), sizeof where - strlen(where), " and %d other rank(s)%s",
+             bad_grads - 1,
+             g->dp_size > 1 ? " (the data-parallel sum spreads it to every replica)" : "");
   if (origin < g->world_size)
     gt_error_set(GT_ERR_NUMERIC, __FILE__, __LINE__, __func__,
                  "non-finite numbers at step %ld in %s (loss %g, gradient norm %g): bad "
