@@ -12,8 +12,9 @@
  * (communicator, peer, direction, tag) for point to point: every member of
  * a communicator issues its collectives in the same order, so the same
  * number names the same operation on every member, and the k-th send from
- * A to B with tag t is the k-th receive at B from A with tag t. Comparing them across ranks says who
- * never entered an operation that the others wait in.
+ * A to B with tag t is the k-th receive at B from A with tag t. Comparing
+ * them across ranks says who never entered an operation that the others
+ * wait in.
  *
  * Recording costs a few stores per operation (no system call); the ring
  * holds the last GT_FLIGHT_RECORDS operations. The recorder is per process
