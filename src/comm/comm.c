@@ -136,16 +136,23 @@ int gt_reduce_f64(double *buf, int n, MPI_Op op, int root, MPI_Comm comm)
   return GT_SUCCESS;
 }
 
-int gt_allreduce_f64(double *buf, int n, MPI_Op op, MPI_Comm comm)
+/* In-place all-reduce of n items of type (size bytes each), recorded. */
+static int gt_allreduce_small(void *buf, int n, MPI_Datatype type, size_t size, MPI_Op op,
+                              MPI_Comm comm)
 {
-  const long fl = gt_flight_begin(comm, GT_FL_ALLREDUCE, (size_t)n * sizeof(double));
+  const long fl = gt_flight_begin(comm, GT_FL_ALLREDUCE, (size_t)n * size);
   if (fl == GT_FLIGHT_SKIP)
     return GT_SUCCESS;
   MPI_Request req;
-  GT_CALL_MPI(MPI_Iallreduce(MPI_IN_PLACE, buf, n, MPI_DOUBLE, op, comm, &req));
+  GT_CALL_MPI(MPI_Iallreduce(MPI_IN_PLACE, buf, n, type, op, comm, &req));
   GT_CALL(gt_comm_wait(&req));
   gt_flight_end(fl);
   return GT_SUCCESS;
+}
+
+int gt_allreduce_f64(double *buf, int n, MPI_Op op, MPI_Comm comm)
+{
+  return gt_allreduce_small(buf, n, MPI_DOUBLE, sizeof *buf, op, comm);
 }
 
 int gt_progress_poll(const gt_progress *p)
@@ -157,14 +164,7 @@ int gt_progress_poll(const gt_progress *p)
 
 int gt_allreduce_int(int *buf, int n, MPI_Op op, MPI_Comm comm)
 {
-  const long fl = gt_flight_begin(comm, GT_FL_ALLREDUCE, (size_t)n * sizeof(int));
-  if (fl == GT_FLIGHT_SKIP)
-    return GT_SUCCESS;
-  MPI_Request req;
-  GT_CALL_MPI(MPI_Iallreduce(MPI_IN_PLACE, buf, n, MPI_INT, op, comm, &req));
-  GT_CALL(gt_comm_wait(&req));
-  gt_flight_end(fl);
-  return GT_SUCCESS;
+  return gt_allreduce_small(buf, n, MPI_INT, sizeof *buf, op, comm);
 }
 
 int gt_bcast_bytes(void *buf, size_t n, int root, MPI_Comm comm)
