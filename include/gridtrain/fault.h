@@ -13,7 +13,7 @@
  * default, see below); step S the training step it strikes at (absent:
  * every step); comm C (world, dp, pp, tp, embed) and op O (flight.h's
  * operation names: allreduce, reduce_scatter, allgather, gather, bcast,
- * reduce, barrier, send, recv, checkpoint; and forward, eval for kill) pick
+ * reduce, barrier, send, recv; and forward, eval for kill) pick
  * the operation of the faults below that strike once, at the first
  * operation that matches. Known faults (docs/reliability.md says more):
  *

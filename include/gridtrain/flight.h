@@ -48,7 +48,6 @@ typedef enum {
   GT_FL_BARRIER,
   GT_FL_SEND,
   GT_FL_RECV,
-  GT_FL_CHECKPOINT, /* a checkpoint write or read: HDF5's collectives inside */
   GT_FL_NOPS
 } gt_flight_op;
 

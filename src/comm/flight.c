@@ -61,7 +61,7 @@ static struct {
 
 static const char *const gt_fl_names[GT_FL_NOPS] = {
   "allreduce", "reduce_scatter", "allgather", "gather", "bcast",
-  "reduce",    "barrier",        "send",      "recv",   "checkpoint"};
+  "reduce",    "barrier",        "send",      "recv"};
 
 const char *gt_flight_op_name(gt_flight_op op)
 {
