@@ -105,6 +105,11 @@ void gt_config_defaults(gt_config *cfg);
 int gt_config_parse(gt_config *cfg, const char *text, const char *source,
                     int noverrides, char *const overrides[]);
 
+/* Values that are each in range but wrong: beta1/beta2 that round to 1 and
+ * eps that rounds to 0 in fp32, min_lr above lr, more BLAS threads than
+ * twice the node's CPUs. GT_ERR_INPUT naming the key. Not collective. */
+int gt_config_check_values(const gt_config *cfg);
+
 /* Fail with GT_ERR_INPUT if a required key is unset. */
 int gt_config_check_required(const gt_config *cfg);
 

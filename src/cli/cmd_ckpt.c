@@ -13,6 +13,7 @@
 #include "gridtrain/checkpoint.h"
 #include "gridtrain/comm.h"
 #include "gridtrain/error.h"
+#include "gridtrain/path.h"
 #include "gridtrain/gpt.h"
 #include "gridtrain/log.h"
 
@@ -158,6 +159,8 @@ static int gt_ckpt_run(int argc, char **argv)
     return GT_SUCCESS;
   }
   if (strcmp(sub, "convert") == 0 && argc == 4) {
+    GT_CALL(gt_path_refuse_clobber(argv[3], "the output", 1, (const char *const[]){argv[2]},
+                                   (const char *const[]){"the checkpoint"}));
     GT_CALL(gt_ckpt_verify_one(argv[2]));
     GT_CALL(gt_ckpt_export_weights(argv[2], argv[3]));
     printf("%s: model weights written to %s\n", argv[2], argv[3]);

@@ -11,6 +11,7 @@
 #include "cli.h"
 #include "gridtrain/comm.h"
 #include "gridtrain/error.h"
+#include "gridtrain/path.h"
 #include "gridtrain/ingest.h"
 #include "gridtrain/log.h"
 
@@ -113,6 +114,10 @@ static int gt_ingest_parse(int argc, char **argv, gt_ingest_args *a)
   GT_CHECK(a->ninputs > 0, GT_ERR_INPUT, "no input files; name at least one text file"
            GT_INGEST_HINT);
   GT_CHECK(a->out != NULL, GT_ERR_INPUT, "no output file; add -o OUT.h5" GT_INGEST_HINT);
+  for (int i = 0; i < a->ninputs; i++) /* -o must not replace an input text */
+    GT_CALL(gt_path_refuse_clobber(a->out, "the output (-o)", 1,
+                                   (const char *const[]){a->inputs[i]},
+                                   (const char *const[]){"the input"}));
   return GT_SUCCESS;
 }
 

@@ -8,6 +8,8 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <unistd.h>
+#include <float.h>
 #include <string.h>
 
 #include "gridtrain/comm.h"
@@ -418,6 +420,7 @@ typedef struct {
   size_t pos;             /* reader position in text */
   int line;               /* line number of the last line handed to inih */
   int set_line[GT_NKEYS]; /* line where each key was set in this text, 0 if not */
+  char cli_set[GT_NKEYS]; /* set on the command line */
   int status;             /* first error */
   int error_line;         /* line of that error */
   gt_config_origin origin;
@@ -440,6 +443,12 @@ static int gt_apply(gt_parse_ctx *ctx, const char *section, const char *name,
     gt_list_keys(section, list, sizeof list);
     return GT_ERROR(GT_ERR_INPUT, "%s: unknown key '%s' in [%s]; valid keys: %s", where,
                     name, section, list);
+  }
+  if (ctx->origin == GT_FROM_CLI) { /* the last one winning hides typos in job scripts */
+    if (ctx->cli_set[i])
+      return GT_ERROR(GT_ERR_INPUT, "%s: %s.%s is given twice; give each key once", where,
+                      section, name);
+    ctx->cli_set[i] = 1;
   }
   if (ctx->origin == GT_FROM_DECK) {
     if (ctx->set_line[i])
@@ -493,6 +502,23 @@ static char *gt_ini_reader(char *str, int num, void *stream)
   memcpy(str, text, len);
   str[len] = '\0';
   ctx->pos += len;
+  /* inih drops what follows a section header ("[checkpoint] dir = x" set
+   * nothing): an error here */
+  const char *p = str + strspn(str, " \t");
+  const char *close = *p == '[' ? strchr(p, ']') : NULL;
+  if (close) {
+    const char *rest = close + 1 + strspn(close + 1, " \t\r\n");
+    if (*rest && *rest != ';' && *rest != '#') {
+      char where[GT_PATH_MAX + 32];
+      snprintf(where, sizeof where, "%s:%d", ctx->source, ctx->line);
+      ctx->status = GT_ERROR(GT_ERR_INPUT,
+                             "%s: text after the section header %.*s ('%.40s'); put each "
+                             "key = value on a line of its own",
+                             where, (int)(close - p + 1), p, rest);
+      ctx->error_line = ctx->line;
+      return NULL;
+    }
+  }
   return str;
 }
 
@@ -555,6 +581,33 @@ int gt_config_parse(gt_config *cfg, const char *text, const char *source,
   return GT_SUCCESS;
 }
 
+int gt_config_check_values(const gt_config *cfg)
+{
+  const char *src = cfg->deck_path[0] ? cfg->deck_path : "configuration";
+  /* the optimizer keeps its moments in fp32: a decay that rounds to 1 there
+   * never forgets (0.99999999 trained to a loss of 1e8) */
+  const double betas[2] = {cfg->optim.beta1, cfg->optim.beta2};
+  for (int b = 0; b < 2; b++)
+    GT_CHECK((float)betas[b] < 1.0f, GT_ERR_INPUT,
+             "%s: [optim] beta%d = %.10g rounds to 1 in fp32 (the optimizer's precision); "
+             "use at most %.8g",
+             src, b + 1, betas[b], (double)nextafterf(1.0f, 0.0f));
+  GT_CHECK((float)cfg->optim.eps > 0.0f, GT_ERR_INPUT,
+           "%s: [optim] eps = %g rounds to 0 in fp32; use at least %g", src, cfg->optim.eps,
+           (double)FLT_MIN);
+  GT_CHECK(cfg->optim.min_lr <= cfg->optim.lr, GT_ERR_INPUT,
+           "%s: [optim] min_lr = %g is above lr = %g; the cosine decay goes from lr down to "
+           "min_lr",
+           src, cfg->optim.min_lr, cfg->optim.lr);
+  const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  GT_CHECK(cfg->backend.threads <= 0 || cpus <= 0 || cfg->backend.threads <= 2 * cpus,
+           GT_ERR_INPUT,
+           "%s: [backend] threads = %ld is more than twice the %ld CPUs of this node (OpenBLAS "
+           "spins in its allocator with that many); use at most %ld, or auto",
+           src, cfg->backend.threads, cpus, 2 * cpus);
+  return GT_SUCCESS;
+}
+
 int gt_config_check_required(const gt_config *cfg)
 {
   for (int i = 0; i < GT_NKEYS; i++) {
@@ -569,6 +622,8 @@ int gt_config_check_required(const gt_config *cfg)
 
 // ---- collective load --------------------------------------------------------
 
+#define GT_DECK_MAX (1 << 20) /* bytes; decks are a few KiB */
+
 static int gt_read_text_file(const char *path, char **text_out)
 {
   FILE *f = fopen(path, "rb");
@@ -581,6 +636,12 @@ static int gt_read_text_file(const char *path, char **text_out)
     GT_CHECK_ALLOC(text, cap);
   }
   for (;;) {
+    if (len > GT_DECK_MAX) { /* /dev/zero, a dataset given as the deck, ... */
+      free(text);
+      fclose(f);
+      return GT_ERROR(GT_ERR_INPUT, "input deck '%s' is larger than %d KiB; is it an input "
+                      "deck?", path, GT_DECK_MAX / 1024);
+    }
     if (len + 1 >= cap) {
       char *grown = realloc(text, cap * 2);
       if (!grown) {
@@ -637,6 +698,8 @@ int gt_config_load(gt_config *cfg, const char *deck_path, int noverrides,
   status = gt_config_parse(cfg, text, deck_path, noverrides, overrides);
   if (status == GT_SUCCESS)
     status = gt_config_check_required(cfg);
+  if (status == GT_SUCCESS)
+    status = gt_config_check_values(cfg);
   free(text);
   if (status != GT_SUCCESS)
     gt_error_set_collective(true);

@@ -78,8 +78,10 @@ static int gt_ckpt_visit_dataset_in(hid_t group, const char *name, gt_visit *v, 
              full);
     GT_CALL(gt_ckpt_check_sums(v->path, full, v->buf, (size_t)npoints, 0, nsums, v->stored));
   }
-  if (strcmp(v->group, "/rank") != 0) /* the ranks' own state is not a tensor's */
+  if (strcmp(v->group, "/rank") != 0) { /* the ranks' own state is not a tensor's */
+    GT_CALL(gt_ckpt_check_finite(v->path, full, v->buf, (size_t)npoints, 0));
     v->datasets++;
+  }
   v->bytes += (double)npoints * sizeof(float);
   if (v->out >= 0) {
     GT_H5_ID(ids[GT_V_ODSET], H5Dcreate2(v->out, name, H5T_IEEE_F32LE, ids[GT_V_SPACE],

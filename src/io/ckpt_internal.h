@@ -112,6 +112,11 @@ size_t gt_ckpt_nsums(size_t total);
 int gt_ckpt_check_sums(const char *path, const char *name, const float *data, size_t total,
                        size_t blk0, size_t n, const uint32_t *stored);
 
+/* Every one of the n values in data (element `first` on of dataset name)
+ * is finite; else GT_ERR_HDF5 naming the dataset and the element. */
+int gt_ckpt_check_finite(const char *path, const char *name, const float *data, size_t n,
+                         size_t first);
+
 // ---- the exchange inside the group -------------------------------------------------------
 
 /* The exchange inside the group (gt_ckpt_state.group) of a write or read:

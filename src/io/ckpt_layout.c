@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <math.h>
 #include <string.h>
 
 #include "gridtrain/comm.h"
@@ -273,6 +274,17 @@ int gt_ckpt_check_sums(const char *path, const char *name, const float *data,
              path, name, lo * sizeof(float), (lo + len) * sizeof(float) - 1, b + 1,
              gt_ckpt_nsums(total), (unsigned)have, (unsigned)stored[b]);
   }
+  return GT_SUCCESS;
+}
+
+int gt_ckpt_check_finite(const char *path, const char *name, const float *data, size_t n,
+                         size_t first)
+{
+  for (size_t i = 0; i < n; i++)
+    GT_CHECK(isfinite(data[i]), GT_ERR_HDF5,
+             "checkpoint %s: %s holds a non-finite value (%g at element %zu): the training "
+             "that wrote it had diverged, or the file was changed; use an earlier checkpoint",
+             path, name, (double)data[i], first + i);
   return GT_SUCCESS;
 }
 

@@ -88,6 +88,38 @@ int gt_ckpt_read_meta_in(hid_t file, const char *path, gt_ckpt_meta *m)
   snprintf(m->created, sizeof m->created, "%s", found ? text : "");
   free(text);
   GT_CALL(gt_h5_read_attr_str(file, "deck", path, &found, &m->deck));
+  /* every attribute in its range: a hand-edited step = -5 trained to NaN */
+  const struct {
+    const char *name;
+    long long v, lo, hi;
+  } range[] = {{"step", m->step, 0, 1000000000000LL},
+               {"tokens", m->tokens, 0, LLONG_MAX},
+               {"data_samples", m->samples, 0, LLONG_MAX},
+               {"batch", m->batch, 1, 1 << 30},
+               {"loss_scale_good_steps", m->scale_good_steps, 0, LLONG_MAX},
+               {"skipped_steps", m->skipped_steps, 0, m->step},
+               {"layout[dp]", m->dp, 1, 1 << 24},
+               {"layout[pp]", m->pp, 1, 1 << 24},
+               {"layout[tp]", m->tp, 1, 1 << 24},
+               {"model_shape[layers]", model[0], 1, 1 << 20},
+               {"model_shape[heads]", model[1], 1, 1 << 20},
+               {"model_shape[dim]", model[2], 1, 1 << 24},
+               {"model_shape[seq_len]", model[3], 1, 1 << 24},
+               {"model_shape[vocab]", model[4], 1, 1 << 30}};
+  for (size_t i = 0; i < sizeof range / sizeof range[0]; i++)
+    GT_CHECK(range[i].v >= range[i].lo && range[i].v <= range[i].hi, GT_ERR_INPUT,
+             "checkpoint %s: attribute %s = %lld is outside [%lld, %lld]; the file is damaged",
+             path, range[i].name, range[i].v, range[i].lo, range[i].hi);
+  GT_CHECK(model[2] % model[1] == 0, GT_ERR_INPUT,
+           "checkpoint %s: model_shape dim = %lld is not a multiple of heads = %lld; the file "
+           "is damaged", path, model[2], model[1]);
+  GT_CHECK(isfinite(m->loss_scale) && m->loss_scale > 0, GT_ERR_INPUT,
+           "checkpoint %s: attribute loss_scale = %g is not a positive number; the file is "
+           "damaged", path, m->loss_scale);
+  GT_CHECK(strcmp(m->precision, "fp32") == 0 || strcmp(m->precision, "bf16") == 0 ||
+               strcmp(m->precision, "fp16") == 0,
+           GT_ERR_INPUT, "checkpoint %s: attribute precision = '%s' is not fp32, bf16 or fp16",
+           path, m->precision);
   return GT_SUCCESS;
 }
 
@@ -193,6 +225,7 @@ static int gt_ckpt_read_span_in(gt_ckpt_reader *r, const char *name, const gt_pa
                          "checkpoint %s: %s cannot be read", r->path, name);
   }
   GT_CALL(gt_ckpt_check_sums(r->path, name, r->rbuf, total, blk0, blk1 - blk0, r->stored));
+  GT_CALL(gt_ckpt_check_finite(r->path, name, r->rbuf, (size_t)n, (size_t)*f0));
   return GT_SUCCESS;
 }
 

@@ -12,6 +12,8 @@
 
 #include "gridtrain/comm.h"
 #include "gridtrain/error.h"
+#include "gridtrain/dir_lock.h"
+#include "gridtrain/path.h"
 #include "gridtrain/watchdog.h"
 #include "gridtrain/log.h"
 
@@ -504,6 +506,25 @@ static int gt_trainer_device(gt_trainer *tr)
   return GT_SUCCESS;
 }
 
+/* [run] metrics must not be one of the run's inputs (compared by device
+ * and inode: a link or another spelling of the same file counts). */
+static int gt_check_outputs(const gt_config *cfg)
+{
+  char train[GT_PATH_MAX], val[GT_PATH_MAX];
+  const char *src[2] = {cfg->data.train, cfg->data.val};
+  char *dst[2] = {train, val};
+  for (int i = 0; i < 2; i++) { /* FILE.h5:/dataset names the file FILE.h5 */
+    snprintf(dst[i], GT_PATH_MAX, "%s", src[i]);
+    char *colon = strstr(dst[i], ":/");
+    if (colon)
+      *colon = '\0';
+  }
+  const char *in[] = {train, val, cfg->deck_path, cfg->checkpoint.resume};
+  const char *what[] = {"[data] train", "[data] val", "the input deck", "[checkpoint] resume"};
+  GT_CALL(gt_path_refuse_clobber(cfg->run.metrics, "[run] metrics", 4, in, what));
+  return GT_SUCCESS;
+}
+
 void gt_run_dir(const gt_config *cfg, char *dir, size_t size)
 {
   if (cfg->checkpoint.dir[0]) {
@@ -529,6 +550,13 @@ int gt_trainer_create(const gt_config *cfg, MPI_Comm world, bool quiet, gt_train
   GT_CALL(gt_grid_create(cfg, world, &tr->grid));
   const gt_grid *g = tr->grid;
   MPI_Comm comm = g->world;
+  /* Before anything is written: no output may be an input, and one job
+   * per checkpoint directory (dir_lock.h). */
+  GT_AGREE(comm, g->world_rank == 0 ? gt_check_outputs(cfg) : GT_SUCCESS);
+  if (cfg->checkpoint.dir[0]) {
+    GT_CALL(gt_ckpt_dir_prepare(cfg->checkpoint.dir, comm));
+    GT_CALL(gt_dir_lock_take(cfg->checkpoint.dir, comm, &tr->lock));
+  }
   { /* the hang watchdog (watchdog.h), from here to gt_trainer_destroy */
     char where[64], dir[GT_PATH_MAX];
     snprintf(where, sizeof where, "dp %d pp %d tp %d", g->dp_rank, g->pp_rank, g->tp_rank);
@@ -658,9 +686,6 @@ int gt_trainer_create(const gt_config *cfg, MPI_Comm world, bool quiet, gt_train
                              &tr->writers));
   if (tr->writers != MPI_COMM_NULL)
     GT_CALL_MPI(MPI_Comm_set_errhandler(tr->writers, MPI_ERRORS_RETURN));
-  if (cfg->checkpoint.dir[0])
-    GT_CALL(gt_ckpt_dir_prepare(cfg->checkpoint.dir, comm));
-
   /* The largest rank decides what fits: report it. */
   double most[2] = {(double)params->numel, (double)gt_gpt_activation_bytes(tr->model)};
   GT_CALL(gt_allreduce_f64(most, 2, MPI_MAX, comm));
@@ -684,6 +709,7 @@ int gt_trainer_destroy(gt_trainer **trainer)
   if (!tr)
     return GT_SUCCESS;
   gt_watchdog_stop();
+  gt_dir_lock_release(&tr->lock);
   /* Queued work first: nothing may still run on what is freed below. */
   int status = tr->be ? tr->be->ops->sync(tr->be) : GT_SUCCESS;
   gt_metrics_close(&tr->metrics);

@@ -18,6 +18,7 @@
 #include "gridtrain/compress.h"
 #include "gridtrain/sync.h"
 #include "gridtrain/data.h"
+#include "gridtrain/dir_lock.h"
 #include "gridtrain/grad_shards.h"
 #include "gridtrain/gpt.h"
 #include "gridtrain/optim.h"
@@ -63,6 +64,7 @@ struct gt_trainer {
   long start_step;   /* the step this run started at (after a resume) */
   gt_ckpt_tensor *tensors; /* every logical parameter, for checkpoints */
   MPI_Comm writers;        /* dp rank 0 of every (pp, tp) position; else NULL */
+  gt_dir_lock *lock;       /* rank 0: the checkpoint directory's lock (dir_lock.h) */
   int ntensors;
   int32_t *window, *tokens, *targets; /* host (B_micro, T+1), (B_micro, T) x 2 */
 

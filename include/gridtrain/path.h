@@ -1,0 +1,28 @@
+/*
+ * gridtrain/path.h - questions about files that several commands ask before
+ * they write: is this output one of the run's inputs?
+ *
+ * Paths are compared by what they name (device and inode, through symbolic
+ * links), not by their spelling: "x", "./x", "../d/x", a symbolic link to x
+ * and a hard link to x all name the same file.
+ */
+#ifndef GRIDTRAIN_PATH_H
+#define GRIDTRAIN_PATH_H
+
+#include <stdbool.h>
+
+/* *same: a and b both exist and are the same file (stat: st_dev and st_ino
+ * equal). A path that does not exist (or cannot be stat'ed: a dangling link)
+ * names no file and is the same as nothing. Not collective. Returns
+ * GT_SUCCESS; GT_ERR_INTERNAL for NULL arguments. */
+int gt_path_same_file(const char *a, const char *b, bool *same);
+
+/* Refuse an output that would clobber an input: GT_ERR_INPUT when out (what
+ * it is: "[run] metrics") is the same file as inputs[i] for some i < n, with
+ * the message "OUT_WHAT 'out' is the same file as IN_WHAT 'in'; ...".
+ * NULL or empty entries of inputs are skipped. Call it before any output is
+ * opened for writing. Not collective. */
+int gt_path_refuse_clobber(const char *out, const char *out_what, int n,
+                           const char *const inputs[], const char *const in_what[]);
+
+#endif /* GRIDTRAIN_PATH_H */

@@ -1,0 +1,36 @@
+/*
+ * path.c - outputs that would be inputs (gridtrain/path.h).
+ */
+#include "gridtrain/path.h"
+
+#include <stddef.h>
+#include <sys/stat.h>
+
+#include "gridtrain/error.h"
+
+int gt_path_same_file(const char *a, const char *b, bool *same)
+{
+  GT_ASSERT(a != NULL && b != NULL && same != NULL);
+  struct stat sa, sb;
+  *same = a[0] && b[0] && stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev &&
+          sa.st_ino == sb.st_ino;
+  return GT_SUCCESS;
+}
+
+int gt_path_refuse_clobber(const char *out, const char *out_what, int n,
+                           const char *const inputs[], const char *const in_what[])
+{
+  if (!out || !out[0])
+    return GT_SUCCESS;
+  for (int i = 0; i < n; i++) {
+    if (!inputs[i] || !inputs[i][0])
+      continue;
+    bool same;
+    GT_CALL(gt_path_same_file(out, inputs[i], &same));
+    GT_CHECK(!same, GT_ERR_INPUT,
+             "%s '%s' is the same file as %s '%s'; writing it would destroy that input: "
+             "choose another output path",
+             out_what, out, in_what[i], inputs[i]);
+  }
+  return GT_SUCCESS;
+}

@@ -1,0 +1,62 @@
+#!/bin/sh
+# test_damaged.sh - hand-damaged checkpoints: attributes out of range
+# (step = -5, data_samples = -1, batch = 0, a layout of 0) and a NaN weight
+# whose checksum was recomputed (so only the value is wrong). ckpt verify
+# and a resume from the file must both refuse each with one line that names
+# the file and what is wrong, and never train.
+. "$GT_SRCDIR/tests/lib.sh"
+
+data="$GT_TMP/genesis.h5"
+make_dataset "$data" 0.05 || bail "cannot make the dataset"
+deck="$GT_SRCDIR/tests/decks/tiny.in"
+"$GT_BIN" train "$deck" data.train="$data" run.steps=2 checkpoint.dir="$GT_TMP/ck" \
+  >"$GT_TMP/make.out" 2>&1 || bail "cannot make a checkpoint"
+good="$GT_TMP/ck/step_00000002.h5"
+
+# damage NAME PYTHON: a copy of the good checkpoint changed by PYTHON (h5py file f)
+damage() {
+  cp "$good" "$GT_TMP/$1.h5"
+  "$PYTHON_REF" - "$GT_TMP/$1.h5" <<PY || bail "cannot damage $1"
+import sys, h5py, numpy as np
+def fletcher32(b):
+    w = np.frombuffer(b, dtype='<u2').astype(np.uint64)
+    s1 = s2 = 0
+    for x in w:
+        s1 = (s1 + int(x)) % 65535
+        s2 = (s2 + s1) % 65535
+    return (s2 << 16) | s1
+with h5py.File(sys.argv[1], 'r+') as f:
+$2
+PY
+}
+
+# refused NAME PATTERN: verify and resume both fail, naming the file and PATTERN
+refused() {
+  "$GT_BIN" ckpt verify "$GT_TMP/$1.h5" >"$GT_TMP/$1.verify" 2>&1
+  v_rc=$?
+  run_mpi 1 60 "$GT_BIN" train "$deck" data.train="$data" run.steps=4 \
+    checkpoint.resume="$GT_TMP/$1.h5" >"$GT_TMP/$1.resume" 2>&1
+  r_rc=$?
+  [ $v_rc -ne 0 ] && grep -q "$GT_TMP/$1.h5.*$2" "$GT_TMP/$1.verify"
+  ok $? "$1: ckpt verify refuses it (status $v_rc): $2"
+  [ $r_rc -ne 0 ] && [ $r_rc -lt 124 ] && grep -q "^gridtrain: error: .*$1.h5.*$2" "$GT_TMP/$1.resume" &&
+    ! grep -q '^step ' "$GT_TMP/$1.resume"
+  ok $? "$1: a resume from it stops before training (status $r_rc)"
+}
+
+damage step "    f.attrs['step'] = np.int64(-5)"
+refused step "attribute step = -5 is outside"
+damage samples "    f.attrs['data_samples'] = np.int64(-1)"
+refused samples "attribute data_samples = -1 is outside"
+damage batch "    f.attrs['batch'] = np.int64(0)"
+refused batch "attribute batch = 0 is outside"
+damage layout "    f.attrs['layout'] = np.array([0, 1, 1], dtype=np.int64)"
+refused layout "attribute layout\[dp\] = 0 is outside"
+damage nan "    d = f['model/h.0.attn.proj.bias']
+    x = d[...].astype('<f4')
+    x[3] = np.nan
+    d[...] = x
+    d.attrs['fletcher32'] = np.array([fletcher32(x.tobytes())], dtype=np.uint32)"
+refused nan "h.0.attn.proj.bias holds a non-finite value (nan at element 3)"
+
+done_testing
