@@ -130,7 +130,7 @@ int gt_ckpt_open_error(const char *path)
   if (stat(path, &sb) != 0)
     return gt_error_set(GT_ERR_INPUT, __FILE__, __LINE__, __func__,
                         "cannot open checkpoint %s: %s", path, strerror(errno));
-  return gt_error_wrap(GT_ERR_HDF5, __FILE__, __LINE__, __func__,
+  return gt_error_wrap(GT_ERR_INPUT, __FILE__, __LINE__, __func__,
                        "checkpoint %s is not a readable HDF5 file (truncated or damaged)", path);
 }
 

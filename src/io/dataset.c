@@ -127,7 +127,10 @@ static int gt_dataset_open_local(gt_dataset *ds, const char *file, const char *d
                                  const char *default_dset, MPI_Comm comm)
 {
   hid_t *ids = ds->ids;
-  GT_CALL(gt_h5_open_mpio(file, H5F_ACC_RDONLY, comm, &ids[GT_DS_FILE]));
+  if (gt_h5_open_mpio(file, H5F_ACC_RDONLY, comm, &ids[GT_DS_FILE]) != GT_SUCCESS)
+    return gt_error_wrap(GT_ERR_INPUT, __FILE__, __LINE__, __func__,
+                         "dataset file '%s' is not a readable HDF5 file (truncated or "
+                         "damaged; make it again with 'gridtrain ingest')", file);
 
   gt_obj_kind kind = GT_OBJ_MISSING;
   if (dpath) {
@@ -296,7 +299,7 @@ int gt_dataset_read_samples(gt_dataset *ds, int T, bool shuffle,
       char why[640];
       gt_error_hdf5("H5Dread", __FILE__, __LINE__, __func__);
       snprintf(why, sizeof why, "%s", gt_error_message());
-      return GT_ERROR(GT_ERR_HDF5,
+      return GT_ERROR(GT_ERR_INPUT, /* a damaged dataset is bad input, exit 2 */
                       "cannot read tokens [%llu, %llu) of '%s': %s; if the file is "
                       "damaged, make it again with 'gridtrain ingest'",
                       (unsigned long long)start, (unsigned long long)(start + n),

@@ -234,8 +234,8 @@ ok $? "it warns, falls back to step 8 and ends with the reference's loss"
 [ $? -eq 0 ] || show "$GT_TMP/d.err"
 truncate -s 100000 "$bad/step_00000012.h5"
 "$GT_BIN" ckpt verify "$bad/step_00000012.h5" >/dev/null 2>&1
-[ $? -eq 1 ]
-ok $? "ckpt verify of a truncated file: exit 1"
+[ $? -eq 2 ]
+ok $? "ckpt verify of a truncated file: exit 2 (a file that is not a checkpoint is bad input)"
 truncate -s 5000 "$bad/step_00000008.h5"
 train 2 "$GT_TMP/e" grid.pp=2 run.steps=12 checkpoint.dir="$bad"
 status=$?
