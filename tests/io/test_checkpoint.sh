@@ -5,6 +5,7 @@
 # truncated files (fallback to the previous one; a clear error when none is
 # left), `gridtrain ckpt info|verify|convert`, and the exported weights
 # evaluated by an independent PyTorch model.
+# docs/errors.md rows: E-SIG-03
 . "$GT_SRCDIR/tests/lib.sh"
 
 data="$GT_TMP/genesis.h5"

@@ -10,6 +10,7 @@
 # and the older step files as they were and no .tmp, and a rerun must
 # resume from the last good checkpoint. The tmpfs points skip where
 # mounting needs a privilege this machine lacks.
+# docs/errors.md rows: E-DISK-01, E-DISK-03
 . "$GT_SRCDIR/tests/lib.sh"
 
 data="$GT_TMP/genesis.h5"

@@ -4,6 +4,7 @@
 # whose checksum was recomputed (so only the value is wrong). ckpt verify
 # and a resume from the file must both refuse each with one line that names
 # the file and what is wrong, and never train.
+# docs/errors.md rows: E-CKPT-03, E-CKPT-04
 . "$GT_SRCDIR/tests/lib.sh"
 
 data="$GT_TMP/genesis.h5"

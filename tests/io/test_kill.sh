@@ -7,6 +7,7 @@
 # checkpoint that `ckpt verify` accepts (never a .tmp file), ranks.txt must
 # name the rank of the PID that the launcher reports, and the next run must
 # resume from the checkpoint and finish.
+# docs/errors.md rows: E-DEAD-01
 . "$GT_SRCDIR/tests/lib.sh"
 
 data="$GT_TMP/genesis.h5"

@@ -5,6 +5,7 @@
 # twice. The result is always a complete checkpoint and exit status 3
 # (SIGUSR1, SIGTERM) or 130 (SIGINT), and never a lost signal; a second
 # SIGINT stops at once and loses no earlier checkpoint.
+# docs/errors.md rows: E-SIG-01, E-SIG-02
 . "$GT_SRCDIR/tests/lib.sh"
 
 data="$GT_TMP/genesis.h5"

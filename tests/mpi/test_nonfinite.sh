@@ -4,6 +4,7 @@
 # step, the rank and its place, and the parameter; with several dp replicas
 # (the sum spreads it) the parameter and the ranks that hold it; under the
 # fp16 loss scaler the step is skipped and training goes on.
+# docs/errors.md rows: E-NUM-01
 . "$GT_SRCDIR/tests/lib.sh"
 
 data="$GT_TMP/genesis.h5"

@@ -6,6 +6,7 @@
 # status 4 within hang_timeout + 10 s, with one diagnosis line that names
 # that rank, the communicator and the operation; every rank that can answer
 # dumps its flight records, and `gridtrain flight` merges them.
+# docs/errors.md rows: E-HANG-01, E-HANG-02
 . "$GT_SRCDIR/tests/lib.sh"
 
 data="$GT_TMP/genesis.h5"
