@@ -66,10 +66,12 @@ struct gt_stream {
   unsigned long long queued, done; /* commands queued / completed */
   int error;                       /* first error of a command, with its text */
   char message[1024], origin[256];
+  unsigned long long serial;       /* tells it from a later stream at the same address */
 };
 
 struct gt_device_event {
   gt_stream *s;
+  unsigned long long serial; /* of s when recorded */
   unsigned long long ticket; /* complete when s->done >= ticket */
   double time;               /* when it completed */
 };
@@ -269,7 +271,9 @@ static int gt_stream_new(gt_backend *be, gt_stream **out)
            "internal error: more than %d streams", GT_MAX_STREAMS);
   gt_stream *s = calloc(1, sizeof *s);
   GT_CHECK_ALLOC(s, sizeof *s);
+  static unsigned long long serials;
   s->st = st;
+  s->serial = ++serials;
   if (st->mode == GT_CPU_ASYNC) {
     s->cap = 1024;
     s->ring = malloc(s->cap * sizeof *s->ring);
@@ -290,6 +294,16 @@ static int gt_stream_new(gt_backend *be, gt_stream **out)
   st->streams[st->nstreams++] = s;
   *out = s;
   return GT_SUCCESS;
+}
+
+/* The stream an event was recorded on, while it lives; NULL once it was
+ * destroyed (destroying a stream runs all its work: the event is complete). */
+static gt_stream *gt_event_stream(const gt_cpu_state *st, const gt_device_event *ev)
+{
+  for (int i = 0; ev->s && i < st->nstreams; i++)
+    if (st->streams[i] == ev->s && ev->s->serial == ev->serial)
+      return ev->s;
+  return NULL;
 }
 
 /* Wait until s has run everything queued up to ticket. */
@@ -518,9 +532,9 @@ static int cpu_event_create(gt_backend *be, gt_device_event **ev)
 
 static int cpu_event_destroy(gt_backend *be, gt_device_event *ev)
 {
-  if (ev && ev->s)
-    gt_stream_wait_ticket(ev->s, ev->ticket); /* its marker may still be queued */
-  (void)be;
+  gt_stream *s = ev ? gt_event_stream(gt_state(be), ev) : NULL;
+  if (s)
+    gt_stream_wait_ticket(s, ev->ticket); /* its marker may still be queued */
   free(ev);
   return GT_SUCCESS;
 }
@@ -547,6 +561,7 @@ static int cpu_event_record(gt_backend *be, gt_device_event *ev, gt_stream *s)
     s = be->compute;
   if (st->mode != GT_CPU_ASYNC) {
     ev->s = s;
+    ev->serial = s->serial;
     ev->ticket = 0;
     ev->time = gt_now();
     return GT_SUCCESS;
@@ -557,6 +572,7 @@ static int cpu_event_record(gt_backend *be, gt_device_event *ev, gt_stream *s)
   pthread_mutex_lock(&s->mu);
   unsigned long long ticket = s->queued + 1;
   ev->s = s;
+  ev->serial = s->serial;
   ev->ticket = ticket;
   pthread_mutex_unlock(&s->mu);
   gt_mark_args a = {be, ev, ticket};
@@ -569,20 +585,22 @@ static int cpu_event_record(gt_backend *be, gt_device_event *ev, gt_stream *s)
 static int cpu_event_query(gt_backend *be, gt_device_event *ev, bool *done)
 {
   GT_CALL(gt_backend_check(be));
-  if (!ev->s || gt_state(be)->mode != GT_CPU_ASYNC) {
+  gt_stream *s = gt_event_stream(gt_state(be), ev);
+  if (!s || gt_state(be)->mode != GT_CPU_ASYNC) {
     *done = true;
     return GT_SUCCESS;
   }
-  pthread_mutex_lock(&ev->s->mu);
-  *done = ev->s->done >= ev->ticket;
-  pthread_mutex_unlock(&ev->s->mu);
+  pthread_mutex_lock(&s->mu);
+  *done = s->done >= ev->ticket;
+  pthread_mutex_unlock(&s->mu);
   return GT_SUCCESS;
 }
 
 static int cpu_event_wait(gt_backend *be, gt_device_event *ev)
 {
-  if (ev->s)
-    gt_stream_wait_ticket(ev->s, ev->ticket);
+  gt_stream *s = gt_event_stream(gt_state(be), ev);
+  if (s)
+    gt_stream_wait_ticket(s, ev->ticket);
   GT_CALL(gt_backend_check(be));
   return GT_SUCCESS;
 }
@@ -603,9 +621,10 @@ static int gt_run_stream_wait(gt_backend *be, const void *args)
 
 static int cpu_stream_wait(gt_backend *be, gt_stream *s, gt_device_event *ev)
 {
-  if (gt_state(be)->mode != GT_CPU_ASYNC || !ev->s)
+  gt_stream *from = gt_event_stream(gt_state(be), ev);
+  if (gt_state(be)->mode != GT_CPU_ASYNC || !from)
     return GT_SUCCESS;
-  gt_wait_args a = {be, ev->s, ev->ticket};
+  gt_wait_args a = {be, from, ev->ticket};
   gt_cmd cmd;
   GT_PACK(cmd, gt_run_stream_wait, a);
   GT_CALL(gt_submit(be, s, &cmd));
