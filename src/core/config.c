@@ -3,6 +3,7 @@
  */
 #include "gridtrain/config.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <ini.h>
 #include <math.h>
@@ -444,6 +445,16 @@ static int gt_apply(gt_parse_ctx *ctx, const char *section, const char *name,
     return GT_ERROR(GT_ERR_INPUT, "%s: unknown key '%s' in [%s]; valid keys: %s", where,
                     name, section, list);
   }
+  /* a value must come back the same from the deck text that checkpoints
+   * store (gt_config_to_ini): no line breaks, no edge blanks, no comment */
+  const size_t vlen = strlen(value);
+  if (strpbrk(value, "\r\n") || (vlen && (isspace((unsigned char)value[0]) ||
+                                           isspace((unsigned char)value[vlen - 1]))) ||
+      value[0] == ';' || value[0] == '#' || strstr(value, " ;") || strstr(value, "\t;") ||
+      strstr(value, " #") || strstr(value, "\t#"))
+    return GT_ERROR(GT_ERR_INPUT, "%s: [%s] %s: the value '%.40s' has a line break, blanks at "
+                    "its ends or a ';'/'#' comment after a blank; a deck cannot hold it",
+                    where, section, name, value);
   if (ctx->origin == GT_FROM_CLI) { /* the last one winning hides typos in job scripts */
     if (ctx->cli_set[i])
       return GT_ERROR(GT_ERR_INPUT, "%s: %s.%s is given twice; give each key once", where,
