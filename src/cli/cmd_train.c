@@ -61,8 +61,9 @@ int gt_cmd_train(int argc, char **argv, MPI_Comm world)
   gt_config cfg;
   GT_CALL(gt_config_load(&cfg, argv[1], argc - 2, argv + 2, world));
   gt_trainer *tr = NULL;
-  GT_CALL(gt_trainer_create(&cfg, world, false, &tr));
-  int status = gt_trainer_run(tr);
+  int status = gt_trainer_create(&cfg, world, false, &tr);
+  if (status == GT_SUCCESS)
+    status = gt_trainer_run(tr);
   /* An error every rank knows (a failed checkpoint, a requeue) ends in
    * MPI_Finalize: close the data files here, so that HDF5's close callbacks
    * there have nothing collective left to do. An error of this rank alone

@@ -317,7 +317,8 @@ static void gt_stream_wait_ticket(gt_stream *s, unsigned long long ticket)
   pthread_mutex_unlock(&s->mu);
 }
 
-static int gt_stream_drain(gt_stream *s)
+/* Wait until s has run everything queued so far. */
+static void gt_stream_wait_all(gt_stream *s)
 {
   if (s->st->mode == GT_CPU_ASYNC) {
     pthread_mutex_lock(&s->mu);
@@ -325,8 +326,23 @@ static int gt_stream_drain(gt_stream *s)
     pthread_mutex_unlock(&s->mu);
     gt_stream_wait_ticket(s, ticket);
   }
+}
+
+static int gt_stream_drain(gt_stream *s)
+{
+  gt_stream_wait_all(s);
   GT_CALL(gt_stream_check(s));
   return GT_SUCCESS;
+}
+
+/* Before memory is freed: no queued work may still use it. The memory is
+ * freed even after an op failed (a failed run still cleans up); the error
+ * comes back from the free, as cudaFree returns earlier launches' errors. */
+static void gt_backend_wait_all(gt_backend *be)
+{
+  gt_cpu_state *st = gt_state(be);
+  for (int i = 0; i < st->nstreams; i++)
+    gt_stream_wait_all(st->streams[i]);
 }
 
 static void gt_stream_free(gt_stream *s)
@@ -456,8 +472,7 @@ static int cpu_free(gt_backend *be, void *ptr)
   if (!ptr)
     return GT_SUCCESS;
   gt_cpu_state *st = gt_state(be);
-  for (int i = 0; i < st->nstreams; i++) /* as cudaFree: queued work may use it */
-    GT_CALL(gt_stream_drain(st->streams[i]));
+  gt_backend_wait_all(be); /* as cudaFree: queued work may use it */
   if (st->mode == GT_CPU_GUARD) {
     for (int i = 0; i < gt_guard_count; i++)
       if (gt_guard_regions[i].base == ptr) {
@@ -465,7 +480,7 @@ static int cpu_free(gt_backend *be, void *ptr)
         gt_cpu_account(st, gt_guard_regions[i].bytes, false);
         GT_CHECK(munmap(ptr, gt_guard_regions[i].len) == 0, GT_ERR_SYSTEM, "munmap: %s",
                  strerror(errno));
-        return GT_SUCCESS;
+        return gt_backend_check(be);
       }
     return GT_ERROR(GT_ERR_INTERNAL, "internal error: cpu-guard: freeing %p, which is not a "
                     "device allocation", ptr);
@@ -473,7 +488,7 @@ static int cpu_free(gt_backend *be, void *ptr)
   char *base = (char *)ptr - GT_CPU_HEADER;
   gt_cpu_account(st, *(size_t *)base, false);
   free(base);
-  return GT_SUCCESS;
+  return gt_backend_check(be);
 }
 
 static int cpu_alloc_host(gt_backend *be, size_t bytes, void **ptr)
@@ -489,11 +504,11 @@ static int cpu_alloc_host(gt_backend *be, size_t bytes, void **ptr)
 
 static int cpu_free_host(gt_backend *be, void *ptr)
 {
-  gt_cpu_state *st = gt_state(be);
-  for (int i = 0; ptr && i < st->nstreams; i++) /* a queued copy may still read it */
-    GT_CALL(gt_stream_drain(st->streams[i]));
+  if (!ptr)
+    return GT_SUCCESS;
+  gt_backend_wait_all(be); /* a queued copy may still read it */
   free(ptr);
-  return GT_SUCCESS;
+  return gt_backend_check(be);
 }
 
 // ---- streams and events ----------------------------------------------------------------------
