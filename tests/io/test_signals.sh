@@ -97,13 +97,31 @@ done
 
 # ---- SIGINT ---------------------------------------------------------------------------------
 
+# gridtrain's own status, without a launcher between: one rank, started
+# directly (MPICH's singleton start)
+rm -rf "$GT_TMP/ck-int1"
+timeout -k 5 120 "$GT_BIN" train "$deck" data.train="$data" checkpoint.dir="$GT_TMP/ck-int1" \
+  run.steps=100000 run.log_every=1 >"$GT_TMP/int1.out" 2>&1 &
+job=$!
+while ! grep -q '^step 3/' "$GT_TMP/int1.out" 2>/dev/null; do sleep 0.02; done
+kill -INT $(descendants $job)
+finish int1
+grep -q "^gridtrain: interrupted: caught SIGINT: checkpoint .* written at step" "$GT_TMP/int1.out" &&
+  [ $rc -eq 130 ] && complete int1
+ok $? "SIGINT to a rank: a checkpoint, exit 130 (status $rc)"
+
+# Ctrl-C reaches the launcher, which passes it on. Hydra (MPICH 4.0.2) itself
+# exits 0 instead of its ranks' 130 now and then when they take a while to
+# exit after its SIGINT (measured with a Python rank that sleeps 0.2 s in its
+# handler and exits 130: 2 of 5 runs gave 0); the ranks' status is the test
+# above, their message and checkpoint this one.
 start int
 while ! grep -q '^step 3/' "$GT_TMP/int.out" 2>/dev/null; do sleep 0.02; done
-kill -INT $(pgrep -P $job) # Ctrl-C reaches the launcher, which passes it on
+kill -INT $(pgrep -P $job)
 finish int
-grep -q "^gridtrain: interrupted: caught SIGINT: checkpoint .* written at step" "$GT_TMP/int.out" &&
-  [ $rc -eq 130 ] && complete int
-ok $? "SIGINT to mpiexec: a checkpoint, exit 130 (status $rc)"
+grep -q "^gridtrain: interrupted: caught SIGINT: checkpoint .* written at step .*exiting with status 130" \
+  "$GT_TMP/int.out" && { [ $rc -eq 130 ] || [ $rc -eq 0 ]; } && complete int
+ok $? "SIGINT to mpiexec: a checkpoint, and the ranks exit 130 (mpiexec's own status $rc)"
 run_mpi 2 60 "$GT_BIN" train "$deck" data.train="$data" checkpoint.dir="$GT_TMP/ck-int" \
   run.steps=8 >"$GT_TMP/int.rerun" 2>&1
 grep -q "^gridtrain: resumed from" "$GT_TMP/int.rerun"
