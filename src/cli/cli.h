@@ -13,6 +13,13 @@
 
 #include <mpi.h>
 
+/* The whole command line: argv[0] is the program, argv[1] the subcommand
+ * (or -h/--help/help, -V/--version), the rest its arguments. Prints the
+ * top-level usage for help or a missing command; an unknown command is
+ * GT_ERR_INPUT (collective). Returns the subcommand's status. Collective on
+ * world (the subcommands are). */
+int gt_cli_dispatch(int argc, char **argv, MPI_Comm world);
+
 int gt_cmd_train(int argc, char **argv, MPI_Comm world);
 int gt_cmd_ingest(int argc, char **argv, MPI_Comm world);
 int gt_cmd_ckpt(int argc, char **argv, MPI_Comm world);

@@ -37,6 +37,7 @@ typedef struct {
   float *buf;
   size_t cap;
   hid_t out; /* export target, or H5I_INVALID_HID */
+  unsigned long long file_bytes; /* the file's size: no dataset stores more */
   int status;
   int format;
   uint32_t *stored; /* format 3: checksums of the dataset */
@@ -53,6 +54,14 @@ static int gt_ckpt_visit_dataset_in(hid_t group, const char *name, gt_visit *v, 
   GT_CALL_HDF5(npoints = H5Sget_simple_extent_npoints(ids[GT_V_SPACE]));
   char full[GT_PARAM_NAME_MAX + 16];
   snprintf(full, sizeof full, "%s/%s", v->group, name);
+  /* Every dataset is float32, written whole and uncompressed: one whose
+   * shape asks for more than it stores, or than the file holds, is damaged,
+   * and is refused before a buffer is allocated for it. */
+  const unsigned long long stored = H5Dget_storage_size(ids[GT_V_DSET]);
+  GT_CHECK((unsigned long long)npoints <= stored / sizeof(float) &&
+               (unsigned long long)npoints <= v->file_bytes / sizeof(float),
+           GT_ERR_HDF5, "checkpoint %s: %s has %lld values but stores %llu bytes; the file is "
+           "damaged", v->path, full, (long long)npoints, stored);
   if (v->format < 3) {
     GT_H5_ID(ids[GT_V_DCPL], H5Dget_create_plist(ids[GT_V_DSET]));
     unsigned flags, config;
@@ -119,7 +128,11 @@ static int gt_ckpt_visit_group(hid_t file, const char *name, gt_visit *v, hid_t 
   v->group = name;
   GT_H5_ID(*group, H5Gopen2(file, name, H5P_DEFAULT));
   hsize_t idx = 0;
-  herr_t r = H5Literate(*group, H5_INDEX_NAME, H5_ITER_INC, &idx, gt_ckpt_visit_link, v);
+  /* Native order: in increasing order HDF5 1.10 first copies the links of a
+   * large (dense) group into a table, and when a damaged link stops that
+   * half-way it frees the entries it never filled (a crash, found by
+   * tests/fuzz/fuzz_ckpt.c). Native order reads the links in place. */
+  herr_t r = H5Literate(*group, H5_INDEX_NAME, H5_ITER_NATIVE, &idx, gt_ckpt_visit_link, v);
   if (v->status != GT_SUCCESS)
     return v->status;
   GT_CALL_HDF5(r);
@@ -144,6 +157,8 @@ static int gt_ckpt_visit(const char *path, gt_visit *v, int ngroups)
   hid_t file = H5I_INVALID_HID, group = H5I_INVALID_HID;
   if (gt_h5_open_mpio(path, H5F_ACC_RDONLY, MPI_COMM_SELF, &file) != GT_SUCCESS)
     return gt_ckpt_open_error(path);
+  struct stat sb;
+  v->file_bytes = stat(path, &sb) == 0 ? (unsigned long long)sb.st_size : ~0ULL;
   gt_ckpt_meta meta = {0};
   int status = gt_ckpt_read_meta_in(file, path, &meta);
   v->format = meta.format;

@@ -172,9 +172,14 @@ static int gt_dataset_open_local(gt_dataset *ds, const char *file, const char *d
   GT_H5_ID(ids[GT_DS_TYPE], H5Dget_type(ids[GT_DS_DSET]));
   H5T_class_t cls;
   GT_CALL_HDF5(cls = H5Tget_class(ids[GT_DS_TYPE]));
+  const size_t tsize = H5Tget_size(ids[GT_DS_TYPE]); /* 0: an error */
   GT_CALL(gt_h5_close(&ids[GT_DS_TYPE]));
   GT_CHECK(cls == H5T_INTEGER, GT_ERR_INPUT,
            "'%s' does not hold integers; token data must be an integer dataset", ds->name);
+  /* A damaged type can claim any size, and HDF5 sizes its read buffers by it. */
+  GT_CHECK(tsize >= 1 && tsize <= 8, GT_ERR_INPUT,
+           "'%s' holds integers of %zu bytes; token data must be integers of 1 to 8 bytes "
+           "(the file may be damaged)", ds->name, tsize);
 
   bool found = false;
   long long vocab = 0;

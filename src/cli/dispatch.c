@@ -1,0 +1,76 @@
+/*
+ * dispatch.c - the gridtrain command line: the top-level usage and the
+ * dispatch of argv to a subcommand (cli.h). Shared by main.c and the
+ * command-line fuzz harness (tests/fuzz/fuzz_cli.c).
+ */
+#include <mpi.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "gridtrain/error.h"
+#include "gridtrain/log.h"
+#include "gridtrain/version.h"
+
+static void gt_usage(void)
+{
+  if (gt_log_rank() != 0)
+    return;
+  printf("usage: gridtrain COMMAND [ARGS]\n"
+         "\n"
+         "gridtrain trains neural networks on MPI ranks with data, pipeline and tensor\n"
+         "parallelism. Launch it with mpiexec or srun.\n"
+         "\n"
+         "Commands:\n"
+         "  train DECK [section.key=value ...]   train the model of an input deck\n"
+         "  ingest text IN... -o OUT.h5          make an HDF5 token dataset from text\n"
+         "  ckpt info|verify|convert FILE ...    inspect, check or export a checkpoint\n"
+         "  plan --memory DECK [--ranks N] ...   the memory account of a layout, no training\n"
+         "  flight RUNDIR/flight-rank*.txt       merge the hang watchdog's records (a timeline)\n"
+         "\n"
+         "Options:\n"
+         "  -h, --help       this help ('gridtrain COMMAND --help' for a command)\n"
+         "  -V, --version    version and build information\n"
+         "\n"
+         "Exit status: 0 success, 2 bad input, 3 stopped by SIGUSR1/SIGTERM after\n"
+         "writing a checkpoint (requeue to continue), 4 a hang found by the watchdog\n"
+         "([run] hang_timeout), 130 stopped by SIGINT after writing a checkpoint,\n"
+         "1 other errors.\n");
+}
+
+int gt_cli_dispatch(int argc, char **argv, MPI_Comm world)
+{
+  if (argc < 2) {
+    gt_usage();
+    gt_error_set(GT_ERR_INPUT, __FILE__, __LINE__, __func__,
+                 "missing command; see 'gridtrain --help'");
+    gt_error_set_collective(true);
+    return GT_ERR_INPUT;
+  }
+  const char *cmd = argv[1];
+  if (strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "help") == 0) {
+    gt_usage();
+    return GT_SUCCESS;
+  }
+  if (strcmp(cmd, "-V") == 0 || strcmp(cmd, "--version") == 0) {
+    char info[2048];
+    gt_build_info(info, sizeof info);
+    gt_info("gridtrain %s\n%s", gt_version(), info);
+    return GT_SUCCESS;
+  }
+  if (strcmp(cmd, "train") == 0)
+    return gt_cmd_train(argc - 1, argv + 1, world);
+  if (strcmp(cmd, "ingest") == 0)
+    return gt_cmd_ingest(argc - 1, argv + 1, world);
+  if (strcmp(cmd, "ckpt") == 0)
+    return gt_cmd_ckpt(argc - 1, argv + 1, world);
+  if (strcmp(cmd, "plan") == 0)
+    return gt_cmd_plan(argc - 1, argv + 1, world);
+  if (strcmp(cmd, "flight") == 0)
+    return gt_cmd_flight(argc - 1, argv + 1, world);
+  gt_error_set(GT_ERR_INPUT, __FILE__, __LINE__, __func__,
+               "unknown command '%s'; commands: train, ingest, ckpt, plan, flight (see 'gridtrain "
+               "--help')", cmd);
+  gt_error_set_collective(true);
+  return GT_ERR_INPUT;
+}
