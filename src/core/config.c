@@ -16,6 +16,8 @@
 #include "gridtrain/comm.h"
 #include "gridtrain/error.h"
 
+#define GT_INI_LINE_MAX 200 /* inih's default INI_MAX_LINE */
+
 typedef enum {
   GT_KEY_INT,      /* long in [min, max] */
   GT_KEY_INT_AUTO, /* long in [min, max] or "auto" (stored as 0) */
@@ -455,6 +457,13 @@ static int gt_apply(gt_parse_ctx *ctx, const char *section, const char *name,
     return GT_ERROR(GT_ERR_INPUT, "%s: [%s] %s: the value '%.40s' has a line break, blanks at "
                     "its ends or a ';'/'#' comment after a blank; a deck cannot hold it",
                     where, section, name, value);
+  /* nor a line longer than inih reads (the printed deck "name = value") */
+  const size_t line = strlen(name) + 3 + vlen;
+  if (line > GT_INI_LINE_MAX - 2)
+    return GT_ERROR(GT_ERR_INPUT, "%s: [%s] %s: the value of %zu characters makes a deck "
+                    "line of %zu, and a deck line holds at most %d; use a shorter value (a "
+                    "relative path, or a link)", where, section, name, vlen, line,
+                    GT_INI_LINE_MAX - 2);
   if (ctx->origin == GT_FROM_CLI) { /* the last one winning hides typos in job scripts */
     if (ctx->cli_set[i])
       return GT_ERROR(GT_ERR_INPUT, "%s: %s.%s is given twice; give each key once", where,
@@ -489,8 +498,6 @@ static int gt_ini_handler(void *user, const char *section, const char *name,
     ctx->error_line = ctx->line;
   return ctx->status == GT_SUCCESS;
 }
-
-#define GT_INI_LINE_MAX 200 /* inih's default INI_MAX_LINE */
 
 /* inih reader over a string that counts lines and rejects over-long ones. */
 static char *gt_ini_reader(char *str, int num, void *stream)
