@@ -24,6 +24,7 @@ enum { GT_DS_FILE, GT_DS_DSET, GT_DS_FSPACE, GT_DS_MSPACE, GT_DS_TYPE, GT_DS_N }
 struct gt_dataset {
   hid_t ids[GT_DS_N];
   int mem_len;        /* elements in ids[GT_DS_MSPACE] (T+1 of the last read) */
+  int64_t *wide;      /* mem_len tokens as read, before the vocabulary check */
   char *name;         /* "FILE:/path" */
   long long ntokens;
   long vocab;
@@ -72,11 +73,12 @@ static int gt_dataset_check_file(const char *file)
   return GT_SUCCESS;
 }
 
-typedef enum { GT_OBJ_MISSING, GT_OBJ_DATASET, GT_OBJ_OTHER } gt_obj_kind;
+typedef enum { GT_OBJ_MISSING, GT_OBJ_DATASET, GT_OBJ_OTHER, GT_OBJ_DANGLING } gt_obj_kind;
 
 /* Open the dataset at path if it exists; *id stays invalid otherwise. Each
  * link on the path is checked in turn (H5Lexists fails, rather than answers
- * no, when a parent group is missing). */
+ * no, when a parent group is missing); a link on it that points nowhere (a
+ * dangling soft or external link) is GT_OBJ_DANGLING. */
 static int gt_dataset_find(hid_t file, const char *path, gt_obj_kind *kind, hid_t *id)
 {
   *kind = GT_OBJ_MISSING;
@@ -96,7 +98,13 @@ static int gt_dataset_find(hid_t file, const char *path, gt_obj_kind *kind, hid_
     prefix[i] = saved;
   }
   free(prefix);
-  GT_CALL_HDF5(exists);
+  if (exists > 0 && len > 0 && strcmp(path, "/") != 0)
+    exists = H5Oexists_by_name(file, path, H5P_DEFAULT) > 0 ? 1 : -1;
+  if (exists < 0) { /* a link exists and leads nowhere */
+    H5Eclear2(H5E_DEFAULT);
+    *kind = GT_OBJ_DANGLING;
+    return GT_SUCCESS;
+  }
   if (!exists || len == 0 || strcmp(path, "/") == 0)
     return GT_SUCCESS;
 
@@ -135,6 +143,8 @@ static int gt_dataset_open_local(gt_dataset *ds, const char *file, const char *d
   gt_obj_kind kind = GT_OBJ_MISSING;
   if (dpath) {
     GT_CALL(gt_dataset_find(ids[GT_DS_FILE], dpath, &kind, &ids[GT_DS_DSET]));
+    GT_CHECK(kind != GT_OBJ_DANGLING, GT_ERR_INPUT,
+             "'%s:%s' is a link to nothing (a dangling soft or external link)", file, dpath);
     GT_CHECK(kind != GT_OBJ_MISSING, GT_ERR_INPUT,
              "'%s' has no dataset '%s'; list its contents with 'h5ls -r %s'",
              file, dpath, file);
@@ -150,6 +160,8 @@ static int gt_dataset_open_local(gt_dataset *ds, const char *file, const char *d
     for (int i = 0; i < ntried && kind != GT_OBJ_DATASET; i++) {
       GT_CALL(gt_dataset_find(ids[GT_DS_FILE], tried[i], &kind, &ids[GT_DS_DSET]));
       dpath = tried[i];
+      GT_CHECK(kind != GT_OBJ_DANGLING, GT_ERR_INPUT,
+               "'%s:%s' is a link to nothing (a dangling soft or external link)", file, dpath);
     }
     if (ntried == 2)
       GT_CHECK(kind == GT_OBJ_DATASET, GT_ERR_INPUT,
@@ -211,6 +223,7 @@ static int gt_dataset_alloc(gt_dataset **ds)
 static int gt_dataset_free(gt_dataset *ds, int status)
 {
   status = gt_h5_close_all(status, GT_DS_N, ds->ids);
+  free(ds->wide);
   free(ds->name);
   free(ds);
   return status;
@@ -289,6 +302,9 @@ int gt_dataset_read_samples(gt_dataset *ds, int T, bool shuffle,
     GT_CALL(gt_h5_close(&ids[GT_DS_MSPACE]));
     ds->mem_len = 0;
     GT_H5_ID(ids[GT_DS_MSPACE], H5Screate_simple(1, &dims, NULL));
+    free(ds->wide);
+    ds->wide = malloc((size_t)len * sizeof *ds->wide);
+    GT_CHECK_ALLOC(ds->wide, (size_t)len * sizeof *ds->wide);
     ds->mem_len = len;
   }
 
@@ -297,9 +313,12 @@ int gt_dataset_read_samples(gt_dataset *ds, int T, bool shuffle,
     const long long s = shuffle ? gt_order_sequence(seed, nseq, g) : g % nseq;
     hsize_t start = (hsize_t)s * (hsize_t)T, n = (hsize_t)len;
     int32_t *row = out + (size_t)i * (size_t)len;
+    /* read as 64-bit integers: HDF5 clamps what does not fit the memory
+     * type, and a token of 2^40 must not be reported as 2^31 - 1 */
+    int64_t *wide = ds->wide;
     GT_CALL_HDF5(H5Sselect_hyperslab(ids[GT_DS_FSPACE], H5S_SELECT_SET, &start, NULL, &n, NULL));
-    if (H5Dread(ids[GT_DS_DSET], H5T_NATIVE_INT32, ids[GT_DS_MSPACE], ids[GT_DS_FSPACE],
-                H5P_DEFAULT, row) < 0) {
+    if (H5Dread(ids[GT_DS_DSET], H5T_NATIVE_INT64, ids[GT_DS_MSPACE], ids[GT_DS_FSPACE],
+                H5P_DEFAULT, wide) < 0) {
       /* Name the data and keep HDF5's reason (a checksum error, an I/O error). */
       char why[640];
       gt_error_hdf5("H5Dread", __FILE__, __LINE__, __func__);
@@ -310,11 +329,14 @@ int gt_dataset_read_samples(gt_dataset *ds, int T, bool shuffle,
                       (unsigned long long)start, (unsigned long long)(start + n),
                       ds->name, why);
     }
-    for (int t = 0; t < len; t++)
-      GT_CHECK(row[t] >= 0 && row[t] < vocab_limit, GT_ERR_INPUT,
-               "'%s' holds token %d at position %llu, outside the model's vocabulary "
+    for (int t = 0; t < len; t++) {
+      GT_CHECK(wide[t] >= 0 && wide[t] < vocab_limit, GT_ERR_INPUT,
+               "'%s' holds token %lld%s at position %llu, outside the model's vocabulary "
                "[0, %ld); use data made for this vocabulary or raise vocab_size",
-               ds->name, (int)row[t], (unsigned long long)(start + (hsize_t)t), vocab_limit);
+               ds->name, (long long)wide[t], wide[t] == INT64_MAX ? " or more" : "",
+               (unsigned long long)(start + (hsize_t)t), vocab_limit);
+      row[t] = (int32_t)wide[t];
+    }
   }
   return GT_SUCCESS;
 }

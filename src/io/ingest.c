@@ -44,7 +44,7 @@ typedef struct {
 /* The objects open while the file is written; the file first (closed last). */
 enum {
   GT_IG_FILE, GT_IG_GTRAIN, GT_IG_GVAL, GT_IG_DTRAIN, GT_IG_DVAL,
-  GT_IG_FTRAIN, GT_IG_FVAL, GT_IG_MSPACE, GT_IG_N
+  GT_IG_FTRAIN, GT_IG_FVAL, GT_IG_MSPACE, GT_IG_FAPL, GT_IG_N
 };
 
 // ---- inputs and output name -------------------------------------------------
@@ -222,7 +222,12 @@ static int gt_ingest_write(const char *tmp, int n, const gt_source *src,
     ntrain += src[i].train;
     nval += src[i].val;
   }
-  GT_H5_ID(ids[GT_IG_FILE], H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT));
+  /* the HDF5 1.10 format, as checkpoints: every object header and B-tree
+   * node is checksummed, so damage to the metadata is a clean error when the
+   * file is read, not a read of garbage deep inside HDF5 */
+  GT_H5_ID(ids[GT_IG_FAPL], H5Pcreate(H5P_FILE_ACCESS));
+  GT_CALL_HDF5(H5Pset_libver_bounds(ids[GT_IG_FAPL], H5F_LIBVER_V110, H5F_LIBVER_V110));
+  GT_H5_ID(ids[GT_IG_FILE], H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, ids[GT_IG_FAPL]));
   GT_H5_ID(ids[GT_IG_GTRAIN],
            H5Gcreate2(ids[GT_IG_FILE], "train", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
   GT_H5_ID(ids[GT_IG_GVAL],

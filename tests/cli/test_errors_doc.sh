@@ -15,6 +15,13 @@ deck="$GT_SRCDIR/tests/decks/tiny.in"
 { cat "$deck"; printf '[checkpoint] dir = x\n'; } >"$GT_TMP/header.in"
 head -c 50000 "$data" >"$GT_TMP/trunc.h5"
 cp "$deck" "$GT_TMP/text.txt"
+"$PYTHON_REF" -c '
+import sys, h5py, numpy as np
+with h5py.File(sys.argv[1], "w") as f:
+    f.create_dataset("tokens", data=np.full(5000, 2**40, dtype=np.int64)).attrs["vocab_size"] = 256
+with h5py.File(sys.argv[2], "w") as f:
+    f["tokens"] = h5py.SoftLink("/nowhere")
+' "$GT_TMP/wide.h5" "$GT_TMP/dangling.h5" || bail "cannot make wide.h5 with $PYTHON_REF (h5py)"
 "$GT_BIN" train "$deck" data.train="$data" run.steps=2 checkpoint.dir="$GT_TMP/ck" \
   >"$GT_TMP/ck.out" 2>&1 || bail "cannot make a checkpoint"
 ckpt="$GT_TMP/ck/step_00000002.h5"
@@ -47,8 +54,8 @@ while IFS='|' read -r _ id kind what cmd status msg kept _; do
   # shellcheck disable=SC2046
   (cd "$GT_TMP" && run_mpi 1 60 "$GT_BIN" $(subst "$cmd")) >"$GT_TMP/$id.out" 2>&1 </dev/null
   rc=$?
-  lines=$(grep -c '^gridtrain: error:' "$GT_TMP/$id.out")
-  grep '^gridtrain: error:' "$GT_TMP/$id.out" | grep -qF -- "$msg"
+  lines=$(grep -cE '^gridtrain: (rank [0-9]+: )?error:' "$GT_TMP/$id.out")
+  grep -E '^gridtrain: (rank [0-9]+: )?error:' "$GT_TMP/$id.out" | grep -qF -- "$msg"
   m=$?
   [ $rc -eq "$status" ] && [ "$lines" -eq 1 ] && [ $m -eq 0 ]
   ok $? "$id ($kind: $what): status $rc (documented $status), message as documented"
