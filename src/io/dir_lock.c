@@ -38,19 +38,30 @@ static void gt_dir_lock_line(char *buf, size_t size)
            job && job[0] ? job : "-", when);
 }
 
-/* Rank 0: open, lock and sign the file; the fd stays open while held. */
+/* Rank 0: lock and sign the file. The lock is held on a read-only
+ * descriptor that stays open for the run; the holder's line is written
+ * through another, closed at once: a file open for writing for the whole run
+ * would keep the file system from being remounted read-only ("busy"), and
+ * the checkpoint writes must be what meets that error. */
 static int gt_dir_lock_local(const char *dir, int *fd_out)
 {
   char path[GT_PATH_MAX + 16];
   snprintf(path, sizeof path, "%s/%s", dir, GT_DIR_LOCK_NAME);
-  int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  GT_CHECK(fd >= 0, GT_ERR_SYSTEM, "cannot create the lock file %s: %s", path,
+  int wfd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  GT_CHECK(wfd >= 0, GT_ERR_SYSTEM, "cannot create the lock file %s: %s", path,
            strerror(errno));
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
+    close(wfd);
+    return GT_ERROR(GT_ERR_SYSTEM, "cannot open the lock file %s: %s", path, strerror(err));
+  }
   if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
     char holder[512] = "";
     ssize_t n = err == EWOULDBLOCK ? pread(fd, holder, sizeof holder - 1, 0) : -1;
     close(fd);
+    close(wfd);
     GT_CHECK(err == EWOULDBLOCK, GT_ERR_SYSTEM, "cannot lock %s: %s", path, strerror(err));
     holder[n > 0 ? n : 0] = '\0';
     holder[strcspn(holder, "\n")] = '\0';
@@ -62,8 +73,9 @@ static int gt_dir_lock_local(const char *dir, int *fd_out)
   char line[512];
   gt_dir_lock_line(line, sizeof line);
   const size_t len = strlen(line);
-  int ok = ftruncate(fd, 0) == 0 && pwrite(fd, line, len, 0) == (ssize_t)len;
+  int ok = ftruncate(wfd, 0) == 0 && pwrite(wfd, line, len, 0) == (ssize_t)len;
   const int err = errno;
+  ok = close(wfd) == 0 && ok;
   if (!ok) {
     close(fd);
     return GT_ERROR(GT_ERR_SYSTEM, "cannot write the lock file %s: %s", path, strerror(err));
