@@ -18,7 +18,7 @@
 #include "gridtrain/error.h"
 
 struct gt_dir_lock {
-  int fd;
+  int fd[2]; /* the descriptor that holds the lock, and one more or -1 */
 };
 
 /* "host=... pid=... slurm_job=... started=..." of this process. */
@@ -43,25 +43,33 @@ static void gt_dir_lock_line(char *buf, size_t size)
  * through another, closed at once: a file open for writing for the whole run
  * would keep the file system from being remounted read-only ("busy"), and
  * the checkpoint writes must be what meets that error. */
-static int gt_dir_lock_local(const char *dir, int *fd_out)
+static int gt_dir_lock_local(const char *dir, int fds[2])
 {
   char path[GT_PATH_MAX + 16];
   snprintf(path, sizeof path, "%s/%s", dir, GT_DIR_LOCK_NAME);
-  int wfd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-  GT_CHECK(wfd >= 0, GT_ERR_SYSTEM, "cannot create the lock file %s: %s", path,
+  const int wo = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  GT_CHECK(wo >= 0, GT_ERR_SYSTEM, "cannot create the lock file %s: %s", path,
            strerror(errno));
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
+  const int ro = open(path, O_RDONLY | O_CLOEXEC);
+  if (ro < 0) {
     const int err = errno;
-    close(wfd);
+    close(wo);
     return GT_ERROR(GT_ERR_SYSTEM, "cannot open the lock file %s: %s", path, strerror(err));
   }
-  if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+  int held = ro;
+  int locked = flock(ro, LOCK_EX | LOCK_NB);
+  if (locked != 0 && errno == EBADF) {
+    /* NFS emulates flock with byte-range locks, which want a descriptor
+     * open for writing: there the lock is held on that one */
+    held = wo;
+    locked = flock(wo, LOCK_EX | LOCK_NB);
+  }
+  if (locked != 0) {
     const int err = errno;
     char holder[512] = "";
-    ssize_t n = err == EWOULDBLOCK ? pread(fd, holder, sizeof holder - 1, 0) : -1;
-    close(fd);
-    close(wfd);
+    ssize_t n = err == EWOULDBLOCK ? pread(ro, holder, sizeof holder - 1, 0) : -1;
+    close(ro);
+    close(wo);
     GT_CHECK(err == EWOULDBLOCK, GT_ERR_SYSTEM, "cannot lock %s: %s", path, strerror(err));
     holder[n > 0 ? n : 0] = '\0';
     holder[strcspn(holder, "\n")] = '\0';
@@ -73,14 +81,21 @@ static int gt_dir_lock_local(const char *dir, int *fd_out)
   char line[512];
   gt_dir_lock_line(line, sizeof line);
   const size_t len = strlen(line);
-  int ok = ftruncate(wfd, 0) == 0 && pwrite(wfd, line, len, 0) == (ssize_t)len;
+  int ok = ftruncate(wo, 0) == 0 && pwrite(wo, line, len, 0) == (ssize_t)len;
   const int err = errno;
-  ok = close(wfd) == 0 && ok;
+  /* A flock belongs to its open file: the writer can go. Byte-range locks
+   * (NFS) belong to the process and go with the first close of any
+   * descriptor of the file: there both stay open until the release. */
+  fds[0] = held;
+  fds[1] = held == ro ? -1 : ro;
+  if (held == ro)
+    ok = close(wo) == 0 && ok;
   if (!ok) {
-    close(fd);
+    close(fds[0]);
+    if (fds[1] >= 0)
+      close(fds[1]);
     return GT_ERROR(GT_ERR_SYSTEM, "cannot write the lock file %s: %s", path, strerror(err));
   }
-  *fd_out = fd;
   return GT_SUCCESS;
 }
 
@@ -90,17 +105,14 @@ int gt_dir_lock_take(const char *dir, MPI_Comm comm, gt_dir_lock **lock)
   *lock = NULL;
   int rank;
   GT_CALL_MPI(MPI_Comm_rank(comm, &rank));
-  int fd = -1, status = GT_SUCCESS;
+  int status = GT_SUCCESS;
   if (rank == 0) {
-    status = gt_dir_lock_local(dir, &fd);
-    if (status == GT_SUCCESS) {
-      *lock = malloc(sizeof **lock);
-      if (!*lock) {
-        close(fd);
-        status = GT_ERROR(GT_ERR_SYSTEM, "out of memory for the directory lock");
-      } else {
-        (*lock)->fd = fd;
-      }
+    *lock = malloc(sizeof **lock);
+    status = *lock ? gt_dir_lock_local(dir, (*lock)->fd)
+                   : GT_ERROR(GT_ERR_SYSTEM, "out of memory for the directory lock");
+    if (status != GT_SUCCESS) {
+      free(*lock);
+      *lock = NULL;
     }
   }
   status = gt_error_agree(status, comm);
@@ -117,7 +129,9 @@ int gt_dir_lock_release(gt_dir_lock **lock)
     return GT_SUCCESS;
   gt_dir_lock *victim = *lock;
   *lock = NULL;
-  close(victim->fd); /* closing the last descriptor drops the flock */
+  for (int i = 1; i >= 0; i--) /* the one that holds the lock last */
+    if (victim->fd[i] >= 0)
+      close(victim->fd[i]);
   free(victim);
   return GT_SUCCESS;
 }
