@@ -261,21 +261,14 @@ static void gt_fz_edit(unsigned which, gt_fuzz_in *in)
  * few edit lists), as tests/fuzz/corpus/ckpt was made. */
 static void gt_fz_seeds(const char *dir)
 {
-  char path[512];
   for (int t = 0; t < 2; t++) {
     const uint8_t head[GT_FUZZ_HEADER] = {0, (uint8_t)t, 0, 0, 1, 0, 0, 0};
-    uint8_t *buf = malloc(GT_FUZZ_HEADER + gt_fz_template_size[t]);
-    memcpy(buf, head, GT_FUZZ_HEADER);
-    memcpy(buf + GT_FUZZ_HEADER, gt_fz_template[t], gt_fz_template_size[t]);
-    snprintf(path, sizeof path, "%s/raw-format%d", dir, 3 - t);
-    gt_fuzz_write(path, buf, GT_FUZZ_HEADER + gt_fz_template_size[t]);
-    free(buf);
+    char name[32];
+    snprintf(name, sizeof name, "raw-format%d", 3 - t);
+    gt_fuzz_write_raw_seed(dir, name, head, GT_FUZZ_HEADER, gt_fz_template[t],
+                           gt_fz_template_size[t]);
   }
-  static const struct {
-    const char *name;
-    uint8_t bytes[32];
-    size_t n;
-  } edits[] = {
+  static const gt_fuzz_seed edits[] = {
     {"edit-none-whole", {1, 0, 0, 0, 1, 1}, 8},
     {"edit-none-piece", {1, 1, 3, 200, 1, 0}, 8},
     {"edit-none-format2", {3, 0, 0, 0, 0, 1}, 8},
@@ -294,10 +287,7 @@ static void gt_fz_seeds(const char *dir)
     {"edit-truncate", {1, 0, 0, 0, 0, 0, 0, 0, GT_FZ_TRUNCATE, 0, 0x30, 0, 0}, 13},
     {"edit-flip", {3, 0, 0, 0, 0, 0, 0, 0, GT_FZ_FLIP, 0x80, 0x10, 0, 0, 4}, 14},
   };
-  for (size_t i = 0; i < sizeof edits / sizeof edits[0]; i++) {
-    snprintf(path, sizeof path, "%s/%s", dir, edits[i].name);
-    gt_fuzz_write(path, edits[i].bytes, edits[i].n);
-  }
+  gt_fuzz_write_seeds(dir, edits, sizeof edits / sizeof edits[0]);
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)

@@ -78,21 +78,14 @@ enum { GT_FZ_ATTR_SET, GT_FZ_ATTR_DEL, GT_FZ_DELETE, GT_FZ_NEW, GT_FZ_POKE, GT_F
  * few edit lists), as tests/fuzz/corpus/dataset was made. */
 static void gt_fz_seeds(const char *dir)
 {
-  char path[512];
   for (int t = 0; t < 2; t++) {
     const uint8_t head[GT_FUZZ_HEADER] = {0, (uint8_t)(1 + t), 15, 2, 1, 3, 0, 7};
-    uint8_t *buf = malloc(GT_FUZZ_HEADER + gt_fz_template_size[t]);
-    memcpy(buf, head, GT_FUZZ_HEADER);
-    memcpy(buf + GT_FUZZ_HEADER, gt_fz_template[t], gt_fz_template_size[t]);
-    snprintf(path, sizeof path, "%s/raw-template%d", dir, t);
-    gt_fuzz_write(path, buf, GT_FUZZ_HEADER + gt_fz_template_size[t]);
-    free(buf);
+    char name[32];
+    snprintf(name, sizeof name, "raw-template%d", t);
+    gt_fuzz_write_raw_seed(dir, name, head, GT_FUZZ_HEADER, gt_fz_template[t],
+                           gt_fz_template_size[t]);
   }
-  static const struct {
-    const char *name;
-    uint8_t bytes[40];
-    size_t n;
-  } edits[] = {
+  static const gt_fuzz_seed edits[] = {
     {"edit-none", {1, 1, 7, 1, 0, 0, 0, 0}, 8},
     {"edit-vocab-small", {1, 3, 7, 3, 0, 1, 0, 0, GT_FZ_ATTR_SET, 0, 0, 0, 3}, 21},
     {"edit-vocab-string", {3, 2, 7, 1, 0, 0, 0, 0, GT_FZ_ATTR_SET, 4, 0, 4, '4', '2'}, 22},
@@ -104,10 +97,7 @@ static void gt_fz_seeds(const char *dir)
     {"edit-truncate", {1, 1, 3, 1, 0, 0, 0, 0, GT_FZ_TRUNCATE, 0, 8, 0, 0}, 13},
     {"edit-flip", {3, 0, 3, 1, 0, 0, 0, 0, GT_FZ_FLIP, 0x40, 0, 0, 0, 1}, 14},
   };
-  for (size_t i = 0; i < sizeof edits / sizeof edits[0]; i++) {
-    snprintf(path, sizeof path, "%s/%s", dir, edits[i].name);
-    gt_fuzz_write(path, edits[i].bytes, edits[i].n);
-  }
+  gt_fuzz_write_seeds(dir, edits, sizeof edits / sizeof edits[0]);
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)

@@ -117,6 +117,29 @@ bool gt_fuzz_write(const char *path, const void *data, size_t size)
   return fclose(f) == 0 && ok;
 }
 
+void gt_fuzz_write_seeds(const char *dir, const gt_fuzz_seed *seeds, size_t n)
+{
+  char path[512];
+  for (size_t i = 0; i < n; i++) {
+    snprintf(path, sizeof path, "%s/%s", dir, seeds[i].name);
+    gt_fuzz_write(path, seeds[i].bytes, seeds[i].n);
+  }
+}
+
+void gt_fuzz_write_raw_seed(const char *dir, const char *name, const uint8_t *head,
+                            size_t hsize, const uint8_t *file, size_t fsize)
+{
+  char path[512];
+  uint8_t *buf = malloc(hsize + fsize);
+  if (!buf)
+    return;
+  memcpy(buf, head, hsize);
+  memcpy(buf + hsize, file, fsize);
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  gt_fuzz_write(path, buf, hsize + fsize);
+  free(buf);
+}
+
 uint8_t *gt_fuzz_read(const char *path, size_t *size)
 {
   FILE *f = fopen(path, "rb");

@@ -30,6 +30,19 @@ void gt_fuzz_remove(const char *path);
 /* Write size bytes to path (created or truncated); false on failure. */
 bool gt_fuzz_write(const char *path, const void *data, size_t size);
 
+/* A seed input of the edit mode, written to the corpus by GT_FUZZ_SEEDS. */
+typedef struct {
+  const char *name;
+  uint8_t bytes[40];
+  size_t n;
+} gt_fuzz_seed;
+
+/* Write each seed to dir/NAME, and dir/NAME for a raw-mode seed: an input
+ * header (head, hsize bytes) followed by a template file's bytes. */
+void gt_fuzz_write_seeds(const char *dir, const gt_fuzz_seed *seeds, size_t n);
+void gt_fuzz_write_raw_seed(const char *dir, const char *name, const uint8_t *head,
+                            size_t hsize, const uint8_t *file, size_t fsize);
+
 /* The whole of path, malloc'ed (free it); NULL on failure. */
 uint8_t *gt_fuzz_read(const char *path, size_t *size);
 
