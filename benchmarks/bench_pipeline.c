@@ -1,6 +1,6 @@
 /*
  * bench_pipeline.c - the pipeline bubble and the activation memory of the
- * GPipe and 1F1B schedules against theory.
+ * GPipe, 1F1B and interleaved 1F1B schedules against theory.
  *
  *   mpiexec -n P benchmarks/bench_pipeline [options]     (pp = P, dp = tp = 1)
  *
@@ -9,7 +9,9 @@
  * taking turns step by step (so that the drift of a busy machine hits both
  * alike), and rank 0 reports per schedule
  *   bubble   sum over stages of pp.bubble / sum over stages of step time
- *   theory   (p - 1) / (m + p - 1)
+ *   theory   (p - 1) / (V m + p - 1) (V = 1 but for interleaved:V); an
+ *            interleaved schedule is skipped for an m it does not fit
+ *            (m a multiple of p, p V <= layers)
  *   model    the bubble expected from the measured per-stage forward and
  *            backward times (stages that do not cost the same, and the
  *            step's non-pipeline work: optimizer, norms, all-reduces)
@@ -29,10 +31,12 @@
 #include "gridtrain/schedule.h"
 #include "gridtrain/trainer.h"
 
+#define BENCH_MAX_SCHED 4
+
 typedef struct {
   bench_common c;
   int m[BENCH_LIST_MAX], nm;
-  char sched[2][GT_NAME_MAX];
+  char sched[BENCH_MAX_SCHED][GT_NAME_MAX];
   int nsched;
   int micro;
   double tol;
@@ -77,7 +81,8 @@ static void bench_usage(void)
          "  --steps N          measured steps per configuration (default 10)\n"
          "  --warmup W         untimed steps first (default 2)\n"
          "  --microbatches L   micro-batch counts m (default 1,2,4,8,16)\n"
-         "  --schedules S      gpipe,1f1b (default both)\n"
+         "  --schedules S      up to 4 of gpipe, 1f1b, interleaved:V, separated by commas\n"
+         "                     (default gpipe,1f1b,interleaved:2)\n"
          "  --micro-seqs B     sequences per micro-batch (default 2)\n"
          "  --seq-len T        tokens per sequence (default 64)\n"
          "  --layers L --dim C --heads H --vocab V   model (default 8 128 4 256)\n"
@@ -95,7 +100,8 @@ static int bench_parse(int argc, char **argv, bench_opts *o)
   *o = (bench_opts){.c = {.data = "data/kjv.h5", .csv = "bench_pipeline.csv", .warmup = 2,
                           .steps = 10, .layers = 8, .dim = 128, .heads = 4, .vocab = 256,
                           .seq = 64},
-                    .nm = 5, .m = {1, 2, 4, 8, 16}, .nsched = 2, .sched = {"gpipe", "1f1b"},
+                    .nm = 5, .m = {1, 2, 4, 8, 16}, .nsched = 3,
+                    .sched = {"gpipe", "1f1b", "interleaved:2"},
                     .micro = 2, .tol = 0.05};
   static const char *const known[] = {"--microbatches", "--micro-seqs", "--tol", "--schedules",
                                       NULL};
@@ -121,12 +127,14 @@ static int bench_parse(int argc, char **argv, bench_opts *o)
       snprintf(buf, sizeof buf, "%s", v);
       o->nsched = 0;
       for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-        gt_schedule_kind k;
-        if (o->nsched == 2 || gt_schedule_parse(t, &k) != GT_SUCCESS) {
+        gt_schedule k;
+        if (o->nsched == BENCH_MAX_SCHED || gt_schedule_parse(t, &k) != GT_SUCCESS) {
           gt_error_clear();
-          return BENCH_INPUT_ERROR("--schedules '%s': expected gpipe, 1f1b or gpipe,1f1b", v);
+          return BENCH_INPUT_ERROR("--schedules '%s': expected up to %d of gpipe, 1f1b and "
+                                   "interleaved:V, separated by commas",
+                                   v, BENCH_MAX_SCHED);
         }
-        snprintf(o->sched[o->nsched++], GT_NAME_MAX, "%s", gt_schedule_name(k));
+        snprintf(o->sched[o->nsched++], GT_NAME_MAX, "%s", gt_schedule_name(&k));
       }
     } else
       return BENCH_INPUT_ERROR("unknown option '%s'; see --help", a);
@@ -140,10 +148,13 @@ static int bench_parse(int argc, char **argv, bench_opts *o)
  * backward ms per micro-batch; o: per-stage ms per step outside the
  * pipeline. GPipe runs all forwards, then all backwards, each phase as long
  * as the sum over stages plus (m - 1) times the slowest stage; 1F1B's steady
- * state advances one micro-batch per slowest (forward + backward). */
-static double bench_bubble_model(gt_schedule_kind kind, int p, int m, const double *f,
+ * state advances one micro-batch per slowest (forward + backward);
+ * interleaved:V runs m V units of 1/V of a stage: the ramp through the
+ * stages costs 1/V of 1F1B's, the steady state the same. */
+static double bench_bubble_model(const gt_schedule *sched, int p, int m, const double *f,
                                  const double *b, const double *o)
 {
+  const double V = sched->chunks;
   double sf = 0, sb = 0, mf = 0, mb = 0, mfb = 0;
   for (int s = 0; s < p; s++) {
     sf += f[s];
@@ -152,7 +163,8 @@ static double bench_bubble_model(gt_schedule_kind kind, int p, int m, const doub
     mb = fmax(mb, b[s]);
     mfb = fmax(mfb, f[s] + b[s]);
   }
-  double pipe = kind == GT_SCHEDULE_GPIPE ? sf + sb + (m - 1) * (mf + mb) : sf + sb + (m - 1) * mfb;
+  double pipe = sched->kind == GT_SCHEDULE_GPIPE ? sf + sb + (m - 1) * (mf + mb)
+                                                 : (sf + sb) / V + (m * V - 1) * mfb / V;
   double idle = 0, total = 0;
   for (int s = 0; s < p; s++) {
     idle += pipe - m * (f[s] + b[s]);
@@ -225,7 +237,7 @@ static int bench_make_row(const bench_opts *o, MPI_Comm world, gt_trainer *tr, b
 
   if (rank == 0) {
     const int p = size;
-    gt_schedule_kind kind;
+    gt_schedule kind;
     GT_CALL(gt_schedule_parse(sched, &kind));
     double f[BENCH_MAX_STAGES], b[BENCH_MAX_STAGES], oth[BENCH_MAX_STAGES];
     double sum_step = 0, sum_bubble = 0, sum_timed = 0, sum_f = 0, sum_b = 0, sum_pp = 0;
@@ -250,7 +262,7 @@ static int bench_make_row(const bench_opts *o, MPI_Comm world, gt_trainer *tr, b
       sum_f += v[V_FWD];
       sum_b += v[V_BWD];
       sum_pp += v[V_PPCOMM];
-      const int expect = gt_schedule_in_flight(kind, p, s, m);
+      const int expect = gt_schedule_in_flight(&kind, p, s, m);
       row->act_ok = row->act_ok && (int)v[V_PEAK_MB] == expect;
       if (s == 0) {
         row->act_mb_s0 = (int)v[V_PEAK_MB];
@@ -262,8 +274,8 @@ static int bench_make_row(const bench_opts *o, MPI_Comm world, gt_trainer *tr, b
     }
     row->step_ms = bench_median(slowest, o->c.steps);
     row->bubble = sum_step > 0 ? sum_bubble / sum_step : 0;
-    row->theory = (double)(p - 1) / (double)(m + p - 1);
-    row->model = bench_bubble_model(kind, p, m, f, b, oth);
+    row->theory = (double)(p - 1) / ((double)kind.chunks * m + p - 1);
+    row->model = bench_bubble_model(&kind, p, m, f, b, oth);
     double fb_max = 0, fb_sum = 0;
     for (int s = 0; s < p; s++) {
       fb_max = fmax(fb_max, f[s] + b[s]);
@@ -289,25 +301,37 @@ static int bench_make_row(const bench_opts *o, MPI_Comm world, gt_trainer *tr, b
   return GT_SUCCESS;
 }
 
-/* Every schedule at m micro-batches: the trainers live side by side and
- * take their steps in turns, so that the drift of a busy machine hits all
- * alike. rows[i] for o->sched[i] (rank 0). */
-static int bench_run_m(const bench_opts *o, MPI_Comm world, int m, bench_row *rows)
+/* Every schedule that fits m micro-batches: the trainers live side by side
+ * and take their steps in turns, so that the drift of a busy machine hits
+ * all alike. rows[i] for o->sched[i] (rank 0); fits[i] false for a
+ * schedule that does not fit m (no row). */
+static int bench_run_m(const bench_opts *o, MPI_Comm world, int m, bench_row *rows, bool *fits)
 {
-  gt_trainer *tr[2] = {NULL, NULL};
-  bench_acc acc[2];
+  int size;
+  GT_CALL_MPI(MPI_Comm_size(world, &size));
+  gt_trainer *tr[BENCH_MAX_SCHED] = {NULL};
+  bench_acc acc[BENCH_MAX_SCHED];
+  int run[BENCH_MAX_SCHED], n = 0;
   memset(acc, 0, sizeof acc);
   for (int i = 0; i < o->nsched; i++) {
+    gt_schedule sc;
+    GT_CALL(gt_schedule_parse(o->sched[i], &sc));
+    fits[i] = gt_schedule_check(&sc, size, m, o->c.layers) == GT_SUCCESS;
+    gt_error_clear();
+    if (!fits[i])
+      continue;
+    run[n++] = i;
     GT_CALL(bench_create(o, world, o->sched[i], m, &tr[i]));
     acc[i].step_ms = calloc((size_t)o->c.steps, sizeof(double));
     GT_CHECK_ALLOC(acc[i].step_ms, sizeof(double) * (size_t)o->c.steps);
   }
   for (int k = 0; k < o->c.warmup + o->c.steps; k++)
-    for (int j = 0; j < o->nsched; j++) {
-      const int i = (k % 2) ? o->nsched - 1 - j : j; /* A B B A A B ... */
+    for (int j = 0; j < n; j++) {
+      const int i = run[(k % 2) ? n - 1 - j : j]; /* A B B A A B ... */
       GT_CALL(bench_step(tr[i], k >= o->c.warmup, &acc[i]));
     }
-  for (int i = 0; i < o->nsched; i++) {
+  for (int j = 0; j < n; j++) {
+    const int i = run[j];
     GT_CALL(bench_make_row(o, world, tr[i], &acc[i], o->sched[i], m, &rows[i]));
     GT_CALL(gt_trainer_destroy(&tr[i]));
     free(acc[i].step_ms);
@@ -337,7 +361,7 @@ static void bench_print_stages(FILE *out, const bench_row *r)
 static void bench_print_row(FILE *out, const bench_row *r, const bench_opts *o)
 {
   fprintf(out,
-          "%4d  %-6s %3d %6d %9.1f %7.3f %7.3f %7.3f %6.3f %7.3f %8.3f %5d %5d %5d %9.2f %9.2f"
+          "%4d  %-13s %3d %6d %9.1f %7.3f %7.3f %7.3f %6.3f %7.3f %8.3f %5d %5d %5d %9.2f %9.2f"
           "  %s\n",
           r->p, r->sched, r->m, r->m * o->micro, r->step_ms, r->bubble, r->theory, r->model,
           r->imbalance, r->ppcomm, r->untimed, r->act_mb_s0, r->act_mb_max, r->act_mb_expect_s0,
@@ -385,8 +409,8 @@ static int bench_main(int argc, char **argv, MPI_Comm world, int *invalid)
     printf("# per m the schedules' trainers run side by side, %d warm-up + %d measured steps "
            "each, taken in turns; step_ms = median of the slowest rank's step\n",
            o.c.warmup, o.c.steps);
-    printf("# bubble = sum(pp.bubble)/sum(step) over stages; theory = (p-1)/(m+p-1); model = "
-           "from measured stage times;\n");
+    printf("# bubble = sum(pp.bubble)/sum(step) over stages; theory = (p-1)/(V m+p-1) (V: "
+           "chunks of interleaved:V, else 1); model = from measured stage times;\n");
     printf("#   imbal = slowest stage's forward+backward over the mean stage's, minus 1; "
            "ppcomm = sum(pp.comm)/sum(step);\n");
     printf("#   untimed = share of the step no timer covers\n");
@@ -397,15 +421,18 @@ static int bench_main(int argc, char **argv, MPI_Comm world, int *invalid)
              "timings and bubble only check the mechanism (verdict 'mechanism' = activations "
              "as the schedule promises)\n",
              size, cores);
-    printf("# pp  sched    m  batch   step_ms  bubble  theory   model  imbal  ppcomm  untimed  "
+    printf("# pp  sched           m  batch   step_ms  bubble  theory   model  imbal  ppcomm  untimed  "
            "act0  amax  aexp  act0_MiB  amax_MiB  check\n");
     fflush(stdout);
   }
   *invalid = 0;
   for (int mi = 0; mi < o.nm; mi++) {
-    bench_row rows[2];
-    GT_CALL(bench_run_m(&o, world, o.m[mi], rows));
+    bench_row rows[BENCH_MAX_SCHED];
+    bool fits[BENCH_MAX_SCHED];
+    GT_CALL(bench_run_m(&o, world, o.m[mi], rows, fits));
     for (int si = 0; si < o.nsched && rank == 0; si++) {
+      if (!fits[si])
+        continue;
       bench_print_row(stdout, &rows[si], &o);
       if (o.per_stage)
         bench_print_stages(stdout, &rows[si]);

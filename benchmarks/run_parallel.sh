@@ -1,6 +1,6 @@
 #!/bin/sh
 # benchmarks/run_parallel.sh - build and run the parallel benchmarks:
-#   bench_pipeline   at pp=2 and pp=4 (GPipe and 1F1B bubble, activation memory)
+#   bench_pipeline   at pp=2 and pp=4 (GPipe, 1F1B and interleaved bubble, activation memory)
 #   bench_dp_overlap at dp=2          (how much of the DP all-reduce backward hides)
 # Tables go to the terminal and to OUT/*.txt, rows to OUT/*.csv.
 #

@@ -66,7 +66,7 @@ typedef struct gt_config {
   } backend;
   struct {
     char wait[GT_NAME_MAX];       /* auto | busy | yield */
-    char schedule[GT_NAME_MAX];   /* gpipe | 1f1b */
+    char schedule[GT_NAME_MAX];   /* gpipe | 1f1b | interleaved:V */
     char stages[GT_PATH_MAX];     /* "" or blocks per stage "3,5" */
     double bucket_mb;             /* DP bucket size, MiB (0: one bucket) */
     char dp_overlap[GT_NAME_MAX]; /* on | off */

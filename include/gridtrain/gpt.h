@@ -36,6 +36,8 @@
 #include "gridtrain/collectives.h"
 #include "gridtrain/params.h"
 
+#define GT_GPT_MAX_CHUNKS 64 /* model chunks per rank (interleaved schedule) */
+
 typedef struct gt_gpt_shape {
   int layers, heads, dim, max_seq, vocab;
 } gt_gpt_shape;
@@ -81,7 +83,31 @@ typedef struct gt_gpt_part {
   bool seq_par;             /* sequence parallelism over tp (layers.h): the
                                residual stream in N/tp-row pieces; needs
                                B*T a multiple of the tp size */
+  /* Model chunks (the interleaved schedule, schedule.h): chunks > 1 splits
+   * the part into chunks non-contiguous block ranges [chunk_begin[c],
+   * chunk_end[c]), ascending, with layer_begin / layer_end their span; the
+   * token embedding sits in chunk 0 of a first stage, the head in the last
+   * chunk of a last stage. chunk_slots[c] activation slots belong to chunk
+   * c (together the `slots` of gt_gpt_create) and hold only its blocks.
+   * chunks 0 or 1: one chunk [layer_begin, layer_end) with every slot. */
+  int chunks;
+  int chunk_begin[GT_GPT_MAX_CHUNKS], chunk_end[GT_GPT_MAX_CHUNKS];
+  int chunk_slots[GT_GPT_MAX_CHUNKS];
 } gt_gpt_part;
+
+/* Place part on pipeline stage s of p: with `chunks` model chunks per stage
+ * (1: none), chunk c of stage s is virtual stage c p + s of the split
+ * vfirst[0 .. p chunks] (schedule.h's gt_pipeline_split over p chunks
+ * stages) and gets chunk_slots[c] activation slots (ignored for one chunk).
+ * Sets layer_begin, layer_end, first, last and the chunk fields. */
+void gt_gpt_part_place(gt_gpt_part *part, const int *vfirst, int p, int s, int chunks,
+                       const int *chunk_slots);
+
+/* The activation slot of chunk c's micro-batch mb (slots of a chunk are
+ * reused in micro-batch order: mb mod chunk_slots[c]), and the chunk a slot
+ * belongs to. */
+int gt_gpt_chunk_slot(const gt_gpt *m, int chunk, int mb);
+int gt_gpt_chunks(const gt_gpt *m);
 
 /* The whole model on one rank (single stage, no tensor parallelism). */
 gt_gpt_part gt_gpt_whole(const gt_gpt_shape *shape);
@@ -159,8 +185,9 @@ gt_params *gt_gpt_params(gt_gpt *m);
  * logical tensors: the same model whatever the layout. */
 int gt_gpt_init(gt_gpt *m, uint64_t seed);
 
-/* Forward one micro-batch in activation slot `slot`. tokens (first stage)
- * and targets (last stage) are host arrays (B,T) int32, copied before the
+/* Forward one micro-batch in activation slot `slot`, through the blocks of
+ * the slot's chunk (gt_gpt_chunk_slot). tokens (first stage, chunk 0) and
+ * targets (last stage, last chunk) are host arrays (B,T) int32, copied before the
  * call returns; other stages read their input from gt_gpt_input(m, slot)
  * and leave their output in gt_gpt_output(m, slot). On the last stage the
  * sum of the B*T token losses is added to *loss_acc (one double on the

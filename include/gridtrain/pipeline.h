@@ -3,10 +3,13 @@
  * step (the schedule's forwards and backwards over M micro-batches), or of
  * one forward-only pass for evaluation.
  *
- * Micro-batch mb lives in activation slot mb % slots of the model. Between
- * stages the slot's activations travel forward and their gradients
- * backward, in the compute type, through requests of collectives.h (one
- * per slot and direction): receives are pre-posted, a send starts once the
+ * Micro-batch mb lives in activation slot mb % slots of the model (with
+ * model chunks, the interleaved schedule: in slot mb % slots of its chunk's
+ * slots, gt_gpt_chunk_slot). Between stages the slot's activations travel
+ * forward and their gradients backward, in the compute type, through
+ * requests of collectives.h (one per slot and direction); with chunks the
+ * pp group is a ring: the last rank's chunk c feeds the first rank's chunk
+ * c + 1. Receives are pre-posted, a send starts once the
  * device has computed what it sends, and a slot takes a new micro-batch only
  * after the sends of its previous one are out. The last micro-batch's
  * backward reports finished gradients to the data-parallel buckets (the
@@ -41,10 +44,11 @@ typedef struct gt_pipe_events {
 
 /* The executor of `schedule` over `microbatches` micro-batches of B_micro x
  * T tokens for this rank's stage (grid->pp_rank) of model, which must have
- * gt_schedule_in_flight(...) activation slots. Not collective. */
-int gt_pipe_create(gt_gpt *model, gt_coll *coll, const gt_grid *grid, gt_schedule_kind schedule,
-                   int microbatches, int B_micro, int T, gt_pipe_events events,
-                   gt_pipe **pipe);
+ * the schedule's chunks and, per chunk, gt_schedule_chunk_slots(...)
+ * activation slots. Not collective. */
+int gt_pipe_create(gt_gpt *model, gt_coll *coll, const gt_grid *grid,
+                   const gt_schedule *schedule, int microbatches, int B_micro, int T,
+                   gt_pipe_events events, gt_pipe **pipe);
 int gt_pipe_destroy(gt_pipe **pipe);
 
 /* One step's schedule: forwards with dlogit_scale (the loss scale over the
@@ -60,8 +64,8 @@ int gt_pipe_train(gt_pipe *pipe, const gt_pipe_feed *feed, float dlogit_scale,
  * micro-batches are added to *loss_acc. Collective like gt_pipe_train. */
 int gt_pipe_eval(gt_pipe *pipe, const gt_pipe_feed *feed, double *loss_acc);
 
-/* The most micro-batches this stage held activations for at once in any
- * step so far. */
+/* The most micro-batches (with chunks: (chunk, micro-batch) units) this
+ * stage held activations for at once in any step so far. */
 int gt_pipe_peak_live(const gt_pipe *pipe);
 
 #endif /* GRIDTRAIN_PIPELINE_H */

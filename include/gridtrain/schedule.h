@@ -3,7 +3,7 @@
  * stages. Pure functions: the trainer executes the operation lists.
  *
  * With p stages and m micro-batches, stage s runs 2m operations, a forward
- * F(i) and a backward B(i) of every micro-batch i, in one of two orders:
+ * F(i) and a backward B(i) of every micro-batch i, in one of these orders:
  *
  *   gpipe  F(0) .. F(m-1), then B(0) .. B(m-1): all m micro-batches keep
  *          their activations until the turn-around.
@@ -13,28 +13,77 @@
  *
  * Both have the same bubble, (p - 1) / (m + p - 1) of a step when stages
  * cost the same; 1F1B bounds the activation memory by p instead of m.
+ *
+ *   interleaved:V  Megatron's interleaved 1F1B (Narayanan et al., SC'21,
+ *          arXiv 2104.04473). The blocks are split into p V virtual stages
+ *          and rank s holds V model chunks, virtual stages s, p + s, ...,
+ *          (V - 1) p + s: non-contiguous blocks. A micro-batch goes round
+ *          the ranks V times. Stage s runs 2 m V operations on (chunk,
+ *          micro-batch) units: forward unit k is chunk (k / p) mod V of
+ *          micro-batch (k / (p V)) p + k mod p (groups of p micro-batches
+ *          through one chunk after another); backward unit k the same with
+ *          the chunks in reverse. A warm-up of min(2 (p - s - 1) + (V - 1) p,
+ *          m V) forwards, then one forward and one backward alternating,
+ *          then the remaining backwards. Each unit costs 1/V of a stage, so
+ *          the bubble shrinks to (p - 1) / V of a micro-batch's time, a
+ *          fraction (p - 1) / (V m + p - 1) of the step, at the price of V
+ *          times the pipeline messages. Needs p >= 2, m a multiple of p and
+ *          at least p V blocks.
  */
 #ifndef GRIDTRAIN_SCHEDULE_H
 #define GRIDTRAIN_SCHEDULE_H
 
-typedef enum { GT_SCHEDULE_GPIPE = 0, GT_SCHEDULE_1F1B = 1 } gt_schedule_kind;
+typedef enum {
+  GT_SCHEDULE_GPIPE = 0,
+  GT_SCHEDULE_1F1B = 1,
+  GT_SCHEDULE_INTERLEAVED = 2
+} gt_schedule_kind;
+
+#define GT_SCHEDULE_MAX_CHUNKS 64 /* V of interleaved:V */
+
+typedef struct gt_schedule {
+  gt_schedule_kind kind;
+  int chunks;    /* model chunks per rank: V of interleaved:V, else 1 */
+  char name[24]; /* as written in a deck: "1f1b", "interleaved:2" */
+} gt_schedule;
 
 typedef struct gt_pipe_op {
   int backward; /* 0: forward, 1: backward */
   int mb;       /* micro-batch */
+  int chunk;    /* model chunk of this rank (0 unless interleaved) */
 } gt_pipe_op;
 
-/* "gpipe" or "1f1b" into *kind; GT_ERR_INPUT otherwise. */
-int gt_schedule_parse(const char *name, gt_schedule_kind *kind);
-const char *gt_schedule_name(gt_schedule_kind kind);
+/* "gpipe", "1f1b" or "interleaved:V" (2 <= V <= GT_SCHEDULE_MAX_CHUNKS)
+ * into *sched; GT_ERR_INPUT naming [parallel] schedule otherwise. */
+int gt_schedule_parse(const char *name, gt_schedule *sched);
+const char *gt_schedule_name(const gt_schedule *sched);
 
-/* The 2m operations of stage s (of p) into ops[2m]. Not collective. */
-int gt_schedule_build(gt_schedule_kind kind, int p, int s, int m, gt_pipe_op *ops);
+/* Whether sched fits p stages, m micro-batches and `layers` blocks
+ * (interleaved: p >= 2, m a multiple of p, layers >= p V); GT_ERR_INPUT
+ * with the deck keys to change otherwise. */
+int gt_schedule_check(const gt_schedule *sched, int p, int m, int layers);
 
-/* The most micro-batches whose activations stage s holds at once. */
-int gt_schedule_in_flight(gt_schedule_kind kind, int p, int s, int m);
+/* Operations per step of a stage: 2 m V. */
+int gt_schedule_ops(const gt_schedule *sched, int m);
 
-/* Split `layers` blocks into p stages of at least one block each:
+/* The 2 m V operations of stage s (of p) into ops[2 m V]. Not collective. */
+int gt_schedule_build(const gt_schedule *sched, int p, int s, int m, gt_pipe_op *ops);
+
+/* The most (chunk, micro-batch) units of chunk c alive at once on stage s:
+ * between a unit's forward and its backward, by walking the operation list
+ * (slots[c] for c < V); returns their sum, the activation slots stage s
+ * allocates (with one chunk: the most micro-batches alive, min(p - s, m)
+ * for 1f1b and m for gpipe). Within a chunk, units start and end in
+ * micro-batch order, so micro-batch i may use slot i mod slots[c]. Not
+ * collective. */
+int gt_schedule_chunk_slots(const gt_schedule *sched, int p, int s, int m, int *slots);
+
+/* gt_schedule_chunk_slots' sum (slots not wanted). */
+int gt_schedule_in_flight(const gt_schedule *sched, int p, int s, int m);
+
+/* Split `layers` blocks into p stages of at least one block each (for
+ * interleaved:V, p is the p V virtual stages: virtual stage c p + s is
+ * chunk c of rank s):
  * first[s] .. first[s+1]-1 are stage s's blocks (first[p] = layers).
  * spec "" balances cost: each block costs block_cost and the last stage
  * also carries head_cost (final LayerNorm, LM head, loss); the split with
@@ -44,5 +93,13 @@ int gt_schedule_in_flight(gt_schedule_kind kind, int p, int s, int m);
  * GT_ERR_INPUT for a spec that does not fit. Not collective. */
 int gt_pipeline_split(int layers, int p, double block_cost, double head_cost,
                       const char *spec, int *first);
+
+/* The schedule `name` ([parallel] schedule) checked against p stages, m
+ * micro-batches and `layers` blocks (gt_schedule_check), and the split of
+ * the blocks into its p V virtual stages by gt_pipeline_split (cost and
+ * spec as there) into *vfirst (p V + 1 entries, malloc'd: the caller frees
+ * it, also after an error). Not collective. */
+int gt_schedule_plan(const char *name, const char *spec, int layers, int p, int m,
+                     double block_cost, double head_cost, gt_schedule *sched, int **vfirst);
 
 #endif /* GRIDTRAIN_SCHEDULE_H */

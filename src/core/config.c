@@ -145,9 +145,10 @@ static const gt_key gt_keys[] = {
    "auto|busy|yield", "auto",
    "how ranks wait for MPI: yield sleeps between tests (for more ranks than "
    "cores), busy spins in MPI, auto picks yield when oversubscribed", false, false},
-  {"parallel", "schedule", GT_KEY_ENUM, GT_OFF(parallel.schedule), 0, 0, "gpipe|1f1b",
-   "1f1b", "pipeline schedule: gpipe (all forwards, then all backwards) or 1f1b "
-   "(one forward, one backward; activations of at most pp micro-batches)", false, false},
+  {"parallel", "schedule", GT_KEY_STRING, GT_OFF(parallel.schedule), 0, 0, NULL, "1f1b",
+   "pipeline schedule: gpipe (all forwards, then all backwards), 1f1b (one forward, one "
+   "backward; activations of at most pp micro-batches) or interleaved:V (V model chunks "
+   "per rank: the bubble shrinks V times for V times the pipeline messages)", false, false},
   {"parallel", "stages", GT_KEY_STRING, GT_OFF(parallel.stages), 0, 0, NULL, "",
    "blocks per pipeline stage, e.g. 3,5; empty balances the cost (the last stage "
    "also runs the LM head)", false, false},

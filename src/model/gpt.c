@@ -20,11 +20,14 @@ typedef struct gt_gpt_pass {
   int *first, *count;
 } gt_gpt_pass;
 
-/* One micro-batch in flight: what forward keeps for backward. */
+/* One micro-batch in flight through one model chunk: what forward keeps for
+ * backward. */
 typedef struct gt_gpt_slot {
-  void **resid;        /* nl+1 views (N,C): resid[0] stage input, resid[nl] output */
-  gt_block_acts *acts; /* nl */
-  gt_head_acts head;   /* last stage */
+  int chunk, l0, nb;   /* the chunk, its first local block and its block count */
+  bool head_here;      /* the chunk ends in the head (last chunk of a last stage) */
+  void **resid;        /* nb+1 views (N,C): resid[0] chunk input, resid[nb] output */
+  gt_block_acts *acts; /* nb */
+  gt_head_acts head;   /* head_here */
   void *dgrad;         /* (N,C) gradient travelling backward */
   int32_t *tokens, *targets;           /* device (N) */
   int32_t *host_tokens, *host_targets; /* pinned (N): what the uploads read */
@@ -41,6 +44,9 @@ struct gt_gpt {
   gt_dtype dt;    /* compute type */
   int batch, seq; /* largest micro-batch */
   int nl;         /* blocks on this rank */
+  int nc;         /* model chunks (gpt.h): chunk c is local blocks [c_l0[c], c_l0[c+1])
+                     and slots [c_s0[c], c_s0[c+1]) */
+  int c_l0[GT_GPT_MAX_CHUNKS + 1], c_s0[GT_GPT_MAX_CHUNKS + 1];
   int H;          /* heads on this rank */
   int Vl, v0, nv; /* vocabulary rows here (with padding), first, real */
   gt_params *params;
@@ -59,11 +65,11 @@ struct gt_gpt {
   /* ZeRO 3 (gpt.h): the weight units in the order each pass asks for them */
   gt_weight_hook whook;
   bool has_whook;
-  gt_gpt_pass fwd, bwd;
+  gt_gpt_pass fwd[GT_GPT_MAX_CHUNKS], bwd[GT_GPT_MAX_CHUNKS]; /* per chunk */
 
   /* activations: one device buffer, `nslots` slots and shared scratch */
   void *act_buffer;
-  size_t act_bytes, slot_bytes;
+  size_t act_bytes, slot_bytes; /* slot_bytes: the mean over slots */
   int nslots;
   gt_gpt_slot *slots;
   gt_block_scratch scratch;
@@ -177,6 +183,40 @@ static int gt_gpt_add(gt_gpt *m, const gt_gpt_pdesc *d, bool counted_if_replicat
   return GT_SUCCESS;
 }
 
+/* Whether a block (global layer index) is one of the part's. */
+static bool gt_gpt_holds_layer(const gt_gpt_part *pt, int layer)
+{
+  if (pt->chunks <= 1)
+    return layer >= pt->layer_begin && layer < pt->layer_end;
+  for (int c = 0; c < pt->chunks; c++)
+    if (layer >= pt->chunk_begin[c] && layer < pt->chunk_end[c])
+      return true;
+  return false;
+}
+
+void gt_gpt_part_place(gt_gpt_part *part, const int *vfirst, int p, int s, int chunks,
+                       const int *chunk_slots)
+{
+  part->first = s == 0;
+  part->last = s == p - 1;
+  part->chunks = chunks > 1 ? chunks : 1;
+  for (int c = 0; c < part->chunks; c++) {
+    part->chunk_begin[c] = vfirst[c * p + s];
+    part->chunk_end[c] = vfirst[c * p + s + 1];
+    part->chunk_slots[c] = chunks > 1 ? chunk_slots[c] : 0;
+  }
+  part->layer_begin = part->chunk_begin[0];
+  part->layer_end = part->chunk_end[part->chunks - 1];
+}
+
+int gt_gpt_chunks(const gt_gpt *m) { return m->nc; }
+
+int gt_gpt_chunk_slot(const gt_gpt *m, int chunk, int mb)
+{
+  const int n = m->c_s0[chunk + 1] - m->c_s0[chunk];
+  return m->c_s0[chunk] + mb % n;
+}
+
 /* This rank's parameters, in the order backward finishes them last-first:
  * [wte, wpe] (first stage), 12 per block, [ln_f.weight, ln_f.bias] and, on
  * a last stage that is not also the first, its copy of wte. */
@@ -186,16 +226,17 @@ static int gt_gpt_register(gt_gpt *m)
   const bool lead = pt->tp.rank == 0;
   const int n = gt_gpt_logical_count(&m->shape);
   gt_params *p = m->params;
+  int local = 0; /* blocks come in ascending order, the chunks too */
   for (int i = 0; i < n; i++) {
     gt_gpt_pdesc d = gt_gpt_describe(&m->shape, i);
     bool here = (d.at == GT_AT_EMBED && pt->first) || (d.at == GT_AT_HEAD && pt->last) ||
-                (d.at == GT_AT_BLOCK && d.layer >= pt->layer_begin && d.layer < pt->layer_end);
+                (d.at == GT_AT_BLOCK && gt_gpt_holds_layer(pt, d.layer));
     if (!here)
       continue;
     if (i == 0)
       m->p_wte = p->count;
     if (d.at == GT_AT_BLOCK && (i - 2) % GT_BLOCK_PARAMS == 0)
-      m->p_block[d.layer - pt->layer_begin] = p->count;
+      m->p_block[local++] = p->count;
     if (d.at == GT_AT_HEAD && d.init == GT_INIT_ONES)
       m->p_head = p->count;
     GT_CALL(gt_gpt_add(m, &d, lead, true));
@@ -272,13 +313,15 @@ static int gt_gpt_bind(gt_gpt *m)
   return GT_SUCCESS;
 }
 
-/* The weight units of each pass (gpt.h): forward the embedding, the blocks,
- * the head (and wte with one stage); backward the head's units, then the
- * blocks from the last. */
-static int gt_gpt_passes(gt_gpt *m)
+/* The weight units of each chunk's passes (gpt.h): forward the embedding
+ * (first chunk), the chunk's blocks, the head (last chunk; and wte with one
+ * stage); backward the head's units, then the blocks from the last. */
+static int gt_gpt_chunk_passes(gt_gpt *m, int c)
 {
-  const size_t most = (size_t)m->nl + 3;
-  gt_gpt_pass *ps[2] = {&m->fwd, &m->bwd};
+  const int l0 = m->c_l0[c], l1 = m->c_l0[c + 1];
+  const bool embed = m->part.first && c == 0, head = m->part.last && c == m->nc - 1;
+  const size_t most = (size_t)(l1 - l0) + 3;
+  gt_gpt_pass *ps[2] = {&m->fwd[c], &m->bwd[c]};
   for (int k = 0; k < 2; k++) {
     free(ps[k]->first);
     ps[k]->first = malloc(2 * most * sizeof(int));
@@ -292,21 +335,28 @@ static int gt_gpt_passes(gt_gpt *m)
     (ps)->count[(ps)->n++] = (c);                                                             \
   } while (0)
   const bool one_stage = m->part.first && m->part.last;
-  if (m->part.first)
-    GT_PASS(&m->fwd, m->p_wte, 2);
-  for (int l = 0; l < m->nl; l++)
-    GT_PASS(&m->fwd, m->p_block[l], GT_BLOCK_PARAMS);
-  if (m->part.last) {
-    GT_PASS(&m->fwd, m->p_head, m->p_head_count);
-    GT_PASS(&m->bwd, m->p_head, m->p_head_count);
+  if (embed)
+    GT_PASS(ps[0], m->p_wte, 2);
+  for (int l = l0; l < l1; l++)
+    GT_PASS(ps[0], m->p_block[l], GT_BLOCK_PARAMS);
+  if (head) {
+    GT_PASS(ps[0], m->p_head, m->p_head_count);
+    GT_PASS(ps[1], m->p_head, m->p_head_count);
     if (one_stage) {
-      GT_PASS(&m->fwd, m->p_wte, 1);
-      GT_PASS(&m->bwd, m->p_wte, 1);
+      GT_PASS(ps[0], m->p_wte, 1);
+      GT_PASS(ps[1], m->p_wte, 1);
     }
   }
-  for (int l = m->nl - 1; l >= 0; l--)
-    GT_PASS(&m->bwd, m->p_block[l], GT_BLOCK_PARAMS);
+  for (int l = l1 - 1; l >= l0; l--)
+    GT_PASS(ps[1], m->p_block[l], GT_BLOCK_PARAMS);
 #undef GT_PASS
+  return GT_SUCCESS;
+}
+
+static int gt_gpt_passes(gt_gpt *m)
+{
+  for (int c = 0; c < m->nc; c++)
+    GT_CALL(gt_gpt_chunk_passes(m, c));
   return GT_SUCCESS;
 }
 
@@ -352,12 +402,14 @@ static int gt_gpt_drop(gt_gpt *m, const gt_gpt_pass *ps, int k)
 void gt_gpt_gather_sizes(const gt_gpt *m, size_t sizes[GT_GPT_GATHER_BUFS])
 {
   size_t largest = 0, block = 0;
-  for (int k = 0; k < m->fwd.n; k++) {
-    const size_t len = gt_params_span(m->params, m->fwd.first[k], m->fwd.count[k]);
-    largest = len > largest ? len : largest;
-    if (m->fwd.count[k] == GT_BLOCK_PARAMS && len > block)
-      block = len;
-  }
+  for (int c = 0; c < m->nc; c++)
+    for (int k = 0; k < m->fwd[c].n; k++) {
+      const gt_gpt_pass *ps = &m->fwd[c];
+      const size_t len = gt_params_span(m->params, ps->first[k], ps->count[k]);
+      largest = len > largest ? len : largest;
+      if (ps->count[k] == GT_BLOCK_PARAMS && len > block)
+        block = len;
+    }
   /* one embedding or head at a time; the one-stage head's ln_f is smaller
    * than a block */
   sizes[0] = largest;
@@ -415,15 +467,15 @@ static void gt_gpt_layout_slot(gt_gpt *m, gt_gpt_slot *sl, gt_carver *c)
   const size_t B = (size_t)m->batch, T = (size_t)m->seq, N = B * T;
   const size_t Ns = (size_t)gt_gpt_stream_rows(m, m->batch, m->seq);
   const size_t C = (size_t)m->shape.dim, F = sizeof(float), E = gt_dtype_size(m->dt);
-  for (int l = 0; l <= m->nl; l++)
+  for (int l = 0; l <= sl->nb; l++)
     sl->resid[l] = gt_carve(c, Ns * C * E);
   /* BLOCK keeps the block's input resid[l] only */
   const int keep = m->part.recompute == GT_RECOMPUTE_NONE        ? GT_ACTS_ALL
                    : m->part.recompute == GT_RECOMPUTE_ATTENTION ? GT_ACTS_REST
                                                                  : 0;
-  for (int l = 0; l < m->nl; l++)
+  for (int l = 0; l < sl->nb; l++)
     gt_gpt_layout_acts(m, &sl->acts[l], c, keep);
-  if (m->part.last) {
+  if (sl->head_here) {
     sl->head.lnf = gt_carve(c, Ns * C * E);
     sl->head.lnf_mean = gt_carve(c, Ns * F);
     sl->head.lnf_rstd = gt_carve(c, Ns * F);
@@ -441,11 +493,10 @@ static void gt_gpt_layout(gt_gpt *m, gt_carver *c)
   const size_t B = (size_t)m->batch, T = (size_t)m->seq, N = B * T;
   const size_t C = (size_t)m->shape.dim, P = (size_t)m->part.tp.size;
   const size_t Cl = C / P, F4 = 4 * C / P, F = sizeof(float), E = gt_dtype_size(m->dt);
-  size_t before = c->off;
-  gt_gpt_layout_slot(m, &m->slots[0], c);
-  m->slot_bytes = c->off - before;
-  for (int s = 1; s < m->nslots; s++)
+  const size_t before = c->off;
+  for (int s = 0; s < m->nslots; s++)
     gt_gpt_layout_slot(m, &m->slots[s], c);
+  m->slot_bytes = (c->off - before) / (size_t)m->nslots;
   m->scratch.dln = gt_carve(c, N * C * E);
   m->scratch.dqkv = gt_carve(c, 3 * N * Cl * E);
   m->scratch.datty = gt_carve(c, N * Cl * E);
@@ -486,7 +537,8 @@ int gt_recompute_parse(const char *name)
 gt_gpt_part gt_gpt_whole(const gt_gpt_shape *shape)
 {
   gt_gpt_part p = {0,    shape->layers, true, true, {MPI_COMM_NULL, 0, 1, -1, NULL},
-                   0,    1,             GT_RECOMPUTE_NONE, -1, 0, false};
+                   0,    1,             GT_RECOMPUTE_NONE, -1, 0, false, 1, {0}, {0}, {0}};
+  p.chunk_end[0] = shape->layers;
   return p;
 }
 
@@ -500,6 +552,7 @@ static int gt_gpt_shell(gt_backend *be, const gt_gpt_shape *shape, const gt_gpt_
   GT_ASSERT(seq >= 1 && seq <= shape->max_seq && batch >= 1 && slots >= 1);
   GT_ASSERT(part->layer_begin >= 0 && part->layer_end <= shape->layers &&
             part->layer_begin <= part->layer_end);
+  GT_ASSERT(part->chunks <= GT_GPT_MAX_CHUNKS);
   gt_gpt *m = calloc(1, sizeof *m);
   GT_CHECK_ALLOC(m, sizeof *m);
   *model = m;
@@ -509,7 +562,18 @@ static int gt_gpt_shell(gt_backend *be, const gt_gpt_shape *shape, const gt_gpt_
   m->dt = dtype;
   m->batch = batch;
   m->seq = seq;
-  m->nl = part->layer_end - part->layer_begin;
+  m->nc = part->chunks > 1 ? part->chunks : 1;
+  m->c_l0[0] = m->c_s0[0] = 0;
+  for (int c = 0; c < m->nc; c++) {
+    const int b = m->nc > 1 ? part->chunk_begin[c] : part->layer_begin;
+    const int e = m->nc > 1 ? part->chunk_end[c] : part->layer_end;
+    GT_ASSERT(b >= 0 && e >= b && e <= shape->layers && (c == 0 || b >= part->chunk_end[c - 1]));
+    m->c_l0[c + 1] = m->c_l0[c] + (e - b);
+    m->c_s0[c + 1] = m->c_s0[c] + (m->nc > 1 ? part->chunk_slots[c] : slots);
+    GT_ASSERT(m->c_s0[c + 1] > m->c_s0[c]);
+  }
+  GT_ASSERT(m->c_s0[m->nc] == slots);
+  m->nl = m->c_l0[m->nc];
   m->sp_on = part->seq_par && P > 1;
   GT_ASSERT(!m->sp_on || ((int64_t)batch * seq) % P == 0);
   m->H = shape->heads / P;
@@ -524,11 +588,17 @@ static int gt_gpt_shell(gt_backend *be, const gt_gpt_shape *shape, const gt_gpt_
   m->p_block = calloc((size_t)nl, sizeof *m->p_block);
   m->slots = calloc((size_t)slots, sizeof *m->slots);
   bool ok = m->w && m->g && m->p_block && m->slots;
-  for (int s = 0; ok && s < slots; s++) {
-    m->slots[s].acts = calloc((size_t)nl, sizeof *m->slots[s].acts);
-    m->slots[s].resid = calloc((size_t)m->nl + 1, sizeof *m->slots[s].resid);
-    ok = m->slots[s].acts && m->slots[s].resid;
-  }
+  for (int c = 0; c < m->nc; c++)
+    for (int s = m->c_s0[c]; ok && s < m->c_s0[c + 1]; s++) {
+      gt_gpt_slot *sl = &m->slots[s];
+      sl->chunk = c;
+      sl->l0 = m->c_l0[c];
+      sl->nb = m->c_l0[c + 1] - m->c_l0[c];
+      sl->head_here = part->last && c == m->nc - 1;
+      sl->acts = calloc((size_t)(sl->nb > 0 ? sl->nb : 1), sizeof *sl->acts);
+      sl->resid = calloc((size_t)sl->nb + 1, sizeof *sl->resid);
+      ok = sl->acts && sl->resid;
+    }
   if (!ok) {
     gt_gpt_destroy(model);
     return GT_ERROR(GT_ERR_SYSTEM, "out of memory creating the GPT");
@@ -564,7 +634,13 @@ static int gt_gpt_described(const gt_gpt_shape *shape, const gt_gpt_part *part, 
 {
   gt_gpt_part params_only = *part; /* no activations: their split does not matter */
   params_only.seq_par = false;
-  GT_CALL(gt_gpt_shell(NULL, shape, &params_only, dtype, 1, 1, 1, model));
+  int slots = 1;
+  if (part->chunks > 1) {
+    slots = part->chunks;
+    for (int c = 0; c < part->chunks; c++)
+      params_only.chunk_slots[c] = 1;
+  }
+  GT_CALL(gt_gpt_shell(NULL, shape, &params_only, dtype, 1, 1, slots, model));
   gt_gpt *m = *model;
   GT_CALL(gt_params_create(NULL, dtype, &m->params));
   GT_CALL(gt_gpt_register(m));
@@ -685,8 +761,10 @@ int gt_gpt_destroy(gt_gpt **model)
   free(m->slots);
   free(m->gptr);
   free(m->wptr);
-  free(m->fwd.first);
-  free(m->bwd.first);
+  for (int c = 0; c < GT_GPT_MAX_CHUNKS; c++) {
+    free(m->fwd[c].first);
+    free(m->bwd[c].first);
+  }
   free(m->w);
   free(m->g);
   free(m->p_block);
@@ -706,7 +784,7 @@ int gt_gpt_init(gt_gpt *m, uint64_t seed)
 size_t gt_gpt_activation_bytes(const gt_gpt *m) { return m->act_bytes; }
 size_t gt_gpt_slot_bytes(const gt_gpt *m) { return m->slot_bytes; }
 void *gt_gpt_input(gt_gpt *m, int slot) { return m->slots[slot].resid[0]; }
-void *gt_gpt_output(gt_gpt *m, int slot) { return m->slots[slot].resid[m->nl]; }
+void *gt_gpt_output(gt_gpt *m, int slot) { return m->slots[slot].resid[m->slots[slot].nb]; }
 void *gt_gpt_grad(gt_gpt *m, int slot) { return m->slots[slot].dgrad; }
 
 int64_t gt_gpt_stream_rows(const gt_gpt *m, int B, int T)
@@ -780,38 +858,40 @@ int gt_gpt_forward(gt_gpt *m, int slot, const int32_t *tokens, const int32_t *ta
   const gt_seq_par *sp = m->sp_on ? &m->sp : NULL;
   const gt_layer_dims d = {B, T, C, m->H, m->dt, &m->part.tp,
                            m->has_whook ? &m->whook.progress : NULL, sp};
-  if (m->part.first)
+  const bool embed = m->part.first && sl->chunk == 0;
+  if (embed)
     GT_CALL(gt_gpt_upload_ids(m, sl, sl->tokens, sl->host_tokens, tokens, (size_t)N));
-  if (m->part.last)
+  if (sl->head_here)
     GT_CALL(gt_gpt_upload_ids(m, sl, sl->targets, sl->host_targets, targets, (size_t)N));
-  if (m->part.first || m->part.last) {
+  if (embed || sl->head_here) {
     GT_CALL(be->ops->event_record(be, sl->uploaded, NULL));
     sl->upload_pending = true;
   }
+  const gt_gpt_pass *ps = &m->fwd[sl->chunk];
   int k = 0; /* the weight unit of the pass (ZeRO 3) */
-  if (m->part.first) {
-    GT_CALL(gt_gpt_take(m, &m->fwd, k));
+  if (embed) {
+    GT_CALL(gt_gpt_take(m, ps, k));
     GT_CALL(gt_embedding_forward(be, m->dt, sl->resid[0], sl->tokens, m->wte, m->wpe, B, T, C,
                                  m->v0, m->nv, &m->part.tp, sp));
-    GT_CALL(gt_gpt_drop(m, &m->fwd, k++));
+    GT_CALL(gt_gpt_drop(m, ps, k++));
   }
-  for (int l = 0; l < m->nl; l++) {
-    const gt_block_acts a = gt_gpt_block_acts(m, sl, l);
-    GT_CALL(gt_gpt_take(m, &m->fwd, k));
-    GT_CALL(gt_block_forward(be, &m->w[l], &a, sl->resid[l], sl->resid[l + 1], d));
-    GT_CALL(gt_gpt_drop(m, &m->fwd, k++));
+  for (int j = 0; j < sl->nb; j++) {
+    const gt_block_acts a = gt_gpt_block_acts(m, sl, j);
+    GT_CALL(gt_gpt_take(m, ps, k));
+    GT_CALL(gt_block_forward(be, &m->w[sl->l0 + j], &a, sl->resid[j], sl->resid[j + 1], d));
+    GT_CALL(gt_gpt_drop(m, ps, k++));
   }
-  if (m->part.last) {
+  if (sl->head_here) {
     const bool one_stage = m->part.first;
-    GT_CALL(gt_gpt_take(m, &m->fwd, k));
+    GT_CALL(gt_gpt_take(m, ps, k));
     if (one_stage)
-      GT_CALL(gt_gpt_take(m, &m->fwd, k + 1));
-    GT_CALL(gt_lm_head_forward(be, m->wte, m->lnf_w, m->lnf_b, &sl->head, sl->resid[m->nl],
+      GT_CALL(gt_gpt_take(m, ps, k + 1));
+    GT_CALL(gt_lm_head_forward(be, m->wte, m->lnf_w, m->lnf_b, &sl->head, sl->resid[sl->nb],
                                sl->targets, m->stats_all, gt_gpt_head_dims(m, N),
                                dlogit_scale));
-    GT_CALL(gt_gpt_drop(m, &m->fwd, k));
+    GT_CALL(gt_gpt_drop(m, ps, k));
     if (one_stage)
-      GT_CALL(gt_gpt_drop(m, &m->fwd, k + 1));
+      GT_CALL(gt_gpt_drop(m, ps, k + 1));
     if (loss_acc)
       GT_CALL(be->ops->sum_add(be, loss_acc, sl->head.losses, (size_t)N));
   }
@@ -821,9 +901,9 @@ int gt_gpt_forward(gt_gpt *m, int slot, const int32_t *tokens, const int32_t *ta
   return GT_SUCCESS;
 }
 
-/* Rerun what block l of slot sl did not keep (see gpt.h), before its
- * backward. */
-static int gt_gpt_recompute(gt_gpt *m, gt_gpt_slot *sl, int l, const gt_block_acts *a,
+/* Rerun what block j of slot sl (local block sl->l0 + j) did not keep (see
+ * gpt.h), before its backward. */
+static int gt_gpt_recompute(gt_gpt *m, gt_gpt_slot *sl, int j, const gt_block_acts *a,
                             gt_layer_dims d)
 {
   const gt_recompute r = m->part.recompute;
@@ -833,7 +913,7 @@ static int gt_gpt_recompute(gt_gpt *m, gt_gpt_slot *sl, int l, const gt_block_ac
   if (m->part.recompute_event >= 0)
     gt_event_begin(m->part.recompute_event);
   int status = r == GT_RECOMPUTE_BLOCK
-                   ? gt_block_forward(m->be, &m->w[l], a, sl->resid[l], m->re_out, d)
+                   ? gt_block_forward(m->be, &m->w[sl->l0 + j], a, sl->resid[j], m->re_out, d)
                    : gt_block_attention_forward(m->be, a, d);
   if (m->part.recompute_event >= 0)
     gt_event_end(m->part.recompute_event);
@@ -902,35 +982,37 @@ int gt_gpt_backward(gt_gpt *m, int slot, const gt_grad_hook *hook)
                                                : NULL;
   const gt_seq_par *sp = m->sp_on ? &m->sp : NULL;
   const gt_layer_dims d = {B, T, C, m->H, m->dt, &m->part.tp, progress, sp};
+  const gt_gpt_pass *ps = &m->bwd[sl->chunk];
   int k = 0; /* the weight unit of the pass (ZeRO 3) */
-  if (m->part.last) {
+  if (sl->head_here) {
     const bool one_stage = m->part.first;
     GT_CALL(gt_gpt_grads(m, hook, m->p_head, 2));
     /* wte: the last stage's copy, or (one stage) the embedding itself,
      * which the embedding's backward adds to at the end */
     GT_CALL(gt_gpt_grads(m, hook, m->part.first ? m->p_wte : m->p_head + 2, 1));
-    GT_CALL(gt_gpt_take(m, &m->bwd, k));
+    GT_CALL(gt_gpt_take(m, ps, k));
     if (one_stage)
-      GT_CALL(gt_gpt_take(m, &m->bwd, k + 1));
+      GT_CALL(gt_gpt_take(m, ps, k + 1));
     GT_CALL(gt_lm_head_backward(be, m->wte, m->dwte, m->lnf_w, m->dlnf_w, m->dlnf_b, &sl->head,
-                                sl->resid[m->nl], sl->dgrad, m->dlnf, gt_gpt_head_dims(m, N)));
-    GT_CALL(gt_gpt_drop(m, &m->bwd, k++));
+                                sl->resid[sl->nb], sl->dgrad, m->dlnf, gt_gpt_head_dims(m, N)));
+    GT_CALL(gt_gpt_drop(m, ps, k++));
     if (one_stage)
-      GT_CALL(gt_gpt_drop(m, &m->bwd, k++));
+      GT_CALL(gt_gpt_drop(m, ps, k++));
     /* ln_f is final; so is the wte copy of a last stage (pp > 1) */
     GT_CALL(gt_gpt_ready(hook, m->p_head, m->p_head_count));
   }
-  for (int l = m->nl - 1; l >= 0; l--) {
-    const gt_block_acts a = gt_gpt_block_acts(m, sl, l);
+  for (int j = sl->nb - 1; j >= 0; j--) {
+    const int l = sl->l0 + j;
+    const gt_block_acts a = gt_gpt_block_acts(m, sl, j);
     GT_CALL(gt_gpt_grads(m, hook, m->p_block[l], GT_BLOCK_PARAMS));
-    GT_CALL(gt_gpt_take(m, &m->bwd, k));
-    GT_CALL(gt_gpt_recompute(m, sl, l, &a, d));
-    GT_CALL(gt_block_backward(be, &m->w[l], &m->g[l], &a, sl->resid[l], sl->dgrad,
+    GT_CALL(gt_gpt_take(m, ps, k));
+    GT_CALL(gt_gpt_recompute(m, sl, j, &a, d));
+    GT_CALL(gt_block_backward(be, &m->w[l], &m->g[l], &a, sl->resid[j], sl->dgrad,
                               &m->scratch, d));
-    GT_CALL(gt_gpt_drop(m, &m->bwd, k++));
+    GT_CALL(gt_gpt_drop(m, ps, k++));
     GT_CALL(gt_gpt_ready(hook, m->p_block[l], GT_BLOCK_PARAMS));
   }
-  if (m->part.first) {
+  if (m->part.first && sl->chunk == 0) {
     GT_CALL(gt_gpt_grads(m, hook, m->p_wte + 1, 1));
     if (!m->part.last) /* with one stage the head's backward asked already */
       GT_CALL(gt_gpt_grads(m, hook, m->p_wte, 1));

@@ -10,18 +10,25 @@
 #include "gridtrain/flight.h"
 #include "gridtrain/timer.h"
 
+_Static_assert(GT_SCHEDULE_MAX_CHUNKS <= GT_GPT_MAX_CHUNKS,
+               "a schedule's chunks must fit a model part");
+
 enum { GT_RECV_ACT = 0, GT_SEND_ACT, GT_RECV_GRAD, GT_SEND_GRAD, GT_NREQ };
 
-#define GT_TAG_ACT(mb) (2 * (mb))
-#define GT_TAG_GRAD(mb) (2 * (mb) + 1)
+/* Messages of micro-batch mb across the boundary between virtual stages j
+ * and j + 1 (with one chunk per rank: stages j and j + 1): its activations
+ * forward and their gradient backward. */
+#define GT_TAG_ACT(pl, mb, j) (2 * ((mb) * (pl)->nvirt + (j)))
+#define GT_TAG_GRAD(pl, mb, j) (2 * ((mb) * (pl)->nvirt + (j)) + 1)
 
 struct gt_pipe {
   gt_gpt *model;
   const gt_grid *grid;
   int M, B, T;
-  bool first, last;
-  int nslots;
-  gt_pipe_op *ops;   /* 2 M operations of this stage */
+  int V, nvirt;      /* model chunks per rank, virtual stages (pp V) */
+  int cslots[GT_SCHEDULE_MAX_CHUNKS]; /* activation slots of each chunk */
+  int nslots, nops;
+  gt_pipe_op *ops;   /* 2 M V operations of this stage */
   gt_xfer **req;     /* GT_NREQ per slot (NULL where this stage has none) */
   size_t n;          /* elements of a slot's activations */
   gt_dtype dt;
@@ -30,9 +37,26 @@ struct gt_pipe {
   int live, peak_live;
 };
 
-int gt_pipe_create(gt_gpt *model, gt_coll *coll, const gt_grid *grid, gt_schedule_kind schedule,
-                   int microbatches, int B_micro, int T, gt_pipe_events events,
-                   gt_pipe **pipe)
+/* Virtual stage of this rank's chunk c, and whether it has a neighbour
+ * before / after it (the ranks before / after this one on the pp ring). */
+static int gt_pipe_vstage(const gt_pipe *pl, int c) { return c * pl->grid->pp_size + pl->grid->pp_rank; }
+static bool gt_pipe_has_prev(const gt_pipe *pl, int c) { return gt_pipe_vstage(pl, c) > 0; }
+static bool gt_pipe_has_next(const gt_pipe *pl, int c)
+{
+  return gt_pipe_vstage(pl, c) < pl->nvirt - 1;
+}
+static int gt_pipe_prev_rank(const gt_pipe *pl)
+{
+  return (pl->grid->pp_rank + pl->grid->pp_size - 1) % pl->grid->pp_size;
+}
+static int gt_pipe_next_rank(const gt_pipe *pl)
+{
+  return (pl->grid->pp_rank + 1) % pl->grid->pp_size;
+}
+
+int gt_pipe_create(gt_gpt *model, gt_coll *coll, const gt_grid *grid,
+                   const gt_schedule *schedule, int microbatches, int B_micro, int T,
+                   gt_pipe_events events, gt_pipe **pipe)
 {
   gt_pipe *pl = calloc(1, sizeof *pl);
   GT_CHECK_ALLOC(pl, sizeof *pl);
@@ -42,13 +66,16 @@ int gt_pipe_create(gt_gpt *model, gt_coll *coll, const gt_grid *grid, gt_schedul
   pl->M = microbatches;
   pl->B = B_micro;
   pl->T = T;
-  pl->first = grid->pp_rank == 0;
-  pl->last = grid->pp_rank == grid->pp_size - 1;
-  pl->nslots = gt_schedule_in_flight(schedule, grid->pp_size, grid->pp_rank, microbatches);
+  pl->V = schedule->chunks;
+  pl->nvirt = grid->pp_size * pl->V;
+  GT_ASSERT(gt_gpt_chunks(model) == pl->V);
+  pl->nslots = gt_schedule_chunk_slots(schedule, grid->pp_size, grid->pp_rank, microbatches,
+                                       pl->cslots);
+  pl->nops = gt_schedule_ops(schedule, microbatches);
   pl->dt = gt_gpt_dtype(model);
   pl->ev = events;
   pl->n = (size_t)gt_gpt_stream_rows(model, B_micro, T) * (size_t)gt_gpt_shape_of(model)->dim;
-  pl->ops = malloc(sizeof *pl->ops * 2 * (size_t)microbatches);
+  pl->ops = malloc(sizeof *pl->ops * (size_t)pl->nops);
   pl->req = calloc((size_t)GT_NREQ * (size_t)pl->nslots, sizeof *pl->req);
   if (!pl->ops || !pl->req) {
     gt_pipe_destroy(pipe);
@@ -56,12 +83,22 @@ int gt_pipe_create(gt_gpt *model, gt_coll *coll, const gt_grid *grid, gt_schedul
   }
   int status = gt_schedule_build(schedule, grid->pp_size, grid->pp_rank, microbatches, pl->ops);
   const size_t bytes = pl->n * gt_dtype_size(pl->dt);
+  /* a slot's chunk: slots of a chunk are contiguous (gpt.h) */
+  int *chunk_of = calloc((size_t)pl->nslots, sizeof *chunk_of);
+  if (!chunk_of && status == GT_SUCCESS)
+    status = GT_ERROR(GT_ERR_SYSTEM, "out of memory for the pipeline schedule");
+  for (int c = 0; c < pl->V && status == GT_SUCCESS; c++)
+    for (int mb = 0; mb < microbatches; mb++)
+      chunk_of[gt_gpt_chunk_slot(model, c, mb)] = c;
   for (int s = 0; s < pl->nslots && status == GT_SUCCESS; s++)
     for (int k = 0; k < GT_NREQ && status == GT_SUCCESS; k++) {
-      const bool needed = (k == GT_RECV_ACT || k == GT_SEND_GRAD) ? !pl->first : !pl->last;
+      const bool needed = (k == GT_RECV_ACT || k == GT_SEND_GRAD)
+                              ? gt_pipe_has_prev(pl, chunk_of[s])
+                              : gt_pipe_has_next(pl, chunk_of[s]);
       if (needed)
         status = gt_xfer_create(coll, bytes, &pl->req[GT_NREQ * s + k]);
     }
+  free(chunk_of);
   if (status != GT_SUCCESS) {
     gt_pipe_destroy(pipe);
     return gt_error_push(status, __FILE__, __LINE__, __func__);
@@ -114,30 +151,33 @@ static gt_xfer *gt_pipe_req(const gt_pipe *pl, int slot, int k)
   return pl->req[GT_NREQ * slot + k];
 }
 
-/* Post the receive of micro-batch mb's input into its slot. */
-static int gt_pipe_post_input(gt_pipe *pl, int mb)
+/* Post the receive of chunk c's input of micro-batch mb into its slot. */
+static int gt_pipe_post_input(gt_pipe *pl, int c, int mb)
 {
   const gt_grid *g = pl->grid;
-  const int slot = mb % pl->nslots;
+  const int slot = gt_gpt_chunk_slot(pl->model, c, mb);
   GT_CALL(gt_xfer_recv(gt_pipe_req(pl, slot, GT_RECV_ACT), gt_gpt_input(pl->model, slot), pl->n,
-                       pl->dt, g->pp_rank - 1, GT_TAG_ACT(mb), g->pp));
+                       pl->dt, gt_pipe_prev_rank(pl), GT_TAG_ACT(pl, mb, gt_pipe_vstage(pl, c) - 1),
+                       g->pp));
   return GT_SUCCESS;
 }
 
-/* One forward of micro-batch mb in its slot: receive the input (stages
- * after the first), compute, send the output and pre-post the receive of
- * its gradient (stages before the last, when training). */
-static int gt_pipe_forward(gt_pipe *pl, const gt_pipe_feed *feed, int mb, float dlogit_scale,
-                           double *loss_acc)
+/* One forward of chunk c of micro-batch mb in its slot: receive the input
+ * (virtual stages after the first), compute, send the output and pre-post
+ * the receive of its gradient (virtual stages before the last, when
+ * training). */
+static int gt_pipe_forward(gt_pipe *pl, const gt_pipe_feed *feed, int c, int mb,
+                           float dlogit_scale, double *loss_acc)
 {
   const gt_grid *g = pl->grid;
-  const int slot = mb % pl->nslots;
+  const int slot = gt_gpt_chunk_slot(pl->model, c, mb);
+  const bool prev = gt_pipe_has_prev(pl, c), next = gt_pipe_has_next(pl, c);
   const int32_t *tokens = NULL, *targets = NULL;
   gt_flight_slot('F', mb);
   gt_fault_kill_at("forward");
-  if (pl->first || pl->last)
+  if (!prev || !next)
     GT_CALL(feed->read(feed->ctx, mb, &tokens, &targets));
-  if (!pl->first)
+  if (prev)
     GT_CALL(gt_pipe_wait(pl, gt_pipe_req(pl, slot, GT_RECV_ACT), pl->ev.bubble));
   /* The slot takes a new micro-batch: the sends of its previous one (output
    * and input gradient) must be out before its buffers are written again. */
@@ -150,29 +190,32 @@ static int gt_pipe_forward(gt_pipe *pl, const gt_pipe_feed *feed, int mb, float 
   GT_CALL(status);
   if (++pl->live > pl->peak_live)
     pl->peak_live = pl->live;
-  if (!pl->last) {
+  if (next) {
+    const int j = gt_pipe_vstage(pl, c);
     gt_pipe_begin(pl, pl->ev.pp_comm);
     status = gt_xfer_send(gt_pipe_req(pl, slot, GT_SEND_ACT), gt_gpt_output(pl->model, slot),
-                          pl->n, pl->dt, g->pp_rank + 1, GT_TAG_ACT(mb), g->pp);
+                          pl->n, pl->dt, gt_pipe_next_rank(pl), GT_TAG_ACT(pl, mb, j), g->pp);
     if (status == GT_SUCCESS && dlogit_scale != 0.0f)
       status = gt_xfer_recv(gt_pipe_req(pl, slot, GT_RECV_GRAD), gt_gpt_grad(pl->model, slot),
-                            pl->n, pl->dt, g->pp_rank + 1, GT_TAG_GRAD(mb), g->pp);
+                            pl->n, pl->dt, gt_pipe_next_rank(pl), GT_TAG_GRAD(pl, mb, j), g->pp);
     gt_pipe_end(pl, pl->ev.pp_comm);
     GT_CALL(status);
   }
   return GT_SUCCESS;
 }
 
-/* One backward of micro-batch mb: wait for the gradient of the output
- * (stages before the last), compute (the last micro-batch feeds the DP
- * buckets), send the input gradient back and pre-post the receive of the
- * input of the micro-batch that takes over the slot. */
-static int gt_pipe_backward(gt_pipe *pl, int mb, const gt_grad_hook *hook)
+/* One backward of chunk c of micro-batch mb: wait for the gradient of the
+ * output (virtual stages before the last), compute (the chunk's last
+ * micro-batch feeds the DP buckets: with chunks, the last chunk's units
+ * finish first, as gt_gpt_grad_units orders them), send the input gradient
+ * back and pre-post the receive of the input of the micro-batch that takes
+ * over the slot. */
+static int gt_pipe_backward(gt_pipe *pl, int c, int mb, const gt_grad_hook *hook)
 {
   const gt_grid *g = pl->grid;
-  const int slot = mb % pl->nslots;
+  const int slot = gt_gpt_chunk_slot(pl->model, c, mb);
   gt_flight_slot('B', mb);
-  if (!pl->last)
+  if (gt_pipe_has_next(pl, c))
     GT_CALL(gt_pipe_wait(pl, gt_pipe_req(pl, slot, GT_RECV_GRAD), pl->ev.bubble));
   gt_pipe_begin(pl, pl->ev.backward);
   const bool feeds = mb == pl->M - 1 || (hook && hook->every_microbatch);
@@ -180,12 +223,13 @@ static int gt_pipe_backward(gt_pipe *pl, int mb, const gt_grad_hook *hook)
   gt_pipe_end(pl, pl->ev.backward);
   GT_CALL(status);
   pl->live--;
-  if (!pl->first) {
+  if (gt_pipe_has_prev(pl, c)) {
     gt_pipe_begin(pl, pl->ev.pp_comm);
     status = gt_xfer_send(gt_pipe_req(pl, slot, GT_SEND_GRAD), gt_gpt_grad(pl->model, slot),
-                          pl->n, pl->dt, g->pp_rank - 1, GT_TAG_GRAD(mb), g->pp);
-    if (status == GT_SUCCESS && mb + pl->nslots < pl->M)
-      status = gt_pipe_post_input(pl, mb + pl->nslots);
+                          pl->n, pl->dt, gt_pipe_prev_rank(pl),
+                          GT_TAG_GRAD(pl, mb, gt_pipe_vstage(pl, c) - 1), g->pp);
+    if (status == GT_SUCCESS && mb + pl->cslots[c] < pl->M)
+      status = gt_pipe_post_input(pl, c, mb + pl->cslots[c]);
     gt_pipe_end(pl, pl->ev.pp_comm);
     GT_CALL(status);
   }
@@ -198,29 +242,28 @@ static int gt_pipe_run(gt_pipe *pl, const gt_pipe_feed *feed, float dlogit_scale
 {
   const gt_grid *g = pl->grid;
   pl->live = 0;
-  if (!pl->first) {
-    gt_pipe_begin(pl, pl->ev.pp_comm);
-    int status = GT_SUCCESS;
-    for (int k = 0; k < pl->nslots && k < pl->M && status == GT_SUCCESS; k++)
-      status = gt_pipe_post_input(pl, k);
-    gt_pipe_end(pl, pl->ev.pp_comm);
-    GT_CALL(status);
-  }
-  if (train) {
-    for (int i = 0; i < 2 * pl->M; i++) {
-      if (pl->ops[i].backward)
-        GT_CALL(gt_pipe_backward(pl, pl->ops[i].mb, hook));
-      else
-        GT_CALL(gt_pipe_forward(pl, feed, pl->ops[i].mb, dlogit_scale, loss_acc));
-    }
-  } else {
-    for (int mb = 0; mb < pl->M; mb++) {
-      GT_CALL(gt_pipe_forward(pl, feed, mb, 0.0f, loss_acc));
+  gt_pipe_begin(pl, pl->ev.pp_comm);
+  int status = GT_SUCCESS;
+  for (int c = 0; c < pl->V; c++)
+    for (int k = 0; gt_pipe_has_prev(pl, c) && k < pl->cslots[c] && k < pl->M &&
+                    status == GT_SUCCESS;
+         k++)
+      status = gt_pipe_post_input(pl, c, k);
+  gt_pipe_end(pl, pl->ev.pp_comm);
+  GT_CALL(status);
+  for (int i = 0; i < pl->nops; i++) {
+    const gt_pipe_op op = pl->ops[i];
+    if (train && op.backward) {
+      GT_CALL(gt_pipe_backward(pl, op.chunk, op.mb, hook));
+    } else if (train) {
+      GT_CALL(gt_pipe_forward(pl, feed, op.chunk, op.mb, dlogit_scale, loss_acc));
+    } else if (!op.backward) { /* the forwards, in the schedule's order */
+      GT_CALL(gt_pipe_forward(pl, feed, op.chunk, op.mb, 0.0f, loss_acc));
       pl->live--;
       /* forward only: the slot's next input can come as soon as this one's
        * readers have run (the receive waits for them) */
-      if (!pl->first && mb + pl->nslots < pl->M)
-        GT_CALL(gt_pipe_post_input(pl, mb + pl->nslots));
+      if (gt_pipe_has_prev(pl, op.chunk) && op.mb + pl->cslots[op.chunk] < pl->M)
+        GT_CALL(gt_pipe_post_input(pl, op.chunk, op.mb + pl->cslots[op.chunk]));
     }
   }
   /* The schedule is done: what remains is waiting for the other stages
@@ -230,7 +273,7 @@ static int gt_pipe_run(gt_pipe *pl, const gt_pipe_feed *feed, float dlogit_scale
     GT_CALL(gt_pipe_wait(pl, pl->req[i], pl->ev.bubble));
   if (g->pp_size > 1) {
     gt_pipe_begin(pl, pl->ev.bubble);
-    int status = gt_barrier(g->pp);
+    status = gt_barrier(g->pp);
     gt_pipe_end(pl, pl->ev.bubble);
     GT_CALL(status);
   }

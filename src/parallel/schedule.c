@@ -1,60 +1,147 @@
 /*
- * schedule.c - GPipe and 1F1B operation orders, and the stage split.
+ * schedule.c - GPipe, 1F1B and interleaved 1F1B operation orders, and the
+ * stage split.
  */
 #include "gridtrain/schedule.h"
 
 #include <errno.h>
 #include <float.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "gridtrain/error.h"
 
-int gt_schedule_parse(const char *name, gt_schedule_kind *kind)
+int gt_schedule_parse(const char *name, gt_schedule *sched)
 {
-  if (strcmp(name, "gpipe") == 0)
-    *kind = GT_SCHEDULE_GPIPE;
-  else if (strcmp(name, "1f1b") == 0)
-    *kind = GT_SCHEDULE_1F1B;
-  else
-    return GT_ERROR(GT_ERR_INPUT, "unknown pipeline schedule '%s'; use gpipe or 1f1b", name);
+  memset(sched, 0, sizeof *sched);
+  sched->chunks = 1;
+  if (strcmp(name, "gpipe") == 0) {
+    sched->kind = GT_SCHEDULE_GPIPE;
+  } else if (strcmp(name, "1f1b") == 0) {
+    sched->kind = GT_SCHEDULE_1F1B;
+  } else if (strncmp(name, "interleaved:", 12) == 0) {
+    const char *v = name + 12;
+    char *end;
+    errno = 0;
+    long chunks = strtol(v, &end, 10);
+    GT_CHECK(end != v && *end == '\0' && errno == 0 && chunks >= 2 &&
+                 chunks <= GT_SCHEDULE_MAX_CHUNKS,
+             GT_ERR_INPUT,
+             "[parallel] schedule = '%s': interleaved:V needs V, the model chunks per rank, "
+             "a whole number from 2 to %d",
+             name, GT_SCHEDULE_MAX_CHUNKS);
+    sched->kind = GT_SCHEDULE_INTERLEAVED;
+    sched->chunks = (int)chunks;
+  } else {
+    return GT_ERROR(GT_ERR_INPUT,
+                    "[parallel] schedule = '%s': unknown schedule; use gpipe, 1f1b or "
+                    "interleaved:V (V model chunks per rank)",
+                    name);
+  }
+  snprintf(sched->name, sizeof sched->name, "%s", name);
   return GT_SUCCESS;
 }
 
-const char *gt_schedule_name(gt_schedule_kind kind)
+const char *gt_schedule_name(const gt_schedule *sched) { return sched->name; }
+
+int gt_schedule_check(const gt_schedule *sched, int p, int m, int layers)
 {
-  return kind == GT_SCHEDULE_GPIPE ? "gpipe" : "1f1b";
+  if (sched->kind != GT_SCHEDULE_INTERLEAVED)
+    return GT_SUCCESS;
+  const int v = sched->chunks;
+  GT_CHECK(p >= 2, GT_ERR_INPUT,
+           "[parallel] schedule = %s needs pipeline parallelism: [grid] pp = %d; use pp >= 2 "
+           "or schedule = 1f1b",
+           sched->name, p);
+  GT_CHECK(m % p == 0, GT_ERR_INPUT,
+           "[parallel] schedule = %s sends groups of pp micro-batches through each chunk: "
+           "[data] microbatches = %d must be a multiple of pp = %d",
+           sched->name, m, p);
+  GT_CHECK((long)p * v <= layers, GT_ERR_INPUT,
+           "[parallel] schedule = %s over pp = %d needs %d virtual stages of at least one "
+           "block, but [model] layers = %d",
+           sched->name, p, p * v, layers);
+  return GT_SUCCESS;
 }
 
-int gt_schedule_build(gt_schedule_kind kind, int p, int s, int m, gt_pipe_op *ops)
+int gt_schedule_ops(const gt_schedule *sched, int m) { return 2 * m * sched->chunks; }
+
+/* Unit k of the interleaved order: its chunk and micro-batch (forward
+ * order; backward takes the chunks in reverse). */
+static gt_pipe_op gt_interleaved_unit(int p, int v, int k, int backward)
+{
+  const int group = k / (p * v), in_group = k % (p * v);
+  const int chunk = in_group / p;
+  return (gt_pipe_op){backward, group * p + in_group % p, backward ? v - 1 - chunk : chunk};
+}
+
+/* Operation i of stage s's list: a warm-up of `warm` forwards, then a
+ * forward and a backward alternating, then the remaining backwards, over
+ * `units` units (unit k is unit_of(k)). */
+static gt_pipe_op gt_schedule_op(const gt_schedule *sched, int p, int s, int m, int i)
+{
+  const int v = sched->chunks, units = m * v;
+  int warm;
+  switch (sched->kind) {
+  case GT_SCHEDULE_GPIPE:
+    warm = m;
+    break;
+  case GT_SCHEDULE_INTERLEAVED:
+    warm = 2 * (p - s - 1) + (v - 1) * p;
+    break;
+  default:
+    warm = p - s - 1;
+  }
+  warm = warm < units ? warm : units;
+  int k, backward;
+  if (i < warm) {
+    k = i;
+    backward = 0;
+  } else if (i < warm + 2 * (units - warm)) {
+    const int j = i - warm;
+    backward = j % 2;
+    k = backward ? j / 2 : warm + j / 2;
+  } else {
+    k = i - warm - (units - warm);
+    backward = 1;
+  }
+  if (sched->kind == GT_SCHEDULE_INTERLEAVED)
+    return gt_interleaved_unit(p, v, k, backward);
+  return (gt_pipe_op){backward, k, 0};
+}
+
+int gt_schedule_build(const gt_schedule *sched, int p, int s, int m, gt_pipe_op *ops)
 {
   GT_ASSERT(p >= 1 && s >= 0 && s < p && m >= 1);
-  int n = 0;
-  if (kind == GT_SCHEDULE_GPIPE) {
-    for (int i = 0; i < m; i++)
-      ops[n++] = (gt_pipe_op){0, i};
-    for (int i = 0; i < m; i++)
-      ops[n++] = (gt_pipe_op){1, i};
-    return GT_SUCCESS;
-  }
-  const int warm = p - s - 1 < m ? p - s - 1 : m;
-  for (int i = 0; i < warm; i++)
-    ops[n++] = (gt_pipe_op){0, i};
-  for (int i = 0; i < m - warm; i++) {
-    ops[n++] = (gt_pipe_op){0, warm + i};
-    ops[n++] = (gt_pipe_op){1, i};
-  }
-  for (int i = m - warm; i < m; i++)
-    ops[n++] = (gt_pipe_op){1, i};
-  GT_ASSERT(n == 2 * m);
+  GT_ASSERT(sched->kind != GT_SCHEDULE_INTERLEAVED || m % p == 0);
+  const int n = gt_schedule_ops(sched, m);
+  for (int i = 0; i < n; i++)
+    ops[i] = gt_schedule_op(sched, p, s, m, i);
   return GT_SUCCESS;
 }
 
-int gt_schedule_in_flight(gt_schedule_kind kind, int p, int s, int m)
+int gt_schedule_chunk_slots(const gt_schedule *sched, int p, int s, int m, int *slots)
 {
-  if (kind == GT_SCHEDULE_GPIPE)
-    return m;
-  return p - s < m ? p - s : m;
+  const int v = sched->chunks, n = gt_schedule_ops(sched, m);
+  int live[GT_SCHEDULE_MAX_CHUNKS] = {0}, total = 0;
+  for (int c = 0; c < v; c++)
+    slots[c] = 0;
+  for (int i = 0; i < n; i++) {
+    const gt_pipe_op op = gt_schedule_op(sched, p, s, m, i);
+    live[op.chunk] += op.backward ? -1 : 1;
+    if (live[op.chunk] > slots[op.chunk])
+      slots[op.chunk] = live[op.chunk];
+  }
+  for (int c = 0; c < v; c++)
+    total += slots[c];
+  return total;
+}
+
+int gt_schedule_in_flight(const gt_schedule *sched, int p, int s, int m)
+{
+  int slots[GT_SCHEDULE_MAX_CHUNKS];
+  return gt_schedule_chunk_slots(sched, p, s, m, slots);
 }
 
 /* Parse "a,b,c" into p positive counts that sum to layers. */
@@ -129,5 +216,18 @@ int gt_pipeline_split(int layers, int p, double block_cost, double head_cost,
     first[s + 1] = first[s] + n;
   }
   first[p] = layers;
+  return GT_SUCCESS;
+}
+
+int gt_schedule_plan(const char *name, const char *spec, int layers, int p, int m,
+                     double block_cost, double head_cost, gt_schedule *sched, int **vfirst)
+{
+  *vfirst = NULL;
+  GT_CALL(gt_schedule_parse(name, sched));
+  GT_CALL(gt_schedule_check(sched, p, m, layers));
+  const int nv = p * sched->chunks;
+  *vfirst = malloc(sizeof(int) * (size_t)(nv + 1));
+  GT_CHECK_ALLOC(*vfirst, sizeof(int) * (size_t)(nv + 1));
+  GT_CALL(gt_pipeline_split(layers, nv, block_cost, head_cost, spec, *vfirst));
   return GT_SUCCESS;
 }

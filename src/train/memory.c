@@ -43,60 +43,74 @@ double gt_mem_total(const gt_mem_account *a)
   return gt_mem_model_total(a) + gt_mem_act_total(a) + a->comm + a->grad_bufs + a->gather_bufs;
 }
 
+/* The account of stage s (gt_mem_plan). */
+static int gt_mem_plan_stage(const gt_config *cfg, const gt_gpt_shape *shape_,
+                           const gt_schedule *sched, const int *first, int s,
+                           const int sizes[3], bool staged, gt_mem_account *a)
+{
+  const gt_gpt_shape shape = *shape_;
+  const int dp = sizes[0], pp = sizes[1], tp = sizes[2];
+  const gt_dtype dt = gt_precision_dtype(cfg->backend.precision);
+  const int M = (int)cfg->data.microbatches, T = (int)cfg->model.seq_len;
+  const int B_micro = (int)cfg->data.batch / dp / M;
+  const int zero = dp > 1 ? (int)cfg->parallel.zero : 0;
+  gt_gpt_part part = {.tp = {MPI_COMM_NULL, 0, tp, -1, NULL},
+                      .zero_size = zero >= 1 ? dp : 1,
+                      .recompute = (gt_recompute)gt_recompute_parse(cfg->model.recompute),
+                      .recompute_event = -1,
+                      .zero_stage = zero,
+                      .seq_par = strcmp(cfg->parallel.sequence_parallel, "on") == 0};
+  memset(a, 0, sizeof *a);
+  size_t psi = 0, act = 0, slot = 0, largest = 0, second = 0, tied = 0;
+  int cslots[GT_SCHEDULE_MAX_CHUNKS];
+  const int slots = gt_schedule_chunk_slots(sched, pp, s, M, cslots);
+  gt_gpt_part_place(&part, first, pp, s, sched->chunks, cslots);
+  GT_CALL(gt_gpt_plan_params(&shape, &part, dt, &psi, &largest, &second, &tied));
+  if (zero >= 2)
+    a->grad_bufs = (double)gt_gshard_plan_bytes(largest, second, tied, GT_GSHARD_POOL);
+  if (zero >= 3) {
+    size_t bufs[GT_GPT_GATHER_BUFS];
+    GT_CALL(gt_gpt_plan_gather(&shape, &part, dt, bufs));
+    a->gather_bufs = (double)gt_pgather_plan_bytes(bufs, GT_GPT_GATHER_BUFS, dt);
+  }
+  GT_CALL(gt_gpt_plan(&shape, &part, dt, B_micro, T, slots, &act, &slot));
+  gt_mem_model_state((double)psi, dt, zero, dp, a);
+  a->act_slot = (double)slot;
+  a->in_flight = slots;
+  a->act_shared = (double)act - (double)slot * slots;
+  /* staged: one pinned buffer per gradient bucket (together the gradients)
+   * when dp > 1, and the pipeline's activation and gradient slots */
+  if (staged)
+    a->comm = (dp > 1 ? a->grads : 0.0) +
+              (pp > 1 ? 2.0 * slots * (double)B_micro * T * shape.dim * gt_dtype_size(dt)
+                      : 0.0) +
+              a->gather_bufs; /* each gather buffer's staging room */
+  return GT_SUCCESS;
+}
+
 int gt_mem_plan(const gt_config *cfg, int ranks, bool staged, gt_mem_account *stages,
                 int max_stages, int sizes[3])
 {
   GT_CALL(gt_grid_resolve(cfg->grid.dp, cfg->grid.pp, cfg->grid.tp, ranks, sizes));
   GT_CALL(gt_grid_check_model(cfg, sizes));
-  const int dp = sizes[0], pp = sizes[1], tp = sizes[2];
+  const int pp = sizes[1];
   GT_CHECK(pp <= max_stages, GT_ERR_INPUT, "pp = %d: more stages than %d", pp, max_stages);
   const gt_gpt_shape shape = {(int)cfg->model.layers, (int)cfg->model.heads,
                               (int)cfg->model.dim, (int)cfg->model.seq_len,
                               (int)cfg->model.vocab};
-  const gt_dtype dt = gt_precision_dtype(cfg->backend.precision);
   const int M = (int)cfg->data.microbatches, T = (int)cfg->model.seq_len;
-  const int B_micro = (int)cfg->data.batch / dp / M;
-  const int zero = dp > 1 ? (int)cfg->parallel.zero : 0;
-  gt_schedule_kind kind;
-  GT_CALL(gt_schedule_parse(cfg->parallel.schedule, &kind));
-  int first[GT_MEM_MAX_STAGES + 1];
   GT_CHECK(pp <= GT_MEM_MAX_STAGES, GT_ERR_INPUT, "pp = %d: more than %d stages to plan", pp,
            GT_MEM_MAX_STAGES);
   double block_cost, head_cost;
   gt_gpt_stage_costs(&shape, T, &block_cost, &head_cost);
-  GT_CALL(gt_pipeline_split(shape.layers, pp, block_cost, head_cost, cfg->parallel.stages,
-                            first));
-  for (int s = 0; s < pp; s++) {
-    gt_gpt_part part = {first[s],  first[s + 1], s == 0, s == pp - 1,
-                        {MPI_COMM_NULL, 0, tp, -1, NULL},
-                        0,         zero >= 1 ? dp : 1,
-                        (gt_recompute)gt_recompute_parse(cfg->model.recompute), -1,
-                        zero, strcmp(cfg->parallel.sequence_parallel, "on") == 0};
-    gt_mem_account *a = &stages[s];
-    memset(a, 0, sizeof *a);
-    size_t psi = 0, act = 0, slot = 0, largest = 0, second = 0, tied = 0;
-    const int slots = gt_schedule_in_flight(kind, pp, s, M);
-    GT_CALL(gt_gpt_plan_params(&shape, &part, dt, &psi, &largest, &second, &tied));
-    if (zero >= 2)
-      a->grad_bufs = (double)gt_gshard_plan_bytes(largest, second, tied, GT_GSHARD_POOL);
-    if (zero >= 3) {
-      size_t bufs[GT_GPT_GATHER_BUFS];
-      GT_CALL(gt_gpt_plan_gather(&shape, &part, dt, bufs));
-      a->gather_bufs = (double)gt_pgather_plan_bytes(bufs, GT_GPT_GATHER_BUFS, dt);
-    }
-    GT_CALL(gt_gpt_plan(&shape, &part, dt, B_micro, T, slots, &act, &slot));
-    gt_mem_model_state((double)psi, dt, zero, dp, a);
-    a->act_slot = (double)slot;
-    a->in_flight = slots;
-    a->act_shared = (double)act - (double)slot * slots;
-    /* staged: one pinned buffer per gradient bucket (together the gradients)
-     * when dp > 1, and the pipeline's activation and gradient slots */
-    if (staged)
-      a->comm = (dp > 1 ? a->grads : 0.0) +
-                (pp > 1 ? 2.0 * slots * (double)B_micro * T * shape.dim * gt_dtype_size(dt)
-                        : 0.0) +
-                a->gather_bufs; /* each gather buffer's staging room */
-  }
+  gt_schedule sched;
+  int *first = NULL;
+  int status = gt_schedule_plan(cfg->parallel.schedule, cfg->parallel.stages, shape.layers, pp,
+                                M, block_cost, head_cost, &sched, &first);
+  for (int s = 0; s < pp && status == GT_SUCCESS; s++)
+    status = gt_mem_plan_stage(cfg, &shape, &sched, first, s, sizes, staged, &stages[s]);
+  free(first);
+  GT_CALL(status);
   return GT_SUCCESS;
 }
 

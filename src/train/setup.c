@@ -76,11 +76,14 @@ static void gt_print_setup(const gt_trainer *tr, size_t params_max, size_t act_m
   snprintf(v, sizeof v, "dp=%d x pp=%d x tp=%d", g->dp_size, g->pp_size, g->tp_size);
   gt_config_print_row(stdout, "layout", v, "resolved");
   if (g->pp_size > 1) {
+    /* interleaved: a stage's chunks joined by '+' ("0-1+4-5") */
+    const int p = g->pp_size, V = tr->schedule.chunks;
     int n = snprintf(v, sizeof v, "blocks");
-    for (int s = 0; s < g->pp_size && n < (int)sizeof v - 16; s++)
-      n += snprintf(v + n, sizeof v - (size_t)n, "%s%d-%d", s ? ", " : " ", tr->stage_first[s],
-                    tr->stage_first[s + 1] - 1);
-    snprintf(v + n, sizeof v - (size_t)n, "; %s schedule", gt_schedule_name(tr->schedule));
+    for (int s = 0; s < p && n < (int)sizeof v - 24; s++)
+      for (int c = 0; c < V && n < (int)sizeof v - 24; c++)
+        n += snprintf(v + n, sizeof v - (size_t)n, "%s%d-%d", c ? "+" : s ? ", " : " ",
+                      tr->stage_first[c * p + s], tr->stage_first[c * p + s + 1] - 1);
+    snprintf(v + n, sizeof v - (size_t)n, "; %s schedule", gt_schedule_name(&tr->schedule));
     gt_config_print_row(stdout, "pipeline stages", v, "resolved");
   }
   snprintf(v, sizeof v, "%d (%d per node, %d cores per node)", g->world_size, g->node_size,
@@ -159,7 +162,8 @@ void gt_trainer_memory(const gt_trainer *tr, gt_mem_account *a)
   memset(a, 0, sizeof *a);
   gt_mem_model_state((double)p->numel, tr->dtype, tr->zero, tr->grid->dp_size, a);
   a->act_slot = (double)gt_gpt_slot_bytes(tr->model);
-  a->in_flight = gt_schedule_in_flight(tr->schedule, tr->grid->pp_size, tr->grid->pp_rank, tr->M);
+  a->in_flight = gt_schedule_in_flight(&tr->schedule, tr->grid->pp_size, tr->grid->pp_rank,
+                                       tr->M);
   a->act_shared = (double)gt_gpt_activation_bytes(tr->model) - a->act_slot * a->in_flight;
   a->comm = (double)gt_coll_staging_bytes(tr->coll);
   a->grad_bufs = tr->gshard ? (double)gt_gshard_buffer_bytes(tr->gshard) : 0.0;
@@ -229,7 +233,7 @@ static int gt_report_memory(const gt_trainer *tr, FILE *out)
   char what[256];
   snprintf(what, sizeof what, "%s compute, zero %d over dp=%d, recompute %s, %s schedule%s",
            gt_dtype_name(tr->dtype), tr->zero, g->dp_size, tr->cfg.model.recompute,
-           gt_schedule_name(tr->schedule),
+           gt_schedule_name(&tr->schedule),
            g->tp_size > 1 && strcmp(tr->cfg.parallel.sequence_parallel, "on") == 0
                ? ", sequence parallel over tp"
                : "");
@@ -309,6 +313,71 @@ static int gt_report_devices(const gt_trainer *tr, FILE *out)
   return GT_SUCCESS;
 }
 
+/* Collective on world: rank 0 prints where the ranks run: each rank's node
+ * (MPI_Get_processor_name) and grid coordinates (the first 64 ranks), the
+ * number of nodes (shared-memory domains) and the TP groups that span more
+ * than one node, counted over all ranks (docs/parallelism.md). */
+static int gt_report_placement(const gt_trainer *tr, FILE *out)
+{
+  const gt_grid *g = tr->grid;
+  enum { LEN = MPI_MAX_PROCESSOR_NAME, NI = 4, MAX_ROWS = 64 };
+  char name[LEN];
+  int len = 0;
+  memset(name, 0, sizeof name);
+  GT_CALL_MPI(MPI_Get_processor_name(name, &len));
+  int mine[NI] = {g->dp_rank, g->pp_rank, g->tp_rank, g->node_rank};
+  const size_t n = (size_t)g->world_size;
+  char *names = g->world_rank == 0 ? malloc((size_t)LEN * n) : NULL;
+  int *coords = g->world_rank == 0 ? malloc(sizeof(int) * NI * n) : NULL;
+  int status = g->world_rank == 0 && (!names || !coords)
+                   ? GT_ERROR(GT_ERR_SYSTEM, "out of memory for the placement table")
+                   : GT_SUCCESS;
+  if (status != GT_SUCCESS) {
+    free(names);
+    free(coords);
+  }
+  GT_CALL(gt_error_agree(status, g->world));
+  MPI_Request req[2];
+  GT_CALL_MPI(MPI_Igather(name, LEN, MPI_CHAR, names, LEN, MPI_CHAR, 0, g->world, &req[0]));
+  GT_CALL_MPI(MPI_Igather(mine, NI, MPI_INT, coords, NI, MPI_INT, 0, g->world, &req[1]));
+  GT_CALL(gt_comm_waitall(2, req));
+  if (g->world_rank != 0)
+    return GT_SUCCESS;
+  /* TP is fastest in the rank order: a group is a tp_rank 0 and the next
+   * tp_size - 1 ranks. */
+  int nodes = 0, groups = 0, split = 0;
+  for (size_t r = 0; r < n; r++) {
+    const int *c = coords + r * NI;
+    nodes += c[3] == 0;
+    if (c[2] != 0)
+      continue;
+    groups++;
+    for (size_t t = 1; t < (size_t)g->tp_size && r + t < n; t++)
+      if (strcmp(names + r * LEN, names + (r + t) * LEN) != 0) {
+        split++;
+        break;
+      }
+  }
+  fprintf(out, "# ranks: %d on %d node%s; ", g->world_size, nodes, nodes == 1 ? "" : "s");
+  if (split == 0)
+    fprintf(out, "every tp group on one node\n");
+  else
+    fprintf(out, "%d of %d tp groups span nodes (keep tp a divisor of the ranks per node)\n",
+            split, groups);
+  fprintf(out, "# %-6s %-24s %5s %5s %5s\n", "rank", "node", "dp", "pp", "tp");
+  const size_t rows = n < MAX_ROWS ? n : MAX_ROWS;
+  for (size_t r = 0; r < rows; r++) {
+    const int *c = coords + r * NI;
+    fprintf(out, "  %-6zu %-24s %5d %5d %5d\n", r, names + r * LEN, c[0], c[1], c[2]);
+  }
+  if (rows < n)
+    fprintf(out, "  ... %zu more ranks\n", n - rows);
+  fflush(out);
+  free(names);
+  free(coords);
+  return GT_SUCCESS;
+}
+
 // ---- set-up ------------------------------------------------------------------------------
 
 static int gt_trainer_bucket_ready(void *ctx, int first, int count)
@@ -369,14 +438,11 @@ static int gt_trainer_weight_gathers(gt_trainer *tr)
 /* The stage split and schedule; errors are the same on every rank. */
 static int gt_trainer_plan(gt_trainer *tr)
 {
-  const int p = tr->grid->pp_size;
-  tr->stage_first = malloc(sizeof(int) * (size_t)(p + 1));
-  GT_CHECK_ALLOC(tr->stage_first, sizeof(int) * (size_t)(p + 1));
   double block_cost, head_cost;
   gt_gpt_stage_costs(&tr->shape, tr->T, &block_cost, &head_cost);
-  GT_CALL(gt_pipeline_split(tr->shape.layers, p, block_cost, head_cost, tr->cfg.parallel.stages,
-                            tr->stage_first));
-  GT_CALL(gt_schedule_parse(tr->cfg.parallel.schedule, &tr->schedule));
+  GT_CALL(gt_schedule_plan(tr->cfg.parallel.schedule, tr->cfg.parallel.stages,
+                           tr->shape.layers, tr->grid->pp_size, tr->M, block_cost, head_cost,
+                           &tr->schedule, &tr->stage_first));
   tr->zero = tr->grid->dp_size > 1 ? (int)tr->cfg.parallel.zero : 0;
   return GT_SUCCESS;
 }
@@ -605,18 +671,22 @@ int gt_trainer_create(const gt_config *cfg, MPI_Comm world, bool quiet, gt_train
 
   gt_trainer_events(tr);
   const int s = g->pp_rank;
-  gt_gpt_part part = {tr->stage_first[s], tr->stage_first[s + 1], s == 0,
-                      s == g->pp_size - 1,
-                      {g->tp, g->tp_rank, g->tp_size, tr->ev.tp_comm, tr->coll},
-                      g->dp_rank, tr->zero >= 1 ? g->dp_size : 1,
-                      (gt_recompute)gt_recompute_parse(cfg->model.recompute), tr->ev.recompute,
-                      tr->zero, strcmp(cfg->parallel.sequence_parallel, "on") == 0};
+  gt_gpt_part part = {
+    .tp = {g->tp, g->tp_rank, g->tp_size, tr->ev.tp_comm, tr->coll},
+    .zero_rank = g->dp_rank,
+    .zero_size = tr->zero >= 1 ? g->dp_size : 1,
+    .recompute = (gt_recompute)gt_recompute_parse(cfg->model.recompute),
+    .recompute_event = tr->ev.recompute,
+    .zero_stage = tr->zero,
+    .seq_par = strcmp(cfg->parallel.sequence_parallel, "on") == 0};
   tr->dp_group = (gt_group){g->dp, g->dp_rank, g->dp_size, tr->ev.zero_gather, tr->coll};
   if (g->world_rank == 0 && cfg->parallel.zero >= 1 && g->dp_size == 1 && !quiet)
     gt_info("gridtrain: [parallel] zero = %ld does nothing with dp = 1: the one data-parallel "
             "rank holds all of the optimizer state\n",
             cfg->parallel.zero);
-  const int slots = gt_schedule_in_flight(tr->schedule, g->pp_size, s, tr->M);
+  int cslots[GT_SCHEDULE_MAX_CHUNKS];
+  const int slots = gt_schedule_chunk_slots(&tr->schedule, g->pp_size, s, tr->M, cslots);
+  gt_gpt_part_place(&part, tr->stage_first, g->pp_size, s, tr->schedule.chunks, cslots);
   GT_AGREE(comm, gt_gpt_create(tr->be, &tr->shape, &part, tr->dtype, tr->B_micro, tr->T, slots,
                                &tr->model));
   GT_AGREE(comm, gt_gpt_init(tr->model, cfg->run.seed));
@@ -624,7 +694,7 @@ int gt_trainer_create(const gt_config *cfg, MPI_Comm world, bool quiet, gt_train
   if (tr->zero >= 3)
     GT_AGREE(comm, gt_trainer_weight_gathers(tr));
   const gt_pipe_events pev = {tr->ev.forward, tr->ev.backward, tr->ev.pp_comm, tr->ev.bubble};
-  GT_AGREE(comm, gt_pipe_create(tr->model, tr->coll, g, tr->schedule, tr->M, tr->B_micro,
+  GT_AGREE(comm, gt_pipe_create(tr->model, tr->coll, g, &tr->schedule, tr->M, tr->B_micro,
                                 tr->T, pev, &tr->pipe));
   gt_params *params = gt_gpt_params(tr->model);
   tr->opt_cfg = (gt_adamw_config){cfg->optim.lr,        cfg->optim.min_lr,
@@ -693,6 +763,7 @@ int gt_trainer_create(const gt_config *cfg, MPI_Comm world, bool quiet, gt_train
     gt_print_setup(tr, (size_t)most[0], (size_t)most[1]);
     GT_CALL(gt_report_memory(tr, stdout));
     GT_CALL(gt_report_devices(tr, stdout));
+    GT_CALL(gt_report_placement(tr, stdout));
   }
   GT_CALL(gt_trainer_resume(tr, quiet));
   tr->start_step = tr->step;

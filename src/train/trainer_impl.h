@@ -74,8 +74,8 @@ struct gt_trainer {
   long long feed_base;
 
   gt_gpt_shape shape;
-  int *stage_first;       /* pp + 1: first block of every stage */
-  gt_schedule_kind schedule;
+  int *stage_first;       /* pp V + 1: first block of every (virtual) stage */
+  gt_schedule schedule;
   gt_pipe *pipe;
 
   /* data parallelism and the tied embedding */

@@ -3,10 +3,11 @@
  * buckets.
  *
  * The schedules are run through a small event simulation with the real
- * dependencies (F(s,i) after F(s-1,i); B(s,i) after B(s+1,i) and F(s,i);
- * each stage executes its list in order): every (p, m) must finish without
- * deadlock, keep no more micro-batches alive than gt_schedule_in_flight
- * says, and with equal stage costs idle exactly (p-1)/(m+p-1) of the time.
+ * dependencies (F(v,i) after F(v-1,i); B(v,i) after B(v+1,i) and F(v,i),
+ * over virtual stages v; each stage executes its list in order): every
+ * (p, m) must finish without deadlock, keep no more units alive per chunk
+ * than gt_schedule_chunk_slots says, and with equal stage costs idle
+ * exactly (p-1)/(V m+p-1) of the time (V = 1 but for interleaved:V).
  *
  * gt-test: ranks=2
  */
@@ -19,57 +20,70 @@
 
 #define MAXP 8
 #define MAXM 16
+#define MAXV 4
+#define MAXU (MAXM * MAXV) /* units of a stage */
 
 typedef struct {
-  double bubble;       /* idle fraction of the makespan, mean over stages */
-  int in_flight[MAXP]; /* most micro-batches alive per stage */
-  bool ok;             /* finished, and every F before its B */
+  double bubble;              /* idle fraction of the makespan, mean over stages */
+  int in_flight[MAXP][MAXV];  /* most units alive per stage and chunk */
+  int alive[MAXP];            /* most units alive per stage, all chunks */
+  bool ok;                    /* finished, and every F before its B */
 } sim_result;
 
-/* Run p stage lists with forward cost tf and backward cost tb. */
-static sim_result simulate(gt_schedule_kind kind, int p, int m, double tf, double tb)
+/* Run p stage lists of schedule sc with forward cost tf and backward cost
+ * tb per micro-batch and stage (a chunk's unit costs 1/V of that). Unit
+ * (c, i) of stage s is virtual stage c p + s: its forward follows the
+ * forward of virtual stage c p + s - 1 (rank s - 1, or rank p - 1's chunk
+ * c - 1), its backward the backward of virtual stage c p + s + 1. */
+static sim_result simulate(const gt_schedule *sc, int p, int m, double tf, double tb)
 {
-  gt_pipe_op ops[MAXP][2 * MAXM];
-  double f_end[MAXP][MAXM], b_end[MAXP][MAXM];
-  int next[MAXP] = {0}, live[MAXP] = {0};
+  const int V = sc->chunks, nv = p * V, n = gt_schedule_ops(sc, m);
+  static gt_pipe_op ops[MAXP][2 * MAXU];
+  static double f_end[MAXP * MAXV][MAXM], b_end[MAXP * MAXV][MAXM];
+  int next[MAXP] = {0}, live[MAXP][MAXV] = {{0}}, all[MAXP] = {0};
   double clock[MAXP] = {0}, busy[MAXP] = {0};
   sim_result r = {.ok = true};
-  for (int s = 0; s < p; s++) {
-    gt_schedule_build(kind, p, s, m, ops[s]);
+  for (int s = 0; s < p; s++)
+    gt_schedule_build(sc, p, s, m, ops[s]);
+  for (int v = 0; v < nv; v++)
     for (int i = 0; i < m; i++)
-      f_end[s][i] = b_end[s][i] = -1;
-  }
+      f_end[v][i] = b_end[v][i] = -1;
   for (bool progress = true; progress;) {
     progress = false;
     for (int s = 0; s < p; s++) {
-      if (next[s] == 2 * m)
+      if (next[s] == n)
         continue;
       gt_pipe_op op = ops[s][next[s]];
+      const int v = op.chunk * p + s;
       double ready;
       if (!op.backward) {
-        if (s > 0 && f_end[s - 1][op.mb] < 0)
+        if (v > 0 && f_end[v - 1][op.mb] < 0)
           continue;
-        ready = s > 0 ? f_end[s - 1][op.mb] : 0;
+        ready = v > 0 ? f_end[v - 1][op.mb] : 0;
       } else {
-        if (f_end[s][op.mb] < 0) {
+        if (f_end[v][op.mb] < 0) {
           r.ok = false;
           return r;
         }
-        if (s < p - 1 && b_end[s + 1][op.mb] < 0)
+        if (v < nv - 1 && b_end[v + 1][op.mb] < 0)
           continue;
-        ready = s < p - 1 ? b_end[s + 1][op.mb] : 0;
+        ready = v < nv - 1 ? b_end[v + 1][op.mb] : 0;
       }
       double start = ready > clock[s] ? ready : clock[s];
-      double cost = op.backward ? tb : tf;
+      double cost = (op.backward ? tb : tf) / V;
       clock[s] = start + cost;
       busy[s] += cost;
+      int *l = &live[s][op.chunk];
       if (op.backward) {
-        b_end[s][op.mb] = clock[s];
-        live[s]--;
+        b_end[v][op.mb] = clock[s];
+        (*l)--;
+        all[s]--;
       } else {
-        f_end[s][op.mb] = clock[s];
-        if (++live[s] > r.in_flight[s])
-          r.in_flight[s] = live[s];
+        f_end[v][op.mb] = clock[s];
+        if (++*l > r.in_flight[s][op.chunk])
+          r.in_flight[s][op.chunk] = *l;
+        if (++all[s] > r.alive[s])
+          r.alive[s] = all[s];
       }
       next[s]++;
       progress = true;
@@ -77,7 +91,7 @@ static sim_result simulate(gt_schedule_kind kind, int p, int m, double tf, doubl
   }
   double makespan = 0;
   for (int s = 0; s < p; s++) {
-    if (next[s] != 2 * m)
+    if (next[s] != n)
       r.ok = false; /* deadlock */
     makespan = clock[s] > makespan ? clock[s] : makespan;
   }
@@ -86,50 +100,134 @@ static sim_result simulate(gt_schedule_kind kind, int p, int m, double tf, doubl
   return r;
 }
 
+/* Every (chunk, micro-batch) unit once forward and once backward; within a
+ * chunk forwards and backwards in micro-batch order (what slot reuse by
+ * mb mod slots needs). */
+static bool order_is_right(const gt_schedule *sc, int p, int s, int m)
+{
+  static gt_pipe_op ops[2 * MAXU];
+  gt_schedule_build(sc, p, s, m, ops);
+  int nf[MAXV] = {0}, nb[MAXV] = {0};
+  bool ok = true;
+  for (int i = 0; i < gt_schedule_ops(sc, m); i++) {
+    const gt_pipe_op op = ops[i];
+    ok &= op.chunk >= 0 && op.chunk < sc->chunks;
+    if (!ok)
+      return false;
+    if (op.backward)
+      ok &= op.mb == nb[op.chunk]++ && nb[op.chunk] <= nf[op.chunk];
+    else
+      ok &= op.mb == nf[op.chunk]++;
+  }
+  for (int c = 0; c < sc->chunks; c++)
+    ok &= nf[c] == m && nb[c] == m;
+  return ok;
+}
+
 static void test_schedules(void)
 {
-  for (int kind = 0; kind < 2; kind++) {
-    const char *name = gt_schedule_name((gt_schedule_kind)kind);
-    bool all_ok = true, bubble_ok = true, flight_ok = true, order_ok = true;
+  static const char *const names[] = {"gpipe", "1f1b", "interleaved:2", "interleaved:3",
+                                      "interleaved:4"};
+  for (size_t k = 0; k < sizeof names / sizeof *names; k++) {
+    gt_schedule sc;
+    if (!tap_ok(gt_schedule_parse(names[k], &sc) == GT_SUCCESS, "%s parses", names[k]))
+      continue;
+    const int V = sc.chunks;
+    const bool inter = sc.kind == GT_SCHEDULE_INTERLEAVED;
+    bool all_ok = true, bubble_ok = true, flight_ok = true, order_ok = true, bound_ok = true;
     double worst_bubble = 0;
-    for (int p = 1; p <= MAXP; p++)
+    int cases = 0;
+    for (int p = inter ? 2 : 1; p <= MAXP; p++)
       for (int m = 1; m <= MAXM; m++) {
-        sim_result r = simulate((gt_schedule_kind)kind, p, m, 1.0, 2.0);
+        if (gt_schedule_check(&sc, p, m, 64) != GT_SUCCESS) {
+          gt_error_clear();
+          continue;
+        }
+        cases++;
+        sim_result r = simulate(&sc, p, m, 1.0, 2.0);
         all_ok &= r.ok;
-        double theory = (double)(p - 1) / (m + p - 1);
+        double theory = (double)(p - 1) / ((double)V * m + p - 1);
         worst_bubble = fmax(worst_bubble, fabs(r.bubble - theory));
         bubble_ok &= fabs(r.bubble - theory) < 1e-12;
         for (int s = 0; s < p; s++) {
-          int want = gt_schedule_in_flight((gt_schedule_kind)kind, p, s, m);
-          flight_ok &= r.in_flight[s] == want;
-          if (kind == GT_SCHEDULE_1F1B)
-            flight_ok &= r.in_flight[s] <= p - s;
-          /* every micro-batch once forward, once backward, each in order */
-          gt_pipe_op ops[2 * MAXM];
-          gt_schedule_build((gt_schedule_kind)kind, p, s, m, ops);
-          int nf = 0, nb = 0;
-          for (int i = 0; i < 2 * m; i++) {
-            if (ops[i].backward)
-              order_ok &= ops[i].mb == nb++;
-            else
-              order_ok &= ops[i].mb == nf++;
+          int want[MAXV], sum = 0;
+          const int total = gt_schedule_chunk_slots(&sc, p, s, m, want);
+          for (int c = 0; c < V; c++) {
+            flight_ok &= r.in_flight[s][c] == want[c];
+            sum += r.in_flight[s][c];
           }
-          order_ok &= nf == m && nb == m;
+          flight_ok &= total == sum && gt_schedule_in_flight(&sc, p, s, m) == total;
+          /* the activation bound: 1f1b at most p - s micro-batches; the
+           * interleaved schedule keeps at most w + 1 units of 1/V of a
+           * stage alive at once (w = min(2 (p-s-1) + (V-1) p, m V - 1), the
+           * warm-up: Megatron's bound), and its per-chunk slot pools hold
+           * at most (V - 1) p units more */
+          if (sc.kind == GT_SCHEDULE_1F1B) {
+            bound_ok &= total <= p - s;
+          } else if (inter) {
+            int w = 2 * (p - s - 1) + (V - 1) * p;
+            w = w < m * V - 1 ? w : m * V - 1;
+            bound_ok &= r.alive[s] <= w + 1 && total <= w + 1 + (V - 1) * p;
+            if (!bound_ok)
+              tap_diag("p %d m %d s %d: %d alive, %d slots, bound %d + %d", p, m, s,
+                       r.alive[s], total, w + 1, (V - 1) * p);
+          }
+          order_ok &= order_is_right(&sc, p, s, m);
         }
       }
-    tap_ok(all_ok, "%s: every stage list finishes for p <= %d, m <= %d (no deadlock, F before B)",
-           name, MAXP, MAXM);
-    tap_ok(order_ok, "%s: each micro-batch once forward and once backward, in order", name);
-    tap_ok(flight_ok, "%s: micro-batches alive per stage = gt_schedule_in_flight%s", name,
-           kind == GT_SCHEDULE_1F1B ? " <= p - s" : " = m");
-    tap_ok(bubble_ok, "%s: simulated bubble = (p-1)/(m+p-1) (worst deviation %.1e)", name,
+    tap_ok(all_ok && cases > 0,
+           "%s: every stage list finishes for %d (p <= %d, m <= %d) cases (no deadlock, F "
+           "before B)",
+           names[k], cases, MAXP, MAXM);
+    tap_ok(order_ok, "%s: each unit once forward and once backward, per chunk in order",
+           names[k]);
+    tap_ok(flight_ok, "%s: units alive per stage and chunk = gt_schedule_chunk_slots", names[k]);
+    tap_ok(bound_ok, "%s: activation bound %s", names[k],
+           sc.kind == GT_SCHEDULE_GPIPE ? "m (none)"
+           : inter                      ? "w + 1 units alive (w: the warm-up), slots <= w + 1 + (V-1) p"
+                                        : "p - s micro-batches");
+    tap_ok(bubble_ok, "%s: simulated bubble = (p-1)/(V m+p-1) (worst deviation %.1e)", names[k],
            worst_bubble);
   }
-  gt_schedule_kind k;
-  tap_ok(gt_schedule_parse("1f1b", &k) == GT_SUCCESS && k == GT_SCHEDULE_1F1B &&
-             gt_schedule_parse("gpipe", &k) == GT_SUCCESS && k == GT_SCHEDULE_GPIPE &&
-             gt_schedule_parse("zigzag", &k) == GT_ERR_INPUT,
-         "schedule names parse, unknown ones are refused");
+  gt_schedule k;
+  tap_ok(gt_schedule_parse("1f1b", &k) == GT_SUCCESS && k.kind == GT_SCHEDULE_1F1B &&
+             k.chunks == 1 && gt_schedule_parse("gpipe", &k) == GT_SUCCESS &&
+             k.kind == GT_SCHEDULE_GPIPE && gt_schedule_parse("interleaved:3", &k) == GT_SUCCESS &&
+             k.kind == GT_SCHEDULE_INTERLEAVED && k.chunks == 3 &&
+             strcmp(gt_schedule_name(&k), "interleaved:3") == 0 &&
+             gt_schedule_parse("zigzag", &k) == GT_ERR_INPUT &&
+             gt_schedule_parse("interleaved:1", &k) == GT_ERR_INPUT &&
+             gt_schedule_parse("interleaved:", &k) == GT_ERR_INPUT &&
+             gt_schedule_parse("interleaved:2x", &k) == GT_ERR_INPUT &&
+             gt_schedule_parse("interleaved:65", &k) == GT_ERR_INPUT,
+         "schedule names parse, unknown ones and bad chunk counts are refused");
+  gt_error_clear();
+  gt_schedule_parse("interleaved:2", &k);
+  tap_ok(gt_schedule_check(&k, 1, 4, 8) == GT_ERR_INPUT &&
+             strstr(gt_error_message(), "pp = 1") != NULL,
+         "interleaved needs pp >= 2");
+  gt_error_clear();
+  tap_ok(gt_schedule_check(&k, 2, 3, 8) == GT_ERR_INPUT &&
+             strstr(gt_error_message(), "multiple of pp = 2") != NULL,
+         "interleaved needs m a multiple of pp");
+  gt_error_clear();
+  tap_ok(gt_schedule_check(&k, 4, 4, 7) == GT_ERR_INPUT &&
+             strstr(gt_error_message(), "needs 8 virtual stages") != NULL,
+         "interleaved needs p V blocks");
+  gt_error_clear();
+  /* the exact list of Megatron's example: p = 2, V = 2, m = 4, stage 0:
+   * warm-up 2 (p-1) + (V-1) p = 4 forwards F0c0 F1c0 F0c1 F1c1, then
+   * F2c0 B0c1, F3c0 B1c1, F2c1 B0c0, F3c1 B1c0, then B2c1 B3c1 B2c0 B3c0 */
+  gt_pipe_op ops[16];
+  gt_schedule_build(&k, 2, 0, 4, ops);
+  static const int want[16][3] = {{0, 0, 0}, {0, 1, 0}, {0, 0, 1}, {0, 1, 1},
+                                  {0, 2, 0}, {1, 0, 1}, {0, 3, 0}, {1, 1, 1},
+                                  {0, 2, 1}, {1, 0, 0}, {0, 3, 1}, {1, 1, 0},
+                                  {1, 2, 1}, {1, 3, 1}, {1, 2, 0}, {1, 3, 0}};
+  bool same = true;
+  for (int i = 0; i < 16; i++)
+    same &= ops[i].backward == want[i][0] && ops[i].mb == want[i][1] && ops[i].chunk == want[i][2];
+  tap_ok(same, "interleaved:2, p = 2, m = 4, stage 0: Megatron's order, by hand");
 }
 
 static bool split_is(int layers, int p, double bc, double hc, const char *spec,
