@@ -9,7 +9,8 @@
  *    every step and its final parameters must equal the reference's bit for
  *    bit (data order, learning-rate schedule and AdamW state included).
  * 3. Resharding: the same file loads into (1,1,1), (8,1,1), (1,4,2),
- *    (4,1,2), (1,2,4) and (2,4,1) ([checkpoint] resume = PATH). The loaded
+ *    (4,1,2), (1,2,4), (2,4,1) and (2,2,2) with the interleaved schedule
+ *    (non-contiguous blocks per rank) ([checkpoint] resume = PATH). The loaded
  *    parameters, gathered as full tensors, must be bitwise the ones saved
  *    (loading only moves data), and N more steps must give the reference's
  *    losses within 1e-5 relative.
@@ -37,10 +38,12 @@
 
 typedef struct layout {
   int dp, pp, tp;
+  const char *schedule; /* NULL: the deck's (1f1b) */
 } layout;
 
-static const layout reshard[] = {{1, 1, 1}, {8, 1, 1}, {1, 4, 2},
-                                 {4, 1, 2}, {1, 2, 4}, {2, 4, 1}};
+static const layout reshard[] = {{1, 1, 1, NULL}, {8, 1, 1, NULL},           {1, 4, 2, NULL},
+                                 {4, 1, 2, NULL}, {1, 2, 4, NULL},           {2, 4, 1, NULL},
+                                 {2, 2, 2, "interleaved:2"}};
 
 static gt_gpt_shape shape_of(const gt_config *cfg)
 {
@@ -256,6 +259,8 @@ int main(int argc, char **argv)
     c.grid.dp = ly->dp;
     c.grid.pp = ly->pp;
     c.grid.tp = ly->tp;
+    if (ly->schedule)
+      snprintf(c.parallel.schedule, sizeof c.parallel.schedule, "%s", ly->schedule);
     snprintf(c.checkpoint.resume, sizeof c.checkpoint.resume, "%s", path);
     /* (1,4,2) also writes what it loaded, for part 4 */
     const bool writes = ly->dp == 1 && ly->pp == 4 && ly->tp == 2;
@@ -267,7 +272,8 @@ int main(int argc, char **argv)
     tu_sleepy_barrier(MPI_COMM_WORLD);
     if (rank == 0) {
       char what[96];
-      snprintf(what, sizeof what, "(dp,pp,tp)=(%d,%d,%d)", ly->dp, ly->pp, ly->tp);
+      snprintf(what, sizeof what, "(dp,pp,tp)=(%d,%d,%d)%s%s", ly->dp, ly->pp, ly->tp,
+               ly->schedule ? " " : "", ly->schedule ? ly->schedule : "");
       if (!tu_ok_status(st, what)) {
         free_outcome(&got);
         continue;
