@@ -1,6 +1,6 @@
 /*
- * setup.c - the trainer's set-up and tear-down, the configuration table and
- * the per-rank memory table (see trainer.h).
+ * setup.c - the trainer's set-up and tear-down, the configuration table,
+ * the per-rank memory table and where the ranks run (see trainer.h).
  */
 #include "trainer_impl.h"
 
@@ -364,11 +364,13 @@ static int gt_report_placement(const gt_trainer *tr, FILE *out)
   else
     fprintf(out, "%d of %d tp groups span nodes (keep tp a divisor of the ranks per node)\n",
             split, groups);
-  fprintf(out, "# %-6s %-24s %5s %5s %5s\n", "rank", "node", "dp", "pp", "tp");
+  /* rows start "  rank" (as the device table's): parsers of the memory
+   * table above take "  <digit>" lines for theirs */
   const size_t rows = n < MAX_ROWS ? n : MAX_ROWS;
   for (size_t r = 0; r < rows; r++) {
     const int *c = coords + r * NI;
-    fprintf(out, "  %-6zu %-24s %5d %5d %5d\n", r, names + r * LEN, c[0], c[1], c[2]);
+    fprintf(out, "  rank %-6zu %-24s dp %-4d pp %-4d tp %d\n", r, names + r * LEN, c[0], c[1],
+            c[2]);
   }
   if (rows < n)
     fprintf(out, "  ... %zu more ranks\n", n - rows);

@@ -1,0 +1,583 @@
+#!/bin/sh
+# test_slurm_multinode.sh - jobscripts/train-multinode.sbatch on a private
+# Slurm cluster of 3 nodes on this one machine, made of Linux network
+# namespaces (ip netns): one namespace per node, each with its own slurmd, its
+# own address on a private bridge and its own host name (a UTS namespace:
+# MPI_Get_processor_name tells the nodes apart), and one more namespace that
+# holds the bridge and slurmctld:
+#
+#   namespace gt$$-ctl   bridge gtbr0 10.77.0.1/24, slurmctld; veth gtn1..3
+#   namespace gt$$-nI    veth gtnet0 10.77.0.1I/24, slurmd -N gtnI, host gtnI
+#
+# Nothing is added to the host's own network: the addresses exist only
+# inside the namespaces, so parallel runs cannot clash (their namespace
+# names carry the PID). munged runs in the host namespace; its socket is a
+# file, which every namespace reaches. The Slurm clients (sbatch, scontrol,
+# ...) run inside gt$$-ctl. (Debian's Slurm 22.05 also has multiple-slurmd
+# support, `scontrol show config`: MULTIPLE_SLURMD = Yes: several slurmd on
+# one address with a port each. Those "nodes" would share one host name and
+# one network, so the placement table could not tell them apart and no
+# byte would cross a network; the namespaces give each node its own.)
+#
+# MPICH between the nodes: under srun --mpi=pmi2, PMI's process mapping
+# tells MPICH which ranks share a node (its own shared memory among them);
+# ranks of different nodes talk through UCX. The namespaces share one kernel
+# (same boot id, same IPC namespace), so UCX finds its shared-memory
+# transports reachable between them and uses those: b. and d. run so, and
+# only Slurm's and PMI's messages cross the bridge. t. makes UCX use TCP on
+# the veth (UCX_TLS=tcp,self UCX_NET_DEVICES=gtnet0) and checks that the
+# bytes go through the bridge; with Debian 12's MPICH 4.0.2 and UCX 1.13.1
+# such a job may hang in MPI_Finalize after training (see t. below), which
+# is why the other jobs do not use TCP.
+#
+# Checks:
+#   a. cluster: 3 nodes idle;
+#   b. a 3 nodes x 4 tasks job (12 ranks, dp=3 x pp=2 x tp=2) of
+#      train-multinode.sbatch completes; its first 10 steps' losses and
+#      gradient norms equal one rank's (mpiexec -n 1) within 1e-5 relative;
+#   c. the start-up placement table ("# ranks: ...") shows 3 nodes, each
+#      rank on the node that block distribution and the rank order give it,
+#      every tp group on one node;
+#   t. a 3 nodes x 2 tasks job (dp=3 x pp=2) with MPI over TCP between the
+#      nodes follows one rank too, and MBs go through the bridge;
+#   d. t.'s job over shared memory, requeued by `scontrol requeue` while it
+#      trains (SIGTERM to every rank: gridtrain checkpoints and exits 3),
+#      runs again, resumes from the checkpoint and ends with t.'s losses at
+#      every step, bit for bit.
+# Skipped (exit 0) when Slurm, munge or iproute2 is missing, when not root,
+# or when network namespaces, veth pairs or bridges cannot be made; a
+# cluster that does not come up is a failure. Daemons are stopped by PID,
+# what is left in the namespaces is killed by PID, and the namespaces
+# (with their links) are deleted on exit, whatever happens; a watchdog ends
+# the test after 280 s. Takes 35-45 s on 2 cores, up to 90 s when they are
+# busy with other work.
+. "$GT_SRCDIR/tests/lib.sh"
+
+PATH=$PATH:/usr/sbin:/sbin
+for cmd in munged mungekey slurmctld slurmd sbatch srun scontrol squeue sinfo scancel ip unshare \
+  nsenter hostname timeout; do
+  if ! command -v "$cmd" >/dev/null 2>&1; then
+    echo "1..0 # SKIP $cmd is missing (apt-get install slurmctld slurmd slurm-client munge iproute2)"
+    exit 0
+  fi
+done
+if [ "$(id -u)" -ne 0 ]; then
+  echo "1..0 # SKIP the multi-node Slurm test makes network namespaces and runs slurmd: needs root"
+  exit 0
+fi
+
+# Nothing of an outer Slurm job may leak into ours (see test_slurm.sh).
+for v in $(env | sed -n -E 's/^((SLURM|SBATCH|SRUN|SALLOC)_[A-Za-z0-9_]*)=.*/\1/p'); do
+  unset "$v"
+done
+
+deck="$GT_SRCDIR/tests/decks/tiny.in"
+jobs="$GT_SRCDIR/jobscripts"
+tmp=$(cd "$GT_TMP" && pwd) || bail "no $GT_TMP"
+C="$tmp/cluster"
+mkdir -p "$C/state" "$C/spool" "$C/log" "$C/munge" || bail "cannot create $C"
+
+NODES="1 2 3"
+ns_ctl="gt$$-ctl"
+net=10.77.0
+ctl_addr=$net.1
+
+now() { date +%s.%N; }
+elapsed_since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
+t_start=$(now)
+
+# ---- tear-down ----------------------------------------------------------------
+munged_pid=""
+slurmctld_pid=""
+slurmd_pids=""
+watchdog_pid=""
+made_ns=""
+sockdir=""
+# stop_pid PID: TERM, up to 10 s to end, then KILL.
+stop_pid() {
+  [ -n "$1" ] || return 0
+  kill "$1" 2>/dev/null || return 0
+  i=0
+  while kill -0 "$1" 2>/dev/null && [ $i -lt 20 ]; do
+    sleep 0.5
+    i=$((i + 1))
+  done
+  kill -9 "$1" 2>/dev/null
+  wait "$1" 2>/dev/null
+}
+# in_ctl CMD...: a Slurm client (or anything) inside the controller's
+# namespace, with a time limit.
+in_ctl() { timeout -k 5 30 ip netns exec "$ns_ctl" "$@"; }
+cleanup() {
+  set +e
+  # Cancel what is left (a failed test) so that no slurmstepd or gridtrain
+  # outlives the daemons.
+  if [ -n "$slurmctld_pid" ] && kill -0 "$slurmctld_pid" 2>/dev/null; then
+    left=$(in_ctl squeue -h -o %A 2>/dev/null)
+    if [ -n "$left" ]; then
+      # shellcheck disable=SC2086 # one job id a word
+      in_ctl scancel $left 2>/dev/null
+      i=0
+      while [ -n "$(in_ctl squeue -h -o %A 2>/dev/null)" ] && [ $i -lt 30 ]; do
+        sleep 0.5
+        i=$((i + 1))
+      done
+    fi
+  fi
+  for p in $slurmd_pids; do stop_pid "$p"; done
+  stop_pid "$slurmctld_pid"
+  stop_pid "$munged_pid"
+  # Whatever still runs in our namespaces (a slurmstepd, a rank) was started
+  # by this test: kill it by PID, then delete the namespaces, which removes
+  # their links (veths, bridge) with them.
+  for ns in $made_ns; do
+    for p in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
+  done
+  for ns in $made_ns; do ip netns del "$ns" 2>/dev/null; done
+  [ -n "$watchdog_pid" ] && kill "$watchdog_pid" 2>/dev/null
+  [ -n "$sockdir" ] && rm -rf "$sockdir"
+}
+trap cleanup EXIT
+# The watchdog: whatever hangs, the test ends (and cleans up) after 280 s.
+# Its output goes nowhere (a sleep holding our stdout would keep the TAP
+# driver waiting); a file says that it fired.
+trap '[ -f "$C/watchdog.fired" ] && echo "not ok - the test ran over 280 s and was stopped"; exit 1' \
+  HUP INT TERM
+(
+  trap 'kill "$s" 2>/dev/null; exit 0' TERM
+  sleep 280 &
+  s=$!
+  wait "$s" && touch "$C/watchdog.fired" && kill -TERM $$
+) </dev/null >/dev/null 2>&1 &
+watchdog_pid=$!
+
+# ---- the network: namespaces, bridge, veths ------------------------------------
+# make_ns NAME: a namespace with its loopback up.
+make_ns() {
+  ip netns add "$1" 2>"$C/log/netns.err" || return 1
+  made_ns="$made_ns $1"
+  ip -n "$1" link set lo up
+}
+net_err=""
+if ! make_ns "$ns_ctl"; then
+  echo "1..0 # SKIP network namespaces are not available: $(head -n 1 "$C/log/netns.err")"
+  exit 0
+fi
+{
+  ip -n "$ns_ctl" link add gtbr0 type bridge &&
+    ip -n "$ns_ctl" addr add "$ctl_addr/24" dev gtbr0 &&
+    ip -n "$ns_ctl" link set gtbr0 up
+} 2>>"$C/log/netns.err" || net_err="bridge"
+for n in $NODES; do
+  [ -n "$net_err" ] && break
+  ns="gt$$-n$n"
+  make_ns "$ns" || { net_err="namespace $ns"; break; }
+  # One end on the bridge (gtnN), the other in the node (gtnet0 in every
+  # node: UCX_NET_DEVICES names it once for all); made in place, so that no
+  # link ever appears in the host's namespace.
+  {
+    ip -n "$ns_ctl" link add "gtn$n" type veth peer name gtnet0 netns "$ns" &&
+      ip -n "$ns_ctl" link set "gtn$n" master gtbr0 up &&
+      ip -n "$ns" addr add "$net.1$n/24" dev gtnet0 &&
+      ip -n "$ns" link set gtnet0 up
+  } 2>>"$C/log/netns.err" || net_err="veth to $ns"
+done
+if [ -n "$net_err" ]; then
+  echo "1..0 # SKIP cannot make the test network ($net_err): $(tail -n 1 "$C/log/netns.err")"
+  exit 0
+fi
+
+# ---- helpers -----------------------------------------------------------------
+# tail_log FILE [N]: the last N lines of a file as TAP comments.
+tail_log() {
+  [ -f "$1" ] || return 0
+  echo "# ---- $1 (last ${2:-20} lines)"
+  tail -n "${2:-20}" "$1" | sed 's/^/#   /'
+}
+daemon_logs() {
+  tail_log "$C/log/munged.log" 10
+  tail_log "$C/log/slurmctld.log" 25
+  tail_log "$C/log/slurmctld.stderr" 10
+  for n in $NODES; do
+    tail_log "$C/log/slurmd-gtn$n.log" 15
+    tail_log "$C/log/slurmd-gtn$n.stderr" 10
+  done
+}
+
+# job_field JOBID FIELD: a field of `scontrol show job -o`.
+job_field() {
+  in_ctl scontrol show job -o "$1" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$2=//p" | head -n 1
+}
+
+# wait_job JOBID LIMIT_S: wait until the job has ended; prints its final
+# state (or WAIT-TIMEOUT). A requeued job waits PENDING for 120 s (Slurm's
+# begin delay after a requeue): 2 s after seeing the requeue (a job started
+# again within the second of its requeue finds its credential revoked),
+# `scontrol update StartTime=now` starts it (test_slurm.sh explains).
+wait_job() {
+  wj_start=$(date +%s)
+  wj_moved=""
+  wj_seen=""
+  while :; do
+    wj_line=$(in_ctl scontrol show job -o "$1" 2>/dev/null)
+    wj_state=$(printf '%s\n' "$wj_line" | tr ' ' '\n' | sed -n 's/^JobState=//p')
+    case $wj_state in
+      COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY | BOOT_FAIL | DEADLINE | PREEMPTED)
+        echo "$wj_state"
+        return 0
+        ;;
+      PENDING)
+        wj_restarts=$(printf '%s\n' "$wj_line" | tr ' ' '\n' | sed -n 's/^Restarts=//p')
+        case $wj_line in
+          *Reason=BeginTime*)
+            if [ "$wj_restarts" != "$wj_moved" ]; then
+              if [ "${wj_seen%:*}" != "$wj_restarts" ]; then
+                wj_seen="$wj_restarts:$(date +%s)"
+              elif [ $(($(date +%s) - ${wj_seen#*:})) -ge 2 ]; then
+                in_ctl scontrol update JobId="$1" StartTime=now >/dev/null 2>&1 &&
+                  wj_moved=$wj_restarts
+              fi
+            fi
+            ;;
+        esac
+        ;;
+    esac
+    if [ $(($(date +%s) - wj_start)) -ge "$2" ]; then
+      echo "WAIT-TIMEOUT($wj_state)"
+      return 1
+    fi
+    sleep 0.5
+  done
+}
+
+# job_diag JOBID OUTPUT: the job's record and output, as TAP comments.
+job_diag() {
+  echo "# ---- scontrol show job $1"
+  in_ctl scontrol show job "$1" 2>&1 | sed 's/^/#   /'
+  tail_log "$2" 60
+  tail_log "$C/log/slurmctld.log" 15
+  for n in $NODES; do tail_log "$C/log/slurmd-gtn$n.log" 10; done
+}
+
+# bridge_bytes: bytes through the bridge ports gtn1..3, in and out (a byte
+# from one node to another counts twice: in at one port, out at another).
+bridge_bytes() {
+  total=0
+  for n in $NODES; do
+    for d in rx tx; do
+      b=$(ip netns exec "$ns_ctl" cat "/sys/class/net/gtn$n/statistics/${d}_bytes" 2>/dev/null)
+      total=$((total + ${b:-0}))
+    done
+  done
+  echo "$total"
+}
+
+# ---- the cluster ---------------------------------------------------------------
+# munge: its own key, socket, pid file and seed (root's munged refuses the
+# packaged set-up), in the foreground (-F) so that we hold its PID. A
+# socket path must fit in 108 bytes.
+sock="$C/munge/munge.sock"
+if [ ${#sock} -gt 100 ]; then
+  sockdir=$(mktemp -d /tmp/gt-munge.XXXXXX) || bail "mktemp failed"
+  sock="$sockdir/munge.sock"
+fi
+mungekey --create --keyfile="$C/munge/munge.key" >"$C/log/mungekey.log" 2>&1 ||
+  bail "mungekey failed: $(cat "$C/log/mungekey.log")"
+chmod 600 "$C/munge/munge.key"
+munged -F --socket="$sock" --pid-file="$C/munge/munged.pid" \
+  --seed-file="$C/munge/munged.seed" --key-file="$C/munge/munge.key" \
+  >"$C/log/munged.log" 2>&1 &
+munged_pid=$!
+
+# The namespaces are private: the default ports cannot clash. slurmd's
+# spool, pid and log paths carry the node name (%n): one set per slurmd.
+export SLURM_CONF="$C/slurm.conf"
+{
+  cat <<EOF
+# a private 3-node cluster in network namespaces: tests/slurm/test_slurm_multinode.sh
+ClusterName=gtmulti
+SlurmctldHost=gtctl($ctl_addr)
+SlurmctldPort=6817
+SlurmdPort=6818
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$sock
+StateSaveLocation=$C/state
+SlurmdSpoolDir=$C/spool/%n
+SlurmctldPidFile=$C/slurmctld.pid
+SlurmdPidFile=$C/slurmd-%n.pid
+SlurmctldLogFile=$C/log/slurmctld.log
+SlurmdLogFile=$C/log/slurmd-%n.log
+SlurmctldDebug=info
+SlurmdDebug=info
+MailProg=/bin/true
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/filetxt
+JobCompLoc=$C/log/jobcomp.txt
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+SlurmdParameters=config_overrides
+MpiDefault=pmi2
+ReturnToService=2
+MinJobAge=3600
+# SIGTERM to SIGKILL (Slurm's default 30 s): time for a requeued job's
+# ranks to checkpoint and exit even on a machine this busy
+KillWait=120
+JobRequeue=1
+EOF
+  for n in $NODES; do
+    echo "NodeName=gtn$n NodeAddr=$net.1$n CPUs=8 RealMemory=16000 State=UNKNOWN"
+  done
+  echo "PartitionName=debug Nodes=gtn[1-3] Default=YES MaxTime=INFINITE State=UP"
+} >"$SLURM_CONF"
+
+up_fail() {
+  ok 1 "a private 3-node Slurm cluster in network namespaces comes up ($1)"
+  daemon_logs
+  done_testing
+}
+
+i=0
+while [ ! -S "$sock" ]; do
+  kill -0 "$munged_pid" 2>/dev/null || up_fail "munged exited"
+  [ $i -ge 20 ] && up_fail "no munge socket after 10 s"
+  sleep 0.5
+  i=$((i + 1))
+done
+# `ip netns exec`, `nsenter` and `unshare` exec their command: $! is the
+# daemon's PID. Each daemon gets a UTS namespace of its own with the node's
+# host name. A node's processes need a /sys of their namespace (UCX lists
+# its TCP devices from /sys/class/net) but also the cgroup tree under it
+# (slurmd 22.05 does not start without one, even with proctrack/linuxproc
+# and task/none: "No filesystem mounted on /sys/fs/cgroup", which is what
+# `ip netns exec` gives). So slurmd enters the network namespace with
+# nsenter, makes a mount namespace of its own, and in it sets this
+# machine's cgroup tree aside, mounts the namespace's sysfs on /sys and
+# moves the cgroup tree back in place; nothing of it reaches the host.
+t_up=$(now)
+# shellcheck disable=SC2016 # $1, $2: the inner sh's arguments
+ip netns exec "$ns_ctl" unshare --uts sh -c 'hostname gtctl && exec slurmctld -D -c -f "$1"' \
+  sh "$SLURM_CONF" >"$C/log/slurmctld.stderr" 2>&1 &
+slurmctld_pid=$!
+for n in $NODES; do
+  mkdir -p "$C/spool/gtn$n" "$C/cgroup-gtn$n"
+  # shellcheck disable=SC2016
+  nsenter --net="/run/netns/gt$$-n$n" unshare --mount --uts --propagation slave sh -c '
+    hostname "$1" && mount --rbind /sys/fs/cgroup "$3" && mount -t sysfs gtsys /sys &&
+      mount --move "$3" /sys/fs/cgroup && exec slurmd -D -f "$2" -N "$1"' \
+    sh "gtn$n" "$SLURM_CONF" "$C/cgroup-gtn$n" >"$C/log/slurmd-gtn$n.stderr" 2>&1 &
+  slurmd_pids="$slurmd_pids $!"
+done
+i=0
+while [ "$(in_ctl sinfo -h -N -o '%N %T' 2>/dev/null | grep -c ' idle$')" -ne 3 ]; do
+  kill -0 "$slurmctld_pid" 2>/dev/null || up_fail "slurmctld exited"
+  for p in $slurmd_pids; do kill -0 "$p" 2>/dev/null || up_fail "a slurmd exited"; done
+  [ $i -ge 60 ] && up_fail "not 3 idle nodes after 30 s: $(in_ctl sinfo -h -N -o '%N %T' 2>&1 | tr '\n' ' ')"
+  sleep 0.5
+  i=$((i + 1))
+done
+ok 0 "a private 3-node Slurm cluster in network namespaces comes up (idle after $(elapsed_since "$t_up") s)"
+
+data="$tmp/genesis.h5"
+make_dataset "$data" || bail "cannot make the dataset"
+
+# b.: 3 nodes x 4 tasks, dp=3 x pp=2 x tp=2 (a tp group is 2 consecutive
+# ranks; 4 per node keeps each on one node). t. and d.: 3 nodes x 2 tasks,
+# dp=3 x pp=2 (every dp group and every pipeline spans nodes; half the
+# ranks: quicker to start and to checkpoint). The 3 "nodes" share this
+# machine's 2 cores: with 2 ranks a node gridtrain would busy-poll (it sees
+# 2 cores per node), and 6 busy ranks on 2 cores run 20x slower than
+# yielding ones. Every run: 1F1B over 2 micro-batches, one thread a rank,
+# 200 steps: 10-20 ms a step here, 2-4 s of training, so that d.'s requeue
+# (up to a second from a step line to the ranks' SIGTERM) lands while the
+# job trains (the start-up of a job costs more: 5-10 s).
+steps=200
+layout="grid.dp=3 grid.pp=2 grid.tp=2"
+layout6="grid.dp=3 grid.pp=2 grid.tp=1 parallel.wait=yield"
+common="data.train=$data data.microbatches=2 run.steps=$steps run.log_every=1"
+export GRIDTRAIN="$GT_BIN"
+
+# submit NAME DIR TASKS LAYOUT [SBATCH-OPTION...] -- [ENV...]:
+# train-multinode.sbatch on 3 nodes x TASKS tasks (1 CPU each) from DIR with
+# the common overrides and LAYOUT, output DIR/NAME.out; prints the job id.
+submit() {
+  s_name=$1 s_dir=$2 s_tasks=$3 s_layout=$4
+  shift 4
+  s_opts=""
+  while [ $# -gt 0 ] && [ "$1" != -- ]; do
+    s_opts="$s_opts $1"
+    shift
+  done
+  [ $# -gt 0 ] && shift
+  # shellcheck disable=SC2086 # $s_opts, $common, $s_layout: several words
+  s_id=$(cd "$s_dir" && in_ctl env "$@" sbatch --parsable -J "gt-$s_name" -N 3 \
+    --ntasks-per-node="$s_tasks" --cpus-per-task=1 -o "$s_name.out" $s_opts \
+    "$jobs/train-multinode.sbatch" "$deck" $common $s_layout)
+  echo "${s_id%%;*}"
+}
+
+# same_steps REF GOT TOL [FIRST]: every step's loss and gradient norm (the
+# first FIRST steps only, when given) of metrics file GOT equal REF's within
+# TOL relative (0: bit for bit). A step logged twice (by a run and by its
+# resumed rerun) must agree with itself.
+same_steps() {
+  "$PYTHON_REF" - "$@" <<'PY'
+import json, sys
+def load(path):
+    got = {}
+    for r in map(json.loads, open(path)):
+        if r.get("summary"):
+            continue
+        v = (r["loss"], r["grad_norm"])
+        assert got.get(r["step"], v) == v, "step %d twice, different" % r["step"]
+        got[r["step"]] = v
+    return got
+ref, got, tol = load(sys.argv[1]), load(sys.argv[2]), float(sys.argv[3])
+if len(sys.argv) > 4:
+    ref = {s: v for s, v in ref.items() if s < int(sys.argv[4])}
+    got = {s: v for s, v in got.items() if s < int(sys.argv[4])}
+assert ref and sorted(ref) == sorted(got), "steps %s vs %s" % (sorted(ref), sorted(got))
+worst = max(abs(a - b) / abs(a) for s in ref for a, b in zip(ref[s], got[s]))
+print("# %d steps, worst relative difference %.2e" % (len(ref), worst))
+sys.exit(0 if worst <= tol else 1)
+PY
+}
+
+# ---- b. 12 ranks on 3 nodes against one rank -----------------------------------
+mkdir -p "$tmp/b"
+t_b=$(now)
+id_b=$(submit mn "$tmp/b" 4 "$layout" -- GT_CHECKPOINT_DIR=)
+state=$(wait_job "$id_b" 120)
+mn="$tmp/b/mn.out"
+diag "b. job $id_b: $state after $(elapsed_since "$t_b") s"
+[ "$state" = COMPLETED ] && grep -q "^  layout  *dp=3 x pp=2 x tp=2 " "$mn" &&
+  grep -q "^  ranks  *12 (4 per node" "$mn" && grep -q "^gridtrain: done: $steps steps" "$mn"
+ok $? "train-multinode.sbatch: 3 nodes x 4 tasks make one world of 12 ranks, dp=3 x pp=2 x tp=2 ($state)"
+[ "$state" = COMPLETED ] || job_diag "$id_b" "$mn"
+# One rank, outside Slurm, with the OpenBLAS kernels the job reported (the
+# job script may pick others: see test_slurm.sh). The layouts agree with one
+# rank within 1e-5 over 10 steps, as in the layout tests; later steps drift
+# further apart (fp32 sums in other orders, then a loss spike at step 16).
+t_one=$(now)
+core=$(sed -n 's/.*BLAS OpenBLAS [^ ]* (core \([A-Za-z0-9]*\),.*/\1/p' "$mn" | head -n 1)
+# shellcheck disable=SC2086
+run_mpi 1 120 env ${core:+OPENBLAS_CORETYPE=$core} "$GT_BIN" train "$deck" $common \
+  run.metrics="$tmp/b/one.jsonl" >"$tmp/b/one.out" 2>&1
+one_status=$?
+diag "b. one rank: status $one_status, $(elapsed_since "$t_one") s"
+[ "$one_status" -eq 0 ] || tail_log "$tmp/b/one.out" 10
+same_steps "$tmp/b/one.jsonl" "$tmp/b/runs/job-$id_b.jsonl" 1e-5 10
+ok $? "multi-node: loss and gradient norm at each of the first 10 steps equal one rank's within 1e-5"
+
+# ---- c. the placement table -----------------------------------------------------
+# "# ranks: 12 on 3 nodes; ...", then "  rank R NODE dp D pp P tp T" rows;
+# placement.txt gets "R NODE D P T".
+awk '
+  /^# ranks: / { on = 1; next }
+  on && /^  rank [0-9]+ / { print $2, $3, $5, $7, $9; next }
+  on { exit }' "$mn" >"$tmp/b/placement.txt"
+grep -q "^# ranks: 12 on 3 nodes; every tp group on one node$" "$mn"
+ok $? "placement: the start-up table reports 12 ranks on 3 nodes, every tp group on one node"
+# Block distribution: ranks 4k..4k+3 on gtn(k+1); coordinates by the rank
+# order (pp * DP + dp) * TP + tp; the two ranks of each tp group on one node.
+awk '
+  { want = "gtn" (int($1 / 4) + 1)
+    if ($2 != want) { print "# rank " $1 " on " $2 ", expected " want; bad = 1 }
+    if ($1 != ($4 * 3 + $3) * 2 + $5) { print "# rank " $1 ": coordinates " $3, $4, $5; bad = 1 }
+    g = $3 " " $4
+    if (g in node && node[g] != $2) { print "# tp group dp,pp=" g " on " node[g] " and " $2; bad = 1 }
+    node[g] = $2; n++ }
+  END { exit (bad || n != 12) }' "$tmp/b/placement.txt"
+ok $? "placement: rank r runs on node gtn(r/4+1) with its grid coordinates; each tp group shares a node"
+[ -s "$tmp/b/placement.txt" ] &&
+  diag "placement (rank@node): $(awk '{ printf "%s%s@%s", (NR > 1 ? " " : ""), $1, $2 }' "$tmp/b/placement.txt")"
+
+# ---- t. MPI over TCP between the nodes -----------------------------------------
+# UCX_TLS=tcp,self (no shared memory in UCX) on the nodes' veth: the ranks of
+# a node still share memory through MPICH's own shm, those of different nodes
+# now talk over the bridge. 6 ranks: UCX connects every pair of ranks over
+# TCP at start-up, which took 10-25 s for 12 ranks on 2 busy cores and a few
+# for 6. MPI_Finalize may then never return (MPICH 4.0.2's UCX close flushes
+# every endpoint, and UCX 1.13's TCP flush waits for an acknowledgement
+# from a peer that may already block in the PMI barrier after its own
+# flushes): so the training is checked, and a job step still there 6 s
+# after its metrics are complete is killed (SIGKILL to the step: a cancel
+# would send SIGTERM first and wait KillWait, 120 s here).
+mkdir -p "$tmp/t"
+t_t=$(now)
+bytes0=$(bridge_bytes)
+id_t=$(submit tcp "$tmp/t" 2 "$layout6" -- GT_CHECKPOINT_DIR= UCX_TLS=tcp,self \
+  UCX_NET_DEVICES=gtnet0)
+i=0
+until grep -q '"summary":true' "$tmp/t/runs/job-$id_t.jsonl" 2>/dev/null || [ $i -ge 400 ]; do
+  sleep 0.25
+  i=$((i + 1))
+done
+i=0
+state=""
+while [ $i -lt 12 ]; do
+  state=$(job_field "$id_t" JobState)
+  [ "$state" = RUNNING ] || [ "$state" = PENDING ] || break
+  sleep 0.5
+  i=$((i + 1))
+done
+if [ "$state" = RUNNING ]; then
+  diag "t. job $id_t: still running 6 s after training ended (MPI_Finalize over UCX's TCP); killed"
+  in_ctl scancel --signal=KILL "$id_t.0"
+fi
+state_t=$(wait_job "$id_t" 60)
+bytes=$(($(bridge_bytes) - bytes0))
+diag "t. job $id_t: $state_t after $(elapsed_since "$t_t") s; $bytes bytes through the bridge"
+grep -q "^  ranks  *6 (2 per node" "$tmp/t/tcp.out" &&
+  grep -q "^gridtrain: done: $steps steps" "$tmp/t/tcp.out" &&
+  same_steps "$tmp/b/one.jsonl" "$tmp/t/runs/job-$id_t.jsonl" 1e-5 10
+ok $? "MPI over TCP between the nodes: 3 x 2 ranks train; the first 10 steps equal one rank's within 1e-5"
+[ "$bytes" -gt 1000000 ]
+ok $? "MPI over TCP between the nodes: the traffic goes through the test bridge ($bytes bytes)"
+grep -q "^gridtrain: done:" "$tmp/t/tcp.out" || job_diag "$id_t" "$tmp/t/tcp.out"
+
+# ---- d. a requeued multi-node job resumes ------------------------------------------
+# t.'s job (over shared memory) with checkpoints (runs/ckpt-gt-mnrq) and
+# --requeue. Once it trains, `scontrol requeue` ends it as a preemption
+# would: SIGTERM to every rank, gridtrain finishes its step, writes a
+# checkpoint and exits 3; the job goes back to PENDING, runs again (same id,
+# output appended) and resumes. The metrics file (same name) gets the
+# rerun's steps appended.
+mkdir -p "$tmp/d"
+rq="$tmp/d/mnrq.out"
+t_d=$(now)
+id_d=$(submit mnrq "$tmp/d" 2 "$layout6" --requeue --open-mode=append --)
+# Requeue at the second step line (waiting at most 60 s).
+i=0
+while [ "$(awk -F'[ /]' '$1 == "step" && $2 >= 1' "$rq" 2>/dev/null)" = "" ] && [ $i -lt 600 ]; do
+  sleep 0.1
+  i=$((i + 1))
+done
+in_ctl scontrol requeue "$id_d" >"$tmp/d/requeue.log" 2>&1
+rq_status=$?
+at=$(grep -c "^step [0-9]*/$steps " "$rq" 2>/dev/null)
+diag "d. job $id_d requeued $(elapsed_since "$t_d") s in, at step line $at (scontrol status $rq_status)"
+state=$(wait_job "$id_d" 150)
+restarts=$(job_field "$id_d" Restarts)
+diag "d. job $id_d: $state after $(elapsed_since "$t_d") s, restarts ${restarts:-?}"
+grep -q "caught SIGTERM: checkpoint .*step_[0-9]*\.h5 written at step [1-9]" "$rq"
+ok $? "requeue: every rank gets SIGTERM; gridtrain writes a checkpoint and exits 3"
+grep -q "^gridtrain: resumed from runs/ckpt-gt-mnrq/step_[0-9]*\.h5 at step [1-9]" "$rq" &&
+  [ "${restarts:-0}" -ge 1 ]
+ok $? "requeue: the job runs again (Restarts=${restarts:-?}) and resumes from the checkpoint"
+[ "$state" = COMPLETED ] && [ "$(grep -c "^gridtrain: done: " "$rq")" -eq 1 ]
+ok $? "requeue: the rerun completes ($state)"
+same_steps "$tmp/t/runs/job-$id_t.jsonl" "$tmp/d/runs/job-$id_d.jsonl" 0
+ok $? "requeue: every step's loss and gradient norm over both runs equal the uninterrupted job's (t.)"
+if [ "$state" != COMPLETED ] || ! grep -q "resumed from" "$rq"; then
+  sed 's/^/# /' "$tmp/d/requeue.log"
+  job_diag "$id_d" "$rq"
+fi
+diag "the whole test took $(elapsed_since "$t_start") s"
+
+done_testing
