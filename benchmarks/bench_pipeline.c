@@ -262,7 +262,7 @@ static int bench_make_row(const bench_opts *o, MPI_Comm world, gt_trainer *tr, b
       sum_f += v[V_FWD];
       sum_b += v[V_BWD];
       sum_pp += v[V_PPCOMM];
-      const int expect = gt_schedule_in_flight(&kind, p, s, m);
+      const int expect = gt_schedule_peak_units(&kind, p, s, m);
       row->act_ok = row->act_ok && (int)v[V_PEAK_MB] == expect;
       if (s == 0) {
         row->act_mb_s0 = (int)v[V_PEAK_MB];

@@ -81,6 +81,13 @@ int gt_schedule_chunk_slots(const gt_schedule *sched, int p, int s, int m, int *
 /* gt_schedule_chunk_slots' sum (slots not wanted). */
 int gt_schedule_in_flight(const gt_schedule *sched, int p, int s, int m);
 
+/* The most units (of any chunk) alive at once on stage s: what the
+ * executor's peak count reaches. The same as gt_schedule_in_flight with one
+ * chunk; for interleaved:V min(2 (p - s - 1) + (V - 1) p + 1, m V)
+ * (Megatron's bound), which the per-chunk slots exceed by at most
+ * (V - 1) p. Not collective. */
+int gt_schedule_peak_units(const gt_schedule *sched, int p, int s, int m);
+
 /* Split `layers` blocks into p stages of at least one block each (for
  * interleaved:V, p is the p V virtual stages: virtual stage c p + s is
  * chunk c of rank s):

@@ -144,6 +144,17 @@ int gt_schedule_in_flight(const gt_schedule *sched, int p, int s, int m)
   return gt_schedule_chunk_slots(sched, p, s, m, slots);
 }
 
+int gt_schedule_peak_units(const gt_schedule *sched, int p, int s, int m)
+{
+  const int n = gt_schedule_ops(sched, m);
+  int live = 0, most = 0;
+  for (int i = 0; i < n; i++) {
+    live += gt_schedule_op(sched, p, s, m, i).backward ? -1 : 1;
+    most = live > most ? live : most;
+  }
+  return most;
+}
+
 /* Parse "a,b,c" into p positive counts that sum to layers. */
 static int gt_split_explicit(int layers, int p, const char *spec, int *first)
 {

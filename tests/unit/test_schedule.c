@@ -156,7 +156,8 @@ static void test_schedules(void)
             flight_ok &= r.in_flight[s][c] == want[c];
             sum += r.in_flight[s][c];
           }
-          flight_ok &= total == sum && gt_schedule_in_flight(&sc, p, s, m) == total;
+          flight_ok &= total == sum && gt_schedule_in_flight(&sc, p, s, m) == total &&
+                       gt_schedule_peak_units(&sc, p, s, m) == r.alive[s];
           /* the activation bound: 1f1b at most p - s micro-batches; the
            * interleaved schedule keeps at most w + 1 units of 1/V of a
            * stage alive at once (w = min(2 (p-s-1) + (V-1) p, m V - 1), the
@@ -167,7 +168,8 @@ static void test_schedules(void)
           } else if (inter) {
             int w = 2 * (p - s - 1) + (V - 1) * p;
             w = w < m * V - 1 ? w : m * V - 1;
-            bound_ok &= r.alive[s] <= w + 1 && total <= w + 1 + (V - 1) * p;
+            bound_ok &= r.alive[s] == w + 1 && gt_schedule_peak_units(&sc, p, s, m) == w + 1 &&
+                        total <= w + 1 + (V - 1) * p;
             if (!bound_ok)
               tap_diag("p %d m %d s %d: %d alive, %d slots, bound %d + %d", p, m, s,
                        r.alive[s], total, w + 1, (V - 1) * p);
