@@ -32,7 +32,16 @@ readonly_run() {
     sleep 0.05
     r_i=$((r_i + 1))
   done
-  mount -o remount,ro "$mnt"
+  # A remount to read-only fails with "mount point is busy" while a file
+  # on it is open for writing, which a checkpoint being written is (every
+  # 5 steps of a few ms each): try again until it lands between two
+  # writes. One failed try once left the run writable, with no warning.
+  r_i=0
+  until mount -o remount,ro "$mnt" 2>/dev/null; do
+    r_i=$((r_i + 1))
+    [ $r_i -lt 500 ] || { diag "$1: the remount to read-only failed 500 times"; break; }
+    sleep 0.01
+  done
   wait $r_job
   ro_rc=$?
   r_latest=$(cat "$r_dir/latest" 2>/dev/null)
