@@ -357,22 +357,29 @@ diag "c. took $(elapsed_since "$t_c") s"
 # the first check that finds the job with at most N + 30 s left (early
 # rather than late). With --time=1 and --signal=B:USR1@25 that is the first
 # check at least 5 s into the job (gridtrain is running by then). The job
-# is submitted 9-14 s before a check, so the signal comes ~10 s in; the
-# run is sized from the step time of c.'s first job, so it is still
-# training then. After a requeue the next check may
-# signal the rerun as well: a second requeue, which is fine. c.'s job may
-# have shared the cores with other tests (make check -j) and this one not:
-# its step time was seen 2.2x longer than b.'s (280 steps sized for 30 s
-# took 13 s and ended before the signal). So ~60 s by c.'s rate: 27 s even
-# then, and a run 2x slower than c.'s just requeues once more.
+# is submitted 9-14 s before a check, so the signal comes ~10 s in, and the
+# run must still be training then. After a requeue the next check may
+# signal the rerun as well: a second requeue, which is fine. The run is
+# sized from a short calibration run of the same deck and layout, alone
+# like the job, just before it: c.'s step time (once used) came from a job
+# that may have shared the cores with other work, and was seen both 2.2x
+# longer than b.'s (280 steps sized for 30 s took 13 s) and, under a load
+# that went away, 5x longer (2690 steps sized for 60 s took 12 s): both
+# ended before the signal. ~60 s by the calibration's rate: the signal comes
+# in time even at twice the speed, and a run twice slower just requeues once
+# more.
+mkdir -p "$tmp/b"
+# shellcheck disable=SC2086
+run_mpi 2 120 "$GT_BIN" train "$deck" data.train="$data" $layout2 run.steps=300 \
+  run.log_every=1 run.metrics="$tmp/b/cal.jsonl" >"$tmp/b/cal.out" 2>&1
 sec_per_step=$("$PYTHON_REF" -c '
 import json, sys
-ms = [r["step_ms"] for r in map(json.loads, open(sys.argv[1])) if not r.get("summary")][1:]
-print("%.4f" % (sum(ms) / len(ms) / 1000))' "$tmp/c/runs/job-$id_c1.jsonl" 2>/dev/null)
+ms = [r["step_ms"] for r in map(json.loads, open(sys.argv[1])) if not r.get("summary")][20:]
+print("%.4f" % (sum(ms) / len(ms) / 1000))' "$tmp/b/cal.jsonl" 2>/dev/null)
 [ -n "$sec_per_step" ] || sec_per_step=0.05
 steps_b=$(awk -v s="$sec_per_step" 'BEGIN { n = int(60 / s); if (n < 200) n = 200; if (n > 50000) n = 50000; print n }')
 log_b=$((steps_b / 4))
-diag "b. requeue run: $steps_b steps (${sec_per_step} s per step in c.)"
+diag "b. requeue run: $steps_b steps (${sec_per_step} s per step in a 300-step calibration run)"
 
 # The uninterrupted reference first, with mpiexec outside Slurm, alone
 # (sharing the two cores with the Slurm job would slow both).
@@ -380,7 +387,6 @@ diag "b. requeue run: $steps_b steps (${sec_per_step} s per step in c.)"
 # scripts may pin OPENBLAS_CORETYPE where OpenBLAS alone picks another core
 # whose sums round differently, so the reference run takes the core that
 # c.'s Slurm job reported.
-mkdir -p "$tmp/b"
 t_ref=$(now)
 core=$(sed -n 's/.*BLAS OpenBLAS [^ ]* (core \([A-Za-z0-9]*\),.*/\1/p' "$out1" | head -n 1)
 ref_env=()
