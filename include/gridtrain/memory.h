@@ -68,6 +68,30 @@ double gt_mem_total(const gt_mem_account *a);
 int gt_mem_plan(const gt_config *cfg, int ranks, bool staged, gt_mem_account *stages,
                 int max_stages, int sizes[3]);
 
+/* A stage's parameter terms, which depend only on the model, the layer
+ * split and (dp, tp, ZeRO stage, precision), not on the batch,
+ * recomputation, sequence parallelism or the micro-batches in flight. */
+typedef struct gt_mem_params {
+  double psi;         /* parameter elements on the rank */
+  double grad_bufs;   /* zero 2, 3: the reduction buffers */
+  double gather_bufs; /* zero 3: the gather buffers */
+} gt_mem_params;
+
+/* A caller's store of parameter terms: the entry of stage s of the layout
+ * sizes (dp, pp, tp) with `chunks` model chunks per rank, ZeRO stage zero
+ * and compute type dt; *found says whether it holds them already (else
+ * gt_mem_plan_cached fills it). NULL: out of memory. The store must be
+ * emptied when the model or its [parallel] stages change. */
+typedef gt_mem_params *(*gt_mem_params_find)(void *ctx, const int sizes[3], int chunks,
+                                             int zero, gt_dtype dt, int s, bool *found);
+
+/* gt_mem_plan, with the parameter terms kept in the caller's store (find,
+ * ctx; NULL: computed every time), for a planner that accounts many
+ * layouts of one model: laying out every named parameter is most of the
+ * account's cost. The same bytes as gt_mem_plan. Not collective. */
+int gt_mem_plan_cached(const gt_config *cfg, int ranks, bool staged, gt_mem_account *stages,
+                       int max_stages, int sizes[3], gt_mem_params_find find, void *ctx);
+
 /* The table: a header naming the settings (what) and the compute type,
  * then one row per rank or stage (label, account). */
 void gt_mem_print_header(FILE *out, const char *what, gt_dtype dt, const char *label);

@@ -26,6 +26,7 @@ static void gt_usage(void)
          "  ingest text IN... -o OUT.h5          make an HDF5 token dataset from text\n"
          "  ckpt info|verify|convert FILE ...    inspect, check or export a checkpoint\n"
          "  plan --memory DECK [--ranks N] ...   the memory account of a layout, no training\n"
+         "  plan DECK --cluster FILE --nodes N   rank layouts by predicted step time and memory\n"
          "  flight RUNDIR/flight-rank*.txt       merge the hang watchdog's records (a timeline)\n"
          "\n"
          "Options:\n"

@@ -43,12 +43,31 @@ double gt_mem_total(const gt_mem_account *a)
   return gt_mem_model_total(a) + gt_mem_act_total(a) + a->comm + a->grad_bufs + a->gather_bufs;
 }
 
-/* The account of stage s (gt_mem_plan). */
-static int gt_mem_plan_stage(const gt_config *cfg, const gt_gpt_shape *shape_,
-                           const gt_schedule *sched, const int *first, int s,
-                           const int sizes[3], bool staged, gt_mem_account *a)
+/* The parameter terms of stage s: its parameter elements and ZeRO's
+ * reduction and gather buffers. */
+static int gt_mem_stage_params(const gt_gpt_shape *shape, const gt_gpt_part *part, gt_dtype dt,
+                               int zero, gt_mem_params *p)
 {
-  const gt_gpt_shape shape = *shape_;
+  size_t psi = 0, largest = 0, second = 0, tied = 0;
+  GT_CALL(gt_gpt_plan_params(shape, part, dt, &psi, &largest, &second, &tied));
+  p->psi = (double)psi;
+  p->grad_bufs = zero >= 2 ? (double)gt_gshard_plan_bytes(largest, second, tied, GT_GSHARD_POOL)
+                           : 0.0;
+  p->gather_bufs = 0.0;
+  if (zero >= 3) {
+    size_t bufs[GT_GPT_GATHER_BUFS];
+    GT_CALL(gt_gpt_plan_gather(shape, part, dt, bufs));
+    p->gather_bufs = (double)gt_pgather_plan_bytes(bufs, GT_GPT_GATHER_BUFS, dt);
+  }
+  return GT_SUCCESS;
+}
+
+/* The account of stage s (gt_mem_plan). */
+static int gt_mem_plan_stage(const gt_config *cfg, const gt_gpt_shape *shape,
+                             const gt_schedule *sched, const int *first, int s,
+                             const int sizes[3], bool staged, gt_mem_params_find find,
+                             void *ctx, gt_mem_account *a)
+{
   const int dp = sizes[0], pp = sizes[1], tp = sizes[2];
   const gt_dtype dt = gt_precision_dtype(cfg->backend.precision);
   const int M = (int)cfg->data.microbatches, T = (int)cfg->model.seq_len;
@@ -61,20 +80,21 @@ static int gt_mem_plan_stage(const gt_config *cfg, const gt_gpt_shape *shape_,
                       .zero_stage = zero,
                       .seq_par = strcmp(cfg->parallel.sequence_parallel, "on") == 0};
   memset(a, 0, sizeof *a);
-  size_t psi = 0, act = 0, slot = 0, largest = 0, second = 0, tied = 0;
   int cslots[GT_SCHEDULE_MAX_CHUNKS];
   const int slots = gt_schedule_chunk_slots(sched, pp, s, M, cslots);
   gt_gpt_part_place(&part, first, pp, s, sched->chunks, cslots);
-  GT_CALL(gt_gpt_plan_params(&shape, &part, dt, &psi, &largest, &second, &tied));
-  if (zero >= 2)
-    a->grad_bufs = (double)gt_gshard_plan_bytes(largest, second, tied, GT_GSHARD_POOL);
-  if (zero >= 3) {
-    size_t bufs[GT_GPT_GATHER_BUFS];
-    GT_CALL(gt_gpt_plan_gather(&shape, &part, dt, bufs));
-    a->gather_bufs = (double)gt_pgather_plan_bytes(bufs, GT_GPT_GATHER_BUFS, dt);
+  gt_mem_params own, *p = &own;
+  bool found = false;
+  if (find) {
+    p = find(ctx, sizes, sched->chunks, zero, dt, s, &found);
+    GT_CHECK_ALLOC(p, sizeof *p);
   }
-  GT_CALL(gt_gpt_plan(&shape, &part, dt, B_micro, T, slots, &act, &slot));
-  gt_mem_model_state((double)psi, dt, zero, dp, a);
+  if (!found)
+    GT_CALL(gt_mem_stage_params(shape, &part, dt, zero, p));
+  size_t act = 0, slot = 0;
+  GT_CALL(gt_gpt_plan(shape, &part, dt, B_micro, T, slots, &act, &slot));
+  gt_mem_model_state(p->psi, dt, zero, dp, a);
+  a->grad_bufs = p->grad_bufs, a->gather_bufs = p->gather_bufs;
   a->act_slot = (double)slot;
   a->in_flight = slots;
   a->act_shared = (double)act - (double)slot * slots;
@@ -82,14 +102,14 @@ static int gt_mem_plan_stage(const gt_config *cfg, const gt_gpt_shape *shape_,
    * when dp > 1, and the pipeline's activation and gradient slots */
   if (staged)
     a->comm = (dp > 1 ? a->grads : 0.0) +
-              (pp > 1 ? 2.0 * slots * (double)B_micro * T * shape.dim * gt_dtype_size(dt)
+              (pp > 1 ? 2.0 * slots * (double)B_micro * T * shape->dim * gt_dtype_size(dt)
                       : 0.0) +
               a->gather_bufs; /* each gather buffer's staging room */
   return GT_SUCCESS;
 }
 
-int gt_mem_plan(const gt_config *cfg, int ranks, bool staged, gt_mem_account *stages,
-                int max_stages, int sizes[3])
+int gt_mem_plan_cached(const gt_config *cfg, int ranks, bool staged, gt_mem_account *stages,
+                       int max_stages, int sizes[3], gt_mem_params_find find, void *ctx)
 {
   GT_CALL(gt_grid_resolve(cfg->grid.dp, cfg->grid.pp, cfg->grid.tp, ranks, sizes));
   GT_CALL(gt_grid_check_model(cfg, sizes));
@@ -108,10 +128,17 @@ int gt_mem_plan(const gt_config *cfg, int ranks, bool staged, gt_mem_account *st
   int status = gt_schedule_plan(cfg->parallel.schedule, cfg->parallel.stages, shape.layers, pp,
                                 M, block_cost, head_cost, &sched, &first);
   for (int s = 0; s < pp && status == GT_SUCCESS; s++)
-    status = gt_mem_plan_stage(cfg, &shape, &sched, first, s, sizes, staged, &stages[s]);
+    status = gt_mem_plan_stage(cfg, &shape, &sched, first, s, sizes, staged, find, ctx,
+                               &stages[s]);
   free(first);
   GT_CALL(status);
   return GT_SUCCESS;
+}
+
+int gt_mem_plan(const gt_config *cfg, int ranks, bool staged, gt_mem_account *stages,
+                int max_stages, int sizes[3])
+{
+  return gt_mem_plan_cached(cfg, ranks, staged, stages, max_stages, sizes, NULL, NULL);
 }
 
 static const char *const gt_mem_heads[] = {"compute w", "master w", "gradients", "moments",
