@@ -37,7 +37,7 @@ static const gt_ckey gt_ckeys[] = {
    "ranks (GPUs, or MPI processes) per node"},
   {"cluster", "cores_per_node", GT_CK_INT, GT_COFF(cores_per_node), 0, 1e6, NULL, false,
    "CPU cores the ranks of a node share (beyond them the ranks take turns); 0: a device per rank"},
-  {"compute", "peak_fp32", GT_CK_REAL, GT_COFF(peak[GT_PEAK_FP32]), 0, 1e20, NULL, true,
+  {"compute", "peak_fp32", GT_CK_REAL, GT_COFF(peak[GT_PEAK_FP32]), 1e6, 1e20, NULL, true,
    "FLOP/s of fp32 products"},
   {"compute", "peak_tf32", GT_CK_REAL, GT_COFF(peak[GT_PEAK_TF32]), 0, 1e20, NULL, false,
    "FLOP/s of tf32 products (0: none)"},
@@ -47,19 +47,19 @@ static const gt_ckey gt_ckeys[] = {
    "FLOP/s of fp16 products (0: fp16 is not planned)"},
   {"compute", "fp32_matmul", GT_CK_ENUM, GT_COFF(fp32_tf32), 0, 0, "fp32|tf32", false,
    "the peak fp32 products run at"},
-  {"compute", "memory", GT_CK_REAL, GT_COFF(memory), 1, 1e18, NULL, true,
+  {"compute", "memory", GT_CK_REAL, GT_COFF(memory), 1e6, 1e18, NULL, true,
    "bytes of memory a device has (cores_per_node > 0: a node's RAM)"},
-  {"compute", "memory_bw", GT_CK_REAL, GT_COFF(memory_bw), 1, 1e18, NULL, true,
+  {"compute", "memory_bw", GT_CK_REAL, GT_COFF(memory_bw), 1e6, 1e18, NULL, true,
    "bytes/s of a device's memory (cores_per_node > 0: a node's)"},
   {"network", "intra_alpha", GT_CK_REAL, GT_COFF(intra_alpha), 0, 1, NULL, false,
    "s per message inside a node"},
-  {"network", "intra_beta", GT_CK_REAL, GT_COFF(intra_beta), 0, 1, NULL, true,
+  {"network", "intra_beta", GT_CK_REAL, GT_COFF(intra_beta), 0, 1e-3, NULL, true,
    "s per byte per rank inside a node"},
   {"network", "inter_alpha", GT_CK_REAL, GT_COFF(inter_alpha), 0, 1, NULL, false,
    "s per message between nodes"},
-  {"network", "inter_beta", GT_CK_REAL, GT_COFF(inter_beta), 0, 1, NULL, false,
+  {"network", "inter_beta", GT_CK_REAL, GT_COFF(inter_beta), 0, 1e-3, NULL, false,
    "s per byte per rank between nodes (its share of the node's NICs; 0: as intra)"},
-  {"network", "gamma", GT_CK_REAL, GT_COFF(gamma), 0, 1, NULL, false,
+  {"network", "gamma", GT_CK_REAL, GT_COFF(gamma), 0, 1e-3, NULL, false,
    "s per byte reduced (host-side sums); 0 where it is free"},
   {"calibration", "eff_matmul", GT_CK_REAL, GT_COFF(eff_matmul), 1e-3, 16, NULL, false,
    "fraction of the peak that matrix products reach"},
@@ -331,6 +331,15 @@ int gt_cluster_check(const gt_cluster *c)
              "%s: [%s] %s is required (%s)", src, gt_ckeys[i].section, gt_ckeys[i].name,
              gt_ckeys[i].help);
   GT_CHECK(c->peak[GT_PEAK_FP32] > 0, GT_ERR_INPUT, "%s: [compute] peak_fp32 must be > 0", src);
+  /* 0 says "no such precision"; anything else is a device's FLOP/s (below a
+   * million FLOP/s the predicted times would leave the range of a double
+   * for a large model) */
+  static const char *const peak_keys[GT_PEAK_COUNT] = {"peak_fp32", "peak_tf32", "peak_bf16",
+                                                       "peak_fp16"};
+  for (int p = 0; p < GT_PEAK_COUNT; p++)
+    GT_CHECK(c->peak[p] == 0 || c->peak[p] >= 1e6, GT_ERR_INPUT,
+             "%s: [compute] %s = %g: 0 (none) or at least 1e6 FLOP/s", src, peak_keys[p],
+             c->peak[p]);
   GT_CHECK(!c->fp32_tf32 || c->peak[GT_PEAK_TF32] > 0, GT_ERR_INPUT,
            "%s: [compute] fp32_matmul = tf32 needs peak_tf32 > 0", src);
   GT_CHECK(c->intra_beta > 0, GT_ERR_INPUT, "%s: [network] intra_beta must be > 0", src);
