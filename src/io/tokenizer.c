@@ -1,0 +1,291 @@
+/*
+ * tokenizer.c - the tokenizers and their storage in a dataset (tokenizer.h).
+ *
+ * The byte tokenizer is here. SentencePiece models are handled by the
+ * library (libsentencepiece, C++) through tokenizer_spm.h when configure
+ * found it (GT_HAVE_SENTENCEPIECE); without it a SentencePiece model is
+ * refused with a message saying so.
+ */
+#ifdef HAVE_CONFIG_H
+#include "build_config.h"
+#endif
+
+#include "gridtrain/tokenizer.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gridtrain/error.h"
+#include "h5util.h"
+#ifdef GT_HAVE_SENTENCEPIECE
+#include "tokenizer_spm.h"
+#endif
+
+#define GT_BYTES_VOCAB 256
+#define GT_TOKENIZER_MODEL "/tokenizer/model" /* the SentencePiece model in a dataset */
+#define GT_TOKENIZER_MODEL_MAX ((size_t)1 << 30) /* bytes: more is not a model */
+
+struct gt_tokenizer {
+  gt_tokenizer_kind kind;
+  int vocab;
+  void *model; /* the serialized model (SentencePiece), malloc'd */
+  size_t model_size;
+#ifdef GT_HAVE_SENTENCEPIECE
+  gt_spm *spm;
+#endif
+};
+
+int gt_tokenizer_bytes(gt_tokenizer **out)
+{
+  gt_tokenizer *tok = calloc(1, sizeof *tok);
+  GT_CHECK_ALLOC(tok, sizeof *tok);
+  tok->kind = GT_TOKENIZER_BYTES;
+  tok->vocab = GT_BYTES_VOCAB;
+  *out = tok;
+  return GT_SUCCESS;
+}
+
+int gt_tokenizer_sentencepiece(const void *model, size_t size, gt_tokenizer **out)
+{
+  *out = NULL;
+  GT_CHECK(size > 0, GT_ERR_INPUT, "an empty SentencePiece model");
+#ifdef GT_HAVE_SENTENCEPIECE
+  gt_tokenizer *tok = calloc(1, sizeof *tok);
+  GT_CHECK_ALLOC(tok, sizeof *tok);
+  tok->kind = GT_TOKENIZER_SENTENCEPIECE;
+  tok->model = malloc(size);
+  if (!tok->model) {
+    free(tok);
+    GT_CHECK_ALLOC(NULL, size);
+  }
+  memcpy(tok->model, model, size);
+  tok->model_size = size;
+  int status = gt_spm_load(model, size, &tok->spm, &tok->vocab);
+  if (status != GT_SUCCESS) {
+    gt_tokenizer_free(tok);
+    return gt_error_push(status, __FILE__, __LINE__, __func__);
+  }
+  *out = tok;
+  return GT_SUCCESS;
+#else
+  (void)model;
+  return GT_ERROR(GT_ERR_INPUT,
+          "this gridtrain was built without SentencePiece; install libsentencepiece-dev and "
+          "run configure again");
+#endif
+}
+
+int gt_tokenizer_load(const char *model_path, gt_tokenizer **out)
+{
+  *out = NULL;
+  FILE *f = fopen(model_path, "rb");
+  GT_CHECK(f, GT_ERR_INPUT, "cannot read the SentencePiece model '%s': %s", model_path,
+           strerror(errno));
+  int status = GT_SUCCESS;
+  void *buf = NULL;
+  long size = -1;
+  if (fseek(f, 0, SEEK_END) == 0)
+    size = ftell(f);
+  if (size <= 0 || (size_t)size > GT_TOKENIZER_MODEL_MAX || fseek(f, 0, SEEK_SET) != 0) {
+    fclose(f);
+    return GT_ERROR(GT_ERR_INPUT, "'%s' is %s; give a SentencePiece .model file", model_path,
+            size == 0 ? "empty" : "not a readable file of a model's size");
+  }
+  buf = malloc((size_t)size);
+  if (!buf || fread(buf, 1, (size_t)size, f) != (size_t)size)
+    status = gt_error_set(buf ? GT_ERR_INPUT : GT_ERR_SYSTEM, __FILE__, __LINE__, __func__,
+                          "cannot read the SentencePiece model '%s'", model_path);
+  fclose(f);
+  if (status == GT_SUCCESS)
+    status = gt_tokenizer_sentencepiece(buf, (size_t)size, out);
+  free(buf);
+  GT_CALL(status);
+  return GT_SUCCESS;
+}
+
+gt_tokenizer_kind gt_tokenizer_kind_of(const gt_tokenizer *tok)
+{
+  return tok->kind;
+}
+
+const char *gt_tokenizer_name(const gt_tokenizer *tok)
+{
+  return tok->kind == GT_TOKENIZER_BYTES ? "bytes" : "sentencepiece";
+}
+
+int gt_tokenizer_vocab(const gt_tokenizer *tok)
+{
+  return tok->vocab;
+}
+
+void gt_tokenizer_model(const gt_tokenizer *tok, const void **model, size_t *size)
+{
+  *model = tok->model;
+  *size = tok->model_size;
+}
+
+int gt_tokenizer_encode(gt_tokenizer *tok, const char *text, size_t len, uint32_t **ids,
+                        size_t *n)
+{
+  *ids = NULL, *n = 0;
+#ifdef GT_HAVE_SENTENCEPIECE
+  if (tok->kind == GT_TOKENIZER_SENTENCEPIECE)
+    return gt_spm_encode(tok->spm, text, len, ids, n);
+#endif
+  if (len == 0)
+    return GT_SUCCESS;
+  uint32_t *out = malloc(len * sizeof *out);
+  GT_CHECK_ALLOC(out, len * sizeof *out);
+  for (size_t i = 0; i < len; i++)
+    out[i] = (unsigned char)text[i];
+  *ids = out, *n = len;
+  return GT_SUCCESS;
+}
+
+int gt_tokenizer_decode(gt_tokenizer *tok, const uint32_t *ids, size_t n, char **text,
+                        size_t *len)
+{
+  *text = NULL, *len = 0;
+  for (size_t i = 0; i < n; i++)
+    GT_CHECK(ids[i] < (uint32_t)tok->vocab, GT_ERR_INPUT,
+             "token %u at position %zu is outside the tokenizer's vocabulary of %d", ids[i], i,
+             tok->vocab);
+#ifdef GT_HAVE_SENTENCEPIECE
+  if (tok->kind == GT_TOKENIZER_SENTENCEPIECE)
+    return gt_spm_decode(tok->spm, ids, n, text, len);
+#endif
+  char *out = malloc(n + 1);
+  GT_CHECK_ALLOC(out, n + 1);
+  for (size_t i = 0; i < n; i++)
+    out[i] = (char)ids[i];
+  out[n] = '\0';
+  *text = out, *len = n;
+  return GT_SUCCESS;
+}
+
+// ---- in a dataset file ------------------------------------------------------------
+
+static int gt_tokenizer_h5_write_model(hid_t file, const gt_tokenizer *tok, hid_t ids[3])
+{
+  const hsize_t n = tok->model_size;
+  GT_H5_ID(ids[0], H5Gcreate2(file, "/tokenizer", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+  GT_H5_ID(ids[1], H5Screate_simple(1, &n, NULL));
+  GT_H5_ID(ids[2], H5Dcreate2(file, GT_TOKENIZER_MODEL, H5T_STD_U8LE, ids[1], H5P_DEFAULT,
+                              H5P_DEFAULT, H5P_DEFAULT));
+  GT_CALL_HDF5(H5Dwrite(ids[2], H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, tok->model));
+  return GT_SUCCESS;
+}
+
+int gt_tokenizer_h5_write(hid_t file, const gt_tokenizer *tok)
+{
+  GT_CALL(gt_h5_write_attr_str(file, "tokenizer", gt_tokenizer_name(tok)));
+  if (tok->kind == GT_TOKENIZER_BYTES)
+    return GT_SUCCESS;
+  hid_t ids[3] = {H5I_INVALID_HID, H5I_INVALID_HID, H5I_INVALID_HID};
+  const int status = gt_tokenizer_h5_write_model(file, tok, ids);
+  GT_CALL(gt_h5_close_all(status, 3, ids));
+  return GT_SUCCESS;
+}
+
+/* The model bytes of /tokenizer/model (malloc'd). */
+static int gt_tokenizer_h5_read_model(hid_t file, const char *path, void **model, size_t *size,
+                                      hid_t ids[2])
+{
+  GT_CHECK(H5Lexists(file, "/tokenizer", H5P_DEFAULT) > 0 &&
+               H5Lexists(file, GT_TOKENIZER_MODEL, H5P_DEFAULT) > 0,
+           GT_ERR_INPUT, "'%s' says tokenizer = sentencepiece but has no %s; ingest it again",
+           path, GT_TOKENIZER_MODEL);
+  GT_H5_ID(ids[0], H5Dopen2(file, GT_TOKENIZER_MODEL, H5P_DEFAULT));
+  GT_H5_ID(ids[1], H5Dget_space(ids[0]));
+  const hssize_t n = H5Sget_simple_extent_npoints(ids[1]);
+  GT_CHECK(H5Sget_simple_extent_ndims(ids[1]) == 1 && n > 0 &&
+               (size_t)n <= GT_TOKENIZER_MODEL_MAX,
+           GT_ERR_INPUT, "'%s': %s is not a 1-D byte array of a model's size; the file is damaged",
+           path, GT_TOKENIZER_MODEL);
+  *model = malloc((size_t)n);
+  GT_CHECK_ALLOC(*model, (size_t)n);
+  *size = (size_t)n;
+  GT_CALL_HDF5(H5Dread(ids[0], H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, *model));
+  return GT_SUCCESS;
+}
+
+/* The tokenizer named by the open file's attributes. */
+static int gt_tokenizer_from_h5(hid_t file, const char *path, gt_tokenizer **out)
+{
+  bool found = false, found_vocab = false;
+  char *name = NULL;
+  long long vocab = 0;
+  GT_CALL(gt_h5_read_attr_i64(file, "vocab_size", path, &found_vocab, &vocab));
+  GT_CALL(gt_h5_read_attr_str(file, "tokenizer", path, &found, &name));
+  const bool bytes = found ? strcmp(name, "bytes") == 0 : vocab == GT_BYTES_VOCAB;
+  const bool spm = found && strcmp(name, "sentencepiece") == 0;
+  if (!bytes && !spm) {
+    const int status =
+        found ? gt_error_set(GT_ERR_INPUT, __FILE__, __LINE__, __func__,
+                             "'%s' names the tokenizer '%s'; gridtrain knows bytes and "
+                             "sentencepiece",
+                             path, name)
+              : gt_error_set(GT_ERR_INPUT, __FILE__, __LINE__, __func__,
+                             "'%s' names no tokenizer (no root attribute 'tokenizer') and its "
+                             "vocab_size is %lld, not the bytes' 256; it cannot be decoded",
+                             path, vocab);
+    free(name);
+    return status;
+  }
+  free(name);
+  if (bytes) {
+    GT_CHECK(!found_vocab || vocab == GT_BYTES_VOCAB, GT_ERR_INPUT,
+             "'%s' says tokenizer = bytes but its vocab_size is %lld, not 256", path, vocab);
+    return gt_tokenizer_bytes(out);
+  }
+  hid_t ids[2] = {H5I_INVALID_HID, H5I_INVALID_HID};
+  void *model = NULL;
+  size_t size = 0;
+  int status = gt_tokenizer_h5_read_model(file, path, &model, &size, ids);
+  status = gt_h5_close_all(status, 2, ids);
+  if (status == GT_SUCCESS)
+    status = gt_tokenizer_sentencepiece(model, size, out);
+  free(model);
+  GT_CALL(status);
+  /* the model's vocabulary may be smaller than the file's (padded), never larger */
+  if (found_vocab && gt_tokenizer_vocab(*out) > vocab) {
+    const int v = gt_tokenizer_vocab(*out);
+    gt_tokenizer_free(*out);
+    *out = NULL;
+    return GT_ERROR(GT_ERR_INPUT,
+            "'%s': its SentencePiece model has %d pieces but vocab_size is %lld; the file "
+            "does not match its tokenizer",
+            path, v, vocab);
+  }
+  return GT_SUCCESS;
+}
+
+int gt_tokenizer_from_file(const char *path, gt_tokenizer **out)
+{
+  *out = NULL;
+  char file[4096];
+  const char *colon = strstr(path, ":/");
+  const size_t len = colon ? (size_t)(colon - path) : strlen(path);
+  GT_CHECK(len > 0 && len < sizeof file, GT_ERR_INPUT, "'%s' is not a dataset file name", path);
+  memcpy(file, path, len);
+  file[len] = '\0';
+  GT_CALL(gt_h5_quiet());
+  hid_t ids[1] = {H5I_INVALID_HID};
+  ids[0] = H5Fopen(file, H5F_ACC_RDONLY, H5P_DEFAULT);
+  GT_CHECK(ids[0] >= 0, GT_ERR_INPUT, "cannot open the dataset '%s' (not an HDF5 file?)", file);
+  const int status = gt_tokenizer_from_h5(ids[0], file, out);
+  GT_CALL(gt_h5_close_all(status, 1, ids));
+  return GT_SUCCESS;
+}
+
+void gt_tokenizer_free(gt_tokenizer *tok)
+{
+  if (!tok)
+    return;
+#ifdef GT_HAVE_SENTENCEPIECE
+  gt_spm_free(tok->spm);
+#endif
+  free(tok->model);
+  free(tok);
+}
