@@ -4,8 +4,9 @@
 # munged, slurmctld and slurmd on 127.0.0.1 with their own key, free ports,
 # state and logs under DIR; the node claims CPUS CPUs whatever the machine
 # has (SlurmdParameters=config_overrides), so a 2-core machine can run an
-# 8-rank point. The same set-up as tests/slurm/test_slurm.sh (see
-# /work/shared/PLATFORM.md for why each slurm.conf line is there).
+# 8-rank point. The set-up is tests/slurm/slurm_lib.sh's, the same as
+# tests/slurm/test_slurm.sh's (see /work/shared/PLATFORM.md for why each
+# slurm.conf line is there).
 #
 #   local_cluster.sh start DIR [CPUS]   start it (CPUS default 8); then
 #                                       . DIR/env.sh  (exports SLURM_CONF)
@@ -16,7 +17,8 @@
 # Exit status: 0, 1 when the cluster does not come up (the daemons' logs
 # are printed and what started is stopped), 2 for bad usage.
 set -u
-PATH=$PATH:/usr/sbin:/sbin
+# shellcheck source=tests/slurm/slurm_lib.sh
+. "$(dirname "$0")/../../tests/slurm/slurm_lib.sh"
 cmd=${1:-}
 dir=${2:-}
 if [ -z "$cmd" ] || [ -z "$dir" ]; then
@@ -24,40 +26,19 @@ if [ -z "$cmd" ] || [ -z "$dir" ]; then
   exit 2
 fi
 
-stop_pid() { # PID: TERM, up to 10 s to end, then KILL
-  [ -n "$1" ] || return 0
-  kill "$1" 2>/dev/null || return 0
-  i=0
-  while kill -0 "$1" 2>/dev/null && [ $i -lt 20 ]; do
-    sleep 0.5
-    i=$((i + 1))
-  done
-  kill -9 "$1" 2>/dev/null
-  return 0
-}
-
+# stop: the cluster of DIR, by what DIR/pids and DIR/sockdir recorded (a
+# later run of this script, or start's own failure); slurm_lib.sh's
+# stop_cluster cancels the jobs left and stops the daemons by PID.
 stop() {
   [ -f "$dir/pids" ] || return 0
-  if [ -f "$dir/slurm.conf" ]; then
-    SLURM_CONF="$dir/slurm.conf"
-    export SLURM_CONF
-    left=$(squeue -h -o %A 2>/dev/null)
-    if [ -n "$left" ]; then
-      # shellcheck disable=SC2086 # one job id a word
-      scancel $left 2>/dev/null
-      i=0
-      while [ -n "$(squeue -h -o %A 2>/dev/null)" ] && [ $i -lt 30 ]; do
-        sleep 0.5
-        i=$((i + 1))
-      done
-    fi
-  fi
-  # slurmd first, munged last (the others talk to it on the way out)
-  for d in slurmd slurmctld munged; do
-    stop_pid "$(sed -n "s/^$d=//p" "$dir/pids")"
-  done
-  rm -f "$dir/pids"
-  [ -f "$dir/sockdir" ] && rm -rf "$(cat "$dir/sockdir")" "$dir/sockdir"
+  SLURM_CONF="$dir/slurm.conf"
+  export SLURM_CONF
+  slurmd_pids=$(sed -n 's/^slurmd=//p' "$dir/pids")
+  slurmctld_pid=$(sed -n 's/^slurmctld=//p' "$dir/pids")
+  munged_pid=$(sed -n 's/^munged=//p' "$dir/pids")
+  [ -f "$dir/sockdir" ] && sockdir=$(cat "$dir/sockdir")
+  stop_cluster
+  rm -f "$dir/pids" "$dir/sockdir"
   return 0
 }
 
@@ -68,16 +49,15 @@ case $cmd in
 esac
 
 cpus=${3:-8}
-for c in munged mungekey slurmctld slurmd sbatch srun squeue sinfo scancel; do
-  command -v "$c" >/dev/null 2>&1 || {
-    echo "local_cluster.sh: '$c' is missing (apt-get install slurmctld slurmd slurm-client munge)" >&2
-    exit 1
-  }
-done
+# shellcheck disable=SC2086 # one command a word
+if missing=$(missing_cmd $slurm_cmds); then
+  echo "local_cluster.sh: '$missing' is missing (apt-get install slurmctld slurmd slurm-client munge)" >&2
+  exit 1
+fi
 [ "$(id -u)" -eq 0 ] || { echo "local_cluster.sh: slurmd needs root" >&2; exit 1; }
 [ -f "$dir/pids" ] && { echo "local_cluster.sh: $dir/pids exists: stop that cluster first" >&2; exit 1; }
-mkdir -p "$dir/state" "$dir/spool" "$dir/log" "$dir/munge" || exit 1
-dir=$(cd "$dir" && pwd)
+cluster_dirs "$dir" || exit 1
+dir=$cl_dir
 node=$(hostname -s)
 : >"$dir/pids"
 
@@ -90,96 +70,29 @@ fail() {
   exit 1
 }
 
-# Two free TCP ports away from Slurm's 6817/6818 and the ephemeral range.
-ports=$(/usr/bin/python3 -c '
-import random, socket
-found = []
-while len(found) < 2:
-    p = random.randrange(20000, 32000)
-    s = socket.socket()
-    try:
-        s.bind(("", p))
-    except OSError:
-        continue
-    finally:
-        s.close()
-    if p not in found:
-        found.append(p)
-print(*found)') || fail "cannot pick ports"
+# Each daemon's PID goes to DIR/pids as soon as it is known, and munge's
+# socket dir in /tmp (made when DIR is too long a path for a socket) to
+# DIR/sockdir, for stop. When start_munged itself fails, the socket dir is
+# only in $sockdir, which fail's stop (the same shell) still removes.
+ports=$(free_ports /usr/bin/python3) || fail "cannot pick ports"
+start_munged || fail "$up_err"
+[ -n "$sockdir" ] && echo "$sockdir" >"$dir/sockdir"
+echo "munged=$munged_pid" >>"$dir/pids"
 
-# munge: its own key, socket, pid file and seed (root's munged refuses the
-# packaged set-up), in the foreground (-F) so that its PID is ours. A socket
-# path must fit in 108 bytes.
-sock="$dir/munge/munge.sock"
-if [ ${#sock} -gt 100 ]; then
-  sockdir=$(mktemp -d /tmp/gt-munge.XXXXXX) || fail "mktemp failed"
-  echo "$sockdir" >"$dir/sockdir"
-  sock="$sockdir/munge.sock"
-fi
-rm -f "$dir/munge/munge.key"
-mungekey --create --keyfile="$dir/munge/munge.key" >"$dir/log/mungekey.log" 2>&1 ||
-  fail "mungekey: $(cat "$dir/log/mungekey.log")"
-chmod 600 "$dir/munge/munge.key"
-munged -F --socket="$sock" --pid-file="$dir/munge/munged.pid" \
-  --seed-file="$dir/munge/munged.seed" --key-file="$dir/munge/munge.key" \
-  >"$dir/log/munged.log" 2>&1 </dev/null &
-echo "munged=$!" >>"$dir/pids"
-
-cat >"$dir/slurm.conf" <<EOF
-# a private single-node cluster (benchmarks/scaling/local_cluster.sh)
-ClusterName=gtscaling
-SlurmctldHost=$node(127.0.0.1)
-SlurmctldPort=${ports% *}
-SlurmdPort=${ports#* }
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-CredType=cred/munge
-AuthInfo=socket=$sock
-StateSaveLocation=$dir/state
-SlurmdSpoolDir=$dir/spool
-SlurmctldPidFile=$dir/slurmctld.pid
-SlurmdPidFile=$dir/slurmd.pid
-SlurmctldLogFile=$dir/log/slurmctld.log
-SlurmdLogFile=$dir/log/slurmd.log
-SlurmctldDebug=info
-SlurmdDebug=info
-MailProg=/bin/true
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-JobCompType=jobcomp/filetxt
-JobCompLoc=$dir/log/jobcomp.txt
-SelectType=select/cons_tres
-SelectTypeParameters=CR_CPU
-SlurmdParameters=config_overrides
-MpiDefault=pmi2
-ReturnToService=2
-MinJobAge=3600
-MaxArraySize=10001
-NodeName=$node NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=16000 State=UNKNOWN
-PartitionName=debug Nodes=$node Default=YES MaxTime=INFINITE State=UP
-EOF
+{
+  echo "# a private single-node cluster (benchmarks/scaling/local_cluster.sh)"
+  slurm_conf gtscaling "$node(127.0.0.1)" "${ports% *}" "${ports#* }"
+  echo "MaxArraySize=10001"
+  slurm_conf_node "$node" "$cpus"
+} >"$dir/slurm.conf"
 echo "export SLURM_CONF='$dir/slurm.conf'" >"$dir/env.sh"
 SLURM_CONF="$dir/slurm.conf"
 export SLURM_CONF
 
-i=0
-while [ ! -S "$sock" ]; do
-  [ $i -ge 20 ] && fail "no munge socket after 10 s"
-  sleep 0.5
-  i=$((i + 1))
-done
-slurmctld -D -c -f "$SLURM_CONF" >"$dir/log/slurmctld.stderr" 2>&1 </dev/null &
-echo "slurmctld=$!" >>"$dir/pids"
-slurmd -D -f "$SLURM_CONF" -N "$node" >"$dir/log/slurmd.stderr" 2>&1 </dev/null &
-echo "slurmd=$!" >>"$dir/pids"
-i=0
-while [ "$(sinfo -h -n "$node" -o %T 2>/dev/null)" != idle ]; do
-  [ $i -ge 60 ] && fail "node $node not idle after 30 s: $(sinfo -h -n "$node" -o %T 2>&1)"
-  sleep 0.5
-  i=$((i + 1))
-done
+wait_munged || fail "$up_err"
+start_daemons "$node"
+echo "slurmctld=$slurmctld_pid" >>"$dir/pids"
+echo "slurmd=$slurmd_pids" >>"$dir/pids"
+wait_idle 1 || fail "${up_err:-node $node not idle after 30 s: $(sinfo -h -n "$node" -o %T 2>&1)}"
 echo "local_cluster.sh: node $node idle with $cpus CPUs; . $dir/env.sh to use it," \
   "local_cluster.sh stop $dir to end it"

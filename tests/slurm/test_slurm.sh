@@ -17,253 +17,50 @@
 # The daemons are stopped by PID on exit, whatever happens.
 # Takes 1.5-2 minutes, most of it the requeue test.
 . "$GT_SRCDIR/tests/lib.sh"
+# shellcheck source=tests/slurm/slurm_lib.sh
+. "$GT_SRCDIR/tests/slurm/slurm_lib.sh"
 
-PATH=$PATH:/usr/sbin:/sbin
-for cmd in munged mungekey slurmctld slurmd sbatch srun scontrol squeue sinfo scancel; do
-  if ! command -v "$cmd" >/dev/null 2>&1; then
-    echo "1..0 # SKIP Slurm is not installed (apt-get install slurmctld slurmd slurm-client munge)"
-    exit 0
-  fi
-done
+# shellcheck disable=SC2086 # one command a word
+if missing_cmd $slurm_cmds >/dev/null; then
+  echo "1..0 # SKIP Slurm is not installed (apt-get install slurmctld slurmd slurm-client munge)"
+  exit 0
+fi
 if [ "$(id -u)" -ne 0 ]; then
   echo "1..0 # SKIP the Slurm test runs slurmd, which needs root"
   exit 0
 fi
-
-# Nothing of an outer Slurm job (when make check itself runs under Slurm)
-# may leak into ours: drop the SLURM_*, SBATCH_*, SRUN_* and SALLOC_*
-# variables; SLURM_CONF is set below.
-for v in $(env | sed -n -E 's/^((SLURM|SBATCH|SRUN|SALLOC)_[A-Za-z0-9_]*)=.*/\1/p'); do
-  unset "$v"
-done
+drop_slurm_env
 
 deck="$GT_SRCDIR/tests/decks/tiny.in"
 jobs="$GT_SRCDIR/jobscripts"
 tmp=$(cd "$GT_TMP" && pwd) || bail "no $GT_TMP"
-C="$tmp/cluster"
-mkdir -p "$C/state" "$C/spool" "$C/log" "$C/munge" || bail "cannot create $C"
+cluster_dirs "$tmp/cluster" || bail "cannot create $tmp/cluster"
 node=$(hostname -s)
-
-# ---- helpers -----------------------------------------------------------------
-now() { date +%s.%N; }
-elapsed_since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
-
-# tail_log FILE [N]: the last N lines of a file as TAP comments.
-tail_log() {
-  [ -f "$1" ] || return 0
-  echo "# ---- $1 (last ${2:-20} lines)"
-  tail -n "${2:-20}" "$1" | sed 's/^/#   /'
-}
-daemon_logs() {
-  tail_log "$C/log/munged.log" 10
-  tail_log "$C/log/slurmctld.log" 25
-  tail_log "$C/log/slurmctld.stderr" 10
-  tail_log "$C/log/slurmd.log" 25
-  tail_log "$C/log/slurmd.stderr" 10
-}
-
-# job_field JOBID FIELD: a field of `scontrol show job -o`.
-job_field() {
-  scontrol show job -o "$1" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$2=//p" | head -n 1
-}
-
-# wait_job JOBID LIMIT_S: wait until the job has ended; prints its final
-# state (or WAIT-TIMEOUT).
-# A requeued job waits PENDING for 120 s (Slurm's fixed begin delay after a
-# requeue). The test cuts that short with `scontrol update JobId=X
-# StartTime=now` (which also makes slurmctld schedule at once), but only
-# 2 s after it saw the requeue: a job started again within the second of
-# its requeue fails ("Killing non-startable batch JobId=X: Job credential
-# revoked": slurmd still holds the revoked credential of the run before),
-# which is what the delay is for.
-wait_job() {
-  wj_start=$(date +%s)
-  wj_moved=""
-  wj_seen=""
-  while :; do
-    wj_line=$(scontrol show job -o "$1" 2>/dev/null)
-    wj_state=$(printf '%s\n' "$wj_line" | tr ' ' '\n' | sed -n 's/^JobState=//p')
-    case $wj_state in
-      COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY | BOOT_FAIL | DEADLINE | PREEMPTED)
-        echo "$wj_state"
-        return 0
-        ;;
-      PENDING)
-        wj_restarts=$(printf '%s\n' "$wj_line" | tr ' ' '\n' | sed -n 's/^Restarts=//p')
-        case $wj_line in
-          *Reason=BeginTime*)
-            if [ "$wj_restarts" != "$wj_moved" ]; then
-              # first sight of this requeue: note the time; 2 s later, start it
-              if [ "${wj_seen%:*}" != "$wj_restarts" ]; then
-                wj_seen="$wj_restarts:$(date +%s)"
-              elif [ $(($(date +%s) - ${wj_seen#*:})) -ge 2 ]; then
-                scontrol update JobId="$1" StartTime=now >/dev/null 2>&1 && wj_moved=$wj_restarts
-              fi
-            fi
-            ;;
-        esac
-        ;;
-    esac
-    if [ $(($(date +%s) - wj_start)) -ge "$2" ]; then
-      echo "WAIT-TIMEOUT($wj_state)"
-      return 1
-    fi
-    sleep 0.5
-  done
-}
-
-# job_diag JOBID OUTPUT: the job's record and output, as TAP comments.
-job_diag() {
-  echo "# ---- scontrol show job $1"
-  scontrol show job "$1" 2>&1 | sed 's/^/#   /'
-  tail_log "$2" 60
-  tail_log "$C/log/slurmctld.log" 15
-}
+up_title="a private Slurm cluster comes up"
 
 # ---- the cluster ---------------------------------------------------------------
-munged_pid=""
-slurmctld_pid=""
-slurmd_pid=""
-sockdir=""
-# stop_pid PID: TERM, up to 10 s to end, then KILL.
-stop_pid() {
-  [ -n "$1" ] || return 0
-  kill "$1" 2>/dev/null || return 0
-  i=0
-  while kill -0 "$1" 2>/dev/null && [ $i -lt 20 ]; do
-    sleep 0.5
-    i=$((i + 1))
-  done
-  kill -9 "$1" 2>/dev/null
-  wait "$1" 2>/dev/null
-}
-cleanup() {
-  set +e
-  # Cancel what is left (a failed test), give the jobs time to end, so that
-  # no slurmstepd or gridtrain outlives the daemons.
-  if [ -n "$slurmctld_pid" ] && kill -0 "$slurmctld_pid" 2>/dev/null; then
-    left=$(squeue -h -o %A 2>/dev/null)
-    if [ -n "$left" ]; then
-      # shellcheck disable=SC2086 # one job id a word
-      scancel $left 2>/dev/null
-      i=0
-      while [ -n "$(squeue -h -o %A 2>/dev/null)" ] && [ $i -lt 30 ]; do
-        sleep 0.5
-        i=$((i + 1))
-      done
-    fi
-  fi
-  stop_pid "$slurmd_pid"
-  stop_pid "$slurmctld_pid"
-  stop_pid "$munged_pid"
-  [ -n "$sockdir" ] && rm -rf "$sockdir"
-}
-trap cleanup EXIT
+# On exit, whatever happens: the jobs left are cancelled, the daemons
+# stopped by PID (slurm_lib.sh: stop_cluster).
+trap 'set +e; stop_cluster' EXIT
 trap 'exit 1' HUP INT TERM
 
-# Two free TCP ports for slurmctld and slurmd, away from Slurm's 6817/6818
-# and from the ephemeral range.
-ports=$("$PYTHON_REF" -c '
-import random, socket
-found = []
-while len(found) < 2:
-    p = random.randrange(20000, 32000)
-    s = socket.socket()
-    try:
-        s.bind(("", p))
-    except OSError:
-        continue
-    finally:
-        s.close()
-    if p not in found:
-        found.append(p)
-print(*found)') || bail "cannot pick ports"
-ctld_port=${ports% *}
-slurmd_port=${ports#* }
+# slurmctld and slurmd on two free ports, munge at its own socket.
+ports=$(free_ports "$PYTHON_REF") || bail "cannot pick ports"
+start_munged || bail "$up_err"
+export SLURM_CONF="$cl_dir/slurm.conf"
+{
+  echo "# a private single-node cluster for tests/slurm/test_slurm.sh"
+  slurm_conf gttest "$node(127.0.0.1)" "${ports% *}" "${ports#* }"
+  echo "DependencyParameters=kill_invalid_depend"
+  echo "JobRequeue=1"
+  slurm_conf_node "$node" 8
+} >"$SLURM_CONF"
 
-# munge: its own key, socket, pid file and seed (root's munged refuses the
-# packaged set-up), in the foreground (-F) so that we hold its PID; it then
-# logs to stderr, into log/munged.log. A socket path must fit in 108 bytes.
-sock="$C/munge/munge.sock"
-if [ ${#sock} -gt 100 ]; then
-  sockdir=$(mktemp -d /tmp/gt-munge.XXXXXX) || bail "mktemp failed"
-  sock="$sockdir/munge.sock"
-fi
-mungekey --create --keyfile="$C/munge/munge.key" >"$C/log/mungekey.log" 2>&1 ||
-  bail "mungekey failed: $(cat "$C/log/mungekey.log")"
-chmod 600 "$C/munge/munge.key"
-munged -F --socket="$sock" --pid-file="$C/munge/munged.pid" \
-  --seed-file="$C/munge/munged.seed" --key-file="$C/munge/munge.key" \
-  >"$C/log/munged.log" 2>&1 &
-munged_pid=$!
-
-export SLURM_CONF="$C/slurm.conf"
-cat >"$SLURM_CONF" <<EOF
-# a private single-node cluster for tests/slurm/test_slurm.sh
-ClusterName=gttest
-SlurmctldHost=$node(127.0.0.1)
-SlurmctldPort=$ctld_port
-SlurmdPort=$slurmd_port
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-CredType=cred/munge
-AuthInfo=socket=$sock
-StateSaveLocation=$C/state
-SlurmdSpoolDir=$C/spool
-SlurmctldPidFile=$C/slurmctld.pid
-SlurmdPidFile=$C/slurmd.pid
-SlurmctldLogFile=$C/log/slurmctld.log
-SlurmdLogFile=$C/log/slurmd.log
-SlurmctldDebug=info
-SlurmdDebug=info
-MailProg=/bin/true
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-JobCompType=jobcomp/filetxt
-JobCompLoc=$C/log/jobcomp.txt
-SelectType=select/cons_tres
-SelectTypeParameters=CR_CPU
-SlurmdParameters=config_overrides
-MpiDefault=pmi2
-ReturnToService=2
-MinJobAge=3600
-DependencyParameters=kill_invalid_depend
-JobRequeue=1
-NodeName=$node NodeAddr=127.0.0.1 CPUs=8 RealMemory=16000 State=UNKNOWN
-PartitionName=debug Nodes=$node Default=YES MaxTime=INFINITE State=UP
-EOF
-
-# up_fail WHAT: the cluster did not come up: a failure, with the logs.
-up_fail() {
-  ok 1 "a private Slurm cluster comes up ($1)"
-  daemon_logs
-  done_testing
-}
-
-i=0
-while [ ! -S "$sock" ]; do
-  kill -0 "$munged_pid" 2>/dev/null || up_fail "munged exited"
-  [ $i -ge 20 ] && up_fail "no munge socket after 10 s"
-  sleep 0.5
-  i=$((i + 1))
-done
+wait_munged || up_fail "$up_err"
 t_ctld=$(now)
-slurmctld -D -c -f "$SLURM_CONF" >"$C/log/slurmctld.stderr" 2>&1 &
-slurmctld_pid=$!
-slurmd -D -f "$SLURM_CONF" -N "$node" >"$C/log/slurmd.stderr" 2>&1 &
-slurmd_pid=$!
-i=0
-while [ "$(sinfo -h -n "$node" -o %T 2>/dev/null)" != idle ]; do
-  kill -0 "$slurmctld_pid" 2>/dev/null || up_fail "slurmctld exited"
-  kill -0 "$slurmd_pid" 2>/dev/null || up_fail "slurmd exited"
-  [ $i -ge 60 ] && up_fail "node $node not idle after 30 s: $(sinfo -h -n "$node" -o %T 2>&1)"
-  sleep 0.5
-  i=$((i + 1))
-done
-ok 0 "a private Slurm cluster comes up (node $node idle after $(elapsed_since "$t_ctld") s)"
+start_daemons "$node"
+wait_idle 1 || up_fail "${up_err:-node $node not idle after 30 s: $(sinfo -h -n "$node" -o %T 2>&1)}"
+ok 0 "$up_title (node $node idle after $(elapsed_since "$t_ctld") s)"
 
 data="$tmp/genesis.h5"
 make_dataset "$data" || bail "cannot make the dataset"
@@ -389,10 +186,8 @@ diag "b. requeue run: $steps_b steps (${sec_per_step} s per step in a 300-step c
 # c.'s Slurm job reported.
 t_ref=$(now)
 core=$(sed -n 's/.*BLAS OpenBLAS [^ ]* (core \([A-Za-z0-9]*\),.*/\1/p' "$out1" | head -n 1)
-ref_env=()
-[ -n "$core" ] && ref_env=(env OPENBLAS_CORETYPE="$core")
 # shellcheck disable=SC2086
-run_mpi 2 300 "${ref_env[@]}" "$GT_BIN" train "$deck" data.train="$data" $layout2 run.steps="$steps_b" \
+run_mpi 2 300 env ${core:+OPENBLAS_CORETYPE=$core} "$GT_BIN" train "$deck" data.train="$data" $layout2 run.steps="$steps_b" \
   run.log_every="$log_b" run.metrics="$tmp/b/ref.jsonl" >"$tmp/b/ref.out" 2>&1
 ref_status=$?
 diag "b. reference run: status $ref_status, $(elapsed_since "$t_ref") s"

@@ -52,81 +52,47 @@
 # the test after 280 s. Takes 35-45 s on 2 cores, up to 90 s when they are
 # busy with other work.
 . "$GT_SRCDIR/tests/lib.sh"
+# shellcheck source=tests/slurm/slurm_lib.sh
+. "$GT_SRCDIR/tests/slurm/slurm_lib.sh"
 
-PATH=$PATH:/usr/sbin:/sbin
-for cmd in munged mungekey slurmctld slurmd sbatch srun scontrol squeue sinfo scancel ip unshare \
-  nsenter hostname timeout; do
-  if ! command -v "$cmd" >/dev/null 2>&1; then
-    echo "1..0 # SKIP $cmd is missing (apt-get install slurmctld slurmd slurm-client munge iproute2)"
-    exit 0
-  fi
-done
+# shellcheck disable=SC2086 # one command a word
+if cmd=$(missing_cmd $slurm_cmds ip unshare nsenter hostname timeout); then
+  echo "1..0 # SKIP $cmd is missing (apt-get install slurmctld slurmd slurm-client munge iproute2)"
+  exit 0
+fi
 if [ "$(id -u)" -ne 0 ]; then
   echo "1..0 # SKIP the multi-node Slurm test makes network namespaces and runs slurmd: needs root"
   exit 0
 fi
-
-# Nothing of an outer Slurm job may leak into ours (see test_slurm.sh).
-for v in $(env | sed -n -E 's/^((SLURM|SBATCH|SRUN|SALLOC)_[A-Za-z0-9_]*)=.*/\1/p'); do
-  unset "$v"
-done
+drop_slurm_env
 
 deck="$GT_SRCDIR/tests/decks/tiny.in"
 jobs="$GT_SRCDIR/jobscripts"
 tmp=$(cd "$GT_TMP" && pwd) || bail "no $GT_TMP"
 C="$tmp/cluster"
-mkdir -p "$C/state" "$C/spool" "$C/log" "$C/munge" || bail "cannot create $C"
+cluster_dirs "$C" || bail "cannot create $C"
 
 NODES="1 2 3"
 ns_ctl="gt$$-ctl"
 net=10.77.0
 ctl_addr=$net.1
+# slurmd N runs as node gtnN, with files of its own (slurmd-gtnN.log, ...).
+for n in $NODES; do cl_nodes="$cl_nodes gtn$n"; done
+up_title="a private 3-node Slurm cluster in network namespaces comes up"
 
-now() { date +%s.%N; }
-elapsed_since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 t_start=$(now)
 
 # ---- tear-down ----------------------------------------------------------------
-munged_pid=""
-slurmctld_pid=""
-slurmd_pids=""
 watchdog_pid=""
 made_ns=""
-sockdir=""
-# stop_pid PID: TERM, up to 10 s to end, then KILL.
-stop_pid() {
-  [ -n "$1" ] || return 0
-  kill "$1" 2>/dev/null || return 0
-  i=0
-  while kill -0 "$1" 2>/dev/null && [ $i -lt 20 ]; do
-    sleep 0.5
-    i=$((i + 1))
-  done
-  kill -9 "$1" 2>/dev/null
-  wait "$1" 2>/dev/null
-}
 # in_ctl CMD...: a Slurm client (or anything) inside the controller's
-# namespace, with a time limit.
+# namespace, with a time limit; the lib's clients run so.
 in_ctl() { timeout -k 5 30 ip netns exec "$ns_ctl" "$@"; }
+cl_in=in_ctl
 cleanup() {
   set +e
-  # Cancel what is left (a failed test) so that no slurmstepd or gridtrain
-  # outlives the daemons.
-  if [ -n "$slurmctld_pid" ] && kill -0 "$slurmctld_pid" 2>/dev/null; then
-    left=$(in_ctl squeue -h -o %A 2>/dev/null)
-    if [ -n "$left" ]; then
-      # shellcheck disable=SC2086 # one job id a word
-      in_ctl scancel $left 2>/dev/null
-      i=0
-      while [ -n "$(in_ctl squeue -h -o %A 2>/dev/null)" ] && [ $i -lt 30 ]; do
-        sleep 0.5
-        i=$((i + 1))
-      done
-    fi
-  fi
-  for p in $slurmd_pids; do stop_pid "$p"; done
-  stop_pid "$slurmctld_pid"
-  stop_pid "$munged_pid"
+  # The jobs left cancelled, the daemons stopped by PID (slurm_lib.sh).
+  stop_cluster
   # Whatever still runs in our namespaces (a slurmstepd, a rank) was started
   # by this test: kill it by PID, then delete the namespaces, which removes
   # their links (veths, bridge) with them.
@@ -135,7 +101,6 @@ cleanup() {
   done
   for ns in $made_ns; do ip netns del "$ns" 2>/dev/null; done
   [ -n "$watchdog_pid" ] && kill "$watchdog_pid" 2>/dev/null
-  [ -n "$sockdir" ] && rm -rf "$sockdir"
 }
 trap cleanup EXIT
 # The watchdog: whatever hangs, the test ends (and cleans up) after 280 s.
@@ -188,77 +153,6 @@ if [ -n "$net_err" ]; then
 fi
 
 # ---- helpers -----------------------------------------------------------------
-# tail_log FILE [N]: the last N lines of a file as TAP comments.
-tail_log() {
-  [ -f "$1" ] || return 0
-  echo "# ---- $1 (last ${2:-20} lines)"
-  tail -n "${2:-20}" "$1" | sed 's/^/#   /'
-}
-daemon_logs() {
-  tail_log "$C/log/munged.log" 10
-  tail_log "$C/log/slurmctld.log" 25
-  tail_log "$C/log/slurmctld.stderr" 10
-  for n in $NODES; do
-    tail_log "$C/log/slurmd-gtn$n.log" 15
-    tail_log "$C/log/slurmd-gtn$n.stderr" 10
-  done
-}
-
-# job_field JOBID FIELD: a field of `scontrol show job -o`.
-job_field() {
-  in_ctl scontrol show job -o "$1" 2>/dev/null | tr ' ' '\n' | sed -n "s/^$2=//p" | head -n 1
-}
-
-# wait_job JOBID LIMIT_S: wait until the job has ended; prints its final
-# state (or WAIT-TIMEOUT). A requeued job waits PENDING for 120 s (Slurm's
-# begin delay after a requeue): 2 s after seeing the requeue (a job started
-# again within the second of its requeue finds its credential revoked),
-# `scontrol update StartTime=now` starts it (test_slurm.sh explains).
-wait_job() {
-  wj_start=$(date +%s)
-  wj_moved=""
-  wj_seen=""
-  while :; do
-    wj_line=$(in_ctl scontrol show job -o "$1" 2>/dev/null)
-    wj_state=$(printf '%s\n' "$wj_line" | tr ' ' '\n' | sed -n 's/^JobState=//p')
-    case $wj_state in
-      COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY | BOOT_FAIL | DEADLINE | PREEMPTED)
-        echo "$wj_state"
-        return 0
-        ;;
-      PENDING)
-        wj_restarts=$(printf '%s\n' "$wj_line" | tr ' ' '\n' | sed -n 's/^Restarts=//p')
-        case $wj_line in
-          *Reason=BeginTime*)
-            if [ "$wj_restarts" != "$wj_moved" ]; then
-              if [ "${wj_seen%:*}" != "$wj_restarts" ]; then
-                wj_seen="$wj_restarts:$(date +%s)"
-              elif [ $(($(date +%s) - ${wj_seen#*:})) -ge 2 ]; then
-                in_ctl scontrol update JobId="$1" StartTime=now >/dev/null 2>&1 &&
-                  wj_moved=$wj_restarts
-              fi
-            fi
-            ;;
-        esac
-        ;;
-    esac
-    if [ $(($(date +%s) - wj_start)) -ge "$2" ]; then
-      echo "WAIT-TIMEOUT($wj_state)"
-      return 1
-    fi
-    sleep 0.5
-  done
-}
-
-# job_diag JOBID OUTPUT: the job's record and output, as TAP comments.
-job_diag() {
-  echo "# ---- scontrol show job $1"
-  in_ctl scontrol show job "$1" 2>&1 | sed 's/^/#   /'
-  tail_log "$2" 60
-  tail_log "$C/log/slurmctld.log" 15
-  for n in $NODES; do tail_log "$C/log/slurmd-gtn$n.log" 10; done
-}
-
 # bridge_bytes: bytes through the bridge ports gtn1..3, in and out (a byte
 # from one node to another counts twice: in at one port, out at another).
 bridge_bytes() {
@@ -273,58 +167,16 @@ bridge_bytes() {
 }
 
 # ---- the cluster ---------------------------------------------------------------
-# munge: its own key, socket, pid file and seed (root's munged refuses the
-# packaged set-up), in the foreground (-F) so that we hold its PID. A
-# socket path must fit in 108 bytes.
-sock="$C/munge/munge.sock"
-if [ ${#sock} -gt 100 ]; then
-  sockdir=$(mktemp -d /tmp/gt-munge.XXXXXX) || bail "mktemp failed"
-  sock="$sockdir/munge.sock"
-fi
-mungekey --create --keyfile="$C/munge/munge.key" >"$C/log/mungekey.log" 2>&1 ||
-  bail "mungekey failed: $(cat "$C/log/mungekey.log")"
-chmod 600 "$C/munge/munge.key"
-munged -F --socket="$sock" --pid-file="$C/munge/munged.pid" \
-  --seed-file="$C/munge/munged.seed" --key-file="$C/munge/munge.key" \
-  >"$C/log/munged.log" 2>&1 &
-munged_pid=$!
+start_munged || bail "$up_err"
 
 # The namespaces are private: the default ports cannot clash. slurmd's
-# spool, pid and log paths carry the node name (%n): one set per slurmd.
+# spool, pid and log paths carry the node name (%n, as cl_nodes is set):
+# one set per slurmd.
 export SLURM_CONF="$C/slurm.conf"
 {
+  echo "# a private 3-node cluster in network namespaces: tests/slurm/test_slurm_multinode.sh"
+  slurm_conf gtmulti "gtctl($ctl_addr)" 6817 6818
   cat <<EOF
-# a private 3-node cluster in network namespaces: tests/slurm/test_slurm_multinode.sh
-ClusterName=gtmulti
-SlurmctldHost=gtctl($ctl_addr)
-SlurmctldPort=6817
-SlurmdPort=6818
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-CredType=cred/munge
-AuthInfo=socket=$sock
-StateSaveLocation=$C/state
-SlurmdSpoolDir=$C/spool/%n
-SlurmctldPidFile=$C/slurmctld.pid
-SlurmdPidFile=$C/slurmd-%n.pid
-SlurmctldLogFile=$C/log/slurmctld.log
-SlurmdLogFile=$C/log/slurmd-%n.log
-SlurmctldDebug=info
-SlurmdDebug=info
-MailProg=/bin/true
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-JobAcctGatherType=jobacct_gather/none
-AccountingStorageType=accounting_storage/none
-JobCompType=jobcomp/filetxt
-JobCompLoc=$C/log/jobcomp.txt
-SelectType=select/cons_tres
-SelectTypeParameters=CR_CPU
-SlurmdParameters=config_overrides
-MpiDefault=pmi2
-ReturnToService=2
-MinJobAge=3600
 # SIGTERM to SIGKILL (Slurm's default 30 s): time for a requeued job's
 # ranks to checkpoint and exit even on a machine this busy
 KillWait=120
@@ -336,19 +188,7 @@ EOF
   echo "PartitionName=debug Nodes=gtn[1-3] Default=YES MaxTime=INFINITE State=UP"
 } >"$SLURM_CONF"
 
-up_fail() {
-  ok 1 "a private 3-node Slurm cluster in network namespaces comes up ($1)"
-  daemon_logs
-  done_testing
-}
-
-i=0
-while [ ! -S "$sock" ]; do
-  kill -0 "$munged_pid" 2>/dev/null || up_fail "munged exited"
-  [ $i -ge 20 ] && up_fail "no munge socket after 10 s"
-  sleep 0.5
-  i=$((i + 1))
-done
+wait_munged || up_fail "$up_err"
 # `ip netns exec`, `nsenter` and `unshare` exec their command: $! is the
 # daemon's PID. Each daemon gets a UTS namespace of its own with the node's
 # host name. A node's processes need a /sys of their namespace (UCX lists
@@ -373,15 +213,9 @@ for n in $NODES; do
     sh "gtn$n" "$SLURM_CONF" "$C/cgroup-gtn$n" >"$C/log/slurmd-gtn$n.stderr" 2>&1 &
   slurmd_pids="$slurmd_pids $!"
 done
-i=0
-while [ "$(in_ctl sinfo -h -N -o '%N %T' 2>/dev/null | grep -c ' idle$')" -ne 3 ]; do
-  kill -0 "$slurmctld_pid" 2>/dev/null || up_fail "slurmctld exited"
-  for p in $slurmd_pids; do kill -0 "$p" 2>/dev/null || up_fail "a slurmd exited"; done
-  [ $i -ge 60 ] && up_fail "not 3 idle nodes after 30 s: $(in_ctl sinfo -h -N -o '%N %T' 2>&1 | tr '\n' ' ')"
-  sleep 0.5
-  i=$((i + 1))
-done
-ok 0 "a private 3-node Slurm cluster in network namespaces comes up (idle after $(elapsed_since "$t_up") s)"
+wait_idle 3 ||
+  up_fail "${up_err:-not 3 idle nodes after 30 s: $(in_ctl sinfo -h -N -o '%N %T' 2>&1 | tr '\n' ' ')}"
+ok 0 "$up_title (idle after $(elapsed_since "$t_up") s)"
 
 data="$tmp/genesis.h5"
 make_dataset "$data" || bail "cannot make the dataset"
