@@ -104,7 +104,9 @@ def run_names(paths):
     """Legend names: the file names without .jsonl, or the paths where those clash."""
     stems = [os.path.basename(p)[:-6] if p.endswith(".jsonl") else os.path.basename(p)
              for p in paths]
-    return [p if stems.count(s) > 1 else s for p, s in zip(paths, stems)]
+    names = [p if stems.count(s) > 1 else s for p, s in zip(paths, stems)]
+    # matplotlib leaves labels that start with "_" out of legends
+    return ["\u200b" + n if n.startswith("_") else n for n in names]
 
 
 # ---- numbers ----------------------------------------------------------------------
@@ -158,6 +160,7 @@ def human(x, _pos=None):
 def draw(runs, out, size, title):
     import matplotlib
     matplotlib.use("Agg")
+    matplotlib.rcParams["text.parse_math"] = False  # "$" in a file name or title is text
     import matplotlib.pyplot as plt
     import numpy as np
     from matplotlib.lines import Line2D

@@ -2,8 +2,9 @@
 # tests/cli/test_plot.sh - `gridtrain plot`: a PNG of the promised size from
 # two runs (the metrics of a real 6-step run and a hand-written file with
 # val_loss, nulls, mfu and a summary), checked by its signature and IHDR
-# header (read here, not by matplotlib); a file still being written (its last
-# line cut short) plots with a warning; under mpiexec -n 2 one rank plots;
+# header (read here, not by matplotlib); "$" and "_" in a title or file name
+# are text; a file still being written (its last line cut short) plots with
+# a warning; under mpiexec -n 2 one rank plots;
 # every bad input (a missing, empty or malformed file, no step records, a
 # value that is not a number, bad options, no matplotlib: E-PLOT-03) is
 # status 2 and one error line. Skipped without matplotlib. About 15 s.
@@ -71,6 +72,11 @@ ok $? "--size 800x600: a PNG of 800 x 600 pixels (got '$size')"
   png_size "$T/live.png" >/dev/null &&
   grep -q "^gridtrain-plot: warning: .*live.jsonl:11: skipping the unfinished last line" "$T/live.out"
 ok $? "a file still being written: plotted, the cut last line skipped with a warning"
+# "$" and a leading "_" are text: no mathtext (a crash on '$\frac{x$'), no hidden legend entry
+cp "$T/synthetic.jsonl" "$T/_x\$y.jsonl"
+"$GT_BIN" plot "$T/_x\$y.jsonl" -o "$T/dollar.png" --title 'a $\frac{x$' >"$T/dollar.out" 2>&1 &&
+  png_size "$T/dollar.png" >/dev/null
+ok $? "a title and a file name with \$ and _ are drawn as text"
 run_mpi 2 120 "$GT_BIN" plot "$T/real.jsonl" -o "$T/mpi.png" >"$T/mpi.out" 2>&1 &&
   [ "$(grep -c '^gridtrain-plot: wrote' "$T/mpi.out")" -eq 1 ] && png_size "$T/mpi.png" >/dev/null
 ok $? "under mpiexec -n 2: one rank plots, exit 0"
