@@ -28,6 +28,7 @@ static void gt_usage(void)
          "  plan --memory DECK [--ranks N] ...   the memory account of a layout, no training\n"
          "  plan DECK --cluster FILE --nodes N   rank layouts by predicted step time and memory\n"
          "  flight RUNDIR/flight-rank*.txt       merge the hang watchdog's records (a timeline)\n"
+         "  plot RUN.jsonl... -o OUT.png         draw loss, tokens/s and the step time split\n"
          "\n"
          "Options:\n"
          "  -h, --help       this help ('gridtrain COMMAND --help' for a command)\n"
@@ -69,9 +70,11 @@ int gt_cli_dispatch(int argc, char **argv, MPI_Comm world)
     return gt_cmd_plan(argc - 1, argv + 1, world);
   if (strcmp(cmd, "flight") == 0)
     return gt_cmd_flight(argc - 1, argv + 1, world);
+  if (strcmp(cmd, "plot") == 0)
+    return gt_cmd_plot(argc - 1, argv + 1, world);
   gt_error_set(GT_ERR_INPUT, __FILE__, __LINE__, __func__,
-               "unknown command '%s'; commands: train, ingest, ckpt, plan, flight (see 'gridtrain "
-               "--help')", cmd);
+               "unknown command '%s'; commands: train, ingest, ckpt, plan, flight, plot (see "
+               "'gridtrain --help')", cmd);
   gt_error_set_collective(true);
   return GT_ERR_INPUT;
 }
