@@ -1,5 +1,6 @@
 /*
- * test_safetensors.c - the safetensors writer (safetensors.h).
+ * test_safetensors.c - the safetensors writer (safetensors.h) and the
+ * SentencePiece special ids of the Hugging Face export (hf_export.h).
  *
  * A file with awkward contents (a name with a quote, a backslash, a control
  * character and UTF-8; a scalar; an empty tensor; bf16 and f16 bit patterns
@@ -8,6 +9,11 @@
  * shape, type and value; the C side checks the 8-byte alignment of the data.
  * Bad input (a name twice, an int32 tensor, a fill that fails, a missing
  * directory) is refused and leaves an existing file as it was and no .tmp.
+ * tests/data/spm_default.model and spm_custom.model were made with
+ * python3-sentencepiece 0.1.97 from tests/data/genesis.txt (bpe, vocab 80,
+ * normalization identity; spm_custom with unk_id=3 bos_id=-1 eos_id=1
+ * pad_id=0); the ids expected are what that library's SentencePieceProcessor
+ * reports for them (unk, bos, eos, pad): 0 1 2 -1 and 3 -1 1 0.
  *
  * gt-test: ranks=1
  */
@@ -19,6 +25,7 @@
 #include <unistd.h>
 
 #include "../test_util.h"
+#include "gridtrain/hf_export.h"
 #include "gridtrain/safetensors.h"
 
 #define ODD_NAME "we\"ird\\name\x01\xc3\xa9"
@@ -136,6 +143,37 @@ static void check_refused(const char *dir)
          "a missing directory is bad input (%s)", gt_error_message());
 }
 
+static void check_spm(void)
+{
+  const char *names[2] = {"spm_default.model", "spm_custom.model"};
+  const gt_spm_special want[2] = {{0, 1, 2, -1}, {3, -1, 1, 0}};
+  for (int k = 0; k < 2; k++) {
+    char path[1100];
+    snprintf(path, sizeof path, "%s/tests/data/%s", getenv("GT_SRCDIR"), names[k]);
+    FILE *f = fopen(path, "rb");
+    unsigned char buf[8192];
+    const size_t n = f ? fread(buf, 1, sizeof buf, f) : 0;
+    if (f)
+      fclose(f);
+    gt_spm_special got = {-9, -9, -9, -9};
+    const int st = n ? gt_hf_spm_special(buf, n, &got) : GT_ERR_INPUT;
+    tap_ok(st == GT_SUCCESS && got.unk == want[k].unk && got.bos == want[k].bos &&
+               got.eos == want[k].eos && got.pad == want[k].pad,
+           "%s: unk %d bos %d eos %d pad %d (SentencePiece says %d %d %d %d)", names[k],
+           got.unk, got.bos, got.eos, got.pad, want[k].unk, want[k].bos, want[k].eos,
+           want[k].pad);
+    if (k == 0) {
+      gt_spm_special cut;
+      tap_ok(gt_hf_spm_special(buf, n / 2, &cut) == GT_ERR_INPUT,
+             "half of a model is not a ModelProto (%s)", gt_error_message());
+    }
+  }
+  const char text[] = "not a model at all, just text";
+  gt_spm_special got;
+  tap_ok(gt_hf_spm_special(text, sizeof text - 1, &got) == GT_ERR_INPUT,
+         "text is not a ModelProto (%s)", gt_error_message());
+}
+
 int main(int argc, char **argv)
 {
   tu_mpi_init(&argc, &argv);
@@ -148,6 +186,7 @@ int main(int argc, char **argv)
     return tap_bail("cannot create %s", dir);
   check_written(dir);
   check_refused(dir);
+  check_spm();
   const int result = tap_done();
   MPI_Finalize();
   return result;
