@@ -171,6 +171,20 @@ int gt_ckpt_verify_file(const char *path, long *datasets, double *bytes);
  * named as in /model, plus the model-shape attributes. */
 int gt_ckpt_export_weights(const char *path, const char *out);
 
+/* Not collective: read the model tensors (/model) of checkpoint `path` one
+ * at a time, each whole, checked as verify checks it (its checksums, every
+ * value finite), for exports. open: GT_ERR_INPUT for a file that is missing
+ * or not a checkpoint. get: tensor `name` of /model, which must have the
+ * shape (ndim, dims); *values points to its entries in row-major order,
+ * owned by the reader and valid until the next get or close. A missing
+ * tensor or another shape is GT_ERR_INPUT, damage GT_ERR_HDF5. close: free
+ * the reader and set *reader to NULL (NULL: nothing). */
+typedef struct gt_ckpt_weights gt_ckpt_weights;
+int gt_ckpt_weights_open(const char *path, gt_ckpt_weights **reader);
+int gt_ckpt_weights_get(gt_ckpt_weights *reader, const char *name, int ndim, const long *dims,
+                       const float **values);
+int gt_ckpt_weights_close(gt_ckpt_weights **reader);
+
 /* ---- a directory of checkpoints ---------------------------------------- */
 
 /* "DIR/step_00000100.h5" */

@@ -1,6 +1,7 @@
 /*
  * gridtrain/path.h - questions about files that several commands ask before
- * they write: is this output one of the run's inputs?
+ * they write (is this output one of the run's inputs?), and replacing a
+ * file atomically.
  *
  * Paths are compared by what they name (device and inode, through symbolic
  * links), not by their spelling: "x", "./x", "../d/x", a symbolic link to x
@@ -10,6 +11,7 @@
 #define GRIDTRAIN_PATH_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 /* *same: a and b both exist and are the same file (stat: st_dev and st_ino
  * equal). A path that does not exist (or cannot be stat'ed: a dangling link)
@@ -24,5 +26,23 @@ int gt_path_same_file(const char *a, const char *b, bool *same);
  * opened for writing. Not collective. */
 int gt_path_refuse_clobber(const char *out, const char *out_what, int n,
                            const char *const inputs[], const char *const in_what[]);
+
+/* Writes a file's content into the open descriptor fd of the temporary file
+ * `tmp` (for messages); returns GT_SUCCESS or an error. */
+typedef int (*gt_path_writer)(void *ctx, int fd, const char *tmp);
+
+/* Replace the file `path` atomically: write(ctx, ...) fills PATH.tmp, which is
+ * synced and renamed to path, and the directory is synced. On any failure
+ * PATH.tmp is removed and path is as it was. A directory that cannot be
+ * written to (permission, read-only, missing) is GT_ERR_INPUT ("cannot write
+ * PATH.tmp: REASON"); other failures GT_ERR_SYSTEM. Not collective. */
+int gt_path_replace(const char *path, gt_path_writer write, void *ctx);
+
+/* gt_path_replace with the content `bytes` bytes at data. */
+int gt_path_replace_bytes(const char *path, const void *data, size_t bytes);
+
+/* Write all `bytes` at data to fd (retrying short writes and EINTR);
+ * GT_ERR_SYSTEM naming `what` ("cannot write WHAT: REASON"). */
+int gt_path_write_all(int fd, const void *data, size_t bytes, const char *what);
 
 #endif /* GRIDTRAIN_PATH_H */

@@ -15,6 +15,7 @@
 #include "gridtrain/error.h"
 #include "gridtrain/path.h"
 #include "gridtrain/gpt.h"
+#include "gridtrain/hf_export.h"
 #include "gridtrain/log.h"
 
 static void gt_ckpt_usage(void)
@@ -24,6 +25,8 @@ static void gt_ckpt_usage(void)
   printf("usage: gridtrain ckpt info FILE\n"
          "       gridtrain ckpt verify FILE...\n"
          "       gridtrain ckpt convert FILE OUT.h5\n"
+         "       gridtrain ckpt convert FILE --format hf [--dtype fp32|bf16|fp16]\n"
+         "                              [--data DATA.h5] [--force] OUT_DIR\n"
          "\n"
          "Inspect checkpoints written by 'gridtrain train' ([checkpoint] dir).\n"
          "\n"
@@ -32,11 +35,23 @@ static void gt_ckpt_usage(void)
          "  verify   read every dataset through its Fletcher32 checksum, check that\n"
          "           every value is finite, every attribute in range, and every tensor\n"
          "           of the model there with its shape; prints one line per file\n"
-         "  convert  write the model weights as a plain HDF5 file: one float32\n"
-         "           dataset per parameter at the root, full (unsharded) shape, named\n"
-         "           as in the checkpoint's /model group, with attributes layers,\n"
-         "           heads, dim, seq_len, vocab (docs/checkpoints.md shows how to load\n"
-         "           it with h5py and PyTorch)\n"
+         "  convert  write the model weights (from a checkpoint of any layout):\n"
+         "    --format h5 (the default): a plain HDF5 file, one float32 dataset per\n"
+         "           parameter at the root, full (unsharded) shape, named as in the\n"
+         "           checkpoint's /model group, with attributes layers, heads, dim,\n"
+         "           seq_len, vocab (docs/checkpoints.md shows how to load it with h5py\n"
+         "           and PyTorch); the whole checkpoint is verified first\n"
+         "    --format hf: a Hugging Face GPT-2 directory OUT_DIR (created if missing):\n"
+         "           config.json (GPT2LMHeadModel), model.safetensors (GPT-2's names,\n"
+         "           Conv1D weights transposed, the LM head tied, the vocabulary cut to\n"
+         "           the tokenizer's), README.txt, and tokenizer.model for SentencePiece\n"
+         "           data (byte-level data needs no tokenizer file)\n"
+         "    --dtype T   hf: the weights' type, fp32 (default), bf16 or fp16 (rounded\n"
+         "           to nearest even; a weight beyond fp16's range is an error)\n"
+         "    --data F    hf: the dataset that gives the vocabulary and tokenizer\n"
+         "           (default: [data] train of the checkpoint's deck)\n"
+         "    --force     hf: write into an OUT_DIR that is not empty (its export\n"
+         "           files are replaced; without --force that is an error)\n"
          "\n"
          "Exit status: 0 ok, 1 a checkpoint is damaged or incomplete (verify) or\n"
          "another error, 2 bad usage or a file that is missing or not a checkpoint.\n");
@@ -133,6 +148,117 @@ static int gt_ckpt_verify_one(const char *path)
   return GT_SUCCESS;
 }
 
+#define GT_CONVERT_HINT "; see 'gridtrain ckpt --help'"
+
+typedef struct {
+  const char *in, *out;
+  bool hf, force;
+  const char *dtype, *data; /* NULL: not given */
+} gt_convert_args;
+
+/* "--name VALUE" or "--name=VALUE" at argv[*i]: *value, and *i past it. */
+static int gt_convert_option(int argc, char **argv, int *i, const char *name, bool *matched,
+                             const char **value)
+{
+  const char *arg = argv[*i];
+  const size_t len = strlen(name);
+  *matched = false;
+  if (strncmp(arg, name, len) != 0 || (arg[len] != '\0' && arg[len] != '='))
+    return GT_SUCCESS;
+  *matched = true;
+  if (arg[len] == '=') {
+    *value = arg + len + 1;
+  } else {
+    GT_CHECK(*i + 1 < argc, GT_ERR_INPUT, "ckpt convert: %s needs a value" GT_CONVERT_HINT,
+             name);
+    *value = argv[++*i];
+  }
+  GT_CHECK((*value)[0] != '\0', GT_ERR_INPUT, "ckpt convert: %s needs a value" GT_CONVERT_HINT,
+           name);
+  return GT_SUCCESS;
+}
+
+static int gt_convert_parse(int argc, char **argv, gt_convert_args *a)
+{
+  const char *format = NULL;
+  const char **targets[] = {&format, &a->dtype, &a->data};
+  const char *names[] = {"--format", "--dtype", "--data"};
+  for (int i = 2; i < argc; i++) {
+    bool matched = false;
+    for (int k = 0; k < 3 && !matched; k++) {
+      const char *value = NULL;
+      GT_CALL(gt_convert_option(argc, argv, &i, names[k], &matched, &value));
+      if (matched) {
+        GT_CHECK(*targets[k] == NULL, GT_ERR_INPUT,
+                 "ckpt convert: %s is given twice" GT_CONVERT_HINT, names[k]);
+        *targets[k] = value;
+      }
+    }
+    if (matched)
+      continue;
+    if (strcmp(argv[i], "--force") == 0) {
+      a->force = true;
+      continue;
+    }
+    GT_CHECK(argv[i][0] != '-' || argv[i][1] == '\0', GT_ERR_INPUT,
+             "ckpt convert: unknown option '%s'" GT_CONVERT_HINT, argv[i]);
+    GT_CHECK(!a->out, GT_ERR_INPUT, "ckpt convert: too many arguments ('%s'); give the "
+             "checkpoint and the output" GT_CONVERT_HINT, argv[i]);
+    *(a->in ? &a->out : &a->in) = argv[i];
+  }
+  GT_CHECK(a->out, GT_ERR_INPUT, "ckpt convert: give the checkpoint and the output: gridtrain "
+           "ckpt convert FILE [--format h5|hf] OUT" GT_CONVERT_HINT);
+  GT_CHECK(!format || strcmp(format, "h5") == 0 || strcmp(format, "hf") == 0, GT_ERR_INPUT,
+           "ckpt convert: unknown --format '%s'; choose h5 or hf" GT_CONVERT_HINT, format);
+  a->hf = format && strcmp(format, "hf") == 0;
+  GT_CHECK(a->hf || (!a->dtype && !a->data && !a->force), GT_ERR_INPUT,
+           "ckpt convert: --dtype, --data and --force go with --format hf" GT_CONVERT_HINT);
+  return GT_SUCCESS;
+}
+
+static int gt_ckpt_convert_hf(const gt_convert_args *a)
+{
+  gt_hf_options opt = {.dtype = GT_F32, .data = a->data, .force = a->force};
+  if (a->dtype) {
+    const int t = strcmp(a->dtype, "fp32") == 0   ? GT_F32
+                  : strcmp(a->dtype, "bf16") == 0 ? GT_BF16
+                  : strcmp(a->dtype, "fp16") == 0 ? GT_F16
+                                                  : -1;
+    GT_CHECK(t >= 0, GT_ERR_INPUT,
+             "ckpt convert: unknown --dtype '%s'; choose fp32, bf16 or fp16" GT_CONVERT_HINT,
+             a->dtype);
+    opt.dtype = (gt_dtype)t;
+  }
+  gt_hf_summary s;
+  GT_CALL(gt_hf_export(a->in, a->out, &opt, &s));
+  char bytes[32], cut[96] = "";
+  gt_format_bytes((double)s.bytes, bytes, sizeof bytes);
+  if (s.vocab < s.model_vocab)
+    snprintf(cut, sizeof cut, " (the checkpoint's %d rows cut)", s.model_vocab);
+  printf("%s: Hugging Face GPT-2 model written to %s: model.safetensors (%d tensors, %s, %s), "
+         "config.json, README.txt%s; vocabulary %d%s, tokenizer %s%s\n",
+         a->in, a->out, s.tensors, gt_dtype_name(opt.dtype), bytes,
+         strcmp(s.tokenizer, "sentencepiece") == 0 ? ", tokenizer.model" : "", s.vocab, cut,
+         s.tokenizer, strcmp(s.tokenizer, "sentencepiece") == 0 ? "" : " (no file)");
+  fflush(stdout);
+  return GT_SUCCESS;
+}
+
+static int gt_ckpt_convert(int argc, char **argv)
+{
+  gt_convert_args a = {0};
+  GT_CALL(gt_convert_parse(argc, argv, &a));
+  GT_CALL(gt_path_refuse_clobber(a.out, "the output", 1, (const char *const[]){a.in},
+                                 (const char *const[]){"the checkpoint"}));
+  if (a.hf)
+    return gt_ckpt_convert_hf(&a);
+  GT_CALL(gt_ckpt_verify_one(a.in));
+  GT_CALL(gt_ckpt_export_weights(a.in, a.out));
+  printf("%s: model weights written to %s\n", a.in, a.out);
+  fflush(stdout);
+  return GT_SUCCESS;
+}
+
 static int gt_ckpt_run(int argc, char **argv)
 {
   const char *sub = argv[1];
@@ -158,18 +284,11 @@ static int gt_ckpt_run(int argc, char **argv)
                           "%d of %d checkpoints failed verification", bad, argc - 2);
     return GT_SUCCESS;
   }
-  if (strcmp(sub, "convert") == 0 && argc == 4) {
-    GT_CALL(gt_path_refuse_clobber(argv[3], "the output", 1, (const char *const[]){argv[2]},
-                                   (const char *const[]){"the checkpoint"}));
-    GT_CALL(gt_ckpt_verify_one(argv[2]));
-    GT_CALL(gt_ckpt_export_weights(argv[2], argv[3]));
-    printf("%s: model weights written to %s\n", argv[2], argv[3]);
-    fflush(stdout);
-    return GT_SUCCESS;
-  }
+  if (strcmp(sub, "convert") == 0)
+    return gt_ckpt_convert(argc, argv);
   return gt_error_set(GT_ERR_INPUT, __FILE__, __LINE__, __func__,
                       "ckpt: bad arguments; usage: gridtrain ckpt info FILE | verify FILE... "
-                      "| convert FILE OUT.h5 (see 'gridtrain ckpt --help')");
+                      "| convert FILE [--format h5|hf ...] OUT (see 'gridtrain ckpt --help')");
 }
 
 int gt_cmd_ckpt(int argc, char **argv, MPI_Comm world)

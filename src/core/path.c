@@ -1,11 +1,19 @@
 /*
- * path.c - outputs that would be inputs (gridtrain/path.h).
+ * path.c - outputs that would be inputs, and atomic replacement
+ * (gridtrain/path.h).
  */
+#define _GNU_SOURCE /* fsync, O_CLOEXEC on older headers */
 #include "gridtrain/path.h"
 
-#include <stddef.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include "gridtrain/config.h"
 #include "gridtrain/error.h"
 
 int gt_path_same_file(const char *a, const char *b, bool *same)
@@ -32,5 +40,84 @@ int gt_path_refuse_clobber(const char *out, const char *out_what, int n,
              "choose another output path",
              out_what, out, in_what[i], inputs[i]);
   }
+  return GT_SUCCESS;
+}
+
+// ---- atomic replacement --------------------------------------------------------------------
+
+int gt_path_write_all(int fd, const void *data, size_t bytes, const char *what)
+{
+  const char *p = data;
+  while (bytes > 0) {
+    const ssize_t w = write(fd, p, bytes);
+    if (w < 0 && errno == EINTR)
+      continue;
+    GT_CHECK(w > 0, GT_ERR_SYSTEM, "cannot write %s: %s", what,
+             w < 0 ? strerror(errno) : "no progress");
+    p += w;
+    bytes -= (size_t)w;
+  }
+  return GT_SUCCESS;
+}
+
+/* fsync the directory that holds path (so that a rename is durable). */
+static int gt_path_sync_dir(const char *path)
+{
+  char buf[GT_PATH_MAX];
+  GT_CHECK(strlen(path) < sizeof buf, GT_ERR_INPUT, "'%s' is too long", path);
+  snprintf(buf, sizeof buf, "%s", path);
+  const char *dir = dirname(buf);
+  const int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  GT_CHECK(fd >= 0, GT_ERR_SYSTEM, "cannot open %s to sync it: %s", dir, strerror(errno));
+  const int r = fsync(fd), err = errno;
+  close(fd);
+  GT_CHECK(r == 0, GT_ERR_SYSTEM, "cannot sync %s: %s", dir, strerror(err));
+  return GT_SUCCESS;
+}
+
+int gt_path_replace(const char *path, gt_path_writer write_fn, void *ctx)
+{
+  GT_ASSERT(path != NULL && write_fn != NULL);
+  char tmp[GT_PATH_MAX];
+  GT_CHECK(strlen(path) + 5 < sizeof tmp, GT_ERR_INPUT, "'%s' is too long", path);
+  snprintf(tmp, sizeof tmp, "%s.tmp", path);
+  const int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    const int err = errno;
+    return GT_ERROR(err == EACCES || err == EROFS || err == ENOENT || err == ENOTDIR
+                        ? GT_ERR_INPUT
+                        : GT_ERR_SYSTEM,
+                    "cannot write %s: %s", tmp, strerror(err));
+  }
+  int status = write_fn(ctx, fd, tmp);
+  if (status == GT_SUCCESS && fsync(fd) != 0)
+    status = GT_ERROR(GT_ERR_SYSTEM, "cannot sync %s: %s", tmp, strerror(errno));
+  if (close(fd) != 0 && status == GT_SUCCESS)
+    status = GT_ERROR(GT_ERR_SYSTEM, "cannot close %s: %s", tmp, strerror(errno));
+  if (status == GT_SUCCESS && rename(tmp, path) != 0)
+    status = GT_ERROR(GT_ERR_SYSTEM, "cannot rename %s to %s: %s", tmp, path, strerror(errno));
+  if (status != GT_SUCCESS) {
+    unlink(tmp);
+    return gt_error_push(status, __FILE__, __LINE__, __func__);
+  }
+  GT_CALL(gt_path_sync_dir(path));
+  return GT_SUCCESS;
+}
+
+typedef struct {
+  const void *data;
+  size_t bytes;
+} gt_path_bytes;
+
+static int gt_path_write_bytes(void *ctx, int fd, const char *tmp)
+{
+  const gt_path_bytes *b = ctx;
+  return gt_path_write_all(fd, b->data, b->bytes, tmp);
+}
+
+int gt_path_replace_bytes(const char *path, const void *data, size_t bytes)
+{
+  gt_path_bytes b = {data, bytes};
+  GT_CALL(gt_path_replace(path, gt_path_write_bytes, &b));
   return GT_SUCCESS;
 }

@@ -42,6 +42,8 @@ typedef struct {
   int format;
   uint32_t *stored; /* format 3: checksums of the dataset */
   size_t scap;
+  int ndim;         /* the shape of the dataset read last */
+  hsize_t dims[GT_TENSOR_MAX_DIMS];
 } gt_visit;
 
 enum { GT_V_DSET, GT_V_SPACE, GT_V_DCPL, GT_V_OSPACE, GT_V_ODSET, GT_V_N };
@@ -52,6 +54,11 @@ static int gt_ckpt_visit_dataset_in(hid_t group, const char *name, gt_visit *v, 
   GT_H5_ID(ids[GT_V_SPACE], H5Dget_space(ids[GT_V_DSET]));
   hssize_t npoints;
   GT_CALL_HDF5(npoints = H5Sget_simple_extent_npoints(ids[GT_V_SPACE]));
+  int ndim;
+  GT_CALL_HDF5(ndim = H5Sget_simple_extent_ndims(ids[GT_V_SPACE]));
+  v->ndim = ndim <= GT_TENSOR_MAX_DIMS ? ndim : -1;
+  if (v->ndim >= 0)
+    GT_CALL_HDF5(H5Sget_simple_extent_dims(ids[GT_V_SPACE], v->dims, NULL));
   char full[GT_PARAM_NAME_MAX + 16];
   snprintf(full, sizeof full, "%s/%s", v->group, name);
   /* Every dataset is float32, written whole and uncompressed: one whose
@@ -152,19 +159,26 @@ static int gt_ckpt_visit_in(hid_t file, gt_visit *v, int ngroups, hid_t *group)
   return GT_SUCCESS;
 }
 
-static int gt_ckpt_visit(const char *path, gt_visit *v, int ngroups)
+/* Open checkpoint path serially and learn its size and format into v. */
+static int gt_ckpt_visit_open(const char *path, gt_visit *v, hid_t *file)
 {
-  hid_t file = H5I_INVALID_HID, group = H5I_INVALID_HID;
-  if (gt_h5_open_mpio(path, H5F_ACC_RDONLY, MPI_COMM_SELF, &file) != GT_SUCCESS)
+  if (gt_h5_open_mpio(path, H5F_ACC_RDONLY, MPI_COMM_SELF, file) != GT_SUCCESS)
     return gt_ckpt_open_error(path);
   struct stat sb;
   v->file_bytes = stat(path, &sb) == 0 ? (unsigned long long)sb.st_size : ~0ULL;
   gt_ckpt_meta meta = {0};
-  int status = gt_ckpt_read_meta_in(file, path, &meta);
+  int status = gt_ckpt_read_meta_in(*file, path, &meta);
   v->format = meta.format;
   gt_ckpt_meta_free(&meta);
-  if (status == GT_SUCCESS)
-    status = gt_ckpt_read_format(file, path, &v->format);
+  GT_CALL(status);
+  GT_CALL(gt_ckpt_read_format(*file, path, &v->format));
+  return GT_SUCCESS;
+}
+
+static int gt_ckpt_visit(const char *path, gt_visit *v, int ngroups)
+{
+  hid_t file = H5I_INVALID_HID, group = H5I_INVALID_HID;
+  int status = gt_ckpt_visit_open(path, v, &file);
   if (status == GT_SUCCESS)
     status = gt_ckpt_visit_in(file, v, ngroups, &group);
   hid_t ids[2] = {file, group};
@@ -183,6 +197,68 @@ int gt_ckpt_verify_file(const char *path, long *datasets, double *bytes)
   int status = gt_ckpt_visit(path, &v, GT_NKINDS);
   *datasets = v.datasets;
   *bytes = v.bytes;
+  GT_CALL(status);
+  return GT_SUCCESS;
+}
+
+// ---- one tensor at a time (serial) ---------------------------------------------------------
+
+struct gt_ckpt_weights {
+  gt_visit v;
+  hid_t file, group;
+};
+
+int gt_ckpt_weights_open(const char *path, gt_ckpt_weights **reader)
+{
+  *reader = NULL;
+  gt_ckpt_weights *r = calloc(1, sizeof *r);
+  GT_CHECK_ALLOC(r, sizeof *r);
+  r->v = (gt_visit){.path = path, .group = gt_kind_group[GT_KIND_MODEL],
+                    .out = H5I_INVALID_HID};
+  r->file = r->group = H5I_INVALID_HID;
+  int status = gt_ckpt_visit_open(path, &r->v, &r->file);
+  if (status == GT_SUCCESS && H5Lexists(r->file, r->v.group, H5P_DEFAULT) <= 0)
+    status = GT_ERROR(GT_ERR_INPUT, "checkpoint %s has no %s group", path, r->v.group);
+  if (status == GT_SUCCESS && (r->group = H5Gopen2(r->file, r->v.group, H5P_DEFAULT)) < 0)
+    status = gt_error_hdf5("H5Gopen2", __FILE__, __LINE__, __func__);
+  *reader = r;
+  if (status != GT_SUCCESS)
+    gt_ckpt_weights_close(reader);
+  GT_CALL(status);
+  return GT_SUCCESS;
+}
+
+int gt_ckpt_weights_get(gt_ckpt_weights *r, const char *name, int ndim, const long *dims,
+                       const float **values)
+{
+  *values = NULL;
+  const char *path = r->v.path, *group = r->v.group;
+  GT_CHECK(H5Lexists(r->group, name, H5P_DEFAULT) > 0, GT_ERR_INPUT,
+           "checkpoint %s has no %s/%s", path, group, name);
+  hid_t ids[GT_V_N] = {H5I_INVALID_HID, H5I_INVALID_HID, H5I_INVALID_HID, H5I_INVALID_HID,
+                       H5I_INVALID_HID};
+  const int status = gt_ckpt_visit_dataset_in(r->group, name, &r->v, ids);
+  GT_CALL(gt_h5_close_all(status, GT_V_N, ids));
+  bool same = r->v.ndim == ndim;
+  for (int d = 0; same && d < ndim; d++)
+    same = r->v.dims[d] == (hsize_t)dims[d];
+  GT_CHECK(same, GT_ERR_INPUT, "checkpoint %s: %s/%s does not have the model's shape", path,
+           group, name);
+  *values = r->v.buf;
+  return GT_SUCCESS;
+}
+
+int gt_ckpt_weights_close(gt_ckpt_weights **reader)
+{
+  gt_ckpt_weights *r = *reader;
+  if (!r)
+    return GT_SUCCESS;
+  hid_t ids[2] = {r->file, r->group}; /* closed last to first */
+  const int status = gt_h5_close_all(GT_SUCCESS, 2, ids);
+  free(r->v.buf);
+  free(r->v.stored);
+  free(r);
+  *reader = NULL;
   GT_CALL(status);
   return GT_SUCCESS;
 }

@@ -1,0 +1,574 @@
+/*
+ * hf_export.c - a checkpoint as a Hugging Face GPT-2 directory
+ * (hf_export.h, docs/checkpoints.md "Hugging Face"): the vocabulary and
+ * tokenizer from the dataset, the weights renamed, transposed, cut and
+ * rounded into model.safetensors, then tokenizer.model, README.txt and
+ * config.json.
+ */
+#include "gridtrain/hf_export.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../backend/cpu/cpu_convert.h"
+#include "gridtrain/checkpoint.h"
+#include "gridtrain/data.h"
+#include "gridtrain/error.h"
+#include "gridtrain/gpt.h"
+#include "gridtrain/path.h"
+#include "gridtrain/safetensors.h"
+#include "gridtrain/tokenizer.h"
+#include "gridtrain/version.h"
+#include "ckpt_internal.h"
+#include "h5util.h"
+
+#define GT_HF_LN_EPS "1e-05"    /* GT_LN_EPS of the backends */
+#define GT_HF_ACTIVATION "gelu_new" /* GPT-2's tanh GELU, the backends' */
+#define GT_HF_TOKENIZER_FILE "tokenizer.model"
+
+// ---- names ------------------------------------------------------------------------------
+
+/* gridtrain's name inside a block -> GPT-2's; the renamed weights are
+ * nn.Linear (out, in) in gridtrain and Conv1D (in, out) in GPT-2. */
+static const char *const gt_hf_renames[][2] = {
+    {"attn.qkv.", "attn.c_attn."},
+    {"attn.proj.", "attn.c_proj."},
+    {"mlp.fc.", "mlp.c_fc."},
+    {"mlp.proj.", "mlp.c_proj."},
+};
+
+/* GPT-2's name of gridtrain's tensor `name`, and whether it is transposed. */
+static int gt_hf_name(const char *name, char *hf, size_t size, bool *transpose)
+{
+  *transpose = false;
+  int n;
+  if (strcmp(name, "wte") == 0 || strcmp(name, "wpe") == 0)
+    n = snprintf(hf, size, "transformer.%s.weight", name);
+  else if (strncmp(name, "ln_f.", 5) == 0)
+    n = snprintf(hf, size, "transformer.%s", name);
+  else {
+    int layer, used = 0;
+    GT_CHECK(sscanf(name, "h.%d.%n", &layer, &used) == 1 && used > 0, GT_ERR_INTERNAL,
+             "the model has a tensor %s that the Hugging Face export does not know", name);
+    const char *rest = name + used, *renamed = NULL;
+    for (size_t k = 0; k < sizeof gt_hf_renames / sizeof gt_hf_renames[0]; k++) {
+      const size_t len = strlen(gt_hf_renames[k][0]);
+      if (strncmp(rest, gt_hf_renames[k][0], len) == 0) {
+        renamed = gt_hf_renames[k][1];
+        *transpose = strcmp(rest + len, "weight") == 0;
+        rest += len;
+        break;
+      }
+    }
+    GT_CHECK(renamed || strncmp(rest, "ln_", 3) == 0, GT_ERR_INTERNAL,
+             "the model has a tensor %s that the Hugging Face export does not know", name);
+    n = snprintf(hf, size, "transformer.h.%d.%s%s", layer, renamed ? renamed : "", rest);
+  }
+  GT_ASSERT(n > 0 && (size_t)n < size);
+  return GT_SUCCESS;
+}
+
+// ---- the weights ------------------------------------------------------------------------
+
+typedef struct {
+  gt_ckpt_weights *reader;
+  gt_gpt_shape shape;
+  int vocab; /* rows of wte written */
+  gt_dtype dtype;
+  gt_st_tensor *t;
+  char (*names)[GT_PARAM_NAME_MAX];  /* gridtrain's */
+  char (*hf)[GT_PARAM_NAME_MAX + 16]; /* GPT-2's */
+  bool *transpose;
+  long (*src)[GT_TENSOR_MAX_DIMS];   /* the checkpoint's shapes */
+  int *ndim;
+  float *scratch;
+  size_t cap;
+} gt_hf_weights;
+
+static void gt_hf_weights_free(gt_hf_weights *w)
+{
+  free(w->t);
+  free(w->names);
+  free(w->hf);
+  free(w->transpose);
+  free(w->src);
+  free(w->ndim);
+  free(w->scratch);
+}
+
+/* The tensors of model.safetensors, in gridtrain's order. */
+static int gt_hf_weights_plan(gt_hf_weights *w)
+{
+  const int n = gt_gpt_logical_count(&w->shape);
+  w->t = calloc((size_t)n, sizeof *w->t);
+  w->names = calloc((size_t)n, sizeof *w->names);
+  w->hf = calloc((size_t)n, sizeof *w->hf);
+  w->transpose = calloc((size_t)n, sizeof *w->transpose);
+  w->src = calloc((size_t)n, sizeof *w->src);
+  w->ndim = calloc((size_t)n, sizeof *w->ndim);
+  GT_CHECK(w->t && w->names && w->hf && w->transpose && w->src && w->ndim, GT_ERR_SYSTEM,
+           "out of memory for the names of %d tensors", n);
+  for (int i = 0; i < n; i++) {
+    gt_gpt_logical_param(&w->shape, i, w->names[i], &w->ndim[i], w->src[i]);
+    GT_CALL(gt_hf_name(w->names[i], w->hf[i], sizeof w->hf[i], &w->transpose[i]));
+    gt_st_tensor *t = &w->t[i];
+    *t = (gt_st_tensor){.name = w->hf[i], .dtype = w->dtype, .ndim = w->ndim[i]};
+    memcpy(t->dims, w->src[i], sizeof t->dims);
+    if (w->transpose[i]) {
+      GT_ASSERT(t->ndim == 2);
+      t->dims[0] = w->src[i][1];
+      t->dims[1] = w->src[i][0];
+    }
+    if (strcmp(w->names[i], "wte") == 0)
+      t->dims[0] = w->vocab;
+  }
+  return GT_SUCCESS;
+}
+
+/* gt_st_fill_fn: tensor i read, transposed or cut, and rounded. */
+static int gt_hf_fill(void *ctx, int i, void *data, size_t bytes)
+{
+  gt_hf_weights *w = ctx;
+  const float *values;
+  GT_CALL(gt_ckpt_weights_get(w->reader, w->names[i], w->ndim[i], w->src[i], &values));
+  const size_t n = bytes / gt_dtype_size(w->dtype);
+  GT_CALL(gt_ckpt_grow((void **)&w->scratch, &w->cap, n, sizeof(float)));
+  if (w->transpose[i]) { /* (rows, cols) -> (cols, rows) */
+    const size_t rows = (size_t)w->src[i][0], cols = (size_t)w->src[i][1];
+    GT_ASSERT(rows * cols == n);
+    for (size_t r = 0; r < rows; r++)
+      for (size_t c = 0; c < cols; c++)
+        w->scratch[c * rows + r] = values[r * cols + c];
+  } else { /* as it is, or its first rows (wte) */
+    memcpy(w->scratch, values, n * sizeof(float));
+  }
+  gt_from_f32(w->dtype, data, w->scratch, n);
+  if (w->dtype == GT_F16 || w->dtype == GT_BF16) {
+    const uint16_t *h = data, inf = w->dtype == GT_F16 ? 0x7c00u : 0x7f80u;
+    for (size_t k = 0; k < n; k++)
+      GT_CHECK((h[k] & inf) != inf, GT_ERR_INPUT,
+               "%s (%s) holds %g, which is beyond %s's range; export with --dtype fp32%s",
+               w->names[i], w->hf[i], (double)w->scratch[k], gt_dtype_name(w->dtype),
+               w->dtype == GT_F16 ? " or bf16" : "");
+  }
+  return GT_SUCCESS;
+}
+
+// ---- the dataset: vocabulary and tokenizer ---------------------------------------------
+
+typedef struct {
+  char spec[GT_PATH_MAX]; /* the dataset */
+  long vocab;             /* its vocab_size */
+  gt_tokenizer *tok;      /* NULL: the data names no tokenizer */
+  gt_spm_special special; /* SentencePiece's; all -1 otherwise */
+} gt_hf_data;
+
+/* [data] train of the checkpoint's deck. */
+static int gt_hf_deck_data(const gt_ckpt_meta *meta, const char *ckpt, char *spec, size_t size)
+{
+  gt_config *cfg = malloc(sizeof *cfg);
+  GT_CHECK_ALLOC(cfg, sizeof *cfg);
+  gt_config_defaults(cfg);
+  int status = gt_config_parse(cfg, meta->deck ? meta->deck : "", ckpt, 0, NULL);
+  if (status != GT_SUCCESS)
+    status = gt_error_wrap(GT_ERR_INPUT, __FILE__, __LINE__, __func__,
+                           "cannot read [data] train from the deck of checkpoint %s (give "
+                           "--data FILE.h5)", ckpt);
+  else if (!cfg->data.train[0])
+    status = GT_ERROR(GT_ERR_INPUT, "the deck of checkpoint %s names no [data] train; give "
+                      "--data FILE.h5", ckpt);
+  else
+    snprintf(spec, size, "%s", cfg->data.train);
+  free(cfg);
+  GT_CALL(status);
+  return GT_SUCCESS;
+}
+
+/* Does the dataset's file name a tokenizer (root attribute `tokenizer`)? */
+static int gt_hf_names_tokenizer(const char *spec, bool *names)
+{
+  char file[GT_PATH_MAX];
+  const char *colon = strstr(spec, ":/");
+  const size_t len = colon ? (size_t)(colon - spec) : strlen(spec);
+  GT_CHECK(len < sizeof file, GT_ERR_INPUT, "'%s' is too long", spec);
+  memcpy(file, spec, len);
+  file[len] = '\0';
+  hid_t ids[1] = {H5Fopen(file, H5F_ACC_RDONLY, H5P_DEFAULT)};
+  GT_CHECK(ids[0] >= 0, GT_ERR_INPUT, "cannot open the dataset '%s'", file);
+  const htri_t has = H5Aexists(ids[0], "tokenizer");
+  GT_CALL(gt_h5_close_all(has < 0 ? gt_error_hdf5("H5Aexists", __FILE__, __LINE__, __func__)
+                                  : GT_SUCCESS,
+                          1, ids));
+  *names = has > 0;
+  return GT_SUCCESS;
+}
+
+static int gt_hf_data_open(const char *spec, gt_hf_data *d)
+{
+  gt_dataset *ds = NULL;
+  GT_CALL(gt_dataset_open(spec, "/train/tokens", MPI_COMM_SELF, &ds));
+  d->vocab = gt_dataset_vocab(ds);
+  GT_CALL(gt_dataset_close(&ds));
+  /* bytes when it says so or by its vocabulary of 256 (tokenizer.h); data
+   * of other vocabularies without the attribute are token ids as they are */
+  bool names = false;
+  GT_CALL(gt_hf_names_tokenizer(spec, &names));
+  if (names || d->vocab == 256)
+    GT_CALL(gt_tokenizer_from_file(spec, &d->tok));
+  if (d->tok && gt_tokenizer_kind_of(d->tok) == GT_TOKENIZER_SENTENCEPIECE) {
+    const void *model;
+    size_t size;
+    gt_tokenizer_model(d->tok, &model, &size);
+    GT_CALL(gt_hf_spm_special(model, size, &d->special));
+  }
+  return GT_SUCCESS;
+}
+
+static int gt_hf_data_find(const gt_ckpt_meta *meta, const char *ckpt, const char *data,
+                           gt_hf_data *d)
+{
+  d->special = (gt_spm_special){-1, -1, -1, -1};
+  if (data)
+    snprintf(d->spec, sizeof d->spec, "%s", data);
+  else
+    GT_CALL(gt_hf_deck_data(meta, ckpt, d->spec, sizeof d->spec));
+  if (gt_hf_data_open(d->spec, d) != GT_SUCCESS)
+    return gt_error_wrap(GT_ERR_INPUT, __FILE__, __LINE__, __func__,
+                         "the Hugging Face export takes the vocabulary and tokenizer from the "
+                         "training data (%s)",
+                         data ? "--data" : "the deck's [data] train; give --data FILE.h5 if "
+                                           "it moved");
+  return GT_SUCCESS;
+}
+
+// ---- the small files --------------------------------------------------------------------
+
+/* "null" or the id. */
+static const char *gt_hf_id(int id, char *buf, size_t size)
+{
+  if (id < 0)
+    return "null";
+  snprintf(buf, size, "%d", id);
+  return buf;
+}
+
+static const char *gt_hf_torch_dtype(gt_dtype t)
+{
+  return t == GT_BF16 ? "bfloat16" : t == GT_F16 ? "float16" : "float32";
+}
+
+static int gt_hf_config(const char *path, const gt_gpt_shape *s, int vocab, gt_dtype dtype,
+                        const gt_spm_special *sp)
+{
+  char bos[16], eos[16], pad[16], text[2048];
+  const int n = snprintf(
+      text, sizeof text,
+      "{\n"
+      "  \"architectures\": [\"GPT2LMHeadModel\"],\n"
+      "  \"model_type\": \"gpt2\",\n"
+      "  \"vocab_size\": %d,\n"
+      "  \"n_positions\": %d,\n"
+      "  \"n_embd\": %d,\n"
+      "  \"n_layer\": %d,\n"
+      "  \"n_head\": %d,\n"
+      "  \"n_inner\": %d,\n"
+      "  \"activation_function\": \"%s\",\n"
+      "  \"layer_norm_epsilon\": %s,\n"
+      "  \"resid_pdrop\": 0.0,\n"
+      "  \"embd_pdrop\": 0.0,\n"
+      "  \"attn_pdrop\": 0.0,\n"
+      "  \"initializer_range\": 0.02,\n"
+      "  \"scale_attn_weights\": true,\n"
+      "  \"scale_attn_by_inverse_layer_idx\": false,\n"
+      "  \"reorder_and_upcast_attn\": false,\n"
+      "  \"tie_word_embeddings\": true,\n"
+      "  \"use_cache\": true,\n"
+      "  \"bos_token_id\": %s,\n"
+      "  \"eos_token_id\": %s,\n"
+      "  \"pad_token_id\": %s,\n"
+      "  \"torch_dtype\": \"%s\"\n"
+      "}\n",
+      vocab, s->max_seq, s->dim, s->layers, s->heads, 4 * s->dim, GT_HF_ACTIVATION,
+      GT_HF_LN_EPS, gt_hf_id(sp->bos, bos, sizeof bos), gt_hf_id(sp->eos, eos, sizeof eos),
+      gt_hf_id(sp->pad, pad, sizeof pad), gt_hf_torch_dtype(dtype));
+  GT_ASSERT(n > 0 && (size_t)n < sizeof text);
+  GT_CALL(gt_path_replace_bytes(path, text, (size_t)n));
+  return GT_SUCCESS;
+}
+
+typedef struct {
+  const char *ckpt;
+  const gt_ckpt_meta *meta;
+  const gt_hf_data *data;
+  const gt_hf_summary *sum;
+  gt_dtype dtype;
+} gt_hf_readme;
+
+static int gt_hf_readme_write(void *ctx, int fd, const char *tmp)
+{
+  const gt_hf_readme *r = ctx;
+  const gt_ckpt_meta *m = r->meta;
+  const gt_hf_summary *s = r->sum;
+  char text[8192], cut[96] = "";
+  if (s->vocab < s->model_vocab)
+    snprintf(cut, sizeof cut, " (the checkpoint's %d rows of wte cut to %d)", s->model_vocab,
+             s->vocab);
+  int n = snprintf(
+      text, sizeof text,
+      "A Hugging Face GPT-2 model exported from a gridtrain checkpoint\n"
+      "(gridtrain ckpt convert --format hf; docs/checkpoints.md, \"Hugging Face\").\n\n"
+      "checkpoint  %s (step %ld, written by gridtrain %s at %s)\n"
+      "exported by gridtrain %s\n"
+      "dataset     %s\n"
+      "model       GPT-2: %d layers, %d heads, dim %d, context %d, vocabulary %d%s\n"
+      "weights     model.safetensors, %s (%s), under GPT-2's names; the LM head is tied\n"
+      "            to transformer.wte.weight and not stored\n",
+      r->ckpt, m->step, m->code_version, m->created, gt_version(), r->data->spec, m->layers,
+      m->heads, m->dim, m->seq_len, s->vocab, cut, gt_dtype_name(r->dtype),
+      r->dtype == GT_F32 ? "the fp32 master weights as they are"
+                         : "the fp32 master weights rounded to nearest even");
+  GT_ASSERT(n > 0 && (size_t)n < sizeof text);
+  const gt_spm_special *sp = &r->data->special;
+  int k;
+  if (!r->data->tok)
+    k = snprintf(text + n, sizeof text - (size_t)n,
+                 "tokenizer   none: the dataset names no tokenizer; its token ids (vocab_size "
+                 "%ld) are the\n            model's as they are\n",
+                 r->data->vocab);
+  else if (gt_tokenizer_kind_of(r->data->tok) == GT_TOKENIZER_BYTES)
+    k = snprintf(text + n, sizeof text - (size_t)n,
+                 "tokenizer   bytes: each byte of the UTF-8 text is one token, its id the "
+                 "byte's value\n"
+                 "            (256 ids, no special tokens). Hugging Face has no tokenizer of "
+                 "this kind,\n"
+                 "            so none is written: ids = list(text.encode(\"utf-8\")), text = "
+                 "bytes(ids).decode(\"utf-8\", \"replace\")\n");
+  else
+    k = snprintf(text + n, sizeof text - (size_t)n,
+                 "tokenizer   sentencepiece: " GT_HF_TOKENIZER_FILE
+                 ", the dataset's SentencePiece model\n"
+                 "            (sentencepiece.SentencePieceProcessor(model_file=\"" GT_HF_TOKENIZER_FILE
+                 "\")); special ids:\n"
+                 "            unk %d, bos %d, eos %d, pad %d (-1: none)\n",
+                 sp->unk, sp->bos, sp->eos, sp->pad);
+  GT_ASSERT(k > 0 && (size_t)(n + k) < sizeof text);
+  n += k;
+  k = snprintf(text + n, sizeof text - (size_t)n,
+               "load        from transformers import GPT2LMHeadModel\n"
+               "            model = GPT2LMHeadModel.from_pretrained(THIS_DIRECTORY)\n");
+  GT_ASSERT(k > 0 && (size_t)(n + k) < sizeof text);
+  GT_CALL(gt_path_write_all(fd, text, (size_t)(n + k), tmp));
+  return GT_SUCCESS;
+}
+
+// ---- the directory ----------------------------------------------------------------------
+
+/* out_dir made if missing; refused when not a directory, not writable, or
+ * holding files without force. */
+static int gt_hf_prepare_dir(const char *dir, bool force)
+{
+  struct stat sb;
+  if (stat(dir, &sb) != 0) {
+    GT_CHECK(errno == ENOENT, GT_ERR_INPUT, "cannot use the output directory %s: %s", dir,
+             strerror(errno));
+    GT_CHECK(mkdir(dir, 0777) == 0, GT_ERR_INPUT, "cannot create the output directory %s: %s",
+             dir, strerror(errno));
+    return GT_SUCCESS;
+  }
+  GT_CHECK(S_ISDIR(sb.st_mode), GT_ERR_INPUT,
+           "the output %s exists and is not a directory; --format hf writes a directory", dir);
+  GT_CHECK(access(dir, W_OK | X_OK) == 0, GT_ERR_INPUT,
+           "cannot write to the output directory %s: %s", dir, strerror(errno));
+  DIR *d = opendir(dir);
+  GT_CHECK(d, GT_ERR_INPUT, "cannot read the output directory %s: %s", dir, strerror(errno));
+  int entries = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL)
+    entries += strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0;
+  closedir(d);
+  GT_CHECK(force || entries == 0, GT_ERR_INPUT,
+           "the output directory %s is not empty; choose a new one or add --force to "
+           "overwrite the files of an export in it",
+           dir);
+  return GT_SUCCESS;
+}
+
+static int gt_hf_join(const char *dir, const char *name, char *path, size_t size)
+{
+  const int n = snprintf(path, size, "%s/%s", dir, name);
+  GT_CHECK(n > 0 && (size_t)n < size, GT_ERR_INPUT, "the output directory %s is too long",
+           dir);
+  return GT_SUCCESS;
+}
+
+/* The files into out_dir, the reader open and the dataset known. */
+static int gt_hf_write(const char *ckpt, const char *out_dir, const gt_hf_options *opt,
+                       const gt_ckpt_meta *meta, const gt_hf_data *data, gt_hf_weights *w,
+                       gt_hf_summary *sum)
+{
+  char path[GT_PATH_MAX], step[32], vocab[32];
+  GT_CALL(gt_hf_weights_plan(w));
+  snprintf(step, sizeof step, "%ld", meta->step);
+  snprintf(vocab, sizeof vocab, "%d", meta->vocab);
+  const char *const metadata[][2] = {
+      {"format", "pt"}, /* what transformers' from_pretrained asks for */
+      {"gridtrain_version", gt_version()},
+      {"checkpoint", ckpt},
+      {"step", step},
+      {"tokenizer", sum->tokenizer},
+      {"checkpoint_vocab", vocab},
+  };
+  GT_CALL(gt_hf_join(out_dir, "model.safetensors", path, sizeof path));
+  sum->tensors = gt_gpt_logical_count(&w->shape);
+  GT_CALL(gt_safetensors_write(path, sum->tensors, w->t,
+                               (int)(sizeof metadata / sizeof metadata[0]), metadata,
+                               gt_hf_fill, w, &sum->bytes));
+  GT_CALL(gt_hf_join(out_dir, GT_HF_TOKENIZER_FILE, path, sizeof path));
+  if (data->tok && gt_tokenizer_kind_of(data->tok) == GT_TOKENIZER_SENTENCEPIECE) {
+    const void *model;
+    size_t size;
+    gt_tokenizer_model(data->tok, &model, &size);
+    GT_CALL(gt_path_replace_bytes(path, model, size));
+  } else { /* --force over a SentencePiece export: the old model would mislead */
+    GT_CHECK(unlink(path) == 0 || errno == ENOENT, GT_ERR_INPUT, "cannot remove %s: %s", path,
+             strerror(errno));
+  }
+  gt_hf_readme readme = {ckpt, meta, data, sum, opt->dtype};
+  GT_CALL(gt_hf_join(out_dir, "README.txt", path, sizeof path));
+  GT_CALL(gt_path_replace(path, gt_hf_readme_write, &readme));
+  GT_CALL(gt_hf_join(out_dir, "config.json", path, sizeof path));
+  GT_CALL(gt_hf_config(path, &w->shape, sum->vocab, opt->dtype, &data->special));
+  return GT_SUCCESS;
+}
+
+static int gt_hf_export_in(const char *ckpt, const char *out_dir, const gt_hf_options *opt,
+                           gt_ckpt_meta *meta, gt_hf_data *data, gt_hf_weights *w,
+                           gt_hf_summary *sum)
+{
+  GT_CHECK(opt->dtype == GT_F32 || opt->dtype == GT_BF16 || opt->dtype == GT_F16,
+           GT_ERR_INPUT, "the Hugging Face export writes fp32, bf16 or fp16, not %s",
+           gt_dtype_name(opt->dtype));
+  GT_CALL(gt_ckpt_read_meta(ckpt, MPI_COMM_SELF, meta));
+  w->shape = (gt_gpt_shape){meta->layers, meta->heads, meta->dim, meta->seq_len, meta->vocab};
+  GT_CHECK(meta->layers > 0 && meta->heads > 0 && meta->dim > 0 && meta->seq_len > 0 &&
+               meta->vocab > 0 && meta->dim % meta->heads == 0,
+           GT_ERR_INPUT, "checkpoint %s has an invalid model shape", ckpt);
+  GT_CALL(gt_hf_data_find(meta, ckpt, opt->data, data));
+  const long vocab = data->tok ? gt_tokenizer_vocab(data->tok) : data->vocab;
+  GT_CHECK(vocab <= meta->vocab, GT_ERR_INPUT,
+           "the dataset %s has a vocabulary of %ld but the model of checkpoint %s has %d; "
+           "it was not trained on this data (give --data FILE.h5)",
+           data->spec, vocab, ckpt, meta->vocab);
+  const gt_spm_special *sp = &data->special;
+  GT_CHECK(sp->unk < vocab && sp->bos < vocab && sp->eos < vocab && sp->pad < vocab,
+           GT_ERR_INPUT, "the SentencePiece model of %s names special ids beyond its "
+           "vocabulary of %ld", data->spec, vocab);
+  w->vocab = (int)vocab;
+  w->dtype = opt->dtype;
+  *sum = (gt_hf_summary){.vocab = w->vocab, .model_vocab = meta->vocab};
+  snprintf(sum->tokenizer, sizeof sum->tokenizer, "%s",
+           data->tok ? gt_tokenizer_name(data->tok) : "none");
+  snprintf(sum->data, sizeof sum->data, "%s", data->spec);
+  GT_CALL(gt_hf_prepare_dir(out_dir, opt->force));
+  GT_CALL(gt_ckpt_weights_open(ckpt, &w->reader));
+  GT_CALL(gt_hf_write(ckpt, out_dir, opt, meta, data, w, sum));
+  return GT_SUCCESS;
+}
+
+int gt_hf_export(const char *ckpt, const char *out_dir, const gt_hf_options *opt,
+                 gt_hf_summary *sum)
+{
+  gt_ckpt_meta meta = {0};
+  gt_hf_data data = {0};
+  gt_hf_weights w = {0};
+  gt_hf_summary local;
+  int status = gt_hf_export_in(ckpt, out_dir, opt, &meta, &data, &w, sum ? sum : &local);
+  const int closed = gt_ckpt_weights_close(&w.reader);
+  status = status != GT_SUCCESS ? status : closed;
+  gt_hf_weights_free(&w);
+  gt_tokenizer_free(data.tok);
+  gt_ckpt_meta_free(&meta);
+  GT_CALL(status);
+  return GT_SUCCESS;
+}
+
+// ---- SentencePiece's special ids --------------------------------------------------------
+
+/* A protobuf varint at *p (< end); false when cut off or too long. */
+static bool gt_pb_varint(const unsigned char **p, const unsigned char *end, uint64_t *v)
+{
+  *v = 0;
+  for (int shift = 0; shift < 64 && *p < end; shift += 7) {
+    const unsigned char b = *(*p)++;
+    *v |= (uint64_t)(b & 0x7f) << shift;
+    if (!(b & 0x80))
+      return true;
+  }
+  return false;
+}
+
+/* The next field of the message [*p, end): its number, wire type, and
+ * (varint) value or (length-delimited) contents [*sub, *sub_end); *p moves
+ * past it. false when the bytes are not a message. */
+static bool gt_pb_field(const unsigned char **p, const unsigned char *end, uint64_t *field,
+                        int *wire, uint64_t *value, const unsigned char **sub,
+                        const unsigned char **sub_end)
+{
+  uint64_t key;
+  if (!gt_pb_varint(p, end, &key))
+    return false;
+  *field = key >> 3;
+  *wire = (int)(key & 7);
+  switch (*wire) {
+  case 0: return gt_pb_varint(p, end, value);
+  case 1:
+  case 5: {
+    const size_t n = *wire == 1 ? 8 : 4;
+    if ((size_t)(end - *p) < n)
+      return false;
+    *p += n;
+    return true;
+  }
+  case 2:
+    if (!gt_pb_varint(p, end, value) || *value > (uint64_t)(end - *p))
+      return false;
+    *sub = *p;
+    *sub_end = *p + *value;
+    *p += *value;
+    return true;
+  default: return false; /* groups (3, 4) are not in sentencepiece_model.proto */
+  }
+}
+
+int gt_hf_spm_special(const void *model, size_t size, gt_spm_special *ids)
+{
+  *ids = (gt_spm_special){0, 1, 2, -1}; /* TrainerSpec's defaults */
+  const unsigned char *p = model, *end = p + size, *sub = NULL, *sub_end = NULL;
+  bool pieces = false;
+  while (p < end) {
+    uint64_t field, value;
+    int wire;
+    GT_CHECK(gt_pb_field(&p, end, &field, &wire, &value, &sub, &sub_end), GT_ERR_INPUT,
+             "the SentencePiece model is not a serialized ModelProto");
+    pieces |= field == 1 && wire == 2;
+    if (field != 2 || wire != 2) /* ModelProto.trainer_spec */
+      continue;
+    const unsigned char *q = sub, *q_end = sub_end, *s2, *e2;
+    while (q < q_end) {
+      GT_CHECK(gt_pb_field(&q, q_end, &field, &wire, &value, &s2, &e2), GT_ERR_INPUT,
+               "the SentencePiece model's trainer_spec is damaged");
+      int *id = field == 40 ? &ids->unk : field == 41 ? &ids->bos
+              : field == 42 ? &ids->eos : field == 43 ? &ids->pad : NULL;
+      if (id && wire == 0)
+        *id = (int32_t)(uint32_t)value; /* int32: negative ones as 64-bit two's complement */
+    }
+  }
+  GT_CHECK(pieces, GT_ERR_INPUT, "the SentencePiece model has no pieces");
+  return GT_SUCCESS;
+}
