@@ -39,6 +39,8 @@ AC_DEFUN([GT_CHECK_SENTENCEPIECE], [
     SPM_LIBS="$SPM_LIBS -lstdc++"
     AC_DEFINE([GT_HAVE_SENTENCEPIECE], [1],
       [Define to 1 when SentencePiece tokenizers are built in])
+    AC_DEFINE_UNQUOTED([GT_BUILD_SPM], ["${gt_spm_version:-found}"],
+      [SentencePiece version found by configure])
   ], [
     SPM_CFLAGS=
     SPM_LIBS=

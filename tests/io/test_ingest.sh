@@ -156,7 +156,7 @@ expect_error "no inputs" "no input files; name at least one text file$hint" \
   text -o "$T/x.h5"
 expect_error "unknown option" "unknown option '--bogus'$hint" \
   text "$TEXT" -o "$T/x.h5" --bogus
-expect_error "unknown kind" "unknown input kind 'csv'; the kind supported is 'text'$hint" \
+expect_error "unknown kind" "unknown input kind 'csv'; the kinds supported are 'text' and 'tokens'$hint" \
   csv "$TEXT" -o "$T/x.h5"
 expect_error "no kind" "ingest needs the kind of input"
 
