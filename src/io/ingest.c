@@ -290,12 +290,8 @@ static int gt_ingest_text_write(gt_ingest_out *o, const gt_tok_spec *spec, int n
 int gt_ingest_text_opts(int nfiles, char *const files[], const char *out_path,
                         const gt_ingest_opts *opts, gt_ingest_counts *counts)
 {
-  GT_CHECK(nfiles >= 1, GT_ERR_INPUT, "no input files; name at least one text file");
-  GT_CHECK(out_path != NULL && out_path[0] != '\0', GT_ERR_INPUT,
-           "no output file; name the .h5 file to write");
+  GT_CALL(gt_ingest_check_args(nfiles, out_path, opts->val_fraction, "text"));
   const double vf = opts->val_fraction;
-  GT_CHECK(vf >= 0.0 && vf <= 0.5, GT_ERR_INPUT,
-           "validation fraction %g is outside [0, 0.5]; choose a value in that range", vf);
   gt_tok_spec spec;
   GT_CALL(gt_tok_spec_parse(opts->tokenizer, &spec));
 

@@ -27,6 +27,11 @@ typedef struct gt_ingest_source {
   const char *format; /* token files: the format found */
 } gt_ingest_source;
 
+/* The arguments every ingest takes: at least one input (`what` files), an
+ * output name, a val_fraction in [0, 0.5]. */
+int gt_ingest_check_args(int nfiles, const char *out_path, double val_fraction,
+                         const char *what);
+
 /* path exists, is a regular file and is not empty: s->path and s->size. */
 int gt_ingest_stat(gt_ingest_source *s, const char *path);
 

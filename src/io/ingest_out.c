@@ -32,6 +32,18 @@ static const char *const gt_split_group[2] = {"train", "val"};
 
 // ---- inputs ------------------------------------------------------------------------------
 
+int gt_ingest_check_args(int nfiles, const char *out_path, double val_fraction,
+                         const char *what)
+{
+  GT_CHECK(nfiles >= 1, GT_ERR_INPUT, "no input files; name at least one %s file", what);
+  GT_CHECK(out_path != NULL && out_path[0] != '\0', GT_ERR_INPUT,
+           "no output file; name the .h5 file to write");
+  GT_CHECK(val_fraction >= 0.0 && val_fraction <= 0.5, GT_ERR_INPUT,
+           "validation fraction %g is outside [0, 0.5]; choose a value in that range",
+           val_fraction);
+  return GT_SUCCESS;
+}
+
 int gt_ingest_stat(gt_ingest_source *s, const char *path)
 {
   struct stat st;

@@ -349,12 +349,8 @@ static int gt_tokens_write(gt_ingest_out *o, int n, gt_ingest_source *src,
 int gt_ingest_tokens(int nfiles, char *const files[], const char *out_path,
                      const gt_ingest_opts *opts, gt_ingest_counts *counts)
 {
-  GT_CHECK(nfiles >= 1, GT_ERR_INPUT, "no input files; name at least one token file");
-  GT_CHECK(out_path != NULL && out_path[0] != '\0', GT_ERR_INPUT,
-           "no output file; name the .h5 file to write");
+  GT_CALL(gt_ingest_check_args(nfiles, out_path, opts->val_fraction, "token"));
   const double vf = opts->val_fraction;
-  GT_CHECK(vf >= 0.0 && vf <= 0.5, GT_ERR_INPUT,
-           "validation fraction %g is outside [0, 0.5]; choose a value in that range", vf);
   const char *format = opts->format ? opts->format : "auto";
   GT_CHECK(strcmp(format, "auto") == 0 || strcmp(format, "nanogpt") == 0 ||
                strcmp(format, "llmc") == 0 || strcmp(format, "npy") == 0,

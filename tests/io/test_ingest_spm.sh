@@ -183,52 +183,40 @@ EOF
 ok $? "a model trained by sentencepiece itself: its tokens line by line, as documented"
 
 # ---- errors: exit 2, one line on stderr, nothing on stdout, no file left -------------------
-expect_error() {
-  desc=$1
-  msg=$2
-  shift 2
-  "$GT_BIN" ingest "$@" >"$T/out" 2>"$T/err"
-  rc=$?
-  [ "$rc" -eq 2 ] && [ ! -s "$T/out" ] && [ "$(wc -l <"$T/err")" -eq 1 ] &&
-    grep -qF -- "$msg" "$T/err" && [ ! -e "$T/x.h5" ] && [ ! -e "$T/x.h5.tmp" ]
-  st=$?
-  [ $st -eq 0 ] || diag "exit $rc; stdout: $(cat "$T/out"); stderr: $(cat "$T/err")"
-  ok $st "$desc"
-}
 # E-ING-05 (docs/errors.md): junk models, text that is not UTF-8
 printf 'this is not a SentencePiece model at all, only words in a file\n' >"$T/junk.model"
-expect_error "a .model file of junk" "are not a SentencePiece model" \
+expect_ingest_error "a .model file of junk" "are not a SentencePiece model" \
   text "$TEXT" -o "$T/x.h5" --tokenizer "sentencepiece:$T/junk.model"
-expect_error "a .model file that is missing" "cannot read the SentencePiece model '$T/no.model'" \
+expect_ingest_error "a .model file that is missing" "cannot read the SentencePiece model '$T/no.model'" \
   text "$TEXT" -o "$T/x.h5" --tokenizer "sentencepiece:$T/no.model"
 : >"$T/empty.model"
-expect_error "an empty .model file" "'$T/empty.model' is empty" \
+expect_ingest_error "an empty .model file" "'$T/empty.model' is empty" \
   text "$TEXT" -o "$T/x.h5" --tokenizer "sentencepiece:$T/empty.model"
-expect_error "sentencepiece: without a file" "names no model file" \
+expect_ingest_error "sentencepiece: without a file" "names no model file" \
   text "$TEXT" -o "$T/x.h5" --tokenizer sentencepiece:
-expect_error "an unknown tokenizer" "unknown tokenizer 'gpt2'; give bytes, sentencepiece:MODEL" \
+expect_ingest_error "an unknown tokenizer" "unknown tokenizer 'gpt2'; give bytes, sentencepiece:MODEL" \
   text "$TEXT" -o "$T/x.h5" --tokenizer gpt2
-expect_error "train: an unknown model type" "unknown model type 'wordpiece'" \
+expect_ingest_error "train: an unknown model type" "unknown model type 'wordpiece'" \
   text "$TEXT" -o "$T/x.h5" --tokenizer train:wordpiece:500
-expect_error "train: no vocabulary size" "has no vocabulary size" \
+expect_ingest_error "train: no vocabulary size" "has no vocabulary size" \
   text "$TEXT" -o "$T/x.h5" --tokenizer train:bpe
-expect_error "train: a vocabulary size that is not a number" "'5k' is not a vocabulary size" \
+expect_ingest_error "train: a vocabulary size that is not a number" "'5k' is not a vocabulary size" \
   text "$TEXT" -o "$T/x.h5" --tokenizer train:bpe:5k
-expect_error "train: 100 pieces, fewer than the bytes" "outside [260, 16777216]" \
+expect_ingest_error "train: 100 pieces, fewer than the bytes" "outside [260, 16777216]" \
   text "$TEXT" -o "$T/x.h5" --tokenizer train:bpe:100
-expect_error "train: more pieces than Genesis supports" "Vocabulary size too high (200000)" \
+expect_ingest_error "train: more pieces than Genesis supports" "Vocabulary size too high (200000)" \
   text "$TEXT" -o "$T/x.h5" --tokenizer train:bpe:200000
 head -c 5000 "$TEXT" >"$T/latin1.txt"
 printf 'caf\351\n' >>"$T/latin1.txt"   # ISO 8859-1 e-acute: byte 5003 is not UTF-8
-expect_error "text that is not UTF-8, when training" \
+expect_ingest_error "text that is not UTF-8, when training" \
   "input '$T/latin1.txt' is not UTF-8 text at byte 5003 (0xe9)" \
   text "$T/latin1.txt" -o "$T/x.h5" --tokenizer train:bpe:300 --val-fraction 0
 head -c 3000 "$TEXT" >"$T/latin1-tail.txt"
 printf 'caf\351\n' >>"$T/latin1-tail.txt"   # in the validation tail only
-expect_error "text that is not UTF-8, when encoding with a model" \
+expect_ingest_error "text that is not UTF-8, when encoding with a model" \
   "input '$T/latin1-tail.txt' is not UTF-8 text at byte 3003" \
   text "$T/latin1-tail.txt" -o "$T/x.h5" --tokenizer "sentencepiece:$T/bpe.model" --val-fraction 0.1
-expect_error "--tokenizer is not an option of ingest tokens" \
+expect_ingest_error "--tokenizer is not an option of ingest tokens" \
   "--tokenizer is an option of 'ingest text', not of 'ingest tokens'" \
   tokens "$T/bpe.model" -o "$T/x.h5" --vocab 300 --tokenizer train:bpe:300
 "$GT_BIN" ingest text "$T/latin1.txt" -o "$T/x.h5" >/dev/null 2>&1 && rm -f "$T/x.h5"

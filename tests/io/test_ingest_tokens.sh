@@ -168,76 +168,64 @@ run_mpi 1 120 "$GT_BIN" train "$GT_SRCDIR/tests/decks/tiny.in" data.train="$T/np
 ok $? "2 training steps on the imported .npy tokens (model.vocab 1000)"
 
 # ---- errors: exit 2, one line on stderr, nothing on stdout, no file left -------------------
-expect_error() {
-  desc=$1
-  msg=$2
-  shift 2
-  "$GT_BIN" ingest "$@" >"$T/out" 2>"$T/err"
-  rc=$?
-  [ "$rc" -eq 2 ] && [ ! -s "$T/out" ] && [ "$(wc -l <"$T/err")" -eq 1 ] &&
-    grep -qF -- "$msg" "$T/err" && [ ! -e "$T/x.h5" ] && [ ! -e "$T/x.h5.tmp" ]
-  st=$?
-  [ $st -eq 0 ] || diag "exit $rc; stdout: $(cat "$T/out"); stderr: $(cat "$T/err")"
-  ok $st "$desc"
-}
 hint="; see 'gridtrain ingest --help'"
 # E-ING-04 (docs/errors.md): damaged llm.c headers, .npy files that are not 1-D integers
-expect_error "llm.c: a bad magic number" \
+expect_ingest_error "llm.c: a bad magic number" \
   "'$T/badmagic.bin' starts with 20240521, not an llm.c magic number" \
   tokens "$T/badmagic.bin" -o "$T/x.h5" --vocab 50257 --format llmc
-expect_error "llm.c: a bad version" "'$T/badversion.bin': llm.c header version 2 with the GPT-2 magic" \
+expect_ingest_error "llm.c: a bad version" "'$T/badversion.bin': llm.c header version 2 with the GPT-2 magic" \
   tokens "$T/badversion.bin" -o "$T/x.h5" --vocab 50257
-expect_error "llm.c: a count that does not match the size" \
+expect_ingest_error "llm.c: a count that does not match the size" \
   "'$T/badcount.bin': its llm.c header says 1001 tokens but the file holds 2000 bytes after the header (1000 tokens of 2 bytes)" \
   tokens "$T/badcount.bin" -o "$T/x.h5" --vocab 50257
-expect_error "llm.c: a truncated shard" "holds 15 bytes after the header (7 tokens of 2 bytes and a part)" \
+expect_ingest_error "llm.c: a truncated shard" "holds 15 bytes after the header (7 tokens of 2 bytes and a part)" \
   tokens "$T/short.bin" -o "$T/x.h5" --vocab 50257
 # E-ING-03: tokens outside the vocabulary
-expect_error "a token beyond the vocabulary, named with its file and position" \
+expect_ingest_error "a token beyond the vocabulary, named with its file and position" \
   "'$T/beyond.bin': token 50257 at position 7 is outside the vocabulary [0, 50257)" \
   tokens "$T/beyond.bin" -o "$T/x.h5" --vocab 50257
-expect_error "a token beyond the vocabulary in the last file (nothing written)" \
+expect_ingest_error "a token beyond the vocabulary in the last file (nothing written)" \
   "token 50257 at position 7" \
   tokens "$T/train.bin" "$T/beyond.bin" -o "$T/x.h5" --vocab 50257
-expect_error "a negative token (.npy i4)" "'$T/negative.npy': token -3 at position 4" \
+expect_ingest_error "a negative token (.npy i4)" "'$T/negative.npy': token -3 at position 4" \
   tokens "$T/negative.npy" -o "$T/x.h5" --vocab 50257
-expect_error "a vocabulary too small for the data" "token 999" \
+expect_ingest_error "a vocabulary too small for the data" "token 999" \
   tokens "$T/v2.npy" -o "$T/x.h5" --vocab 999 --val-fraction 0
-expect_error "an empty file" "input '$T/empty.bin' is empty" \
+expect_ingest_error "an empty file" "input '$T/empty.bin' is empty" \
   tokens "$T/empty.bin" -o "$T/x.h5" --vocab 50257
-expect_error "nanoGPT: an odd number of bytes" "'$T/odd.bin' has 3 bytes, not a whole number of uint16 tokens" \
+expect_ingest_error "nanoGPT: an odd number of bytes" "'$T/odd.bin' has 3 bytes, not a whole number of uint16 tokens" \
   tokens "$T/odd.bin" -o "$T/x.h5" --vocab 50257
-expect_error ".npy of shape (3, 4)" "'$T/twod.npy' holds an array of shape (3, 4); give a 1-D array" \
+expect_ingest_error ".npy of shape (3, 4)" "'$T/twod.npy' holds an array of shape (3, 4); give a 1-D array" \
   tokens "$T/twod.npy" -o "$T/x.h5" --vocab 50257
-expect_error ".npy of a scalar (shape ())" "holds an array of shape ()" \
+expect_ingest_error ".npy of a scalar (shape ())" "holds an array of shape ()" \
   tokens "$T/scalar.npy" -o "$T/x.h5" --vocab 50257
-expect_error ".npy of float32" "'$T/float.npy' holds dtype '<f4'; tokens must be integers" \
+expect_ingest_error ".npy of float32" "'$T/float.npy' holds dtype '<f4'; tokens must be integers" \
   tokens "$T/float.npy" -o "$T/x.h5" --vocab 50257
-expect_error ".npy big-endian" "'$T/big.npy' holds big-endian integers ('>u2')" \
+expect_ingest_error ".npy big-endian" "'$T/big.npy' holds big-endian integers ('>u2')" \
   tokens "$T/big.npy" -o "$T/x.h5" --vocab 50257
-expect_error ".npy with no tokens" "'$T/none.npy' holds an empty array" \
+expect_ingest_error ".npy with no tokens" "'$T/none.npy' holds an empty array" \
   tokens "$T/none.npy" -o "$T/x.h5" --vocab 50257
-expect_error ".npy truncated" "says 100 tokens of 2 bytes but 194 bytes follow it" \
+expect_ingest_error ".npy truncated" "says 100 tokens of 2 bytes but 194 bytes follow it" \
   tokens "$T/trunc.npy" -o "$T/x.h5" --vocab 50257
-expect_error "--format npy on a file that is not one" "does not start with the .npy magic" \
+expect_ingest_error "--format npy on a file that is not one" "does not start with the .npy magic" \
   tokens "$T/train.bin" -o "$T/x.h5" --vocab 50257 --format npy
-expect_error "missing --vocab" \
+expect_ingest_error "missing --vocab" \
   "ingest tokens needs --vocab N: token files do not say their vocabulary (50257 for GPT-2's tokenizer)$hint" \
   tokens "$T/train.bin" -o "$T/x.h5"
-expect_error "--vocab 0" "--vocab '0' is not a vocabulary size in [1, 2147483647]$hint" \
+expect_ingest_error "--vocab 0" "--vocab '0' is not a vocabulary size in [1, 2147483647]$hint" \
   tokens "$T/train.bin" -o "$T/x.h5" --vocab 0
-expect_error "--vocab abc" "--vocab 'abc' is not a vocabulary size" \
+expect_ingest_error "--vocab abc" "--vocab 'abc' is not a vocabulary size" \
   tokens "$T/train.bin" -o "$T/x.h5" --vocab abc
-expect_error "an unknown --format" "unknown token file format 'parquet'; choose auto, nanogpt, llmc or npy" \
+expect_ingest_error "an unknown --format" "unknown token file format 'parquet'; choose auto, nanogpt, llmc or npy" \
   tokens "$T/train.bin" -o "$T/x.h5" --vocab 50257 --format parquet
-expect_error "a missing --val file" "cannot read input '$T/nope.bin'" \
+expect_ingest_error "a missing --val file" "cannot read input '$T/nope.bin'" \
   tokens "$T/train.bin" --val "$T/nope.bin" -o "$T/x.h5" --vocab 50257
-expect_error "--vocab is not an option of ingest text" \
+expect_ingest_error "--vocab is not an option of ingest text" \
   "--vocab is an option of 'ingest tokens', not of 'ingest text'$hint" \
   text "$T/odd.bin" -o "$T/x.h5" --vocab 300
-expect_error "no token files" "no input files; name at least one token file$hint" \
+expect_ingest_error "no token files" "no input files; name at least one token file$hint" \
   tokens -o "$T/x.h5" --vocab 300
-expect_error "-o naming an input" "the output (-o)" \
+expect_ingest_error "-o naming an input" "the output (-o)" \
   tokens "$T/train.bin" --val "$T/val.bin" -o "$T/val.bin" --vocab 50257
 
 done_testing
