@@ -61,6 +61,23 @@ run_mpi() {
   timeout -k 5 "$limit" "$MPIEXEC" -n "$n" "$@"
 }
 
+# expect_ingest_error DESCRIPTION MESSAGE ARGS...: `gridtrain ingest ARGS`
+# exits 2 with one line on stderr holding MESSAGE (a fixed string), nothing
+# on stdout, and leaves neither $GT_TMP/x.h5 nor x.h5.tmp (the name the
+# ingest tests give as the output of a command that must fail).
+expect_ingest_error() {
+  e_desc=$1
+  e_msg=$2
+  shift 2
+  "$GT_BIN" ingest "$@" >"$GT_TMP/out" 2>"$GT_TMP/err"
+  e_rc=$?
+  [ "$e_rc" -eq 2 ] && [ ! -s "$GT_TMP/out" ] && [ "$(wc -l <"$GT_TMP/err")" -eq 1 ] &&
+    grep -qF -- "$e_msg" "$GT_TMP/err" && [ ! -e "$GT_TMP/x.h5" ] && [ ! -e "$GT_TMP/x.h5.tmp" ]
+  e_st=$?
+  [ $e_st -eq 0 ] || diag "exit $e_rc; stdout: $(cat "$GT_TMP/out"); stderr: $(cat "$GT_TMP/err")"
+  ok $e_st "$e_desc"
+}
+
 # make_dataset OUT.h5 [VAL_FRACTION]: ingest the test text (Genesis, KJV).
 make_dataset() {
   "$GT_BIN" ingest text "$GT_SRCDIR/tests/data/genesis.txt" -o "$1" \

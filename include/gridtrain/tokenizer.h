@@ -22,6 +22,7 @@
 #ifndef GRIDTRAIN_TOKENIZER_H
 #define GRIDTRAIN_TOKENIZER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -47,9 +48,30 @@ const char *gt_tokenizer_name(const gt_tokenizer *tok);
 int gt_tokenizer_vocab(const gt_tokenizer *tok);
 
 /* text (len bytes, not NUL-terminated) -> *ids (*n of them, malloc'd;
- * NULL when *n = 0). */
+ * NULL when *n = 0).
+ *
+ * SentencePiece takes UTF-8 only: GT_ERR_INPUT naming the first byte that
+ * is not. It encodes the text segment by segment (gt_tokenizer_segment), as
+ * SentencePiece is trained and used, one sentence a line; this also keeps
+ * the time linear in the length. For the models gridtrain trains
+ * (gt_tokenizer_train) that is the same as encoding the text at once, and
+ * decode(encode(text)) == text for every UTF-8 text. A model trained
+ * elsewhere keeps its own rules: one that normalizes (nmt_nfkc) or adds a
+ * dummy prefix does so to every segment and does not give the text back
+ * byte for byte. */
 int gt_tokenizer_encode(gt_tokenizer *tok, const char *text, size_t len, uint32_t **ids,
                         size_t *n);
+
+/* The length of the first segment of text (len > 0): a line with its '\n';
+ * a longer line than GT_TOKENIZER_SEGMENT bytes is cut before its last
+ * space within that many bytes, or, without one, at the last character
+ * boundary. In (0, len]. */
+#define GT_TOKENIZER_SEGMENT 2048
+size_t gt_tokenizer_segment(const char *text, size_t len);
+
+/* The length of the longest prefix of text that is valid UTF-8 (len when
+ * all of it is). */
+size_t gt_utf8_prefix(const char *text, size_t len);
 
 /* ids -> *text (*len bytes, malloc'd and NUL-terminated). GT_ERR_INPUT for
  * an id outside the vocabulary. The byte tokenizer returns the bytes as they
@@ -71,6 +93,25 @@ int gt_tokenizer_h5_write(hid_t file, const gt_tokenizer *tok);
  * when it cannot be read, names an unknown tokenizer, or its vocab_size
  * does not match its tokenizer. */
 int gt_tokenizer_from_file(const char *path, gt_tokenizer **out);
+
+/* The next line of training text (without its '\n'): *line and *len, valid
+ * until the next call, or *done = true after the last. Returns a gt status;
+ * an error stops the training and is returned as it is. */
+typedef int (*gt_tokenizer_lines_fn)(void *ctx, const char **line, size_t *len, bool *done);
+
+/* Train a SentencePiece model of `vocab` pieces, type "bpe" or "unigram",
+ * on the lines next gives (each at most GT_TOKENIZER_SEGMENT bytes: longer
+ * ones are skipped by SentencePiece; cut them with gt_tokenizer_segment).
+ * SentencePiece keeps a uniform sample of at most max_lines of them, so the
+ * memory is bounded whatever the text's size. The model is lossless on
+ * UTF-8 (identity normalization, no dummy prefix, every space kept, byte
+ * fallback: any text encodes), with the pieces <unk>, <s>, </s> as ids 0,
+ * 1, 2 and the 256 bytes after them; the same lines give the same model.
+ * GT_ERR_INPUT for a vocab below 260 or above 1<<24, a type not known, or
+ * with SentencePiece's reason when it cannot train (no text; a vocabulary
+ * larger than the text supports, or too small for its characters). */
+int gt_tokenizer_train(const char *type, int vocab, long long max_lines,
+                       gt_tokenizer_lines_fn next, void *ctx, gt_tokenizer **out);
 
 void gt_tokenizer_free(gt_tokenizer *tok);
 

@@ -1,8 +1,11 @@
 /*
- * cmd_ingest.c - `gridtrain ingest text IN... -o OUT.h5 [--val-fraction F]`:
- * turn text files into an HDF5 token dataset (byte tokenizer). Rank 0 does
- * the work; every rank returns the agreed status.
+ * cmd_ingest.c - `gridtrain ingest text IN... -o OUT.h5 [--tokenizer T]
+ * [--val-fraction F]` and `gridtrain ingest tokens FILE... -o OUT.h5 --vocab N
+ * [--format F] [--val FILE]... [--val-fraction F]`: build an HDF5 token
+ * dataset from text or from other trainers' token files (ingest.h). Rank 0
+ * does the work; every rank returns the agreed status.
  */
+#include <errno.h>
 #include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
@@ -19,23 +22,50 @@
 #define GT_INGEST_LISTED 3 /* sources named in the summary line */
 
 static const char gt_ingest_usage[] =
-    "usage: gridtrain ingest text IN... -o OUT.h5 [--val-fraction F]\n"
+    "usage: gridtrain ingest text IN... -o OUT.h5 [--tokenizer T] [--val-fraction F]\n"
+    "       gridtrain ingest tokens FILE... -o OUT.h5 --vocab N [--format F]\n"
+    "                               [--val FILE]... [--val-fraction F]\n"
     "\n"
-    "Turn text files into an HDF5 token dataset with the byte tokenizer: every\n"
-    "byte is one token (vocab_size 256). Of each input, the last F of its bytes\n"
-    "go to /val/tokens and the rest to /train/tokens.\n"
+    "Build an HDF5 token dataset (/train/tokens, /val/tokens) for training.\n"
     "\n"
-    "options:\n"
+    "text: tokenize text files. Of each input the last F of its bytes go to\n"
+    "/val/tokens (with SentencePiece, from the start of the next line), the\n"
+    "rest to /train/tokens.\n"
+    "  --tokenizer T         bytes (default): every byte is one token, vocab 256;\n"
+    "                        sentencepiece:MODEL: a SentencePiece .model file;\n"
+    "                        train:bpe:N, train:unigram:N: train a SentencePiece\n"
+    "                        model of N pieces (at least 260) on the training\n"
+    "                        text (a sample of at most 300000 lines), lossless\n"
+    "                        with byte fallback. The model is stored in OUT.h5.\n"
+    "                        SentencePiece needs UTF-8 text.\n"
+    "\n"
+    "tokens: import token ids written by other trainers; of each FILE the last F\n"
+    "of its tokens go to /val/tokens.\n"
+    "  --vocab N             the vocabulary size (required: the files do not say\n"
+    "                        it; 50257 for GPT-2's); every token must be below it\n"
+    "  --format F            auto (default: .npy and llm.c by their magic, else\n"
+    "                        nanogpt), nanogpt (raw little-endian uint16, as\n"
+    "                        train.bin and val.bin), llmc (llm.c's .bin shards:\n"
+    "                        a 256-int32 header, uint16 or uint32 tokens), npy\n"
+    "                        (a 1-D NumPy array of integers)\n"
+    "  --val FILE            a file whose tokens all go to /val/tokens (repeat\n"
+    "                        for more; e.g. nanoGPT's val.bin)\n"
+    "\n"
+    "options of both:\n"
     "  -o, --output OUT.h5   file to write (replaced if it exists)\n"
     "  --val-fraction F      share of each input held out for validation,\n"
-    "                        in [0, 0.5] (default 0.1)\n"
+    "                        in [0, 0.5] (default 0.1; 0 for tokens with --val)\n"
     "  -h, --help            print this help\n";
 
 typedef struct {
+  bool tokens;   /* the kind: tokens, else text */
   char **inputs; /* argc entries, ninputs used (pointers into argv) */
   int ninputs;
+  char **val;    /* argc entries, nval used: --val files */
+  int nval;
   const char *out;
-  double val_fraction;
+  bool val_fraction_given;
+  gt_ingest_opts opts;
   bool help;
 } gt_ingest_args;
 
@@ -66,23 +96,86 @@ static int gt_ingest_option(int argc, char **argv, int *i, const char *shortname
   return GT_SUCCESS;
 }
 
+/* An option of one kind only: refused for the other. */
+static int gt_ingest_kind_only(const gt_ingest_args *a, bool tokens, const char *name)
+{
+  GT_CHECK(a->tokens == tokens, GT_ERR_INPUT, "%s is an option of 'ingest %s', not of 'ingest %s'"
+           GT_INGEST_HINT, name, tokens ? "tokens" : "text", tokens ? "text" : "tokens");
+  return GT_SUCCESS;
+}
+
+/* The options with values; *matched when argv[*i] was one. */
+static int gt_ingest_valued(int argc, char **argv, int *i, gt_ingest_args *a, bool *matched)
+{
+  const char *value = NULL;
+  GT_CALL(gt_ingest_option(argc, argv, i, "-o", "--output", matched, &value));
+  if (*matched) {
+    GT_CHECK(a->out == NULL, GT_ERR_INPUT, "-o given twice" GT_INGEST_HINT);
+    a->out = value;
+    return GT_SUCCESS;
+  }
+  GT_CALL(gt_ingest_option(argc, argv, i, NULL, "--val-fraction", matched, &value));
+  if (*matched) {
+    char *end;
+    double f = strtod(value, &end);
+    GT_CHECK(*end == '\0' && isfinite(f), GT_ERR_INPUT,
+             "--val-fraction '%s' is not a number" GT_INGEST_HINT, value);
+    GT_CHECK(f >= 0.0 && f <= 0.5, GT_ERR_INPUT,
+             "--val-fraction %s is outside [0, 0.5]" GT_INGEST_HINT, value);
+    a->opts.val_fraction = f;
+    a->val_fraction_given = true;
+    return GT_SUCCESS;
+  }
+  GT_CALL(gt_ingest_option(argc, argv, i, NULL, "--tokenizer", matched, &value));
+  if (*matched) {
+    GT_CALL(gt_ingest_kind_only(a, false, "--tokenizer"));
+    a->opts.tokenizer = value;
+    return GT_SUCCESS;
+  }
+  GT_CALL(gt_ingest_option(argc, argv, i, NULL, "--format", matched, &value));
+  if (*matched) {
+    GT_CALL(gt_ingest_kind_only(a, true, "--format"));
+    a->opts.format = value;
+    return GT_SUCCESS;
+  }
+  GT_CALL(gt_ingest_option(argc, argv, i, NULL, "--vocab", matched, &value));
+  if (*matched) {
+    GT_CALL(gt_ingest_kind_only(a, true, "--vocab"));
+    char *end;
+    errno = 0;
+    const long long v = strtoll(value, &end, 10);
+    GT_CHECK(*end == '\0' && errno == 0 && v >= 1 && v <= 2147483647LL, GT_ERR_INPUT,
+             "--vocab '%s' is not a vocabulary size in [1, 2147483647]" GT_INGEST_HINT, value);
+    a->opts.vocab = v;
+    return GT_SUCCESS;
+  }
+  GT_CALL(gt_ingest_option(argc, argv, i, NULL, "--val", matched, &value));
+  if (*matched) {
+    GT_CALL(gt_ingest_kind_only(a, true, "--val"));
+    a->val[a->nval++] = (char *)value;
+  }
+  return GT_SUCCESS;
+}
+
 static int gt_ingest_parse(int argc, char **argv, gt_ingest_args *a)
 {
-  a->val_fraction = 0.1;
+  a->opts.val_fraction = 0.1;
   for (int i = 1; i < argc && strcmp(argv[i], "--") != 0; i++)
     if (gt_is_help(argv[i])) {
       a->help = true;
       return GT_SUCCESS;
     }
   GT_CHECK(argc >= 2, GT_ERR_INPUT,
-           "ingest needs the kind of input: gridtrain ingest text IN... -o OUT.h5"
-           GT_INGEST_HINT);
-  GT_CHECK(strcmp(argv[1], "text") == 0, GT_ERR_INPUT,
-           "unknown input kind '%s'; the kind supported is 'text'" GT_INGEST_HINT, argv[1]);
+           "ingest needs the kind of input: gridtrain ingest text IN... -o OUT.h5, or "
+           "gridtrain ingest tokens FILE... -o OUT.h5 --vocab N" GT_INGEST_HINT);
+  a->tokens = strcmp(argv[1], "tokens") == 0;
+  GT_CHECK(a->tokens || strcmp(argv[1], "text") == 0, GT_ERR_INPUT,
+           "unknown input kind '%s'; the kinds supported are 'text' and 'tokens'" GT_INGEST_HINT,
+           argv[1]);
 
   bool options = true;
   for (int i = 2; i < argc; i++) {
-    const char *arg = argv[i], *value = NULL;
+    const char *arg = argv[i];
     if (!options || arg[0] != '-' || arg[1] == '\0') {
       a->inputs[a->ninputs++] = argv[i];
       continue;
@@ -92,32 +185,24 @@ static int gt_ingest_parse(int argc, char **argv, gt_ingest_args *a)
       continue;
     }
     bool matched;
-    GT_CALL(gt_ingest_option(argc, argv, &i, "-o", "--output", &matched, &value));
-    if (matched) {
-      GT_CHECK(a->out == NULL, GT_ERR_INPUT, "-o given twice" GT_INGEST_HINT);
-      a->out = value;
-      continue;
-    }
-    GT_CALL(gt_ingest_option(argc, argv, &i, NULL, "--val-fraction", &matched, &value));
-    if (matched) {
-      char *end;
-      double f = strtod(value, &end);
-      GT_CHECK(*end == '\0' && isfinite(f), GT_ERR_INPUT,
-               "--val-fraction '%s' is not a number" GT_INGEST_HINT, value);
-      GT_CHECK(f >= 0.0 && f <= 0.5, GT_ERR_INPUT,
-               "--val-fraction %s is outside [0, 0.5]" GT_INGEST_HINT, value);
-      a->val_fraction = f;
-      continue;
-    }
-    return GT_ERROR(GT_ERR_INPUT, "unknown option '%s'" GT_INGEST_HINT, arg);
+    GT_CALL(gt_ingest_valued(argc, argv, &i, a, &matched));
+    GT_CHECK(matched, GT_ERR_INPUT, "unknown option '%s'" GT_INGEST_HINT, arg);
   }
-  GT_CHECK(a->ninputs > 0, GT_ERR_INPUT, "no input files; name at least one text file"
-           GT_INGEST_HINT);
+  GT_CHECK(a->ninputs > 0, GT_ERR_INPUT, "no input files; name at least one %s file"
+           GT_INGEST_HINT, a->tokens ? "token" : "text");
   GT_CHECK(a->out != NULL, GT_ERR_INPUT, "no output file; add -o OUT.h5" GT_INGEST_HINT);
-  for (int i = 0; i < a->ninputs; i++) /* -o must not replace an input text */
-    GT_CALL(gt_path_refuse_clobber(a->out, "the output (-o)", 1,
-                                   (const char *const[]){a->inputs[i]},
+  GT_CHECK(!a->tokens || a->opts.vocab > 0, GT_ERR_INPUT,
+           "ingest tokens needs --vocab N: token files do not say their vocabulary (50257 for "
+           "GPT-2's tokenizer)" GT_INGEST_HINT);
+  if (a->tokens && a->nval > 0 && !a->val_fraction_given)
+    a->opts.val_fraction = 0.0;
+  a->opts.nval = a->nval;
+  a->opts.val_files = a->val;
+  for (int i = 0; i < a->ninputs + a->nval; i++) { /* -o must not replace an input */
+    const char *in = i < a->ninputs ? a->inputs[i] : a->val[i - a->ninputs];
+    GT_CALL(gt_path_refuse_clobber(a->out, "the output (-o)", 1, (const char *const[]){in},
                                    (const char *const[]){"the input"}));
+  }
   return GT_SUCCESS;
 }
 
@@ -126,17 +211,24 @@ static int gt_ingest_parse(int argc, char **argv, gt_ingest_args *a)
 /* Rank 0's one line about what was written. */
 static void gt_ingest_summary(const gt_ingest_args *a, const gt_ingest_counts *n)
 {
-  char list[512] = "";
+  char list[512] = "", trained[64] = "";
   size_t used = 0;
-  for (int i = 0; i < a->ninputs && i < GT_INGEST_LISTED && used < sizeof list; i++)
+  const int total = a->ninputs + a->nval;
+  for (int i = 0; i < total && i < GT_INGEST_LISTED && used < sizeof list; i++)
     used += (size_t)snprintf(list + used, sizeof list - used, "%s%s", i ? ", " : "",
-                             a->inputs[i]);
-  if (a->ninputs > GT_INGEST_LISTED && used < sizeof list)
-    snprintf(list + used, sizeof list - used, ", ... (%d more)",
-             a->ninputs - GT_INGEST_LISTED);
-  gt_info("ingest: wrote %s: %lld train + %lld val tokens (bytes, vocab 256) from %d "
-          "source%s: %s\n", a->out, n->train_tokens, n->val_tokens, a->ninputs,
-          a->ninputs == 1 ? "" : "s", list);
+                             i < a->ninputs ? a->inputs[i] : a->val[i - a->ninputs]);
+  if (total > GT_INGEST_LISTED && used < sizeof list)
+    snprintf(list + used, sizeof list - used, ", ... (%d more)", total - GT_INGEST_LISTED);
+  if (n->train_seconds > 0)
+    snprintf(trained, sizeof trained, "tokenizer trained in %.1f s, ", n->train_seconds);
+  const double secs = n->encode_seconds > 1e-6 ? n->encode_seconds : 1e-6;
+  const long long tokens = n->train_tokens + n->val_tokens;
+  gt_info("ingest: wrote %s: %lld train + %lld val tokens (%s, vocab %lld, %s) from %d "
+          "source%s: %s; %s%.1f MB %s in %.2f s (%.0f tokens/s)\n",
+          a->out, n->train_tokens, n->val_tokens,
+          a->tokens ? n->format : a->opts.tokenizer ? a->opts.tokenizer : "bytes", n->vocab,
+          n->dtype, total, total == 1 ? "" : "s", list, trained, (double)n->bytes / 1e6,
+          a->tokens ? "read" : "tokenized", secs, (double)tokens / secs);
 }
 
 // ----------------------------------------------------------------------------
@@ -145,17 +237,23 @@ static int gt_ingest_run(int argc, char **argv)
 {
   gt_ingest_args a = {0};
   a.inputs = malloc((size_t)argc * sizeof *a.inputs);
-  GT_CHECK_ALLOC(a.inputs, (size_t)argc * sizeof *a.inputs);
-  int status = gt_ingest_parse(argc, argv, &a);
+  a.val = malloc((size_t)argc * sizeof *a.val);
+  int status = a.inputs && a.val ? GT_SUCCESS
+                                 : GT_ERROR(GT_ERR_SYSTEM, "out of memory allocating %zu bytes",
+                                            2 * (size_t)argc * sizeof *a.inputs);
+  if (status == GT_SUCCESS)
+    status = gt_ingest_parse(argc, argv, &a);
   if (status == GT_SUCCESS && a.help) {
     gt_info("%s", gt_ingest_usage);
   } else if (status == GT_SUCCESS) {
-    gt_ingest_counts n;
-    status = gt_ingest_text(a.ninputs, a.inputs, a.out, a.val_fraction, &n);
+    gt_ingest_counts n = {0};
+    status = a.tokens ? gt_ingest_tokens(a.ninputs, a.inputs, a.out, &a.opts, &n)
+                      : gt_ingest_text_opts(a.ninputs, a.inputs, a.out, &a.opts, &n);
     if (status == GT_SUCCESS)
       gt_ingest_summary(&a, &n);
   }
   free(a.inputs);
+  free(a.val);
   GT_CALL(status);
   return GT_SUCCESS;
 }

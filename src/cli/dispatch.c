@@ -24,6 +24,7 @@ static void gt_usage(void)
          "Commands:\n"
          "  train DECK [section.key=value ...]   train the model of an input deck\n"
          "  ingest text IN... -o OUT.h5          make an HDF5 token dataset from text\n"
+         "  ingest tokens FILE... -o OUT.h5 ...  ... from nanoGPT, llm.c or .npy token files\n"
          "  ckpt info|verify|convert FILE ...    inspect, check or export a checkpoint\n"
          "  plan --memory DECK [--ranks N] ...   the memory account of a layout, no training\n"
          "  plan DECK --cluster FILE --nodes N   rank layouts by predicted step time and memory\n"

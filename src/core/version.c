@@ -27,11 +27,17 @@ void gt_build_info(char *buf, unsigned long size)
       *p = ' ';
   char cuda[256];
   gt_cuda_describe(cuda, sizeof cuda);
+#ifdef GT_HAVE_SENTENCEPIECE
+  const char *tokens = "bytes, SentencePiece " GT_BUILD_SPM " (BPE, unigram)";
+#else
+  const char *tokens = "bytes (built without SentencePiece)";
+#endif
   snprintf(buf, size,
            "  MPI   : %s\n"
            "  HDF5  : %s (parallel)\n"
            "  BLAS  : %s\n"
-           "  CUDA  : %s\n",
-           mpi, GT_BUILD_HDF5, gt_backend_blas_info(), cuda);
+           "  CUDA  : %s\n"
+           "  TOKENS: %s\n",
+           mpi, GT_BUILD_HDF5, gt_backend_blas_info(), cuda, tokens);
 }
 

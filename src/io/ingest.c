@@ -1,301 +1,344 @@
 /*
- * ingest.c - raw text to an HDF5 token dataset with the byte tokenizer.
+ * ingest.c - raw text to an HDF5 token dataset (ingest.h), with the byte
+ * tokenizer or a SentencePiece model given or trained here.
  *
- * Serial HDF5 (default driver), run by one process. Inputs are checked first
- * (exist, regular, not empty) so that mistakes surface before any output is
- * made, then streamed in blocks: the head of each file goes to /train/tokens
- * and its tail to /val/tokens. The file is written as OUT.tmp and renamed to
- * OUT only when complete.
+ * Inputs are checked first (exist, regular, not empty) and the output probed,
+ * so that mistakes surface before any long work. A tokenizer to train reads
+ * the training part of every input once, line by line (SentencePiece keeps
+ * a bounded sample). Then each input is read in blocks cut at line ends,
+ * encoded and appended: its head to /train/tokens, its tail to /val/tokens
+ * (ingest_out.c writes the file).
  */
 #ifdef HAVE_CONFIG_H
 #include "build_config.h"
 #endif
 
 #include <errno.h>
-#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "gridtrain/error.h"
-#include "gridtrain/ingest.h"
+#include "gridtrain/timer.h"
 #include "h5util.h"
+#include "ingest_internal.h"
 
-#ifndef GT_INGEST_VERSION
-#ifdef PACKAGE_VERSION
-#define GT_INGEST_VERSION PACKAGE_VERSION
-#else
-#define GT_INGEST_VERSION "0.1.0"
-#endif
-#endif
-
-#define GT_INGEST_BLOCK ((size_t)4 << 20) /* bytes read and written at a time */
-#define GT_INGEST_CHUNK 65536             /* HDF5 chunk, elements */
-#define GT_INGEST_VOCAB 256
-
+/* What --tokenizer asks for. */
 typedef struct {
-  const char *path;
-  long long size, train, val; /* bytes: all, head to train, tail to val */
-} gt_source;
+  enum { GT_TOK_BYTES, GT_TOK_MODEL, GT_TOK_TRAIN } kind;
+  const char *model;  /* GT_TOK_MODEL: the .model file */
+  char type[16];      /* GT_TOK_TRAIN: bpe or unigram */
+  int vocab;          /* GT_TOK_TRAIN */
+} gt_tok_spec;
 
-/* The objects open while the file is written; the file first (closed last). */
-enum {
-  GT_IG_FILE, GT_IG_GTRAIN, GT_IG_GVAL, GT_IG_DTRAIN, GT_IG_DVAL,
-  GT_IG_FTRAIN, GT_IG_FVAL, GT_IG_MSPACE, GT_IG_FAPL, GT_IG_N
-};
+#define GT_TOK_SPEC_HELP "give bytes, sentencepiece:MODEL, train:bpe:N or train:unigram:N"
 
-// ---- inputs and output name -------------------------------------------------
-
-static int gt_ingest_stat(gt_source *s, const char *path, double val_fraction)
+static int gt_tok_spec_parse(const char *spec, gt_tok_spec *t)
 {
-  struct stat st;
-  s->path = path;
-  int fd = open(path, O_RDONLY);
-  GT_CHECK(fd >= 0, GT_ERR_INPUT, "cannot read input '%s': %s", path, strerror(errno));
-  int rc = fstat(fd, &st);
-  int err = errno;
-  close(fd);
-  GT_CHECK(rc == 0, GT_ERR_INPUT, "cannot read input '%s': %s", path, strerror(err));
-  GT_CHECK(S_ISREG(st.st_mode), GT_ERR_INPUT,
-           "input '%s' is not a regular file; give text files", path);
-  GT_CHECK(st.st_size > 0, GT_ERR_INPUT,
-           "input '%s' is empty; remove it or give a file with text", path);
-  s->size = (long long)st.st_size;
-  s->val = (long long)floor((double)s->size * val_fraction);
-  s->train = s->size - s->val;
-  return GT_SUCCESS;
-}
-
-/* Make sure OUT.tmp can be created (for a clear message naming OUT). *tmp is
- * set, malloc'd, only when the probe file was created. */
-static int gt_ingest_prepare_output(const char *out, char **tmp)
-{
-  struct stat st;
-  GT_CHECK(!(stat(out, &st) == 0 && S_ISDIR(st.st_mode)), GT_ERR_INPUT,
-           "cannot create '%s': %s; name a file", out, strerror(EISDIR));
-  size_t size = strlen(out) + sizeof ".tmp";
-  char *name = malloc(size);
-  GT_CHECK_ALLOC(name, size);
-  snprintf(name, size, "%s.tmp", out);
-  FILE *probe = fopen(name, "wb");
-  int err = errno;
-  if (!probe)
-    free(name);
-  GT_CHECK(probe != NULL, GT_ERR_INPUT, "cannot create '%s': %s", out, strerror(err));
-  fclose(probe);
-  *tmp = name;
-  return GT_SUCCESS;
-}
-
-// ---- datasets and attributes ---------------------------------------------------
-
-/* vocab_size and tokenizer, on / and on each dataset. */
-static int gt_ingest_tag(hid_t obj)
-{
-  GT_CALL(gt_h5_write_attr_i64(obj, "vocab_size", GT_INGEST_VOCAB));
-  GT_CALL(gt_h5_write_attr_str(obj, "tokenizer", "bytes"));
-  return GT_SUCCESS;
-}
-
-static int gt_ingest_make_dset_in(hid_t group, hsize_t n, hid_t *dset, hid_t tmp[2])
-{
-  /* An empty split (val_fraction 0) is a chunked dataset of size 0 that can
-   * grow; others have fixed size. */
-  hsize_t maxdims = n > 0 ? n : H5S_UNLIMITED;
-  hsize_t chunk = n == 0 ? 1 : n < GT_INGEST_CHUNK ? n : GT_INGEST_CHUNK;
-  GT_H5_ID(tmp[0], H5Screate_simple(1, &n, &maxdims));
-  GT_H5_ID(tmp[1], H5Pcreate(H5P_DATASET_CREATE));
-  GT_CALL_HDF5(H5Pset_chunk(tmp[1], 1, &chunk));
-  GT_CALL_HDF5(H5Pset_fletcher32(tmp[1]));
-  GT_H5_ID(*dset, H5Dcreate2(group, "tokens", H5T_STD_U8LE, tmp[0], H5P_DEFAULT,
-                             tmp[1], H5P_DEFAULT));
-  GT_CALL(gt_ingest_tag(*dset));
-  return GT_SUCCESS;
-}
-
-static int gt_ingest_make_dset(hid_t group, long long n, hid_t *dset)
-{
-  hid_t tmp[2] = {H5I_INVALID_HID, H5I_INVALID_HID};
-  int status = gt_ingest_make_dset_in(group, (hsize_t)n, dset, tmp);
-  GT_CALL(gt_h5_close_all(status, 2, tmp));
-  return GT_SUCCESS;
-}
-
-static int gt_ingest_root_attrs_in(hid_t file, int n, const gt_source *src,
-                                   double val_fraction, const char **names,
-                                   uint64_t *bytes)
-{
-  long long ntrain = 0, nval = 0;
-  for (int i = 0; i < n; i++) {
-    names[i] = src[i].path;
-    bytes[i] = (uint64_t)src[i].size;
-    ntrain += src[i].train;
-    nval += src[i].val;
-  }
-  GT_CALL(gt_ingest_tag(file));
-  GT_CALL(gt_h5_write_attr_strs(file, "sources", n, names));
-  GT_CALL(gt_h5_write_attr_u64s(file, "source_bytes", n, bytes));
-  GT_CALL(gt_h5_write_attr_f64(file, "val_fraction", val_fraction));
-  GT_CALL(gt_h5_write_attr_i64(file, "train_tokens", ntrain));
-  GT_CALL(gt_h5_write_attr_i64(file, "val_tokens", nval));
-  GT_CALL(gt_h5_write_attr_str(file, "created_by", "gridtrain " GT_INGEST_VERSION));
-  return GT_SUCCESS;
-}
-
-static int gt_ingest_root_attrs(hid_t file, int n, const gt_source *src, double val_fraction)
-{
-  const char **names = malloc((size_t)n * sizeof *names);
-  uint64_t *bytes = malloc((size_t)n * sizeof *bytes);
-  int status = GT_SUCCESS;
-  if (!names || !bytes)
-    status = GT_ERROR(GT_ERR_SYSTEM, "out of memory allocating %zu bytes",
-                      (size_t)n * (sizeof *names + sizeof *bytes));
-  else
-    status = gt_ingest_root_attrs_in(file, n, src, val_fraction, names, bytes);
-  free(names);
-  free(bytes);
-  GT_CALL(status);
-  return GT_SUCCESS;
-}
-
-// ---- streaming ---------------------------------------------------------------------
-
-/* Write n bytes of buf at offset of a dataset (fspace: its dataspace, mspace:
- * a 1-D space of at least n elements). */
-static int gt_ingest_put(hid_t dset, hid_t fspace, hid_t mspace, hsize_t offset,
-                         const unsigned char *buf, hsize_t n)
-{
-  if (n == 0)
+  memset(t, 0, sizeof *t);
+  if (!spec || strcmp(spec, "bytes") == 0) {
+    t->kind = GT_TOK_BYTES;
     return GT_SUCCESS;
-  hsize_t zero = 0;
-  GT_CALL_HDF5(H5Sselect_hyperslab(mspace, H5S_SELECT_SET, &zero, NULL, &n, NULL));
-  GT_CALL_HDF5(H5Sselect_hyperslab(fspace, H5S_SELECT_SET, &offset, NULL, &n, NULL));
-  GT_CALL_HDF5(H5Dwrite(dset, H5T_NATIVE_UCHAR, mspace, fspace, H5P_DEFAULT, buf));
-  return GT_SUCCESS;
-}
-
-static int gt_ingest_copy_in(const gt_source *s, FILE *f, unsigned char *buf,
-                             const hid_t ids[], hsize_t *toff, hsize_t *voff)
-{
-  long long done = 0;
-  while (done < s->size) {
-    size_t want = s->size - done < (long long)GT_INGEST_BLOCK ? (size_t)(s->size - done)
-                                                               : GT_INGEST_BLOCK;
-    size_t got = fread(buf, 1, want, f);
-    GT_CHECK(!ferror(f), GT_ERR_INPUT, "cannot read input '%s': %s", s->path, strerror(errno));
-    GT_CHECK(got == want, GT_ERR_INPUT,
-             "input '%s' shrank while it was read; run the ingest again", s->path);
-    long long left = s->train - done;
-    size_t ntrain = left <= 0 ? 0 : left < (long long)got ? (size_t)left : got;
-    GT_CALL(gt_ingest_put(ids[GT_IG_DTRAIN], ids[GT_IG_FTRAIN], ids[GT_IG_MSPACE],
-                          *toff, buf, ntrain));
-    GT_CALL(gt_ingest_put(ids[GT_IG_DVAL], ids[GT_IG_FVAL], ids[GT_IG_MSPACE], *voff,
-                          buf + ntrain, got - ntrain));
-    *toff += ntrain;
-    *voff += got - ntrain;
-    done += (long long)got;
   }
-  GT_CHECK(fgetc(f) == EOF, GT_ERR_INPUT,
-           "input '%s' grew while it was read; run the ingest again", s->path);
-  return GT_SUCCESS;
+  if (strncmp(spec, "sentencepiece:", 14) == 0) {
+    t->kind = GT_TOK_MODEL;
+    t->model = spec + 14;
+    GT_CHECK(t->model[0] != '\0', GT_ERR_INPUT,
+             "tokenizer 'sentencepiece:' names no model file; give sentencepiece:FILE.model");
+    return GT_SUCCESS;
+  }
+  if (strncmp(spec, "train:", 6) == 0) {
+    const char *type = spec + 6, *colon = strchr(type, ':');
+    GT_CHECK(colon && (size_t)(colon - type) < sizeof t->type, GT_ERR_INPUT,
+             "tokenizer '%s' has no vocabulary size; " GT_TOK_SPEC_HELP, spec);
+    memcpy(t->type, type, (size_t)(colon - type));
+    GT_CHECK(strcmp(t->type, "bpe") == 0 || strcmp(t->type, "unigram") == 0, GT_ERR_INPUT,
+             "tokenizer '%s': unknown model type '%s'; " GT_TOK_SPEC_HELP, spec, t->type);
+    char *end;
+    errno = 0;
+    const long v = strtol(colon + 1, &end, 10);
+    GT_CHECK(colon[1] != '\0' && *end == '\0' && errno == 0 && v > 0 && v <= (1L << 30),
+             GT_ERR_INPUT, "tokenizer '%s': '%s' is not a vocabulary size; " GT_TOK_SPEC_HELP,
+             spec, colon + 1);
+    t->kind = GT_TOK_TRAIN;
+    t->vocab = (int)v;
+    return GT_SUCCESS;
+  }
+  return GT_ERROR(GT_ERR_INPUT, "unknown tokenizer '%s'; " GT_TOK_SPEC_HELP, spec);
 }
 
-static int gt_ingest_copy(const gt_source *s, unsigned char *buf, const hid_t ids[],
-                          hsize_t *toff, hsize_t *voff)
+// ---- the split of each input ---------------------------------------------------------------
+
+/* For line-wise tokenizers: the train part ends at the start of the line
+ * after the byte where the validation tail would begin (the whole input
+ * when no line break follows). */
+static int gt_ingest_split_at_line(gt_ingest_source *s)
 {
+  if (s->val == 0)
+    return GT_SUCCESS;
   FILE *f = fopen(s->path, "rb");
-  GT_CHECK(f != NULL, GT_ERR_INPUT, "cannot read input '%s': %s", s->path, strerror(errno));
-  int status = gt_ingest_copy_in(s, f, buf, ids, toff, voff);
+  GT_CHECK(f, GT_ERR_INPUT, "cannot read input '%s': %s", s->path, strerror(errno));
+  int status = GT_SUCCESS;
+  long long at = s->train, end = s->size;
+  if (fseeko(f, (off_t)at, SEEK_SET) != 0)
+    status = GT_ERROR(GT_ERR_INPUT, "cannot read input '%s': %s", s->path, strerror(errno));
+  for (int c; status == GT_SUCCESS && at < s->size && (c = fgetc(f)) != EOF; at++)
+    if (c == '\n') {
+      end = at + 1;
+      break;
+    }
   fclose(f);
   GT_CALL(status);
+  s->train = end;
+  s->val = s->size - end;
   return GT_SUCCESS;
 }
 
-static int gt_ingest_write(const char *tmp, int n, const gt_source *src,
-                           double val_fraction, unsigned char *buf, hid_t ids[])
+// ---- reading a byte range in blocks cut at segment boundaries ------------------------------
+
+/* A reader of [from, to) of an input; each call gives the next piece,
+ * which ends at a line end (or at a segment boundary within a line longer
+ * than a block, or at `to`). */
+typedef struct {
+  const gt_ingest_source *src;
+  FILE *f;
+  char *buf;
+  size_t have;     /* bytes in buf */
+  size_t given;    /* bytes of buf handed out by the last call (dropped on the next) */
+  long long pos;   /* file offset of buf[0] */
+  long long to;
+  bool utf8;       /* check that the text is UTF-8 */
+} gt_range_reader;
+
+static int gt_range_open(gt_range_reader *r, const gt_ingest_source *s, long long from,
+                         long long to, bool utf8, char *buf)
 {
-  long long ntrain = 0, nval = 0;
-  for (int i = 0; i < n; i++) {
-    ntrain += src[i].train;
-    nval += src[i].val;
+  memset(r, 0, sizeof *r);
+  r->src = s, r->buf = buf, r->pos = from, r->to = to, r->utf8 = utf8;
+  r->f = fopen(s->path, "rb");
+  GT_CHECK(r->f, GT_ERR_INPUT, "cannot read input '%s': %s", s->path, strerror(errno));
+  GT_CHECK(fseeko(r->f, (off_t)from, SEEK_SET) == 0, GT_ERR_INPUT, "cannot read input '%s': %s",
+           s->path, strerror(errno));
+  return GT_SUCCESS;
+}
+
+static void gt_range_close(gt_range_reader *r)
+{
+  if (r->f)
+    fclose(r->f);
+  r->f = NULL;
+}
+
+/* The next piece: *text, *len (0 at the end). */
+static int gt_range_next(gt_range_reader *r, const char **text, size_t *len)
+{
+  /* drop what was handed out, keep the rest at the front */
+  memmove(r->buf, r->buf + r->given, r->have - r->given);
+  r->have -= r->given;
+  r->pos += (long long)r->given;
+  r->given = 0;
+  const long long left = r->to - r->pos - (long long)r->have;
+  const size_t want = GT_INGEST_BLOCK - r->have < (unsigned long long)left
+                          ? GT_INGEST_BLOCK - r->have
+                          : (size_t)left;
+  const size_t got = fread(r->buf + r->have, 1, want, r->f);
+  GT_CHECK(!ferror(r->f), GT_ERR_INPUT, "cannot read input '%s': %s", r->src->path,
+           strerror(errno));
+  GT_CHECK(got == want, GT_ERR_INPUT, "input '%s' shrank while it was read; run the ingest again",
+           r->src->path);
+  r->have += got;
+  const bool last = r->pos + (long long)r->have == r->to;
+  size_t cut = r->have;
+  if (!last && r->utf8) {
+    const char *nl = NULL;
+    for (size_t i = r->have; i > 0 && !nl; i--)
+      if (r->buf[i - 1] == '\n')
+        nl = r->buf + i - 1;
+    if (nl) {
+      cut = (size_t)(nl - r->buf) + 1;
+    } else { /* a line longer than the block: at a segment boundary */
+      cut = 0;
+      while (r->have - cut > GT_TOKENIZER_SEGMENT)
+        cut += gt_tokenizer_segment(r->buf + cut, r->have - cut);
+    }
   }
-  /* the HDF5 1.10 format, as checkpoints: every object header and B-tree
-   * node is checksummed, so damage to the metadata is a clean error when the
-   * file is read, not a read of garbage deep inside HDF5 */
-  GT_H5_ID(ids[GT_IG_FAPL], H5Pcreate(H5P_FILE_ACCESS));
-  GT_CALL_HDF5(H5Pset_libver_bounds(ids[GT_IG_FAPL], H5F_LIBVER_V110, H5F_LIBVER_V110));
-  GT_H5_ID(ids[GT_IG_FILE], H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, ids[GT_IG_FAPL]));
-  GT_H5_ID(ids[GT_IG_GTRAIN],
-           H5Gcreate2(ids[GT_IG_FILE], "train", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
-  GT_H5_ID(ids[GT_IG_GVAL],
-           H5Gcreate2(ids[GT_IG_FILE], "val", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
-  GT_CALL(gt_ingest_make_dset(ids[GT_IG_GTRAIN], ntrain, &ids[GT_IG_DTRAIN]));
-  GT_CALL(gt_ingest_make_dset(ids[GT_IG_GVAL], nval, &ids[GT_IG_DVAL]));
-  GT_H5_ID(ids[GT_IG_FTRAIN], H5Dget_space(ids[GT_IG_DTRAIN]));
-  GT_H5_ID(ids[GT_IG_FVAL], H5Dget_space(ids[GT_IG_DVAL]));
-  hsize_t block = GT_INGEST_BLOCK;
-  GT_H5_ID(ids[GT_IG_MSPACE], H5Screate_simple(1, &block, NULL));
-
-  hsize_t toff = 0, voff = 0;
-  for (int i = 0; i < n; i++)
-    GT_CALL(gt_ingest_copy(&src[i], buf, ids, &toff, &voff));
-  GT_ASSERT(toff == (hsize_t)ntrain && voff == (hsize_t)nval);
-  GT_CALL(gt_ingest_root_attrs(ids[GT_IG_FILE], n, src, val_fraction));
+  if (r->utf8) {
+    const size_t ok = gt_utf8_prefix(r->buf, cut);
+    GT_CHECK(ok == cut, GT_ERR_INPUT,
+             "input '%s' is not UTF-8 text at byte %lld (0x%02x); SentencePiece takes UTF-8: "
+             "convert it (iconv) or use --tokenizer bytes",
+             r->src->path, r->pos + (long long)ok, (unsigned char)r->buf[ok]);
+  }
+  r->given = cut;
+  *text = r->buf, *len = cut;
   return GT_SUCCESS;
 }
 
-// ----------------------------------------------------------------------------
+// ---- training the tokenizer ------------------------------------------------------------------
 
-int gt_ingest_text(int nfiles, char *const files[], const char *out_path,
-                   double val_fraction, gt_ingest_counts *counts)
+/* The lines of the training parts of all inputs, for gt_tokenizer_train. */
+typedef struct {
+  const gt_ingest_source *src;
+  int n, i;            /* inputs; the one being read */
+  bool open;
+  gt_range_reader r;
+  const char *piece;   /* the current piece and what is left of it */
+  size_t left;
+  char *buf;
+} gt_train_lines;
+
+static int gt_train_next(void *ctx, const char **line, size_t *len, bool *done)
 {
-  GT_CHECK(nfiles >= 1, GT_ERR_INPUT, "no input files; name at least one text file");
-  GT_CHECK(out_path != NULL && out_path[0] != '\0', GT_ERR_INPUT,
-           "no output file; name the .h5 file to write");
-  GT_CHECK(val_fraction >= 0.0 && val_fraction <= 0.5, GT_ERR_INPUT,
-           "validation fraction %g is outside [0, 0.5]; choose a value in that range",
-           val_fraction);
-  GT_CALL(gt_h5_quiet());
+  gt_train_lines *t = ctx;
+  while (t->left == 0) {
+    if (t->open) {
+      GT_CALL(gt_range_next(&t->r, &t->piece, &t->left));
+      if (t->left > 0)
+        break;
+      gt_range_close(&t->r);
+      t->open = false;
+      t->i++;
+    }
+    if (t->i >= t->n) {
+      *done = true;
+      return GT_SUCCESS;
+    }
+    GT_CALL(gt_range_open(&t->r, &t->src[t->i], 0, t->src[t->i].train, true, t->buf));
+    t->open = true;
+  }
+  const size_t seg = gt_tokenizer_segment(t->piece, t->left);
+  *line = t->piece;
+  *len = seg - (t->piece[seg - 1] == '\n');
+  t->piece += seg, t->left -= seg;
+  *done = false;
+  return GT_SUCCESS;
+}
 
-  gt_source *src = calloc((size_t)nfiles, sizeof *src);
+static int gt_ingest_tokenizer(const gt_tok_spec *spec, int n, const gt_ingest_source *src,
+                               char *buf, gt_tokenizer **tok)
+{
+  if (spec->kind == GT_TOK_BYTES)
+    return gt_tokenizer_bytes(tok);
+  if (spec->kind == GT_TOK_MODEL)
+    return gt_tokenizer_load(spec->model, tok);
+  gt_train_lines t = {.src = src, .n = n, .buf = buf};
+  const int status = gt_tokenizer_train(spec->type, spec->vocab, GT_INGEST_TRAIN_LINES,
+                                         gt_train_next, &t, tok);
+  gt_range_close(&t.r);
+  GT_CALL(status);
+  return GT_SUCCESS;
+}
+
+// ---- encoding ----------------------------------------------------------------------------------
+
+static int gt_ingest_encode_range(gt_ingest_out *o, int split, gt_tokenizer *tok,
+                                  const gt_ingest_source *s, long long from, long long to,
+                                  char *buf)
+{
+  if (to <= from)
+    return GT_SUCCESS;
+  gt_range_reader r;
+  int status = gt_range_open(&r, s, from, to, gt_tokenizer_kind_of(tok) != GT_TOKENIZER_BYTES,
+                             buf);
+  for (;;) {
+    const char *text = NULL;
+    size_t len = 0, n = 0;
+    uint32_t *ids = NULL;
+    if (status == GT_SUCCESS)
+      status = gt_range_next(&r, &text, &len);
+    if (status != GT_SUCCESS || len == 0)
+      break;
+    status = gt_tokenizer_encode(tok, text, len, &ids, &n);
+    if (status == GT_SUCCESS)
+      status = gt_ingest_out_append(o, split, ids, n);
+    free(ids);
+  }
+  if (status == GT_SUCCESS)
+    status = fgetc(r.f) == EOF || to < s->size
+                 ? GT_SUCCESS
+                 : GT_ERROR(GT_ERR_INPUT, "input '%s' grew while it was read; run the ingest again",
+                            s->path);
+  gt_range_close(&r);
+  GT_CALL(status);
+  return GT_SUCCESS;
+}
+
+static int gt_ingest_text_write(gt_ingest_out *o, const gt_tok_spec *spec, int n,
+                                gt_ingest_source *src, const gt_ingest_opts *opts, char *buf,
+                                gt_tokenizer **tok, gt_ingest_counts *c)
+{
+  const double t0 = gt_now();
+  GT_CALL(gt_ingest_tokenizer(spec, n, src, buf, tok));
+  const double t1 = gt_now();
+  GT_CALL(gt_ingest_out_create(o, gt_tokenizer_vocab(*tok), *tok));
+  for (int i = 0; i < n; i++) {
+    GT_CALL(gt_ingest_encode_range(o, GT_SPLIT_TRAIN, *tok, &src[i], 0, src[i].train, buf));
+    GT_CALL(gt_ingest_encode_range(o, GT_SPLIT_VAL, *tok, &src[i], src[i].train, src[i].size,
+                                   buf));
+  }
+  GT_CALL(gt_ingest_out_attrs(o, n, src, opts->val_fraction));
+  GT_CALL(gt_h5_write_attr_str(o->file, "tokenizer_spec",
+                               opts->tokenizer ? opts->tokenizer : "bytes"));
+  c->train_seconds = spec->kind == GT_TOK_TRAIN ? t1 - t0 : 0.0;
+  c->encode_seconds = gt_now() - t1;
+  return GT_SUCCESS;
+}
+
+// ----------------------------------------------------------------------------------------------
+
+int gt_ingest_text_opts(int nfiles, char *const files[], const char *out_path,
+                        const gt_ingest_opts *opts, gt_ingest_counts *counts)
+{
+  GT_CALL(gt_ingest_check_args(nfiles, out_path, opts->val_fraction, "text"));
+  const double vf = opts->val_fraction;
+  gt_tok_spec spec;
+  GT_CALL(gt_tok_spec_parse(opts->tokenizer, &spec));
+
+  gt_ingest_source *src = calloc((size_t)nfiles, sizeof *src);
   GT_CHECK_ALLOC(src, (size_t)nfiles * sizeof *src);
   int status = GT_SUCCESS;
-  for (int i = 0; i < nfiles && status == GT_SUCCESS; i++)
-    status = gt_ingest_stat(&src[i], files[i], val_fraction);
+  for (int i = 0; i < nfiles && status == GT_SUCCESS; i++) {
+    status = gt_ingest_stat(&src[i], files[i]);
+    src[i].val = (long long)floor((double)src[i].size * vf);
+    src[i].train = src[i].size - src[i].val;
+    if (status == GT_SUCCESS && spec.kind != GT_TOK_BYTES)
+      status = gt_ingest_split_at_line(&src[i]);
+  }
 
-  char *tmp = NULL;
-  unsigned char *buf = NULL;
+  gt_ingest_out o = {0};
+  gt_ingest_counts c = {0};
+  gt_tokenizer *tok = NULL;
+  char *buf = NULL;
   if (status == GT_SUCCESS)
-    status = gt_ingest_prepare_output(out_path, &tmp);
+    status = gt_ingest_out_probe(&o, out_path);
   if (status == GT_SUCCESS) {
     buf = malloc(GT_INGEST_BLOCK);
     if (!buf)
       status = GT_ERROR(GT_ERR_SYSTEM, "out of memory allocating %zu bytes", GT_INGEST_BLOCK);
   }
-  if (status == GT_SUCCESS) {
-    hid_t ids[GT_IG_N];
-    for (int i = 0; i < GT_IG_N; i++)
-      ids[i] = H5I_INVALID_HID;
-    status = gt_ingest_write(tmp, nfiles, src, val_fraction, buf, ids);
-    status = gt_h5_close_all(status, GT_IG_N, ids);
-  }
-  if (status == GT_SUCCESS && rename(tmp, out_path) != 0)
-    status = GT_ERROR(GT_ERR_INPUT, "cannot create '%s': %s", out_path, strerror(errno));
-  if (status != GT_SUCCESS && tmp)
-    unlink(tmp);
+  if (status == GT_SUCCESS)
+    status = gt_ingest_text_write(&o, &spec, nfiles, src, opts, buf, &tok, &c);
+  if (o.tmp)
+    status = gt_ingest_out_finish(&o, status);
   if (status == GT_SUCCESS && counts) {
-    *counts = (gt_ingest_counts){0, 0};
-    for (int i = 0; i < nfiles; i++) {
-      counts->train_tokens += src[i].train;
-      counts->val_tokens += src[i].val;
-    }
+    c.train_tokens = o.n[GT_SPLIT_TRAIN], c.val_tokens = o.n[GT_SPLIT_VAL];
+    c.vocab = o.vocab, c.dtype = o.dtype;
+    for (int i = 0; i < nfiles; i++)
+      c.bytes += src[i].size;
+    *counts = c;
   }
-  free(tmp);
+  gt_tokenizer_free(tok);
   free(buf);
   free(src);
   GT_CALL(status);
+  return GT_SUCCESS;
+}
+
+int gt_ingest_text(int nfiles, char *const files[], const char *out_path, double val_fraction,
+                   gt_ingest_counts *counts)
+{
+  const gt_ingest_opts o = {.val_fraction = val_fraction, .tokenizer = "bytes"};
+  GT_CALL(gt_ingest_text_opts(nfiles, files, out_path, &o, counts));
   return GT_SUCCESS;
 }

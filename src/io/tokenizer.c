@@ -125,13 +125,106 @@ void gt_tokenizer_model(const gt_tokenizer *tok, const void **model, size_t *siz
   *size = tok->model_size;
 }
 
+// ---- text ----------------------------------------------------------------------------
+
+size_t gt_utf8_prefix(const char *text, size_t len)
+{
+  const unsigned char *s = (const unsigned char *)text;
+  size_t i = 0;
+  while (i < len) {
+    const unsigned c = s[i];
+    if (c < 0x80) {
+      i++;
+      continue;
+    }
+    /* RFC 3629: the length and the range of the second byte */
+    size_t k;
+    unsigned lo = 0x80, hi = 0xbf;
+    if (c >= 0xc2 && c <= 0xdf)
+      k = 2;
+    else if (c >= 0xe0 && c <= 0xef)
+      k = 3, lo = c == 0xe0 ? 0xa0 : 0x80, hi = c == 0xed ? 0x9f : 0xbf;
+    else if (c >= 0xf0 && c <= 0xf4)
+      k = 4, lo = c == 0xf0 ? 0x90 : 0x80, hi = c == 0xf4 ? 0x8f : 0xbf;
+    else
+      return i;
+    if (len - i < k || s[i + 1] < lo || s[i + 1] > hi)
+      return i;
+    for (size_t j = 2; j < k; j++)
+      if ((s[i + j] & 0xc0) != 0x80)
+        return i;
+    i += k;
+  }
+  return len;
+}
+
+size_t gt_tokenizer_segment(const char *text, size_t len)
+{
+  const size_t max = len < GT_TOKENIZER_SEGMENT ? len : GT_TOKENIZER_SEGMENT;
+  const char *nl = memchr(text, '\n', max);
+  if (nl)
+    return (size_t)(nl - text) + 1;
+  if (len <= GT_TOKENIZER_SEGMENT)
+    return len;
+  for (size_t i = max; i > 1; i--) /* before the space at i - 1 (never the first byte) */
+    if (text[i - 1] == ' ')
+      return i - 1;
+  for (size_t i = max; i > 0; i--) /* at a character's first byte */
+    if (((unsigned char)text[i] & 0xc0) != 0x80)
+      return i;
+  return max;
+}
+
+#ifdef GT_HAVE_SENTENCEPIECE
+/* SentencePiece, one segment at a time, the ids appended to a growing array. */
+static int gt_tokenizer_encode_spm(gt_tokenizer *tok, const char *text, size_t len,
+                                   uint32_t **ids, size_t *n)
+{
+  const size_t valid = gt_utf8_prefix(text, len);
+  GT_CHECK(valid == len, GT_ERR_INPUT,
+           "the text is not UTF-8 at byte %zu (0x%02x); SentencePiece takes UTF-8 text", valid,
+           (unsigned char)text[valid]);
+  uint32_t *all = NULL;
+  size_t count = 0, cap = 0;
+  int status = GT_SUCCESS;
+  for (size_t at = 0; at < len && status == GT_SUCCESS;) {
+    const size_t seg = gt_tokenizer_segment(text + at, len - at);
+    uint32_t *part = NULL;
+    size_t m = 0;
+    status = gt_spm_encode(tok->spm, text + at, seg, &part, &m);
+    if (status == GT_SUCCESS && count + m > cap) {
+      size_t want = cap ? cap : 4096;
+      while (want < count + m)
+        want *= 2;
+      uint32_t *grown = realloc(all, want * sizeof *grown);
+      if (grown)
+        all = grown, cap = want;
+      else
+        status = GT_ERROR(GT_ERR_SYSTEM, "out of memory allocating %zu bytes",
+                          want * sizeof *grown);
+    }
+    if (status == GT_SUCCESS && m > 0)
+      memcpy(all + count, part, m * sizeof *part), count += m;
+    free(part);
+    at += seg;
+  }
+  if (status != GT_SUCCESS || count == 0) {
+    free(all);
+    GT_CALL(status);
+    return GT_SUCCESS;
+  }
+  *ids = all, *n = count;
+  return GT_SUCCESS;
+}
+#endif
+
 int gt_tokenizer_encode(gt_tokenizer *tok, const char *text, size_t len, uint32_t **ids,
                         size_t *n)
 {
   *ids = NULL, *n = 0;
 #ifdef GT_HAVE_SENTENCEPIECE
   if (tok->kind == GT_TOKENIZER_SENTENCEPIECE)
-    return gt_spm_encode(tok->spm, text, len, ids, n);
+    return gt_tokenizer_encode_spm(tok, text, len, ids, n);
 #endif
   if (len == 0)
     return GT_SUCCESS;
@@ -278,6 +371,58 @@ int gt_tokenizer_from_file(const char *path, gt_tokenizer **out)
   GT_CALL(gt_h5_close_all(status, 1, ids));
   return GT_SUCCESS;
 }
+
+// ---- training ----------------------------------------------------------------------------
+
+#define GT_TOKENIZER_TRAIN_MIN 260        /* 256 bytes, <unk>, <s>, </s>, and one more */
+#define GT_TOKENIZER_TRAIN_MAX (1 << 24)
+
+#ifdef GT_HAVE_SENTENCEPIECE
+typedef struct {
+  gt_tokenizer_lines_fn next;
+  void *ctx;
+} gt_tokenizer_lines;
+
+static int gt_tokenizer_next_line(void *ctx, const char **line, size_t *len, int *done)
+{
+  gt_tokenizer_lines *l = ctx;
+  bool end = false;
+  const int status = l->next(l->ctx, line, len, &end);
+  *done = end;
+  return status;
+}
+#endif
+
+int gt_tokenizer_train(const char *type, int vocab, long long max_lines,
+                       gt_tokenizer_lines_fn next, void *ctx, gt_tokenizer **out)
+{
+  *out = NULL;
+  GT_CHECK(strcmp(type, "bpe") == 0 || strcmp(type, "unigram") == 0, GT_ERR_INPUT,
+           "unknown SentencePiece model type '%s'; choose bpe or unigram", type);
+  GT_CHECK(vocab >= GT_TOKENIZER_TRAIN_MIN && vocab <= GT_TOKENIZER_TRAIN_MAX, GT_ERR_INPUT,
+           "a trained vocabulary of %d pieces is outside [%d, %d] (the 256 bytes and 3 "
+           "special pieces come first)",
+           vocab, GT_TOKENIZER_TRAIN_MIN, GT_TOKENIZER_TRAIN_MAX);
+  GT_CHECK(max_lines > 100, GT_ERR_INPUT, "train on more than 100 lines, not %lld", max_lines);
+#ifdef GT_HAVE_SENTENCEPIECE
+  gt_tokenizer_lines lines = {next, ctx};
+  void *model = NULL;
+  size_t size = 0;
+  GT_CALL(gt_spm_train(type, vocab, max_lines, GT_TOKENIZER_SEGMENT, gt_tokenizer_next_line,
+                       &lines, &model, &size));
+  const int status = gt_tokenizer_sentencepiece(model, size, out);
+  free(model);
+  GT_CALL(status);
+  return GT_SUCCESS;
+#else
+  (void)next, (void)ctx;
+  return GT_ERROR(GT_ERR_INPUT,
+          "this gridtrain was built without SentencePiece, which trains tokenizers; install "
+          "libsentencepiece-dev and run configure again");
+#endif
+}
+
+// ----------------------------------------------------------------------------------------
 
 void gt_tokenizer_free(gt_tokenizer *tok)
 {

@@ -116,49 +116,36 @@ for args in "--help" "text --help" "-h"; do
 done
 
 # ---- usage and input errors: exit 2, one line on stderr, nothing on stdout ---------------
-# expect_error DESCRIPTION MESSAGE ARGS...: MESSAGE is a fixed string.
-expect_error() {
-  desc=$1
-  msg=$2
-  shift 2
-  "$GT_BIN" ingest "$@" >"$T/out" 2>"$T/err"
-  rc=$?
-  [ "$rc" -eq 2 ] && [ ! -s "$T/out" ] && [ "$(wc -l <"$T/err")" -eq 1 ] &&
-    grep -qF -- "$msg" "$T/err" && [ ! -e "$T/x.h5" ] && [ ! -e "$T/x.h5.tmp" ]
-  st=$?
-  [ $st -eq 0 ] || diag "exit $rc; stdout: $(cat "$T/out"); stderr: $(cat "$T/err")"
-  ok $st "$desc"
-}
 : >"$T/empty.txt"
 hint="; see 'gridtrain ingest --help'"
-expect_error "missing input" \
+expect_ingest_error "missing input" \
   "cannot read input '$T/missing.txt': No such file or directory" \
   text "$T/missing.txt" -o "$T/x.h5"
-expect_error "empty input" "input '$T/empty.txt' is empty" \
+expect_ingest_error "empty input" "input '$T/empty.txt' is empty" \
   text "$TEXT" "$T/empty.txt" -o "$T/x.h5"
-expect_error "input that is a directory" "input '$T' is not a regular file" \
+expect_ingest_error "input that is a directory" "input '$T' is not a regular file" \
   text "$T" -o "$T/x.h5"
-expect_error "output in a missing directory" \
+expect_ingest_error "output in a missing directory" \
   "cannot create '$T/no/such/dir/x.h5': No such file or directory" \
   text "$TEXT" -o "$T/no/such/dir/x.h5"
-expect_error "output under /proc" "cannot create '/proc/x.h5'" text "$TEXT" -o /proc/x.h5
-expect_error "output that is a directory" "cannot create '$T'" text "$TEXT" -o "$T"
-expect_error "--val-fraction not a number" "--val-fraction 'abc' is not a number$hint" \
+expect_ingest_error "output under /proc" "cannot create '/proc/x.h5'" text "$TEXT" -o /proc/x.h5
+expect_ingest_error "output that is a directory" "cannot create '$T'" text "$TEXT" -o "$T"
+expect_ingest_error "--val-fraction not a number" "--val-fraction 'abc' is not a number$hint" \
   text "$TEXT" -o "$T/x.h5" --val-fraction abc
-expect_error "--val-fraction above 0.5" "--val-fraction 0.7 is outside [0, 0.5]$hint" \
+expect_ingest_error "--val-fraction above 0.5" "--val-fraction 0.7 is outside [0, 0.5]$hint" \
   text "$TEXT" -o "$T/x.h5" --val-fraction 0.7
-expect_error "--val-fraction below 0" "--val-fraction -0.1 is outside [0, 0.5]$hint" \
+expect_ingest_error "--val-fraction below 0" "--val-fraction -0.1 is outside [0, 0.5]$hint" \
   text "$TEXT" -o "$T/x.h5" --val-fraction -0.1
-expect_error "--val-fraction without a value" "--val-fraction needs a value$hint" \
+expect_ingest_error "--val-fraction without a value" "--val-fraction needs a value$hint" \
   text "$TEXT" -o "$T/x.h5" --val-fraction
-expect_error "no -o" "no output file; add -o OUT.h5$hint" text "$TEXT"
-expect_error "no inputs" "no input files; name at least one text file$hint" \
+expect_ingest_error "no -o" "no output file; add -o OUT.h5$hint" text "$TEXT"
+expect_ingest_error "no inputs" "no input files; name at least one text file$hint" \
   text -o "$T/x.h5"
-expect_error "unknown option" "unknown option '--bogus'$hint" \
+expect_ingest_error "unknown option" "unknown option '--bogus'$hint" \
   text "$TEXT" -o "$T/x.h5" --bogus
-expect_error "unknown kind" "unknown input kind 'csv'; the kind supported is 'text'$hint" \
+expect_ingest_error "unknown kind" "unknown input kind 'csv'; the kinds supported are 'text' and 'tokens'$hint" \
   csv "$TEXT" -o "$T/x.h5"
-expect_error "no kind" "ingest needs the kind of input"
+expect_ingest_error "no kind" "ingest needs the kind of input"
 
 # ---- Fletcher32 catches corruption -----------------------------------------------------------
 cp "$T/g.h5" "$T/corrupt.h5" && "$PYTHON_REF" "$T/corrupt.py" "$T/corrupt.h5"

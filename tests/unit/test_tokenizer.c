@@ -3,10 +3,20 @@
  * tokenizer (tokenizer.h): round trips, ids outside the vocabulary, and the
  * files gt_tokenizer_from_file accepts and refuses, each written here with
  * the HDF5 C API (not by the code under test), plus one made by
- * `gridtrain ingest` (tu_genesis_dataset).
+ * `gridtrain ingest` (tu_genesis_dataset). With SentencePiece: a BPE and a
+ * unigram model trained on Genesis give the text back (decode(encode(text))
+ * == text), the same lines train the same model, the model survives a
+ * dataset file, and junk, non-UTF-8 and impossible vocabularies are
+ * refused; the text segments and the UTF-8 check on hand-made strings.
+ * (tests/io/test_ingest_spm.sh decodes ingested files with Python's
+ * sentencepiece, independently of this code.)
  *
  * gt-test: ranks=1
  */
+#ifdef HAVE_CONFIG_H
+#include "build_config.h"
+#endif
+
 #include <hdf5.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,6 +74,266 @@ static void expect_refused(const char *path, const char *want, const char *what)
          what, msg);
   gt_error_clear();
 }
+
+
+// ---- text segments and UTF-8 (no SentencePiece needed)
+
+static void segment_cases(void)
+{
+  tap_ok(gt_tokenizer_segment("ab\ncd\n", 6) == 3 && gt_tokenizer_segment("cd\n", 3) == 3 &&
+             gt_tokenizer_segment("no newline", 10) == 10,
+         "segment: a line with its newline; the rest without one");
+  const size_t big = 3 * GT_TOKENIZER_SEGMENT;
+  char *s = malloc(big);
+  memset(s, 'a', big);
+  s[100] = ' ', s[1500] = ' ', s[GT_TOKENIZER_SEGMENT + 5] = ' ';
+  tap_ok(gt_tokenizer_segment(s, big) == 1500, "segment: a long line is cut before its last "
+         "space within %d bytes (%zu)", GT_TOKENIZER_SEGMENT, gt_tokenizer_segment(s, big));
+  memset(s, 'a', big);
+  /* a 3-byte character (e2 96 81) straddling the limit: cut before it */
+  memcpy(s + GT_TOKENIZER_SEGMENT - 1, "\xe2\x96\x81", 3);
+  tap_ok(gt_tokenizer_segment(s, big) == GT_TOKENIZER_SEGMENT - 1,
+         "segment: without a space, at a character's first byte (%zu)",
+         gt_tokenizer_segment(s, big));
+  s[0] = ' ';
+  memset(s + 1, 'a', big - 1);
+  tap_ok(gt_tokenizer_segment(s, big) == GT_TOKENIZER_SEGMENT,
+         "segment: a space at the start only does not make an empty segment");
+  free(s);
+
+  static const struct {
+    const char *s;
+    size_t len, want;
+  } u[] = {
+      {"plain ascii", 11, 11},
+      {"\xc3\xa9t\xc3\xa9", 6, 6},              /* été */
+      {"\xf0\x9f\x8e\x89!", 5, 5},              /* an emoji */
+      {"ab\xff", 3, 2},                         /* a byte never in UTF-8 */
+      {"ab\xc3", 3, 2},                         /* cut character */
+      {"\xc0\xaf", 2, 0},                       /* overlong '/' */
+      {"x\xed\xa0\x80", 4, 1},                  /* a surrogate */
+      {"\xf4\x90\x80\x80", 4, 0},               /* above U+10FFFF */
+      {"\xe2\x28\xa1", 3, 0},                   /* bad continuation */
+  };
+  bool all = true;
+  for (size_t i = 0; i < sizeof u / sizeof u[0]; i++) {
+    const size_t got = gt_utf8_prefix(u[i].s, u[i].len);
+    if (got != u[i].want) {
+      tap_diag("utf8_prefix case %zu: %zu, want %zu", i, got, u[i].want);
+      all = false;
+    }
+  }
+  tap_ok(all, "utf8_prefix: valid text whole; stops at bad, cut, overlong, surrogate bytes");
+}
+
+#ifdef GT_HAVE_SENTENCEPIECE
+// ---- SentencePiece
+
+/* The lines of a text for gt_tokenizer_train (segments without '\n'). */
+typedef struct {
+  const char *text;
+  size_t len, at;
+} lines_ctx;
+
+static int next_line(void *ctx, const char **line, size_t *len, bool *done)
+{
+  lines_ctx *c = ctx;
+  if (c->at >= c->len) {
+    *done = true;
+    return GT_SUCCESS;
+  }
+  const size_t seg = gt_tokenizer_segment(c->text + c->at, c->len - c->at);
+  *line = c->text + c->at;
+  *len = seg - (c->text[c->at + seg - 1] == '\n');
+  *done = false;
+  c->at += seg;
+  return GT_SUCCESS;
+}
+
+static int failing_line(void *ctx, const char **line, size_t *len, bool *done)
+{
+  (void)ctx, (void)line, (void)len, (void)done;
+  return GT_ERROR(GT_ERR_INPUT, "the reader failed on purpose");
+}
+
+static char *read_all(const char *path, size_t *len)
+{
+  FILE *f = fopen(path, "rb");
+  if (!f)
+    return NULL;
+  fseek(f, 0, SEEK_END);
+  const long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *buf = malloc((size_t)n + 1);
+  if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+    free(buf);
+    buf = NULL;
+  }
+  fclose(f);
+  *len = (size_t)n;
+  return buf;
+}
+
+/* encode then decode text; true when it comes back byte for byte. */
+static bool round_trip(gt_tokenizer *tok, const char *text, size_t len, size_t *ntok)
+{
+  uint32_t *ids = NULL;
+  char *back = NULL;
+  size_t n = 0, blen = 0;
+  bool same = gt_tokenizer_encode(tok, text, len, &ids, &n) == GT_SUCCESS &&
+              gt_tokenizer_decode(tok, ids, n, &back, &blen) == GT_SUCCESS && blen == len &&
+              memcmp(back, text, len) == 0;
+  for (size_t i = 0; same && i < n; i++)
+    same = ids[i] < (uint32_t)gt_tokenizer_vocab(tok);
+  *ntok = n;
+  free(ids);
+  free(back);
+  return same;
+}
+
+static void spm_cases(const char *dir)
+{
+  char path[1100];
+  snprintf(path, sizeof path, "%s/tests/data/genesis.txt", getenv("GT_SRCDIR"));
+  size_t len = 0;
+  char *text = read_all(path, &len);
+  if (!tap_ok(text != NULL, "read %s", path))
+    return;
+
+  gt_tokenizer *bpe = NULL, *again = NULL, *uni = NULL;
+  lines_ctx c = {text, len, 0};
+  int st = gt_tokenizer_train("bpe", 600, 100000, next_line, &c, &bpe);
+  if (!tap_ok(st == GT_SUCCESS, "train a 600-piece BPE on Genesis (%s)",
+              st ? gt_error_message() : "ok")) {
+    free(text);
+    return;
+  }
+  gt_error_clear();
+  tap_ok(gt_tokenizer_vocab(bpe) == 600 && gt_tokenizer_kind_of(bpe) == GT_TOKENIZER_SENTENCEPIECE &&
+             strcmp(gt_tokenizer_name(bpe), "sentencepiece") == 0,
+         "bpe: 600 pieces, named sentencepiece");
+  size_t n = 0;
+  bool back_ok = round_trip(bpe, text, len, &n);
+  tap_ok(back_ok && n > 0 && n < len / 2,
+         "bpe: decode(encode(Genesis)) is Genesis, %zu tokens for %zu bytes", n, len);
+  static const char odd[] = " lead space, tab\there,  two  spaces\n\n\r\n\xc3\xa9 \xe4\xb8\xad "
+                            "\xf0\x9f\x8e\x89 \x7f \x01 end ";
+  tap_ok(round_trip(bpe, odd, sizeof odd - 1, &n), "bpe: spaces, tabs, CR, characters never "
+         "seen in training (byte fallback) come back");
+  /* the one character that does not: U+2581, SentencePiece's own space mark */
+  uint32_t *mark = NULL;
+  char *spaced = NULL;
+  size_t nmark = 0, nspaced = 0;
+  tap_ok(gt_tokenizer_encode(bpe, "\xe2\x96\x81x", 4, &mark, &nmark) == GT_SUCCESS &&
+             gt_tokenizer_decode(bpe, mark, nmark, &spaced, &nspaced) == GT_SUCCESS &&
+             nspaced == 2 && memcmp(spaced, " x", 2) == 0,
+         "bpe: U+2581 in the text comes back as a space (documented)");
+  free(mark);
+  free(spaced);
+  char *long_line = malloc(5 * GT_TOKENIZER_SEGMENT);
+  for (size_t i = 0; i < 5 * GT_TOKENIZER_SEGMENT; i++)
+    long_line[i] = "abc def ghij\xc3\xa9 "[i % 15];
+  long_line[5 * GT_TOKENIZER_SEGMENT - 1] = 'x'; /* don't end inside é */
+  tap_ok(round_trip(bpe, long_line, 5 * GT_TOKENIZER_SEGMENT - 1, &n),
+         "bpe: a line of %d bytes (cut into segments) comes back", 5 * GT_TOKENIZER_SEGMENT - 1);
+  free(long_line);
+
+  /* the same lines, the same model */
+  c.at = 0;
+  st = gt_tokenizer_train("bpe", 600, 100000, next_line, &c, &again);
+  const void *m1 = NULL, *m2 = NULL;
+  size_t s1 = 0, s2 = 0;
+  gt_tokenizer_model(bpe, &m1, &s1);
+  if (st == GT_SUCCESS)
+    gt_tokenizer_model(again, &m2, &s2);
+  tap_ok(st == GT_SUCCESS && s1 > 0 && s1 == s2 && memcmp(m1, m2, s1) == 0,
+         "bpe: training again on the same lines gives the same %zu model bytes", s1);
+  gt_tokenizer_free(again);
+  again = NULL;
+  st = gt_tokenizer_sentencepiece(m1, s1, &again);
+  uint32_t *a = NULL, *b = NULL;
+  size_t na = 0, nb = 0;
+  bool same = st == GT_SUCCESS && gt_tokenizer_encode(bpe, text, 5000, &a, &na) == GT_SUCCESS &&
+              gt_tokenizer_encode(again, text, 5000, &b, &nb) == GT_SUCCESS && na == nb &&
+              memcmp(a, b, na * sizeof *a) == 0;
+  tap_ok(same, "bpe: the model loaded from its bytes encodes as the trained one");
+  free(a);
+  free(b);
+  gt_tokenizer_free(again);
+
+  /* the model in a dataset file and back */
+  snprintf(path, sizeof path, "%s/spm-model.h5", dir);
+  hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  st = f >= 0 ? gt_tokenizer_h5_write(f, bpe) : GT_ERR_SYSTEM;
+  if (f >= 0)
+    H5Fclose(f);
+  again = NULL;
+  if (st == GT_SUCCESS)
+    st = gt_tokenizer_from_file(path, &again);
+  if (st == GT_SUCCESS)
+    gt_tokenizer_model(again, &m2, &s2);
+  tap_ok(st == GT_SUCCESS && s2 == s1 && memcmp(m1, m2, s1) == 0 &&
+             gt_tokenizer_vocab(again) == 600,
+         "the model written with gt_tokenizer_h5_write reads back the same (%s)",
+         st ? gt_error_message() : "ok");
+  gt_error_clear();
+  gt_tokenizer_free(again);
+
+  /* errors */
+  uint32_t *ids = NULL;
+  st = gt_tokenizer_encode(bpe, "ab\xff" "cd", 5, &ids, &n);
+  tap_ok(st == GT_ERR_INPUT && ids == NULL && strstr(gt_error_message(), "not UTF-8 at byte 2"),
+         "bpe: text that is not UTF-8 is refused at its byte (%s)", gt_error_message());
+  gt_error_clear();
+  const uint32_t beyond[2] = {5, 600};
+  char *back = NULL;
+  st = gt_tokenizer_decode(bpe, beyond, 2, &back, &n);
+  tap_ok(st == GT_ERR_INPUT && strstr(gt_error_message(), "token 600"),
+         "bpe: id 600 is outside the vocabulary (%s)", gt_error_message());
+  gt_error_clear();
+  gt_tokenizer_free(bpe);
+
+  c.at = 0;
+  st = gt_tokenizer_train("unigram", 600, 100000, next_line, &c, &uni);
+  back_ok = st == GT_SUCCESS && round_trip(uni, text, len, &n);
+  tap_ok(back_ok && gt_tokenizer_vocab(uni) == 600,
+         "unigram 600: trains and gives Genesis back (%zu tokens; %s)", n,
+         st ? gt_error_message() : "ok");
+  gt_error_clear();
+  gt_tokenizer_free(uni);
+
+  static const char junk[] = "this is not a SentencePiece model, only some words";
+  again = (gt_tokenizer *)1;
+  st = gt_tokenizer_sentencepiece(junk, sizeof junk, &again);
+  tap_ok(st == GT_ERR_INPUT && again == NULL && strstr(gt_error_message(), "not a SentencePiece model"),
+         "junk bytes are not a model (%s)", gt_error_message());
+  gt_error_clear();
+  c.at = 0;
+  again = NULL;
+  st = gt_tokenizer_train("bpe", 200000, 100000, next_line, &c, &again);
+  tap_ok(st == GT_ERR_INPUT && again == NULL && strstr(gt_error_message(), "SentencePiece cannot train"),
+         "200000 pieces from Genesis: SentencePiece's reason (%s)", gt_error_message());
+  gt_error_clear();
+  st = gt_tokenizer_train("bpe", 100, 100000, next_line, &c, &again);
+  tap_ok(st == GT_ERR_INPUT && strstr(gt_error_message(), "outside [260"),
+         "100 pieces: below the bytes and special pieces (%s)", gt_error_message());
+  gt_error_clear();
+  st = gt_tokenizer_train("wordpiece", 600, 100000, next_line, &c, &again);
+  tap_ok(st == GT_ERR_INPUT && strstr(gt_error_message(), "'wordpiece'"),
+         "an unknown model type (%s)", gt_error_message());
+  gt_error_clear();
+  c.at = c.len;
+  st = gt_tokenizer_train("bpe", 600, 100000, next_line, &c, &again);
+  tap_ok(st == GT_ERR_INPUT && again == NULL && strstr(gt_error_message(), "no text"),
+         "no lines: refused (%s)", gt_error_message());
+  gt_error_clear();
+  st = gt_tokenizer_train("bpe", 600, 100000, failing_line, NULL, &again);
+  tap_ok(st == GT_ERR_INPUT && strstr(gt_error_message(), "failed on purpose"),
+         "the reader's error comes back as it was (%s)", gt_error_message());
+  gt_error_clear();
+  free(text);
+}
+#endif
 
 int main(int argc, char **argv)
 {
@@ -168,6 +438,17 @@ int main(int argc, char **argv)
   tap_ok(st == GT_ERR_INPUT && tok == NULL && strstr(gt_error_message(), "empty"),
          "an empty .model file is refused (%s)", gt_error_message());
   gt_error_clear();
+
+  segment_cases();
+#ifdef GT_HAVE_SENTENCEPIECE
+  spm_cases(dir);
+#else
+  tok = (gt_tokenizer *)1;
+  st = gt_tokenizer_train("bpe", 600, 1000, NULL, NULL, &tok);
+  tap_ok(st == GT_ERR_INPUT && tok == NULL && strstr(gt_error_message(), "without SentencePiece"),
+         "training in a build without SentencePiece is refused (%s)", gt_error_message());
+  gt_error_clear();
+#endif
   const int rc = tap_done();
   MPI_Finalize();
   return rc;
