@@ -25,5 +25,6 @@ int gt_cmd_ingest(int argc, char **argv, MPI_Comm world);
 int gt_cmd_ckpt(int argc, char **argv, MPI_Comm world);
 int gt_cmd_plan(int argc, char **argv, MPI_Comm world);
 int gt_cmd_flight(int argc, char **argv, MPI_Comm world);
+int gt_cmd_sample(int argc, char **argv, MPI_Comm world);
 
 #endif /* GT_CLI_H */

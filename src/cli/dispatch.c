@@ -25,6 +25,7 @@ static void gt_usage(void)
          "  train DECK [section.key=value ...]   train the model of an input deck\n"
          "  ingest text IN... -o OUT.h5          make an HDF5 token dataset from text\n"
          "  ckpt info|verify|convert FILE ...    inspect, check or export a checkpoint\n"
+         "  sample CKPT [--prompt TEXT] ...      generate text with a checkpoint's model\n"
          "  plan --memory DECK [--ranks N] ...   the memory account of a layout, no training\n"
          "  plan DECK --cluster FILE --nodes N   rank layouts by predicted step time and memory\n"
          "  flight RUNDIR/flight-rank*.txt       merge the hang watchdog's records (a timeline)\n"
@@ -69,9 +70,11 @@ int gt_cli_dispatch(int argc, char **argv, MPI_Comm world)
     return gt_cmd_plan(argc - 1, argv + 1, world);
   if (strcmp(cmd, "flight") == 0)
     return gt_cmd_flight(argc - 1, argv + 1, world);
+  if (strcmp(cmd, "sample") == 0)
+    return gt_cmd_sample(argc - 1, argv + 1, world);
   gt_error_set(GT_ERR_INPUT, __FILE__, __LINE__, __func__,
-               "unknown command '%s'; commands: train, ingest, ckpt, plan, flight (see 'gridtrain "
-               "--help')", cmd);
+               "unknown command '%s'; commands: train, ingest, ckpt, sample, plan, flight (see "
+               "'gridtrain --help')", cmd);
   gt_error_set_collective(true);
   return GT_ERR_INPUT;
 }
