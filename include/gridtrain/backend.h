@@ -159,6 +159,13 @@ typedef struct gt_backend_ops {
   int (*attention_backward)(gt_backend *be, gt_dtype dt, void *dqkv, const void *dout,
                             const void *qkv, const void *out, const float *lse, int64_t B,
                             int64_t T, int64_t H, int64_t hs);
+  /* One step of incremental decoding over a key/value cache: qkv (T,3,H,hs)
+   * holds the q, k, v rows of positions 0..T-1 of one sequence (T >= 1);
+   * out (H*hs) "=", dt: the attention output of the last position, T-1,
+   * over keys and values 0..T-1 (only its q is read) - what
+   * attention_forward with B = 1 gives for row T-1. No lse. */
+  int (*attention_decode)(gt_backend *be, gt_dtype dt, void *out, const void *qkv, int64_t T,
+                          int64_t H, int64_t hs);
 
   /* ---- embeddings and loss (vocabulary-parallel) ----
    * A rank may hold only the rows [v0, v0 + nv) of the token embedding

@@ -33,6 +33,7 @@ typedef struct gt_config {
     long eval_every;             /* validation loss every N steps, 0 = off */
     long eval_batches;           /* global batches per validation */
     double hang_timeout;         /* watchdog: seconds without progress, 0 = off */
+    long sample_every;           /* a greedy text sample every N steps, 0 = off */
   } run;
   struct {
     long dp, pp, tp; /* 0 means auto */

@@ -204,6 +204,40 @@ int gt_gpt_forward(gt_gpt *m, int slot, const int32_t *tokens, const int32_t *ta
  * NULL. Collective on the tensor-parallel group. */
 int gt_gpt_backward(gt_gpt *m, int slot, const gt_grad_hook *hook);
 
+/* ---- incremental decoding: a key/value cache ----------------------------
+ * Generation runs the model one position at a time: each call takes the
+ * token at the next position, runs every block on that one row, each
+ * attending over the q, k, v rows of the earlier positions that the cache
+ * keeps per block (attention_decode of backend.h), and returns the logits
+ * of the token after it. The kernels are the forward's, on one row. A cache
+ * needs a part that holds the whole model (one pipeline stage: first and
+ * last, one chunk), split over its tensor-parallel group or not; sequence
+ * parallelism does not apply to one row; under ZeRO 3 the weight hook
+ * gathers each unit as in a forward. The cache does not touch the
+ * activation slots. */
+typedef struct gt_gpt_cache gt_gpt_cache;
+
+/* A cache for up to len positions (1 <= len <= max_seq) of one sequence:
+ * per block the (len, 3 dim / tp) q, k, v rows in the compute type, and one
+ * row of scratch. GT_ERR_INPUT when the part is not the whole model. Not
+ * collective. */
+int gt_gpt_cache_create(gt_gpt *m, int len, gt_gpt_cache **cache);
+int gt_gpt_cache_destroy(gt_gpt_cache **cache);
+
+/* The positions the cache holds (the next token's position), the most it
+ * can, and forgetting them all. */
+int gt_gpt_cache_length(const gt_gpt_cache *c);
+int gt_gpt_cache_capacity(const gt_gpt_cache *c);
+void gt_gpt_cache_reset(gt_gpt_cache *c);
+
+/* Run token (in [0, vocab)) at position gt_gpt_cache_length(c) and append
+ * it; logits (vocab floats, host) "=" the logits of the token after it over
+ * the whole vocabulary (the tp pieces gathered: the same bits on every rank
+ * of the group). GT_ERR_INPUT when the cache is full or the token out of
+ * range. Waits for the device. Collective on the tensor-parallel group
+ * (and on dp through the weight hook under ZeRO 3). */
+int gt_gpt_decode(gt_gpt *m, gt_gpt_cache *c, int32_t token, float *logits);
+
 /* Device buffers (gt_gpt_stream_rows(m, B, T), dim) of a slot in the
  * compute type: stage input, stage output, and the gradient travelling
  * backward. */

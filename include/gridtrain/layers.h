@@ -106,6 +106,17 @@ int gt_block_forward(gt_backend *be, const gt_block_weights *w, const gt_block_a
  * a->qkv (what gt_block_forward computes there; recomputation reruns it). */
 int gt_block_attention_forward(gt_backend *be, const gt_block_acts *a, gt_layer_dims d);
 
+/* One position of incremental decoding (a key/value cache): token t of one
+ * sequence through the block, x and out (1,C). a->qkv (t+1, 3Cl) holds the
+ * q, k, v rows of positions 0..t-1 from earlier calls; this call writes row
+ * t and attends over rows 0..t (attention_decode). The other tensors of a
+ * are scratch for one row (a->lse is not used). d: B = T = 1, no sequence
+ * parallelism (d.sp is ignored). The same kernels as gt_block_forward on one
+ * row, so its output is what gt_block_forward gives for row t up to the
+ * attention core's summation order. Collective on d.tp. */
+int gt_block_decode(gt_backend *be, const gt_block_weights *w, const gt_block_acts *a,
+                    int64_t t, const void *x, void *out, gt_layer_dims d);
+
 /* dres: on entry d(loss)/d(out), on return d(loss)/d(x) (in place).
  * Gradients of the weights accumulate ("+=") into g. */
 int gt_block_backward(gt_backend *be, const gt_block_weights *w, const gt_block_grads *g,
@@ -156,6 +167,13 @@ typedef struct gt_head_acts {
 int gt_lm_head_forward(gt_backend *be, const void *wte, const void *lnf_w, const void *lnf_b,
                        const gt_head_acts *a, const void *x, const int32_t *targets,
                        float *stats_all, gt_head_dims d, float dlogit_scale);
+
+/* The first half of gt_lm_head_forward alone: a->lnf (and its statistics)
+ * "=" ln_f(x), a->logits (N, Vl) "=" this rank's vocabulary rows' logits
+ * (padding rows give 0); no loss (decoding). Collective on d.tp with
+ * sequence parallelism, else not. */
+int gt_lm_head_logits(gt_backend *be, const void *wte, const void *lnf_w, const void *lnf_b,
+                      const gt_head_acts *a, const void *x, gt_head_dims d);
 
 /* dx (N,C) "=" d(loss)/d(x); dwte, dlnf_w, dlnf_b "+=". dlnf (N,C) scratch. */
 int gt_lm_head_backward(gt_backend *be, const void *wte, float *dwte, const void *lnf_w,

@@ -27,5 +27,7 @@ int gt_cmd_plan(int argc, char **argv, MPI_Comm world);
 int gt_cmd_flight(int argc, char **argv, MPI_Comm world);
 /* `plot`: rank 0 runs the plot script (cmd_plot.c); the others wait for it. */
 int gt_cmd_plot(int argc, char **argv, MPI_Comm world);
+/* `sample`: generate text from a checkpoint (cmd_sample.c). Collective on the world. */
+int gt_cmd_sample(int argc, char **argv, MPI_Comm world);
 
 #endif /* GT_CLI_H */

@@ -58,6 +58,10 @@ static const gt_key gt_keys[] = {
   {"run", "hang_timeout", GT_KEY_REAL, GT_OFF(run.hang_timeout), 0, 1e6, NULL, "600",
    "seconds without progress in communication before the watchdog names the hanging rank "
    "and ends the job (exit 4); 0 turns it off", false, false},
+  {"run", "sample_every", GT_KEY_INT, GT_OFF(run.sample_every), 0, 1e12, NULL, "0",
+   "print a text sample every N steps: 64 tokens (fewer past seq_len) greedily decoded "
+   "after a newline with the tokenizer of [data] train; needs pp = 1 (docs/generation.md); "
+   "0 turns it off", false, false},
 
   {"grid", "dp", GT_KEY_INT_AUTO, GT_OFF(grid.dp), 1, 1e6, NULL, "auto",
    "data-parallel size; auto takes what the world size leaves", false, false},

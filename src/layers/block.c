@@ -56,6 +56,32 @@ static int gt_linear_own_rows(gt_backend *be, gt_dtype dt, void *out, const void
   return GT_SUCCESS;
 }
 
+/* The block's forward from the attention core's output a->atty on (no
+ * sequence parallelism): the attention projection with the residual x into
+ * a->res2, summed over tp; the MLP with the residual a->res2 into out,
+ * summed over tp. */
+static int gt_block_after_attention(gt_backend *be, const gt_block_weights *w,
+                                    const gt_block_acts *a, const void *x, void *out,
+                                    gt_block_sizes z, gt_layer_dims d)
+{
+  const gt_backend_ops *op = be->ops;
+  const size_t nc = (size_t)(z.N * z.C);
+  const gt_dtype dt = d.dt;
+  GT_CALL(op->linear_forward(be, dt, a->res2, a->atty, w->proj_w, z.lead ? w->proj_b : NULL,
+                             z.lead ? x : NULL, z.N, z.Cl, z.C));
+  GT_CALL(gt_tp_sum(&d, a->res2, nc));
+  GT_CALL(op->layernorm_forward(be, dt, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w->ln2_w,
+                                w->ln2_b, z.N, z.C));
+  GT_CALL(gt_progress_poll(d.progress));
+  GT_CALL(op->linear_forward(be, dt, a->fc, a->ln2, w->fc_w, w->fc_b, NULL, z.N, z.C, z.F));
+  GT_CALL(gt_progress_poll(d.progress));
+  GT_CALL(op->gelu_forward(be, dt, a->gelu, a->fc, (size_t)(z.N * z.F)));
+  GT_CALL(op->linear_forward(be, dt, out, a->gelu, w->fcproj_w, z.lead ? w->fcproj_b : NULL,
+                             z.lead ? a->res2 : NULL, z.N, z.F, z.C));
+  GT_CALL(gt_tp_sum(&d, out, nc));
+  return GT_SUCCESS;
+}
+
 int gt_block_attention_forward(gt_backend *be, const gt_block_acts *a, gt_layer_dims d)
 {
   const gt_block_sizes z = gt_block_sizes_of(d);
@@ -107,7 +133,6 @@ int gt_block_forward(gt_backend *be, const gt_block_weights *w, const gt_block_a
     return gt_block_forward_sp(be, w, a, x, out, d, r0, ns);
   const gt_backend_ops *op = be->ops;
   const gt_block_sizes z = gt_block_sizes_of(d);
-  const size_t nc = (size_t)(z.N * z.C);
   const gt_dtype dt = d.dt;
   GT_CALL(op->layernorm_forward(be, dt, a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1_w,
                                 w->ln1_b, z.N, z.C));
@@ -116,18 +141,25 @@ int gt_block_forward(gt_backend *be, const gt_block_weights *w, const gt_block_a
   GT_CALL(gt_progress_poll(d.progress)); /* ZeRO 3: the next block's gather */
   GT_CALL(gt_block_attention_forward(be, a, d));
   GT_CALL(gt_progress_poll(d.progress));
-  GT_CALL(op->linear_forward(be, dt, a->res2, a->atty, w->proj_w, z.lead ? w->proj_b : NULL,
-                             z.lead ? x : NULL, z.N, z.Cl, z.C));
-  GT_CALL(gt_tp_sum(&d, a->res2, nc));
-  GT_CALL(op->layernorm_forward(be, dt, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w->ln2_w,
-                                w->ln2_b, z.N, z.C));
+  GT_CALL(gt_block_after_attention(be, w, a, x, out, z, d));
+  return GT_SUCCESS;
+}
+
+int gt_block_decode(gt_backend *be, const gt_block_weights *w, const gt_block_acts *a,
+                    int64_t t, const void *x, void *out, gt_layer_dims d)
+{
+  GT_ASSERT(d.B == 1 && d.T == 1 && t >= 0);
+  d.sp = NULL;
+  const gt_backend_ops *op = be->ops;
+  const gt_block_sizes z = gt_block_sizes_of(d);
+  const gt_dtype dt = d.dt;
+  void *row = (char *)a->qkv + (size_t)(t * 3 * z.Cl) * gt_dtype_size(dt);
+  GT_CALL(op->layernorm_forward(be, dt, a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1_w,
+                                w->ln1_b, 1, z.C));
+  GT_CALL(op->linear_forward(be, dt, row, a->ln1, w->qkv_w, w->qkv_b, NULL, 1, z.C, 3 * z.Cl));
   GT_CALL(gt_progress_poll(d.progress));
-  GT_CALL(op->linear_forward(be, dt, a->fc, a->ln2, w->fc_w, w->fc_b, NULL, z.N, z.C, z.F));
-  GT_CALL(gt_progress_poll(d.progress));
-  GT_CALL(op->gelu_forward(be, dt, a->gelu, a->fc, (size_t)(z.N * z.F)));
-  GT_CALL(op->linear_forward(be, dt, out, a->gelu, w->fcproj_w, z.lead ? w->fcproj_b : NULL,
-                             z.lead ? a->res2 : NULL, z.N, z.F, z.C));
-  GT_CALL(gt_tp_sum(&d, out, nc));
+  GT_CALL(op->attention_decode(be, dt, a->atty, a->qkv, t + 1, d.H, z.hs));
+  GT_CALL(gt_block_after_attention(be, w, a, x, out, z, d));
   return GT_SUCCESS;
 }
 

@@ -6,12 +6,10 @@
 #include "gridtrain/layers.h"
 #include "seq_par.h"
 
-int gt_lm_head_forward(gt_backend *be, const void *wte, const void *lnf_w, const void *lnf_b,
-                       const gt_head_acts *a, const void *x, const int32_t *targets,
-                       float *stats_all, gt_head_dims d, float dlogit_scale)
+int gt_lm_head_logits(gt_backend *be, const void *wte, const void *lnf_w, const void *lnf_b,
+                      const gt_head_acts *a, const void *x, gt_head_dims d)
 {
   const gt_backend_ops *op = be->ops;
-  const int P = d.tp ? d.tp->size : 1;
   int64_t r0, ns;
   const bool sp = gt_sp_on(d.tp, d.sp, d.N, &r0, &ns);
   GT_CALL(op->layernorm_forward(be, d.dt, a->lnf, a->lnf_mean, a->lnf_rstd, x, lnf_w, lnf_b,
@@ -22,6 +20,16 @@ int gt_lm_head_forward(gt_backend *be, const void *wte, const void *lnf_w, const
     lnf = d.sp->full;
   }
   GT_CALL(op->linear_forward(be, d.dt, a->logits, lnf, wte, NULL, NULL, d.N, d.C, d.Vl));
+  return GT_SUCCESS;
+}
+
+int gt_lm_head_forward(gt_backend *be, const void *wte, const void *lnf_w, const void *lnf_b,
+                       const gt_head_acts *a, const void *x, const int32_t *targets,
+                       float *stats_all, gt_head_dims d, float dlogit_scale)
+{
+  const gt_backend_ops *op = be->ops;
+  const int P = d.tp ? d.tp->size : 1;
+  GT_CALL(gt_lm_head_logits(be, wte, lnf_w, lnf_b, a, x, d));
   GT_CALL(op->xent_partial(be, d.dt, a->stats, a->logits, targets, d.N, d.nv, d.Vl, d.v0));
   const float *stats = a->stats;
   if (P > 1) { /* the statistics are fp32 whatever the compute type */

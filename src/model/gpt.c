@@ -2,7 +2,7 @@
  * gpt.c - the GPT model (or the part of it one rank holds): parameter
  * registry, activation slots, and the forward / backward passes.
  */
-#include "gridtrain/gpt.h"
+#include "gpt_impl.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -10,76 +10,7 @@
 #include <string.h>
 
 #include "gridtrain/error.h"
-#include "gridtrain/layers.h"
 #include "gridtrain/timer.h"
-
-/* The weight units one pass asks for, in order (ZeRO 3, gpt.h): parameter
- * ranges [first[k], first[k] + count[k]), k < n (at most layers + 3). */
-typedef struct gt_gpt_pass {
-  int n;
-  int *first, *count;
-} gt_gpt_pass;
-
-/* One micro-batch in flight through one model chunk: what forward keeps for
- * backward. */
-typedef struct gt_gpt_slot {
-  int chunk, l0, nb;   /* the chunk, its first local block and its block count */
-  bool head_here;      /* the chunk ends in the head (last chunk of a last stage) */
-  void **resid;        /* nb+1 views (N,C): resid[0] chunk input, resid[nb] output */
-  gt_block_acts *acts; /* nb */
-  gt_head_acts head;   /* head_here */
-  void *dgrad;         /* (N,C) gradient travelling backward */
-  int32_t *tokens, *targets;           /* device (N) */
-  int32_t *host_tokens, *host_targets; /* pinned (N): what the uploads read */
-  gt_device_event *uploaded;                  /* the uploads from them have run */
-  bool upload_pending;
-  int B, T;
-  bool grad_ready;
-} gt_gpt_slot;
-
-struct gt_gpt {
-  gt_backend *be;
-  gt_gpt_shape shape;
-  gt_gpt_part part;
-  gt_dtype dt;    /* compute type */
-  int batch, seq; /* largest micro-batch */
-  int nl;         /* blocks on this rank */
-  int nc;         /* model chunks (gpt.h): chunk c is local blocks [c_l0[c], c_l0[c+1])
-                     and slots [c_s0[c], c_s0[c+1]) */
-  int c_l0[GT_GPT_MAX_CHUNKS + 1], c_s0[GT_GPT_MAX_CHUNKS + 1];
-  int H;          /* heads on this rank */
-  int Vl, v0, nv; /* vocabulary rows here (with padding), first, real */
-  gt_params *params;
-
-  /* views into params (compute copy and gradients) */
-  const void *wte, *wpe, *lnf_w, *lnf_b;
-  float *dwte, *dwpe, *dlnf_w, *dlnf_b;
-  gt_block_weights *w; /* per local block */
-  gt_block_grads *g;
-  int p_wte, p_emb_count;  /* parameter indices: embedding (wte[, wpe]) */
-  int *p_block;            /* first of 12 per local block */
-  int p_head, p_head_count; /* ln_f (+ the wte copy on a last stage) */
-  float ***gptr;            /* per parameter: the gradient pointer to rebind */
-  const void ***wptr;       /* per parameter: the weight pointer to rebind */
-
-  /* ZeRO 3 (gpt.h): the weight units in the order each pass asks for them */
-  gt_weight_hook whook;
-  bool has_whook;
-  gt_gpt_pass fwd[GT_GPT_MAX_CHUNKS], bwd[GT_GPT_MAX_CHUNKS]; /* per chunk */
-
-  /* activations: one device buffer, `nslots` slots and shared scratch */
-  void *act_buffer;
-  size_t act_bytes, slot_bytes; /* slot_bytes: the mean over slots */
-  int nslots;
-  gt_gpt_slot *slots;
-  gt_block_scratch scratch;
-  gt_block_acts re; /* recompute: the shared acts (BLOCK) or atty/lse (ATTENTION) */
-  void *re_out;     /* recompute BLOCK: the rerun block's output (N,C), unused */
-  void *dlnf;       /* (N,C) */
-  float *stats_all; /* (tp, N, 3) */
-  gt_seq_par sp;    /* sequence parallelism's shared buffers */
-  bool sp_on;       /* part.seq_par with tp > 1 */
-};
 
 // ---- the logical parameters ----------------------------------------------------------
 
@@ -367,9 +298,7 @@ void gt_gpt_set_weight_hook(gt_gpt *m, const gt_weight_hook *hook)
     m->whook = *hook;
 }
 
-/* Sharded compute weights: unit k of the pass gathered and its views bound
- * (the next unit named for prefetch); a no-op otherwise. */
-static int gt_gpt_take(gt_gpt *m, const gt_gpt_pass *ps, int k)
+int gt_gpt_take(gt_gpt *m, const gt_gpt_pass *ps, int k)
 {
   const gt_params *p = m->params;
   if (!p->compute_sharded)
@@ -387,8 +316,7 @@ static int gt_gpt_take(gt_gpt *m, const gt_gpt_pass *ps, int k)
   return GT_SUCCESS;
 }
 
-/* The release of unit k of the pass; its views no longer point anywhere. */
-static int gt_gpt_drop(gt_gpt *m, const gt_gpt_pass *ps, int k)
+int gt_gpt_drop(gt_gpt *m, const gt_gpt_pass *ps, int k)
 {
   if (!m->params->compute_sharded)
     return GT_SUCCESS;
@@ -419,19 +347,6 @@ void gt_gpt_gather_sizes(const gt_gpt *m, size_t sizes[GT_GPT_GATHER_BUFS])
 }
 
 // ---- activations ---------------------------------------------------------------------
-
-/* Lay out (base == NULL: measure) the activation buffer. */
-typedef struct {
-  char *base;
-  size_t off;
-} gt_carver;
-
-static void *gt_carve(gt_carver *c, size_t bytes)
-{
-  void *p = c->base ? c->base + c->off : NULL;
-  c->off += (bytes + 63) & ~(size_t)63;
-  return p;
-}
 
 /* Which of a block's activations to lay out: the attention core's output
  * and statistics (what ATTENTION recomputes), the rest, or both. */

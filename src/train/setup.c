@@ -664,6 +664,7 @@ int gt_trainer_create(const gt_config *cfg, MPI_Comm world, bool quiet, gt_train
                                 cfg->run.eval_every)
                      : GT_SUCCESS);
 
+  GT_CALL(gt_trainer_sample_setup(tr, quiet)); /* reads the tokenizer: before the data opens */
   GT_CALL(gt_dataset_open(cfg->data.train, "/train/tokens", comm, &tr->train));
   GT_AGREE(comm, gt_check_data(tr, tr->train, tr->B));
   if (cfg->data.val[0]) {
@@ -800,6 +801,7 @@ int gt_trainer_destroy(gt_trainer **trainer)
   gt_gshard_destroy(&tr->gshard);
   gt_pgather_destroy(&tr->pgather);
   gt_adamw_destroy(&tr->opt);
+  gt_trainer_sample_free(tr);
   gt_gpt_destroy(&tr->model);
   if (tr->clock) {
     gt_events_set_clock(NULL);

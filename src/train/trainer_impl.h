@@ -6,6 +6,7 @@
  *   trainer.c        one step, evaluation, the run loop and the reports
  *   sharding.c       ZeRO: the compute all-gather and the whole model state
  *   nonfinite.c      a step with non-finite numbers: which rank, which parameter
+ *   sampling.c       [run] sample_every: text samples during training
  * The pipeline executor is src/parallel/pipeline.c.
  */
 #ifndef GT_TRAINER_IMPL_H
@@ -24,6 +25,7 @@
 #include "gridtrain/optim.h"
 #include "gridtrain/param_gather.h"
 #include "gridtrain/pipeline.h"
+#include "gridtrain/sample.h"
 #include "gridtrain/scaler.h"
 #include "gridtrain/schedule.h"
 #include "gridtrain/timer.h"
@@ -93,6 +95,14 @@ struct gt_trainer {
   double *host_scalars;   /* pinned */
   gt_device_event *scalars_ready;
 
+  struct { /* [run] sample_every (sampling.c); prompt NULL: no samples */
+    gt_tokenizer *tok;      /* rank 0 */
+    int32_t *prompt, *out;  /* np tokens; room for a sample */
+    int np, vocab;          /* the prompt's length; the tokenizer's vocabulary */
+    gt_gpt_cache *cache;    /* made at the first sample */
+    int event;
+  } sample;
+
   struct {
     int data, forward, backward, recompute, zero, tp_comm, pp_comm, bubble, dp_exposed, tied, reduce,
         norm, optimizer, zero_gather, param_gather, eval, checkpoint;
@@ -120,6 +130,18 @@ void gt_run_dir(const gt_config *cfg, char *dir, size_t size);
  * came from and set the error (GT_ERR_NUMERIC, collective). Collective on
  * world. */
 int gt_trainer_nonfinite(gt_trainer *tr, long step, double loss, double norm);
+
+/* sampling.c: [run] sample_every. Set-up: the prompt (rank 0 reads the
+ * tokenizer of [data] train) where the layout allows samples (pp = 1), or
+ * rank 0's note that it does not. Collective on world. */
+int gt_trainer_sample_setup(gt_trainer *tr, bool quiet);
+
+/* sampling.c: at a step boundary: when the step is a multiple of
+ * sample_every, every rank decodes a greedy sample and rank 0 prints it.
+ * Collective on world. */
+int gt_trainer_sample(gt_trainer *tr);
+
+void gt_trainer_sample_free(gt_trainer *tr);
 
 /* GT_FAULT=nan_grad (fault.h): a NaN in this rank's gradients at step.
  * Call it after the gradients are zeroed (backward accumulates onto it). */

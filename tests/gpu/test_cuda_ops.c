@@ -777,6 +777,41 @@ static void attn_run(gt_backend *be, const char *variant, attn_case *cs, int nca
   }
 }
 
+/* Decoding (attention_decode) of the prefixes 1, T/2 and T of every
+ * one-sequence case: row t of cpu-ref's forward out, by the bound of out,
+ * and the same bits twice. */
+static void attn_decode_run(gt_backend *be, attn_case *cs, int ncases)
+{
+  for (int k = 0; k < ncases; k++) {
+    attn_case *c = &cs[k];
+    if (!c->ok || c->s.B != 1)
+      continue;
+    const shape s = c->s;
+    const gt_dtype dt = c->dt;
+    const size_t e = es(dt), C = (size_t)(s.H * s.hs), bq = tu_attn_n_qkv(s) * e;
+    void *q = dev_alloc(be, bq), *o = dev_alloc(be, C * e);
+    dev_put(be, q, c->qkv, bq);
+    const int64_t lens[3] = {1, s.T / 2 > 0 ? s.T / 2 : 1, s.T};
+    for (int i = 0; i < 3; i++) {
+      const int64_t n = lens[i];
+      void *got[2];
+      for (int rep = 0; rep < 2; rep++) {
+        dev_poison(be, o, C * e);
+        RUN(be, attention_decode, dt, o, q, n, s.H, s.hs);
+        got[rep] = dev_fetch(be, o, C * e);
+      }
+      char what[192];
+      snprintf(what, sizeof what, "attention decode of %lld rows = forward row %lld, T=%lld "
+               "H=%lld hs=%lld [%s]", (long long)n, (long long)(n - 1), (long long)s.T,
+               (long long)s.H, (long long)s.hs, gt_dtype_name(dt));
+      check_attn(dt, what, got[0], (const char *)c->out + (size_t)(n - 1) * C * e, C);
+      tap_ok(!memcmp(got[0], got[1], C * e), "%s: twice, the same bits", what);
+      free(got[0]), free(got[1]);
+    }
+    dev_free(be, q), dev_free(be, o);
+  }
+}
+
 // ---- embeddings and loss ------------------------------------------------------------------------
 
 /* Rows [v0, v0 + nv) of a V-row vocabulary; tokens in [0, tok_upper)
@@ -1435,6 +1470,7 @@ int main(int argc, char **argv)
     for (int i = 0; i < nsh; i++)
       cases[nc++] = attn_make(all_dt[k], shapes[i]);
   attn_run(gpu, "default", cases, nc);
+  attn_decode_run(gpu, cases, nc);
   gt_backend_destroy(&gpu);
   if (strcmp(gpu_name, "cuda") == 0) {
     const char *kinds[2] = {"own", "cudnn"};

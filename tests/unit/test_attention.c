@@ -8,6 +8,9 @@
  * central finite differences; the fast backend's determinism over runs and
  * thread counts. Both backends get the same inputs, already representable in
  * the compute type; every "=" output is filled with NaN before the call.
+ * Decoding (attention_decode: the last row of one sequence over its rows)
+ * of every prefix of a sequence, both backends, against the reference
+ * forward's rows, with the tolerances of out below.
  *
  * Tolerances:
  *   out, dqkv in fp32: norm-wise relative error ||fast - ref|| / ||ref||
@@ -393,6 +396,62 @@ static void test_determinism(gt_dtype dt, shape s)
 
 /* An int32 compute type is refused, with a message naming it (on a backend
  * of its own: under cpu-async a queued op's error stays with its stream). */
+// ---- decoding: one row over a key/value cache ------------------------------------------
+
+/* be's attention_decode for the first n rows of qkv (one sequence), host
+ * to host: out (H*hs of dt). */
+static bool decode(gt_backend *be, gt_dtype dt, shape s, const void *qkv, int64_t n, void *out)
+{
+  const size_t es = dt_size(dt), C = (size_t)(s.H * s.hs);
+  void *dq = dev_put(be, qkv, (size_t)n * 3 * C * es), *dout = dev_put(be, NULL, C * es);
+  bool ok = tu_call_ok(be, be->ops->attention_decode(be, dt, dout, dq, n, s.H, s.hs),
+                       "attention_decode");
+  dev_get(be, out, dout, C * es);
+  dev_free(be, dq), dev_free(be, dout);
+  return ok;
+}
+
+/* Decoding row t from rows 0..t is row t of the causal forward: every
+ * prefix of a sequence, both backends against the reference's forward. */
+static void test_decode(gt_dtype dt, shape s)
+{
+  const size_t nq = tu_attn_n_qkv(s), no = tu_attn_n_out(s), es = dt_size(dt);
+  const size_t C = (size_t)(s.H * s.hs);
+  float *qkv_f;
+  void *qkv = dt_random(dt, nq, 31 + (uint64_t)s.T, -2, 2, &qkv_f);
+  void *full = malloc(no * es), *row = malloc(C * es);
+  float *lse = tu_alloc(tu_attn_n_lse(s));
+  if (!full || !row)
+    abort();
+  gt_backend *both[2] = {fast, ref};
+  if (forward(ref, dt, s, qkv, full, lse)) {
+    float *want = dt_read(dt, full, no);
+    for (int k = 0; k < 2; k++) {
+      float *got = tu_alloc(no);
+      bool ok = true;
+      for (int64_t t = 0; t < s.T && ok; t++) {
+        ok = decode(both[k], dt, s, qkv, t + 1, row);
+        float *r = dt_read(dt, row, C);
+        memcpy(got + (size_t)t * C, r, C * sizeof(float));
+        free(r);
+      }
+      char what[160];
+      snprintf(what, sizeof what,
+               "attention decode [%s] of every prefix = the forward's rows T=%lld H=%lld "
+               "hs=%lld [%s]",
+               both[k]->name, (long long)s.T, (long long)s.H, (long long)s.hs,
+               gt_dtype_name(dt));
+      if (ok)
+        check(dt, what, got, want, no);
+      else
+        tap_ok(false, "%s", what);
+      free(got);
+    }
+    free(want);
+  }
+  free(qkv), free(qkv_f), free(full), free(row), free(lse);
+}
+
 static void test_bad_type(void)
 {
   gt_backend *be = NULL;
@@ -438,6 +497,10 @@ int main(int argc, char **argv)
   }
   test_determinism(GT_F32, (shape){2, 300, 3, 40});
   test_determinism(GT_BF16, (shape){2, 300, 3, 40});
+  for (int k = 0; k < 3; k++) {
+    test_decode(all_dt[k], (shape){1, 37, 3, 20});
+    test_decode(all_dt[k], (shape){1, 5, 2, 72});
+  }
   test_bad_type();
   gt_backend_destroy(&fast);
   gt_backend_destroy(&ref);

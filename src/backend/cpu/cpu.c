@@ -871,6 +871,7 @@ const gt_backend_ops gt_cpu_kernels = {
   .gelu_backward = cpu_gelu_backward,
   .attention_forward = gt_cpu_attention_forward,
   .attention_backward = gt_cpu_attention_backward,
+  .attention_decode = gt_cpu_attention_decode,
   .embedding_forward = cpu_embedding_forward,
   .embedding_backward = cpu_embedding_backward,
   .xent_partial = cpu_xent_partial,

@@ -491,6 +491,43 @@ static void gt_attention_backward_head(const gt_att_job *j, int64_t b, int64_t h
   }
 }
 
+/* Decoding (backend.h attention_decode): the last row's q against the T
+ * key rows of head h, in fp32: scores, an exact softmax, the mix of the
+ * value rows in ascending order. Scratch: T + 2 hs floats. */
+static void gt_attention_decode_head(const gt_att_job *j, int64_t b, int64_t h, float *ws)
+{
+  (void)b;
+  const gt_pack_fmt *f = &j->f;
+  const int64_t T = j->T, hs = f->hs, C = j->C, C3 = j->C3;
+  float *s = ws, *q = s + T, *row = q + hs;
+  const void *base = gt_elem(f, j->qkv, h * hs);
+  gt_to_f32(f->dt, q, gt_elem(f, base, (T - 1) * C3), (size_t)hs);
+  float m = -INFINITY;
+  for (int64_t u = 0; u < T; u++) {
+    gt_to_f32(f->dt, row, gt_elem(f, base, u * C3 + C), (size_t)hs);
+    float d = 0;
+    for (int64_t i = 0; i < hs; i++)
+      d += q[i] * row[i];
+    s[u] = d * j->scale;
+    m = s[u] > m ? s[u] : m;
+  }
+  float z = 0;
+  for (int64_t u = 0; u < T; u++) {
+    s[u] = expf(s[u] - m);
+    z += s[u];
+  }
+  memset(q, 0, sizeof(float) * (size_t)hs); /* q becomes the output accumulator */
+  for (int64_t u = 0; u < T; u++) {
+    gt_to_f32(f->dt, row, gt_elem(f, base, u * C3 + 2 * C), (size_t)hs);
+    for (int64_t i = 0; i < hs; i++)
+      q[i] += s[u] * row[i];
+  }
+  const float inv = 1.0f / z;
+  for (int64_t i = 0; i < hs; i++)
+    q[i] *= inv;
+  gt_unpack_row(f, (char *)j->out + (size_t)(h * hs) * f->esz, q);
+}
+
 /* Run task(job, b, h, scratch) for every (batch, head) pair on the
  * backend's threads, each with nfloats of thread-private scratch. */
 static int gt_for_each_head(gt_backend *be, const gt_att_job *job, int64_t B, size_t nfloats,
@@ -552,5 +589,18 @@ int gt_cpu_attention_backward(gt_backend *be, gt_dtype dt, void *dqkv, const voi
   job.lse_in = lse;
   GT_CALL(gt_for_each_head(be, &job, B, gt_att_backward_floats(&job),
                            gt_attention_backward_head));
+  return GT_SUCCESS;
+}
+
+int gt_cpu_attention_decode(gt_backend *be, gt_dtype dt, void *out, const void *qkv, int64_t T,
+                            int64_t H, int64_t hs)
+{
+  GT_CALL(gt_att_check(dt, 1, T, H, hs));
+  GT_CHECK(T >= 1, GT_ERR_INPUT, "attention decode: T = %lld; expected at least 1 position",
+           (long long)T);
+  gt_att_job job = gt_att_job_of(dt, T, H, hs);
+  job.out = out;
+  job.qkv = qkv;
+  GT_CALL(gt_for_each_head(be, &job, 1, (size_t)(T + 2 * hs), gt_attention_decode_head));
   return GT_SUCCESS;
 }

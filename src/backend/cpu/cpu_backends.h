@@ -26,11 +26,15 @@ int gt_cpu_attention_forward(gt_backend *be, gt_dtype dt, void *out, float *lse,
 int gt_cpu_attention_backward(gt_backend *be, gt_dtype dt, void *dqkv, const void *dout,
                               const void *qkv, const void *out, const float *lse, int64_t B,
                               int64_t T, int64_t H, int64_t hs);
+int gt_cpu_attention_decode(gt_backend *be, gt_dtype dt, void *out, const void *qkv, int64_t T,
+                            int64_t H, int64_t hs);
 int gt_ref_attention_forward(gt_backend *be, gt_dtype dt, void *out, float *lse,
                              const void *qkv, int64_t B, int64_t T, int64_t H, int64_t hs);
 int gt_ref_attention_backward(gt_backend *be, gt_dtype dt, void *dqkv, const void *dout,
                               const void *qkv, const void *out, const float *lse, int64_t B,
                               int64_t T, int64_t H, int64_t hs);
+int gt_ref_attention_decode(gt_backend *be, gt_dtype dt, void *out, const void *qkv, int64_t T,
+                            int64_t H, int64_t hs);
 
 /* bf16 matrix products through oneDNN (cpu_dnnl.c): C(M,N) = op(A) op(B)
  * (+ bias(N)) (+ C when accumulate), row-major, A, B and bias bf16, C bf16

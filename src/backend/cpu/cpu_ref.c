@@ -345,6 +345,7 @@ const gt_backend_ops gt_ref_kernels = {
   .gelu_backward = ref_gelu_backward,
   .attention_forward = gt_ref_attention_forward,
   .attention_backward = gt_ref_attention_backward,
+  .attention_decode = gt_ref_attention_decode,
   .embedding_forward = ref_embedding_forward,
   .embedding_backward = ref_embedding_backward,
   .xent_partial = ref_xent_partial,

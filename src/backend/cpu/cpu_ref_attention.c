@@ -137,3 +137,34 @@ int gt_ref_attention_backward(gt_backend *be, gt_dtype dt, void *dqkv, const voi
   free(s);
   return GT_SUCCESS;
 }
+
+int gt_ref_attention_decode(gt_backend *be, gt_dtype dt, void *out, const void *qkv, int64_t T,
+                            int64_t H, int64_t hs)
+{
+  (void)be;
+  GT_CALL(gt_ref_att_check(dt, 1, T, H, hs));
+  GT_CHECK(T >= 1, GT_ERR_INPUT, "attention decode: T = %lld; expected at least 1 position",
+           (long long)T);
+  const int64_t C = H * hs, t = T - 1;
+  const double scale = 1.0 / sqrt((double)hs);
+  double *s = malloc(sizeof(double) * (size_t)T);
+  GT_CHECK_ALLOC(s, sizeof(double) * (size_t)T);
+  for (int64_t h = 0; h < H; h++) {
+    gt_ref_scores(dt, s, qkv, 0, t, h, T, C, hs, scale);
+    double m = -INFINITY, z = 0;
+    for (int64_t u = 0; u <= t; u++)
+      m = s[u] > m ? s[u] : m;
+    for (int64_t u = 0; u <= t; u++) {
+      s[u] = exp(s[u] - m);
+      z += s[u];
+    }
+    for (int64_t i = 0; i < hs; i++) {
+      double acc = 0;
+      for (int64_t u = 0; u <= t; u++)
+        acc += s[u] / z * gt_ref_in(dt, qkv, u * 3 * C + 2 * C + h * hs + i);
+      gt_store1(dt, out, (size_t)(h * hs + i), (float)acc);
+    }
+  }
+  free(s);
+  return GT_SUCCESS;
+}

@@ -919,6 +919,20 @@ static int cpu_attention_backward(gt_backend *be, gt_dtype dt, void *dqkv, const
   return gt_submit(be, NULL, &c);
 }
 
+static int gt_run_attd(gt_backend *be, const void *p)
+{
+  const gt_att_args *a = p;
+  return GT_KERNELS(be)->attention_decode(be, a->dt, a->out, a->qkv, a->T, a->H, a->hs);
+}
+static int cpu_attention_decode(gt_backend *be, gt_dtype dt, void *out, const void *qkv,
+                                int64_t T, int64_t H, int64_t hs)
+{
+  gt_att_args a = {be, dt, out, NULL, qkv, NULL, NULL, NULL, 1, T, H, hs};
+  gt_cmd c;
+  GT_PACK(c, gt_run_attd, a);
+  return gt_submit(be, NULL, &c);
+}
+
 typedef struct {
   gt_backend *be;
   gt_dtype dt;
@@ -1112,6 +1126,7 @@ static const gt_backend_ops gt_cpu_stream_ops = {
   .gelu_backward = cpu_gelu_backward,
   .attention_forward = cpu_attention_forward,
   .attention_backward = cpu_attention_backward,
+  .attention_decode = cpu_attention_decode,
   .embedding_forward = cpu_embedding_forward,
   .embedding_backward = cpu_embedding_backward,
   .xent_partial = cpu_xent_partial,

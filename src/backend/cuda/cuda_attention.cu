@@ -581,6 +581,94 @@ static int att_check(gt_dtype dt, int64_t B, int64_t T, int64_t H, int64_t hs)
   return GT_SUCCESS;
 }
 
+// ---- decoding: one query row over a key/value cache ----------------------------------
+/* One block per head. qkv (T,3,H,hs) of one sequence; the query is row
+ * T-1. Scores go to s (H,T) fp32 scratch: each warp takes keys u = warp,
+ * warp + DEC_WARPS, ... and sums the dot product over its lanes (a fixed
+ * shuffle tree); then the block finds the maximum and the sum of the
+ * exponentials (a fixed tree in shared memory), and thread i sums p_u v_u[i]
+ * over u in ascending order. Every result has one owner and one order: the
+ * bits repeat. */
+#define DEC_THREADS 128
+#define DEC_WARPS (DEC_THREADS / 32)
+
+static __device__ __forceinline__ float dec_warp_sum(float v)
+{
+  for (int o = 16; o > 0; o >>= 1)
+    v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+/* op over the block's DEC_THREADS values v (every thread gets the result). */
+template <bool MAX> static __device__ float dec_block_reduce(float v, float *red)
+{
+  red[threadIdx.x] = v;
+  __syncthreads();
+  for (int n = DEC_THREADS / 2; n > 0; n >>= 1) {
+    if ((int)threadIdx.x < n)
+      red[threadIdx.x] = MAX ? fmaxf(red[threadIdx.x], red[threadIdx.x + n])
+                             : red[threadIdx.x] + red[threadIdx.x + n];
+    __syncthreads();
+  }
+  const float r = red[0];
+  __syncthreads();
+  return r;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(DEC_THREADS)
+    att_decode_kernel(T *out, const T *qkv, float *s, int64_t Tn, int64_t H, int hs, float scale)
+{
+  __shared__ float q[ATT_HS_MAX];
+  __shared__ float red[DEC_THREADS];
+  const int64_t h = blockIdx.x, C = H * hs, C3 = 3 * C;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const T *base = qkv + h * hs;
+  for (int i = threadIdx.x; i < hs; i += DEC_THREADS)
+    q[i] = att_ld(base + (Tn - 1) * C3 + i);
+  __syncthreads();
+  float *sh = s + h * Tn;
+  for (int64_t u = warp; u < Tn; u += DEC_WARPS) {
+    const T *k = base + u * C3 + C;
+    float d = 0.0f;
+    for (int i = lane; i < hs; i += 32)
+      d = fmaf(q[i], att_ld(k + i), d);
+    d = dec_warp_sum(d);
+    if (lane == 0)
+      sh[u] = d * scale;
+  }
+  __syncthreads();
+  float m = -INFINITY;
+  for (int64_t u = threadIdx.x; u < Tn; u += DEC_THREADS)
+    m = fmaxf(m, sh[u]);
+  m = dec_block_reduce<true>(m, red);
+  float z = 0.0f;
+  for (int64_t u = threadIdx.x; u < Tn; u += DEC_THREADS) {
+    const float e = __expf(sh[u] - m);
+    sh[u] = e;
+    z += e;
+  }
+  z = dec_block_reduce<false>(z, red); /* its __syncthreads orders the writes of sh */
+  const float inv = 1.0f / z;
+  for (int i = threadIdx.x; i < hs; i += DEC_THREADS) {
+    float acc = 0.0f;
+    const T *v = base + 2 * C + i;
+    for (int64_t u = 0; u < Tn; u++)
+      acc = fmaf(sh[u], att_ld(v + u * C3), acc);
+    att_st(out + h * hs + i, acc * inv);
+  }
+}
+
+template <typename T>
+static int att_decode_t(gt_backend *be, void *out, const void *qkv, float *s, int64_t Tn,
+                        int64_t H, int64_t hs)
+{
+  att_decode_kernel<T><<<(unsigned)H, DEC_THREADS, 0, gt_cuda_compute(be)>>>(
+    (T *)out, (const T *)qkv, s, Tn, H, (int)hs, 1.0f / sqrtf((float)hs));
+  GT_CUDA_LAUNCHED("attention decode");
+  return GT_SUCCESS;
+}
+
 // ---- entry points ------------------------------------------------------------------
 
 extern "C" int gt_cuda_attention_forward_own(gt_backend *be, gt_dtype dt, void *out,
@@ -617,6 +705,25 @@ extern "C" int gt_cuda_attention_backward_own(gt_backend *be, gt_dtype dt, void 
     GT_CALL(att_backward_t<__nv_bfloat16>(be, dqkv, dout, qkv, out, lse, D, a));
     break;
   default: GT_CALL(att_backward_t<__half>(be, dqkv, dout, qkv, out, lse, D, a)); break;
+  }
+  return GT_SUCCESS;
+}
+
+extern "C" int gt_cuda_attention_decode(gt_backend *be, gt_dtype dt, void *out, const void *qkv,
+                                        int64_t T, int64_t H, int64_t hs)
+{
+  GT_CALL(att_check(dt, 1, T, H, hs));
+  GT_CHECK(T >= 1, GT_ERR_INPUT, "attention decode: T = %lld; expected at least 1 position",
+           (long long)T);
+  GT_CHECK(H <= INT_MAX, GT_ERR_INPUT, "attention decode: %lld heads is too many",
+           (long long)H);
+  void *scratch = NULL; /* the scores (H,T) fp32: the one scratch buffer of this op */
+  GT_CALL(gt_cuda_scratch(be, sizeof(float) * (size_t)(H * T), &scratch));
+  float *s = (float *)scratch;
+  switch (dt) {
+  case GT_F32: GT_CALL(att_decode_t<float>(be, out, qkv, s, T, H, hs)); break;
+  case GT_BF16: GT_CALL(att_decode_t<__nv_bfloat16>(be, out, qkv, s, T, H, hs)); break;
+  default: GT_CALL(att_decode_t<__half>(be, out, qkv, s, T, H, hs)); break;
   }
   return GT_SUCCESS;
 }

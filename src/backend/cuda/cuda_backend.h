@@ -10,7 +10,8 @@
  *   cuda_gemm.c            linear forward/backward through cuBLASLt
  *   cuda_kernels.cu        cast, LayerNorm, GELU, embedding, cross-entropy,
  *                          AdamW, sum/sumsq reductions
- *   cuda_attention.cu      our own flash attention (tiled, online softmax)
+ *   cuda_attention.cu      our own flash attention (tiled, online softmax) and
+ *                          the one-row attention of decoding
  *   cuda_attention_cudnn.c attention through cuDNN's graph API
  *
  * Stream semantics: every op entry queues its work on the backend's compute
@@ -157,6 +158,8 @@ int gt_cuda_attention_forward_own(gt_backend *be, gt_dtype dt, void *out, float 
 int gt_cuda_attention_backward_own(gt_backend *be, gt_dtype dt, void *dqkv, const void *dout,
                                    const void *qkv, const void *out, const float *lse,
                                    int64_t B, int64_t T, int64_t H, int64_t hs);
+int gt_cuda_attention_decode(gt_backend *be, gt_dtype dt, void *out, const void *qkv,
+                             int64_t T, int64_t H, int64_t hs);
 
 /* cuda_attention_cudnn.c: cuDNN graphs (built per shape and cached). init
  * returns GT_SUCCESS with be's cudnn left NULL when this build has no cuDNN;

@@ -413,6 +413,7 @@ static const gt_backend_ops gt_cuda_ops = {
   .gelu_backward = gt_cuda_gelu_backward,
   .attention_forward = cuda_attention_forward,
   .attention_backward = cuda_attention_backward,
+  .attention_decode = gt_cuda_attention_decode,
   .embedding_forward = gt_cuda_embedding_forward,
   .embedding_backward = gt_cuda_embedding_backward,
   .xent_partial = gt_cuda_xent_partial,

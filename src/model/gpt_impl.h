@@ -1,0 +1,102 @@
+/*
+ * gpt_impl.h - the GPT's state, shared by its parts (internal to
+ * src/model):
+ *   gpt.c         parameters, activation slots, forward and backward
+ *   gpt_decode.c  incremental decoding with a key/value cache
+ */
+#ifndef GT_GPT_IMPL_H
+#define GT_GPT_IMPL_H
+
+#include "gridtrain/gpt.h"
+#include "gridtrain/layers.h"
+
+/* The weight units one pass asks for, in order (ZeRO 3, gpt.h): parameter
+ * ranges [first[k], first[k] + count[k]), k < n (at most layers + 3). */
+typedef struct gt_gpt_pass {
+  int n;
+  int *first, *count;
+} gt_gpt_pass;
+
+/* One micro-batch in flight through one model chunk: what forward keeps for
+ * backward. */
+typedef struct gt_gpt_slot {
+  int chunk, l0, nb;   /* the chunk, its first local block and its block count */
+  bool head_here;      /* the chunk ends in the head (last chunk of a last stage) */
+  void **resid;        /* nb+1 views (N,C): resid[0] chunk input, resid[nb] output */
+  gt_block_acts *acts; /* nb */
+  gt_head_acts head;   /* head_here */
+  void *dgrad;         /* (N,C) gradient travelling backward */
+  int32_t *tokens, *targets;           /* device (N) */
+  int32_t *host_tokens, *host_targets; /* pinned (N): what the uploads read */
+  gt_device_event *uploaded;                  /* the uploads from them have run */
+  bool upload_pending;
+  int B, T;
+  bool grad_ready;
+} gt_gpt_slot;
+
+struct gt_gpt {
+  gt_backend *be;
+  gt_gpt_shape shape;
+  gt_gpt_part part;
+  gt_dtype dt;    /* compute type */
+  int batch, seq; /* largest micro-batch */
+  int nl;         /* blocks on this rank */
+  int nc;         /* model chunks (gpt.h): chunk c is local blocks [c_l0[c], c_l0[c+1])
+                     and slots [c_s0[c], c_s0[c+1]) */
+  int c_l0[GT_GPT_MAX_CHUNKS + 1], c_s0[GT_GPT_MAX_CHUNKS + 1];
+  int H;          /* heads on this rank */
+  int Vl, v0, nv; /* vocabulary rows here (with padding), first, real */
+  gt_params *params;
+
+  /* views into params (compute copy and gradients) */
+  const void *wte, *wpe, *lnf_w, *lnf_b;
+  float *dwte, *dwpe, *dlnf_w, *dlnf_b;
+  gt_block_weights *w; /* per local block */
+  gt_block_grads *g;
+  int p_wte, p_emb_count;  /* parameter indices: embedding (wte[, wpe]) */
+  int *p_block;            /* first of 12 per local block */
+  int p_head, p_head_count; /* ln_f (+ the wte copy on a last stage) */
+  float ***gptr;            /* per parameter: the gradient pointer to rebind */
+  const void ***wptr;       /* per parameter: the weight pointer to rebind */
+
+  /* ZeRO 3 (gpt.h): the weight units in the order each pass asks for them */
+  gt_weight_hook whook;
+  bool has_whook;
+  gt_gpt_pass fwd[GT_GPT_MAX_CHUNKS], bwd[GT_GPT_MAX_CHUNKS]; /* per chunk */
+
+  /* activations: one device buffer, `nslots` slots and shared scratch */
+  void *act_buffer;
+  size_t act_bytes, slot_bytes; /* slot_bytes: the mean over slots */
+  int nslots;
+  gt_gpt_slot *slots;
+  gt_block_scratch scratch;
+  gt_block_acts re; /* recompute: the shared acts (BLOCK) or atty/lse (ATTENTION) */
+  void *re_out;     /* recompute BLOCK: the rerun block's output (N,C), unused */
+  void *dlnf;       /* (N,C) */
+  float *stats_all; /* (tp, N, 3) */
+  gt_seq_par sp;    /* sequence parallelism's shared buffers */
+  bool sp_on;       /* part.seq_par with tp > 1 */
+};
+
+/* Lay out a device buffer (base == NULL: measure it): each piece 64-byte
+ * aligned. */
+typedef struct {
+  char *base;
+  size_t off;
+} gt_carver;
+
+static inline void *gt_carve(gt_carver *c, size_t bytes)
+{
+  void *p = c->base ? c->base + c->off : NULL;
+  c->off += (bytes + 63) & ~(size_t)63;
+  return p;
+}
+
+/* Sharded compute weights (ZeRO 3): unit k of the pass gathered and its
+ * views bound (the next unit named for prefetch); a no-op otherwise. */
+int gt_gpt_take(gt_gpt *m, const gt_gpt_pass *ps, int k);
+
+/* The release of unit k of the pass; its views no longer point anywhere. */
+int gt_gpt_drop(gt_gpt *m, const gt_gpt_pass *ps, int k);
+
+#endif /* GT_GPT_IMPL_H */
