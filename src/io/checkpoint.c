@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "gridtrain/bar.h"
 #include "gridtrain/comm.h"
 #include "gridtrain/error.h"
 #include "gridtrain/log.h"
@@ -119,6 +120,7 @@ static herr_t gt_ckpt_visit_link(hid_t group, const char *name, const H5L_info_t
                        H5I_INVALID_HID};
   int status = gt_ckpt_visit_dataset_in(group, name, v, ids);
   v->status = gt_h5_close_all(status, GT_V_N, ids);
+  gt_bar_add(1);
   return v->status == GT_SUCCESS ? 0 : -1;
 }
 
@@ -144,6 +146,13 @@ static int gt_ckpt_visit_group(hid_t file, const char *name, gt_visit *v, hid_t 
  * when there is one); export copies /model's into out. */
 static int gt_ckpt_visit_in(hid_t file, gt_visit *v, int ngroups, hid_t *group)
 {
+  hsize_t items = 0; /* for the progress bar: the datasets of the groups */
+  H5G_info_t info;
+  for (int k = 0; k < ngroups && gt_bar_enabled(); k++)
+    if (H5Gget_info_by_name(file, gt_kind_group[k], &info, H5P_DEFAULT) >= 0)
+      items += info.nlinks;
+  H5Eclear2(H5E_DEFAULT);
+  gt_bar_begin(v->out >= 0 ? "ckpt convert" : "ckpt verify", (double)items, GT_BAR_ITEMS);
   for (int k = 0; k < ngroups; k++)
     GT_CALL(gt_ckpt_visit_group(file, gt_kind_group[k], v, group));
   if (ngroups == GT_NKINDS && H5Lexists(file, "/rank", H5P_DEFAULT) > 0)
@@ -167,6 +176,7 @@ static int gt_ckpt_visit(const char *path, gt_visit *v, int ngroups)
     status = gt_ckpt_read_format(file, path, &v->format);
   if (status == GT_SUCCESS)
     status = gt_ckpt_visit_in(file, v, ngroups, &group);
+  gt_bar_end();
   hid_t ids[2] = {file, group};
   status = gt_h5_close_all(status, 2, ids);
   free(v->buf);

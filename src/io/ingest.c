@@ -20,6 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "gridtrain/bar.h"
 #include "gridtrain/error.h"
 #include "gridtrain/ingest.h"
 #include "h5util.h"
@@ -197,6 +198,7 @@ static int gt_ingest_copy_in(const gt_source *s, FILE *f, unsigned char *buf,
     *toff += ntrain;
     *voff += got - ntrain;
     done += (long long)got;
+    gt_bar_add((double)got);
   }
   GT_CHECK(fgetc(f) == EOF, GT_ERR_INPUT,
            "input '%s' grew while it was read; run the ingest again", s->path);
@@ -240,8 +242,10 @@ static int gt_ingest_write(const char *tmp, int n, const gt_source *src,
   GT_H5_ID(ids[GT_IG_MSPACE], H5Screate_simple(1, &block, NULL));
 
   hsize_t toff = 0, voff = 0;
+  gt_bar_begin("ingest", (double)(ntrain + nval), GT_BAR_BYTES);
   for (int i = 0; i < n; i++)
     GT_CALL(gt_ingest_copy(&src[i], buf, ids, &toff, &voff));
+  gt_bar_end();
   GT_ASSERT(toff == (hsize_t)ntrain && voff == (hsize_t)nval);
   GT_CALL(gt_ingest_root_attrs(ids[GT_IG_FILE], n, src, val_fraction));
   return GT_SUCCESS;
