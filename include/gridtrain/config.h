@@ -33,6 +33,7 @@ typedef struct gt_config {
     long eval_every;             /* validation loss every N steps, 0 = off */
     long eval_batches;           /* global batches per validation */
     double hang_timeout;         /* watchdog: seconds without progress, 0 = off */
+    double peak_tflops;          /* MFU: one rank's peak TFLOP/s, 0 = table or calibration */
   } run;
   struct {
     long dp, pp, tp; /* 0 means auto */

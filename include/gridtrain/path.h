@@ -1,6 +1,7 @@
 /*
  * gridtrain/path.h - questions about files that several commands ask before
- * they write: is this output one of the run's inputs?
+ * they write: is this output one of the run's inputs? And making the
+ * directories an output goes into.
  *
  * Paths are compared by what they name (device and inode, through symbolic
  * links), not by their spelling: "x", "./x", "../d/x", a symbolic link to x
@@ -10,6 +11,7 @@
 #define GRIDTRAIN_PATH_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 /* *same: a and b both exist and are the same file (stat: st_dev and st_ino
  * equal). A path that does not exist (or cannot be stat'ed: a dangling link)
@@ -24,5 +26,12 @@ int gt_path_same_file(const char *a, const char *b, bool *same);
  * opened for writing. Not collective. */
 int gt_path_refuse_clobber(const char *out, const char *out_what, int n,
                            const char *const inputs[], const char *const in_what[]);
+
+/* mkdir -p: make dir and whichever of its parents are missing (mode 0777
+ * less the umask). Returns 0, or the errno of the first mkdir that failed,
+ * with that directory's path in failed (size bytes; a dir longer than
+ * that is ENAMETOOLONG). Existing directories are no error; whether dir is
+ * a directory afterwards is the caller's question. Not collective. */
+int gt_path_mkdirs(const char *dir, char *failed, size_t size);
 
 #endif /* GRIDTRAIN_PATH_H */

@@ -58,6 +58,10 @@ static const gt_key gt_keys[] = {
   {"run", "hang_timeout", GT_KEY_REAL, GT_OFF(run.hang_timeout), 0, 1e6, NULL, "600",
    "seconds without progress in communication before the watchdog names the hanging rank "
    "and ends the job (exit 4); 0 turns it off", false, false},
+  {"run", "peak_tflops", GT_KEY_REAL, GT_OFF(run.peak_tflops), 0, 1e6, NULL, "0",
+   "peak TFLOP/s of one rank that MFU is measured against; 0: the GPU's dense peak from "
+   "gridtrain's table, or on the CPU an sgemm calibration (cached per machine)", false,
+   false},
 
   {"grid", "dp", GT_KEY_INT_AUTO, GT_OFF(grid.dp), 1, 1e6, NULL, "auto",
    "data-parallel size; auto takes what the world size leaves", false, false},

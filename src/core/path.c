@@ -1,9 +1,10 @@
 /*
- * path.c - outputs that would be inputs (gridtrain/path.h).
+ * path.c - outputs that would be inputs, and mkdir -p (gridtrain/path.h).
  */
 #include "gridtrain/path.h"
 
-#include <stddef.h>
+#include <errno.h>
+#include <stdio.h>
 #include <sys/stat.h>
 
 #include "gridtrain/error.h"
@@ -33,4 +34,22 @@ int gt_path_refuse_clobber(const char *out, const char *out_what, int n,
              out_what, out, in_what[i], inputs[i]);
   }
   return GT_SUCCESS;
+}
+
+int gt_path_mkdirs(const char *dir, char *failed, size_t size)
+{
+  const int n = snprintf(failed, size, "%s", dir);
+  if (n < 0 || (size_t)n >= size)
+    return ENAMETOOLONG;
+  for (char *p = failed + 1;; p++) {
+    if (*p != '/' && *p != '\0')
+      continue;
+    const char saved = *p;
+    *p = '\0';
+    if (mkdir(failed, 0777) != 0 && errno != EEXIST)
+      return errno;
+    *p = saved;
+    if (saved == '\0')
+      return 0;
+  }
 }

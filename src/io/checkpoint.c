@@ -19,6 +19,7 @@
 #include "gridtrain/comm.h"
 #include "gridtrain/error.h"
 #include "gridtrain/log.h"
+#include "gridtrain/path.h"
 #include "ckpt_internal.h"
 #include "h5util.h"
 
@@ -243,20 +244,9 @@ static int gt_mkdirs(const char *dir)
 {
   char buf[GT_PATH_MAX];
   GT_CHECK(strlen(dir) < sizeof buf, GT_ERR_INPUT, "[checkpoint] dir '%s' is too long", dir);
-  snprintf(buf, sizeof buf, "%s", dir);
-  for (char *p = buf + 1;; p++) {
-    if (*p != '/' && *p != '\0')
-      continue;
-    const char saved = *p;
-    *p = '\0';
-    if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-      return gt_error_set(GT_ERR_INPUT, __FILE__, __LINE__, __func__,
-                          "cannot create checkpoint directory %s ([checkpoint] dir): %s", buf,
-                          strerror(errno));
-    *p = saved;
-    if (saved == '\0')
-      break;
-  }
+  const int err = gt_path_mkdirs(dir, buf, sizeof buf);
+  GT_CHECK(err == 0, GT_ERR_INPUT, "cannot create checkpoint directory %s ([checkpoint] dir): %s",
+           buf, strerror(err));
   struct stat sb;
   GT_CHECK(stat(dir, &sb) == 0 && S_ISDIR(sb.st_mode), GT_ERR_INPUT,
            "[checkpoint] dir %s is not a directory", dir);

@@ -786,6 +786,7 @@ int gt_trainer_destroy(gt_trainer **trainer)
   /* Queued work first: nothing may still run on what is freed below. */
   int status = tr->be ? tr->be->ops->sync(tr->be) : GT_SUCCESS;
   gt_metrics_close(&tr->metrics);
+  gt_pace_destroy(&tr->pace);
   if (tr->val)
     gt_dataset_close(&tr->val);
   if (tr->train)

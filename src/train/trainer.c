@@ -253,6 +253,7 @@ int gt_trainer_step(gt_trainer *tr, gt_step_stats *st)
   st->recompute_ms = 1e3 * gt_event_step_seconds(tr->ev.recompute);
   st->comm_bytes = gt_coll_bytes(tr->coll) - bytes0;
   st->synced = synced;
+  st->mfu = st->eta_s = NAN; /* the run's (pace.h) */
   tr->step++;
   tr->samples += tr->B;
   tr->last_loss = loss;
@@ -418,6 +419,8 @@ int gt_trainer_run(gt_trainer *tr)
             tr->step, steps);
     return GT_SUCCESS;
   }
+  if (!tr->pace)
+    GT_CALL(gt_pace_create(cfg, g, tr->be, flops_per_token * tr->B * tr->T, false, &tr->pace));
   GT_CALL(gt_barrier(g->world));
   const double t_start = gt_now();
   gt_step_stats st = {0};
@@ -426,6 +429,7 @@ int gt_trainer_run(gt_trainer *tr)
   long saved = -1; /* step of the last checkpoint written by this run */
   while (tr->step < steps) {
     GT_CALL(gt_trainer_step(tr, &st));
+    gt_pace_step(tr->pace, &st);
     const bool last = tr->step == steps;
     if (cfg->run.eval_every > 0 && (tr->step % cfg->run.eval_every == 0 || last)) {
       GT_CALL(gt_trainer_evaluate(tr, &st.val_loss));
@@ -490,19 +494,24 @@ int gt_trainer_run(gt_trainer *tr)
   gt_backend_device_memory(tr->be, &dev_in_use, &dev_peak);
   double device_peak = (double)dev_peak;
   GT_CALL(gt_allreduce_f64(&device_peak, 1, MPI_MAX, g->world));
+  const double peak = gt_pace_peak(tr->pace), flops = flops_per_token * ran * tr->B * tr->T;
   gt_run_summary sum = {
     .steps = ran,
     .tokens = (double)ran * tr->B * tr->T,
     .seconds = wall,
     .tokens_per_s = wall > 0 ? (double)ran * tr->B * tr->T / wall : 0,
-    .model_tflops = wall > 0 ? flops_per_token * ran * tr->B * tr->T / wall / 1e12 : 0,
+    .model_tflops = wall > 0 ? flops / wall / 1e12 : 0,
+    .peak_tflops = peak / 1e12,
+    .mfu = wall > 0 && peak > 0 ? flops / wall / peak : NAN,
     .final_loss = st.loss,
     .final_val_loss = last_val,
     .device_peak_bytes = device_peak,
   };
   if (g->world_rank == 0) {
     GT_CALL(gt_metrics_write_summary(tr->metrics, &sum));
-    char val[48] = "", mem[96] = "";
+    char val[48] = "", mem[96] = "", mfu[32] = "";
+    if (isfinite(sum.mfu))
+      snprintf(mfu, sizeof mfu, ", MFU %.1f%%", 100 * sum.mfu);
     if (!isnan(last_val))
       snprintf(val, sizeof val, ", val loss %.4f", last_val);
     if (device_peak > 0) {
@@ -511,9 +520,9 @@ int gt_trainer_run(gt_trainer *tr)
       snprintf(mem, sizeof mem, "; device memory at most %s on a rank", b);
     }
     gt_info("gridtrain: done: %ld steps, %.3gM tokens in %.1f s (%.0f tok/s, %.1f GFLOP/s "
-            "model, %.2f per rank); final loss %.4f%s%s\n",
+            "model, %.2f per rank%s); final loss %.4f%s%s\n",
             ran, sum.tokens / 1e6, wall, sum.tokens_per_s, 1e3 * sum.model_tflops,
-            1e3 * sum.model_tflops / g->world_size, st.loss, val, mem);
+            1e3 * sum.model_tflops / g->world_size, mfu, st.loss, val, mem);
   }
   GT_CALL(gt_events_report(g->world, wall, stdout));
   GT_CALL(gt_trainer_report_activations(tr, stdout));

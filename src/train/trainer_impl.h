@@ -22,6 +22,7 @@
 #include "gridtrain/grad_shards.h"
 #include "gridtrain/gpt.h"
 #include "gridtrain/optim.h"
+#include "gridtrain/pace.h"
 #include "gridtrain/param_gather.h"
 #include "gridtrain/pipeline.h"
 #include "gridtrain/scaler.h"
@@ -51,6 +52,7 @@ struct gt_trainer {
   gt_scaler scaler;
   gt_dataset *train, *val;
   gt_metrics *metrics;
+  gt_pace *pace;          /* MFU and ETA: made by gt_trainer_run */
 
   int T;          /* tokens per sequence */
   int B;          /* global batch, sequences */
