@@ -48,6 +48,7 @@ typedef struct gt_config {
     char val[GT_PATH_MAX];   /* "" for none */
     long batch;              /* global batch, sequences */
     long microbatches;       /* per DP rank and step */
+    char prefetch[GT_NAME_MAX]; /* on | off: read the next batch during the step */
   } data;
   struct {
     double lr, min_lr;

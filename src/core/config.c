@@ -98,6 +98,9 @@ static const gt_key gt_keys[] = {
    "global batch in sequences (split over dp ranks and micro-batches)", false, false},
   {"data", "microbatches", GT_KEY_INT, GT_OFF(data.microbatches), 1, 1e6, NULL, "1",
    "micro-batches per step on each dp rank (gradient accumulation)", false, false},
+  {"data", "prefetch", GT_KEY_ENUM, GT_OFF(data.prefetch), 0, 0, "on|off", "on",
+   "read the next batch's sequences on a reader thread while the current batch computes "
+   "(on) or when they are needed (off); the same tokens either way", false, false},
 
   {"optim", "lr", GT_KEY_REAL, GT_OFF(optim.lr), 0, 10, NULL, "1e-3",
    "peak learning rate", false, false},

@@ -1,7 +1,8 @@
 /*
  * trainer.c - one training step, evaluation, the run loop and the end-of-run
  * reports (see trainer.h). Set-up is in setup.c, checkpoints in
- * checkpointing.c, the pipeline executor in src/parallel/pipeline.c.
+ * checkpointing.c, the data feed in feed.c, the pipeline executor in
+ * src/parallel/pipeline.c.
  */
 #include "trainer_impl.h"
 
@@ -16,49 +17,6 @@
 #include "gridtrain/flight.h"
 #include "gridtrain/log.h"
 #include "gridtrain/signals.h"
-
-// ---- data ----------------------------------------------------------------------------------
-
-/* Read the B_micro sequences of micro-batch mb of the global batch that
- * starts at sample `base` into tokens and targets. Only the first and last
- * stages need them. */
-static int gt_read_microbatch(gt_trainer *tr, gt_dataset *ds, bool shuffle, long long base,
-                              int mb)
-{
-  const gt_grid *g = tr->grid;
-  long long first = base + (long long)g->dp_rank * tr->B_rank + (long long)mb * tr->B_micro;
-  gt_event_begin(tr->ev.data);
-  int status = gt_dataset_read_samples(ds, tr->T, shuffle, tr->cfg.run.seed, first,
-                                       tr->B_micro, tr->cfg.model.vocab, tr->window);
-  if (status == GT_SUCCESS)
-    for (int b = 0; b < tr->B_micro; b++) {
-      const int32_t *w = tr->window + (size_t)b * (tr->T + 1);
-      memcpy(tr->tokens + (size_t)b * tr->T, w, sizeof(int32_t) * (size_t)tr->T);
-      memcpy(tr->targets + (size_t)b * tr->T, w + 1, sizeof(int32_t) * (size_t)tr->T);
-    }
-  gt_event_end(tr->ev.data);
-  GT_CALL(status);
-  return GT_SUCCESS;
-}
-
-int gt_trainer_feed_read(void *ctx, int mb, const int32_t **tokens, const int32_t **targets)
-{
-  gt_trainer *tr = ctx;
-  GT_CALL(gt_read_microbatch(tr, tr->feed_ds, tr->feed_shuffle, tr->feed_base, mb));
-  *tokens = tr->tokens;
-  *targets = tr->targets;
-  return GT_SUCCESS;
-}
-
-/* Point the feed at a batch of a dataset. */
-static gt_pipe_feed gt_trainer_feed(gt_trainer *tr, gt_dataset *ds, bool shuffle,
-                                    long long base)
-{
-  tr->feed_ds = ds;
-  tr->feed_shuffle = shuffle;
-  tr->feed_base = base;
-  return (gt_pipe_feed){gt_trainer_feed_read, tr};
-}
 
 // ---- the step's scalars ----------------------------------------------------------------------
 
@@ -126,15 +84,17 @@ int gt_trainer_step(gt_trainer *tr, gt_step_stats *st)
    * of the global mean loss. */
   const double loss_scale = tr->scaler.scale;
   const float dlogit_scale = (float)(loss_scale / ((double)tr->B * tr->T));
-  const gt_pipe_feed feed = gt_trainer_feed(tr, tr->train, true, tr->samples);
+  const gt_pipe_feed feed =
+      gt_trainer_feed(tr, tr->train_reader, tr->samples, s + 1 < tr->cfg.run.steps);
   /* zero 2 hands out every micro-batch's gradient buffers (the hook is
    * always on); below it the hook starts buckets when DP overlaps */
   const bool hooked = tr->gshard || (tr->overlap && g->dp_size > 1 && reduce);
   const gt_grad_hook *hook = hooked                        ? &tr->hook
                              : stale && g->dp_size > 1 ? &tr->poll_hook
                                                        : NULL;
-  GT_CALL(gt_pipe_train(tr->pipe, &feed, dlogit_scale, gt_trainer_loss_acc(tr, GT_SC_LOSS),
-                        hook));
+  status = gt_pipe_train(tr->pipe, &feed, dlogit_scale, gt_trainer_loss_acc(tr, GT_SC_LOSS),
+                         hook);
+  GT_CALL(gt_trainer_feed_settle(tr, status)); /* no HDF5 call from the reader from here */
 
   if (tr->pgather) /* zero 3: no gathered weights outlive the passes */
     GT_CALL(gt_pgather_drop(tr->pgather));
@@ -269,8 +229,10 @@ int gt_trainer_evaluate(gt_trainer *tr, double *val_loss)
   gt_event_begin(tr->ev.eval);
   int status = be->ops->zero(be, &tr->scalars[GT_SC_EVAL], sizeof(double));
   for (long e = 0; e < tr->cfg.run.eval_batches && status == GT_SUCCESS; e++) {
-    const gt_pipe_feed feed = gt_trainer_feed(tr, tr->val, false, (long long)e * tr->B);
+    const gt_pipe_feed feed = gt_trainer_feed(tr, tr->val_reader, (long long)e * tr->B,
+                                              e + 1 < tr->cfg.run.eval_batches);
     status = gt_pipe_eval(tr->pipe, &feed, gt_trainer_loss_acc(tr, GT_SC_EVAL));
+    status = gt_trainer_feed_settle(tr, status);
   }
   double sum = 0;
   if (status == GT_SUCCESS)

@@ -28,7 +28,7 @@ for key in run.steps run.seed run.log_every run.metrics grid.dp grid.pp grid.tp 
   backend.loss_scale_min parallel.wait parallel.schedule \
   parallel.stages parallel.bucket_mb parallel.dp_overlap parallel.zero model.recompute \
   checkpoint.dir checkpoint.every \
-  checkpoint.keep checkpoint.resume run.peak_tflops; do
+  checkpoint.keep checkpoint.resume run.peak_tflops data.prefetch; do
   grep -q "^    $key " "$GT_TMP/train-help" || missing="$missing $key"
 done
 [ -z "$missing" ]
