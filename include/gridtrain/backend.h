@@ -264,6 +264,10 @@ int gt_backend_destroy(gt_backend **be);
  * H200 (sm_90, 139 GiB, PCI 0000:19:00.0)". Owned by be. */
 const char *gt_backend_describe(gt_backend *be);
 
+/* The GPU's name as the CUDA runtime gives it ("NVIDIA H100 80GB HBM3"),
+ * which peak.h looks up; "" on the CPU backends. Owned by be. */
+const char *gt_backend_device_name(gt_backend *be);
+
 /* Device bytes allocated through be (its alloc op; on the CPU backends too)
  * now and at most so far: the allocator's high-water mark. */
 void gt_backend_device_memory(gt_backend *be, size_t *in_use, size_t *peak);

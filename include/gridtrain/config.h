@@ -34,6 +34,7 @@ typedef struct gt_config {
     long eval_batches;           /* global batches per validation */
     double hang_timeout;         /* watchdog: seconds without progress, 0 = off */
     long sample_every;           /* a greedy text sample every N steps, 0 = off */
+    double peak_tflops;          /* MFU: one rank's peak TFLOP/s, 0 = table or calibration */
   } run;
   struct {
     long dp, pp, tp; /* 0 means auto */
@@ -48,6 +49,7 @@ typedef struct gt_config {
     char val[GT_PATH_MAX];   /* "" for none */
     long batch;              /* global batch, sequences */
     long microbatches;       /* per DP rank and step */
+    char prefetch[GT_NAME_MAX]; /* on | off: read the next batch during the step */
   } data;
   struct {
     double lr, min_lr;

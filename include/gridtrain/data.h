@@ -32,8 +32,13 @@ typedef struct gt_dataset gt_dataset;
 int gt_dataset_open(const char *spec, const char *default_dset, MPI_Comm comm,
                     gt_dataset **ds);
 
-/* Collective on the communicator it was opened on: close and free, set *ds to
- * NULL. */
+/* Not collective: a second handle on ds's dataset, opened alone through
+ * HDF5's POSIX driver, so that its reads make no MPI call (a reader thread's
+ * handle, reader.h). Close it with gt_dataset_close. */
+int gt_dataset_open_posix(const gt_dataset *ds, gt_dataset **copy);
+
+/* Collective on the communicator it was opened on (not collective for a
+ * gt_dataset_open_posix handle): close and free, set *ds to NULL. */
 int gt_dataset_close(gt_dataset **ds);
 
 /* "data/kjv.h5:/train/tokens" */
@@ -47,7 +52,11 @@ long long gt_dataset_nseq(const gt_dataset *ds, int T);
 /* Not collective (independent reads): read `count` sequences of T+1 tokens
  * for samples first, first+1, ..., first+count-1 into out (count x (T+1)).
  * With shuffle, sample g reads sequence gt_order_sequence(seed, nseq, g);
- * without, sequence g % nseq. A token >= vocab_limit is GT_ERR_INPUT. */
+ * without, sequence g % nseq. The reads go through the file in order, and
+ * sequences that lie next to each other in the file (all of them, without
+ * shuffle, up to the end of the data) are one read of up to 2^20 tokens.
+ * A token outside [0, vocab_limit) is GT_ERR_INPUT naming the first such
+ * token in sample order. */
 int gt_dataset_read_samples(gt_dataset *ds, int T, bool shuffle,
                             unsigned long long seed, long long first, int count,
                             long vocab_limit, int32_t *out);

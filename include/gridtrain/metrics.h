@@ -10,8 +10,11 @@
  * pp_comm_ms, dp_exposed_ms, optimizer_ms, recompute_ms (by event),
  * comm_bytes (the payload rank 0 handed to collectives in the step,
  * collectives.h), synced (the data-parallel replicas synchronised in the
- * step: always with sync = every_step, sync.h); val_loss when the step
- * evaluated. A final record has "summary": true with run totals.
+ * step: always with sync = every_step, sync.h), mfu (model FLOP
+ * utilisation, a fraction: null when no peak is known) and eta_s (seconds to
+ * the last step; pace.h); val_loss when the step evaluated. A final record
+ * has "summary": true with run totals, among them model_tflops, mfu and
+ * peak_tflops (the run's peak, all ranks, when known).
  */
 #ifndef GRIDTRAIN_METRICS_H
 #define GRIDTRAIN_METRICS_H
@@ -36,6 +39,8 @@ typedef struct gt_step_stats {
   double recompute_ms; /* the extra forwards of [model] recompute */
   double comm_bytes;   /* payload handed to collectives in the step */
   bool synced;         /* [parallel] sync: the replicas synchronised at this step */
+  double mfu;          /* model FLOP/s over the run's peak (pace.h); NaN: unknown */
+  double eta_s;        /* seconds to the last step (pace.h); NaN: unknown */
 } gt_step_stats;
 
 typedef struct gt_run_summary {
@@ -44,6 +49,8 @@ typedef struct gt_run_summary {
   double seconds;
   double tokens_per_s;
   double model_tflops;  /* model FLOP/s, all ranks, in TFLOP/s */
+  double peak_tflops;   /* the run's peak FLOP/s, all ranks, in TFLOP/s; 0: unknown */
+  double mfu;           /* model_tflops / peak_tflops; NaN: unknown */
   double final_loss;
   double final_val_loss; /* NaN when never evaluated */
   double device_peak_bytes; /* most device memory any rank allocated; 0: host backend */
@@ -62,10 +69,12 @@ int gt_metrics_write_step(gt_metrics *m, const gt_step_stats *s);
 int gt_metrics_write_summary(gt_metrics *m, const gt_run_summary *s);
 
 /* The console line of a step:
- * "step 10/200 | loss 3.4521 | val 3.5012 | lr 1.00e-03 | gnorm 1.234 |
- *  412.3 ms | 9934 tok/s | compute 91% comm 8% bubble 0% data 1%"
- * with fp16 also " | scale 32768 (2 skipped)" and ", skipped" on a step
- * whose update was skipped. */
+ * "step 10/200 (6%) | loss 3.4521 | val 3.5012 | lr 1.00e-03 | gnorm 1.234 |
+ *  412.3 ms | 9934 tok/s | MFU 41.2% | compute 91% comm 8% bubble 0% data 1% |
+ *  ETA 1m18s"
+ * (step is 0-based; the percentage is of the steps done after it), with
+ * fp16 also " | scale 32768 (2 skipped)" and ", skipped" on a step whose
+ * update was skipped; MFU and ETA are left out where unknown (NaN). */
 void gt_metrics_format_step(const gt_step_stats *s, long total_steps, char *buf,
                             size_t size);
 

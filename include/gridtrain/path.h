@@ -1,7 +1,7 @@
 /*
  * gridtrain/path.h - questions about files that several commands ask before
- * they write (is this output one of the run's inputs?), and replacing a
- * file atomically.
+ * they write (is this output one of the run's inputs?), making the
+ * directories an output goes into, and replacing a file atomically.
  *
  * Paths are compared by what they name (device and inode, through symbolic
  * links), not by their spelling: "x", "./x", "../d/x", a symbolic link to x
@@ -44,5 +44,12 @@ int gt_path_replace_bytes(const char *path, const void *data, size_t bytes);
 /* Write all `bytes` at data to fd (retrying short writes and EINTR);
  * GT_ERR_SYSTEM naming `what` ("cannot write WHAT: REASON"). */
 int gt_path_write_all(int fd, const void *data, size_t bytes, const char *what);
+
+/* mkdir -p: make dir and whichever of its parents are missing (mode 0777
+ * less the umask). Returns 0, or the errno of the first mkdir that failed,
+ * with that directory's path in failed (size bytes; a dir longer than
+ * that is ENAMETOOLONG). Existing directories are no error; whether dir is
+ * a directory afterwards is the caller's question. Not collective. */
+int gt_path_mkdirs(const char *dir, char *failed, size_t size);
 
 #endif /* GRIDTRAIN_PATH_H */

@@ -159,6 +159,11 @@ const char *gt_backend_describe(gt_backend *be)
   return line;
 }
 
+const char *gt_backend_device_name(gt_backend *be)
+{
+  return be->device == GT_CUDA ? gt_cuda_backend_name(be) : "";
+}
+
 void gt_backend_device_memory(gt_backend *be, size_t *in_use, size_t *peak)
 {
   size_t cached = 0;

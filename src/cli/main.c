@@ -9,6 +9,7 @@
 #include <stdio.h>
 
 #include "cli.h"
+#include "gridtrain/bar.h"
 #include "gridtrain/comm.h"
 #include "gridtrain/error.h"
 #include "gridtrain/fault.h"
@@ -68,5 +69,6 @@ int main(int argc, char **argv)
   int status = gt_error_agree(gt_fault_init(), MPI_COMM_WORLD);
   if (status == GT_SUCCESS)
     status = gt_cli_dispatch(argc, argv, MPI_COMM_WORLD);
+  gt_bar_end(); /* an error's message starts on a clean line */
   return gt_comm_finish(status);
 }

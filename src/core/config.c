@@ -62,6 +62,10 @@ static const gt_key gt_keys[] = {
    "print a text sample every N steps: 64 tokens (fewer past seq_len) greedily decoded "
    "after a newline with the tokenizer of [data] train; needs pp = 1 (docs/generation.md); "
    "0 turns it off", false, false},
+  {"run", "peak_tflops", GT_KEY_REAL, GT_OFF(run.peak_tflops), 0, 1e6, NULL, "0",
+   "peak TFLOP/s of one rank that MFU is measured against; 0: the GPU's dense peak from "
+   "gridtrain's table, or on the CPU an sgemm calibration (cached per machine)", false,
+   false},
 
   {"grid", "dp", GT_KEY_INT_AUTO, GT_OFF(grid.dp), 1, 1e6, NULL, "auto",
    "data-parallel size; auto takes what the world size leaves", false, false},
@@ -98,6 +102,9 @@ static const gt_key gt_keys[] = {
    "global batch in sequences (split over dp ranks and micro-batches)", false, false},
   {"data", "microbatches", GT_KEY_INT, GT_OFF(data.microbatches), 1, 1e6, NULL, "1",
    "micro-batches per step on each dp rank (gradient accumulation)", false, false},
+  {"data", "prefetch", GT_KEY_ENUM, GT_OFF(data.prefetch), 0, 0, "on|off", "on",
+   "read the next batch's sequences on a reader thread while the current batch computes "
+   "(on) or when they are needed (off); the same tokens either way", false, false},
 
   {"optim", "lr", GT_KEY_REAL, GT_OFF(optim.lr), 0, 10, NULL, "1e-3",
    "peak learning rate", false, false},

@@ -1,5 +1,5 @@
 /*
- * path.c - outputs that would be inputs, and atomic replacement
+ * path.c - outputs that would be inputs, mkdir -p, and atomic replacement
  * (gridtrain/path.h).
  */
 #define _GNU_SOURCE /* fsync, O_CLOEXEC on older headers */
@@ -120,4 +120,22 @@ int gt_path_replace_bytes(const char *path, const void *data, size_t bytes)
   gt_path_bytes b = {data, bytes};
   GT_CALL(gt_path_replace(path, gt_path_write_bytes, &b));
   return GT_SUCCESS;
+}
+
+int gt_path_mkdirs(const char *dir, char *failed, size_t size)
+{
+  const int n = snprintf(failed, size, "%s", dir);
+  if (n < 0 || (size_t)n >= size)
+    return ENAMETOOLONG;
+  for (char *p = failed + 1;; p++) {
+    if (*p != '/' && *p != '\0')
+      continue;
+    const char saved = *p;
+    *p = '\0';
+    if (mkdir(failed, 0777) != 0 && errno != EEXIST)
+      return errno;
+    *p = saved;
+    if (saved == '\0')
+      return 0;
+  }
 }

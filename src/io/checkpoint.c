@@ -15,9 +15,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "gridtrain/bar.h"
 #include "gridtrain/comm.h"
 #include "gridtrain/error.h"
 #include "gridtrain/log.h"
+#include "gridtrain/path.h"
 #include "ckpt_internal.h"
 #include "h5util.h"
 
@@ -126,6 +128,7 @@ static herr_t gt_ckpt_visit_link(hid_t group, const char *name, const H5L_info_t
                        H5I_INVALID_HID};
   int status = gt_ckpt_visit_dataset_in(group, name, v, ids);
   v->status = gt_h5_close_all(status, GT_V_N, ids);
+  gt_bar_add(1);
   return v->status == GT_SUCCESS ? 0 : -1;
 }
 
@@ -151,6 +154,13 @@ static int gt_ckpt_visit_group(hid_t file, const char *name, gt_visit *v, hid_t 
  * when there is one); export copies /model's into out. */
 static int gt_ckpt_visit_in(hid_t file, gt_visit *v, int ngroups, hid_t *group)
 {
+  hsize_t items = 0; /* for the progress bar: the datasets of the groups */
+  H5G_info_t info;
+  for (int k = 0; k < ngroups && gt_bar_enabled(); k++)
+    if (H5Gget_info_by_name(file, gt_kind_group[k], &info, H5P_DEFAULT) >= 0)
+      items += info.nlinks;
+  H5Eclear2(H5E_DEFAULT);
+  gt_bar_begin(v->out >= 0 ? "ckpt convert" : "ckpt verify", (double)items, GT_BAR_ITEMS);
   for (int k = 0; k < ngroups; k++)
     GT_CALL(gt_ckpt_visit_group(file, gt_kind_group[k], v, group));
   if (ngroups == GT_NKINDS && H5Lexists(file, "/rank", H5P_DEFAULT) > 0)
@@ -181,6 +191,7 @@ static int gt_ckpt_visit(const char *path, gt_visit *v, int ngroups)
   int status = gt_ckpt_visit_open(path, v, &file);
   if (status == GT_SUCCESS)
     status = gt_ckpt_visit_in(file, v, ngroups, &group);
+  gt_bar_end();
   hid_t ids[2] = {file, group};
   status = gt_h5_close_all(status, 2, ids);
   free(v->buf);
@@ -309,20 +320,9 @@ static int gt_mkdirs(const char *dir)
 {
   char buf[GT_PATH_MAX];
   GT_CHECK(strlen(dir) < sizeof buf, GT_ERR_INPUT, "[checkpoint] dir '%s' is too long", dir);
-  snprintf(buf, sizeof buf, "%s", dir);
-  for (char *p = buf + 1;; p++) {
-    if (*p != '/' && *p != '\0')
-      continue;
-    const char saved = *p;
-    *p = '\0';
-    if (mkdir(buf, 0777) != 0 && errno != EEXIST)
-      return gt_error_set(GT_ERR_INPUT, __FILE__, __LINE__, __func__,
-                          "cannot create checkpoint directory %s ([checkpoint] dir): %s", buf,
-                          strerror(errno));
-    *p = saved;
-    if (saved == '\0')
-      break;
-  }
+  const int err = gt_path_mkdirs(dir, buf, sizeof buf);
+  GT_CHECK(err == 0, GT_ERR_INPUT, "cannot create checkpoint directory %s ([checkpoint] dir): %s",
+           buf, strerror(err));
   struct stat sb;
   GT_CHECK(stat(dir, &sb) == 0 && S_ISDIR(sb.st_mode), GT_ERR_INPUT,
            "[checkpoint] dir %s is not a directory", dir);

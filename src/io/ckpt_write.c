@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "gridtrain/bar.h"
 #include "gridtrain/comm.h"
 #include "gridtrain/error.h"
 #include "gridtrain/fault.h"
@@ -583,6 +584,7 @@ static int gt_ckpt_write_in(const char *path, const gt_ckpt_meta *meta, gt_ckpt_
     gt_ckpt_maybe_kill(w, i, st->ntensors);
     for (int k = 0; k < GT_NKINDS; k++)
       gt_ckpt_write_part(w, w->dsets[i * GT_NKINDS + k], &st->tensors[i], k);
+    gt_bar_set(i + 1);
   }
   gt_ckpt_close_data(w);
   GT_CALL(gt_ckpt_write_rank(file, w, comm));
@@ -674,7 +676,10 @@ int gt_ckpt_write_file(const char *path, const char *shown, const gt_ckpt_meta *
      * outcome known. The first I/O error is the cause of whatever followed,
      * then a local failure, then HDF5's own error. */
     gt_comm_io_begin(gt_fault_hit("ckpt_write_fail", w.rank, w.step));
+    const char *base = strrchr(shown, '/');
+    gt_bar_begin(base ? base + 1 : shown, st->ntensors, GT_BAR_ITEMS);
     status = gt_ckpt_write_in(path, meta, &w, comm, ids);
+    gt_bar_end();
     status = gt_h5_close_all(status, st->ntensors * GT_NKINDS, w.dsets);
     status = gt_h5_close_all(status, GT_WF_N, ids);
     const int io = gt_comm_io_end();

@@ -1,7 +1,8 @@
 /*
  * dataset.c - token datasets in HDF5: opening a spec collectively with the
- * MPI-IO driver, validating it the same way on every rank, and independent
- * reads of sequences of T+1 tokens into int32 memory.
+ * MPI-IO driver (or, for a reader thread, alone through the POSIX driver),
+ * validating it the same way on every rank, and independent reads of
+ * sequences of T+1 tokens into int32 memory, adjacent sequences in one read.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -21,11 +22,24 @@
  * gt_h5_close_all closes it last. */
 enum { GT_DS_FILE, GT_DS_DSET, GT_DS_FSPACE, GT_DS_MSPACE, GT_DS_TYPE, GT_DS_N };
 
+/* The most tokens one read takes: a longer run of adjacent sequences is
+ * read in pieces. */
+#define GT_DS_MAX_READ ((hsize_t)1 << 20)
+
+/* Sample i of a read, and the sequence it reads. */
+typedef struct {
+  long long seq;
+  int i;
+} gt_ds_pick;
+
 struct gt_dataset {
   hid_t ids[GT_DS_N];
-  int mem_len;        /* elements in ids[GT_DS_MSPACE] (T+1 of the last read) */
-  int64_t *wide;      /* mem_len tokens as read, before the vocabulary check */
+  hsize_t mem_cap;    /* elements in ids[GT_DS_MSPACE] and wide */
+  int64_t *wide;      /* the tokens of a read, before the vocabulary check */
+  gt_ds_pick *picks;  /* npicks: a read's samples in file order */
+  int npicks;
   char *name;         /* "FILE:/path" */
+  size_t file_len;    /* the FILE part of name */
   long long ntokens;
   long vocab;
 };
@@ -126,16 +140,22 @@ static int gt_dataset_set_name(gt_dataset *ds, const char *file, const char *dpa
   ds->name = malloc(size);
   GT_CHECK_ALLOC(ds->name, size);
   snprintf(ds->name, size, "%s:%s", file, dpath);
+  ds->file_len = strlen(file);
   return GT_SUCCESS;
 }
 
-/* Every rank: open the file and the dataset and validate them. The file is
- * the same everywhere, so every rank reaches the same verdict. */
+/* Every rank: open the file (with the MPI-IO driver on comm; comm
+ * MPI_COMM_NULL: alone, through the POSIX driver) and the dataset and
+ * validate them. The file is the same everywhere, so every rank reaches the
+ * same verdict. */
 static int gt_dataset_open_local(gt_dataset *ds, const char *file, const char *dpath,
                                  const char *default_dset, MPI_Comm comm)
 {
   hid_t *ids = ds->ids;
-  if (gt_h5_open_mpio(file, H5F_ACC_RDONLY, comm, &ids[GT_DS_FILE]) != GT_SUCCESS)
+  const int opened = comm == MPI_COMM_NULL
+                         ? gt_h5_open_posix(file, &ids[GT_DS_FILE])
+                         : gt_h5_open_mpio(file, H5F_ACC_RDONLY, comm, &ids[GT_DS_FILE]);
+  if (opened != GT_SUCCESS)
     return gt_error_wrap(GT_ERR_INPUT, __FILE__, __LINE__, __func__,
                          "dataset file '%s' is not a readable HDF5 file (truncated or "
                          "damaged; make it again with 'gridtrain ingest')", file);
@@ -224,6 +244,7 @@ static int gt_dataset_free(gt_dataset *ds, int status)
 {
   status = gt_h5_close_all(status, GT_DS_N, ds->ids);
   free(ds->wide);
+  free(ds->picks);
   free(ds->name);
   free(ds);
   return status;
@@ -263,6 +284,28 @@ int gt_dataset_open(const char *spec, const char *default_dset, MPI_Comm comm,
   return GT_SUCCESS;
 }
 
+int gt_dataset_open_posix(const gt_dataset *ds, gt_dataset **out)
+{
+  GT_ASSERT(ds != NULL && out != NULL);
+  *out = NULL;
+  char *file = strdup(ds->name);
+  GT_CHECK_ALLOC(file, strlen(ds->name) + 1);
+  file[ds->file_len] = '\0';
+  const char *dpath = file + ds->file_len + 1;
+  gt_dataset *copy = NULL;
+  int status = gt_dataset_alloc(&copy);
+  if (status == GT_SUCCESS)
+    status = gt_dataset_open_local(copy, file, dpath, NULL, MPI_COMM_NULL);
+  free(file);
+  if (status != GT_SUCCESS) {
+    if (copy)
+      gt_dataset_free(copy, status);
+    return gt_error_push(status, __FILE__, __LINE__, __func__);
+  }
+  *out = copy;
+  return GT_SUCCESS;
+}
+
 int gt_dataset_close(gt_dataset **ds)
 {
   if (!ds || !*ds)
@@ -286,6 +329,59 @@ long long gt_dataset_nseq(const gt_dataset *ds, int T)
 
 // ---- reading ------------------------------------------------------------------
 
+static int gt_ds_pick_cmp(const void *a, const void *b)
+{
+  const gt_ds_pick *x = a, *y = b;
+  if (x->seq != y->seq)
+    return x->seq < y->seq ? -1 : 1;
+  return (x->i > y->i) - (x->i < y->i);
+}
+
+/* Room for count picks and a read of tokens elements. */
+static int gt_dataset_room(gt_dataset *ds, int count, hsize_t tokens)
+{
+  if (count > ds->npicks) {
+    gt_ds_pick *p = realloc(ds->picks, (size_t)count * sizeof *p);
+    GT_CHECK_ALLOC(p, (size_t)count * sizeof *p);
+    ds->picks = p;
+    ds->npicks = count;
+  }
+  if (tokens > ds->mem_cap) {
+    hid_t *ids = ds->ids;
+    GT_CALL(gt_h5_close(&ids[GT_DS_MSPACE]));
+    ds->mem_cap = 0;
+    free(ds->wide);
+    ds->wide = malloc((size_t)tokens * sizeof *ds->wide);
+    GT_CHECK_ALLOC(ds->wide, (size_t)tokens * sizeof *ds->wide);
+    GT_H5_ID(ids[GT_DS_MSPACE], H5Screate_simple(1, &tokens, NULL));
+    ds->mem_cap = tokens;
+  }
+  return GT_SUCCESS;
+}
+
+/* Tokens [start, start + n) into ds->wide. */
+static int gt_dataset_read_run(gt_dataset *ds, hsize_t start, hsize_t n)
+{
+  hid_t *ids = ds->ids;
+  const hsize_t zero = 0;
+  GT_CALL_HDF5(H5Sselect_hyperslab(ids[GT_DS_MSPACE], H5S_SELECT_SET, &zero, NULL, &n, NULL));
+  GT_CALL_HDF5(H5Sselect_hyperslab(ids[GT_DS_FSPACE], H5S_SELECT_SET, &start, NULL, &n, NULL));
+  /* read as 64-bit integers: HDF5 clamps what does not fit the memory
+   * type, and a token of 2^40 must not be reported as 2^31 - 1 */
+  if (H5Dread(ids[GT_DS_DSET], H5T_NATIVE_INT64, ids[GT_DS_MSPACE], ids[GT_DS_FSPACE],
+              H5P_DEFAULT, ds->wide) < 0) {
+    /* Name the data and keep HDF5's reason (a checksum error, an I/O error). */
+    char why[640];
+    gt_error_hdf5("H5Dread", __FILE__, __LINE__, __func__);
+    snprintf(why, sizeof why, "%s", gt_error_message());
+    return GT_ERROR(GT_ERR_INPUT, /* a damaged dataset is bad input, exit 2 */
+                    "cannot read tokens [%llu, %llu) of '%s': %s; if the file is "
+                    "damaged, make it again with 'gridtrain ingest'",
+                    (unsigned long long)start, (unsigned long long)(start + n), ds->name, why);
+  }
+  return GT_SUCCESS;
+}
+
 int gt_dataset_read_samples(gt_dataset *ds, int T, bool shuffle,
                             unsigned long long seed, long long first, int count,
                             long vocab_limit, int32_t *out)
@@ -295,48 +391,51 @@ int gt_dataset_read_samples(gt_dataset *ds, int T, bool shuffle,
   GT_CHECK(nseq >= 1, GT_ERR_INPUT,
            "'%s' has %lld tokens, too few for one sequence of %d; use a shorter "
            "sequence length or more data", ds->name, ds->ntokens, T + 1);
-  hid_t *ids = ds->ids;
+  if (count == 0)
+    return GT_SUCCESS;
   const int len = T + 1;
-  if (ds->mem_len != len) {
-    hsize_t dims = (hsize_t)len;
-    GT_CALL(gt_h5_close(&ids[GT_DS_MSPACE]));
-    ds->mem_len = 0;
-    GT_H5_ID(ids[GT_DS_MSPACE], H5Screate_simple(1, &dims, NULL));
-    free(ds->wide);
-    ds->wide = malloc((size_t)len * sizeof *ds->wide);
-    GT_CHECK_ALLOC(ds->wide, (size_t)len * sizeof *ds->wide);
-    ds->mem_len = len;
-  }
-
+  /* sequences per read: a run of adjacent ones shares its boundary tokens */
+  const long long per_read = (long long)(GT_DS_MAX_READ - 1) / T > 1
+                                 ? (long long)(GT_DS_MAX_READ - 1) / T
+                                 : 1;
+  const long long most = count < per_read ? count : per_read;
+  GT_CALL(gt_dataset_room(ds, count, (hsize_t)most * (hsize_t)T + 1));
+  gt_ds_pick *picks = ds->picks;
   for (int i = 0; i < count; i++) {
     const long long g = first + i;
-    const long long s = shuffle ? gt_order_sequence(seed, nseq, g) : g % nseq;
-    hsize_t start = (hsize_t)s * (hsize_t)T, n = (hsize_t)len;
-    int32_t *row = out + (size_t)i * (size_t)len;
-    /* read as 64-bit integers: HDF5 clamps what does not fit the memory
-     * type, and a token of 2^40 must not be reported as 2^31 - 1 */
-    int64_t *wide = ds->wide;
-    GT_CALL_HDF5(H5Sselect_hyperslab(ids[GT_DS_FSPACE], H5S_SELECT_SET, &start, NULL, &n, NULL));
-    if (H5Dread(ids[GT_DS_DSET], H5T_NATIVE_INT64, ids[GT_DS_MSPACE], ids[GT_DS_FSPACE],
-                H5P_DEFAULT, wide) < 0) {
-      /* Name the data and keep HDF5's reason (a checksum error, an I/O error). */
-      char why[640];
-      gt_error_hdf5("H5Dread", __FILE__, __LINE__, __func__);
-      snprintf(why, sizeof why, "%s", gt_error_message());
-      return GT_ERROR(GT_ERR_INPUT, /* a damaged dataset is bad input, exit 2 */
-                      "cannot read tokens [%llu, %llu) of '%s': %s; if the file is "
-                      "damaged, make it again with 'gridtrain ingest'",
-                      (unsigned long long)start, (unsigned long long)(start + n),
-                      ds->name, why);
-    }
-    for (int t = 0; t < len; t++) {
-      GT_CHECK(wide[t] >= 0 && wide[t] < vocab_limit, GT_ERR_INPUT,
-               "'%s' holds token %lld%s at position %llu, outside the model's vocabulary "
-               "[0, %ld); use data made for this vocabulary or raise vocab_size",
-               ds->name, (long long)wide[t], wide[t] == INT64_MAX ? " or more" : "",
-               (unsigned long long)(start + (hsize_t)t), vocab_limit);
-      row[t] = (int32_t)wide[t];
-    }
+    picks[i] = (gt_ds_pick){shuffle ? gt_order_sequence(seed, nseq, g) : g % nseq, i};
   }
+  qsort(picks, (size_t)count, sizeof *picks, gt_ds_pick_cmp);
+
+  /* the vocabulary check reports the first bad token in sample order */
+  int bad_i = INT_MAX;
+  long long bad_token = 0;
+  unsigned long long bad_pos = 0;
+  for (int k = 0; k < count;) {
+    int j = k + 1;
+    while (j < count && j - k < per_read && picks[j].seq == picks[j - 1].seq + 1)
+      j++;
+    const hsize_t start = (hsize_t)picks[k].seq * (hsize_t)T;
+    GT_CALL(gt_dataset_read_run(ds, start, (hsize_t)(j - k) * (hsize_t)T + 1));
+    for (int m = k; m < j; m++) {
+      const size_t off = (size_t)(picks[m].seq - picks[k].seq) * (size_t)T;
+      const int64_t *src = ds->wide + off;
+      int32_t *row = out + (size_t)picks[m].i * (size_t)len;
+      for (int t = 0; t < len; t++) {
+        if ((src[t] < 0 || src[t] >= vocab_limit) && picks[m].i < bad_i) {
+          bad_i = picks[m].i;
+          bad_token = (long long)src[t];
+          bad_pos = (unsigned long long)(start + off + (hsize_t)t);
+        }
+        row[t] = (int32_t)src[t];
+      }
+    }
+    k = j;
+  }
+  GT_CHECK(bad_i == INT_MAX, GT_ERR_INPUT,
+           "'%s' holds token %lld%s at position %llu, outside the model's vocabulary "
+           "[0, %ld); use data made for this vocabulary or raise vocab_size",
+           ds->name, bad_token, bad_token == INT64_MAX ? " or more" : "", bad_pos,
+           vocab_limit);
   return GT_SUCCESS;
 }

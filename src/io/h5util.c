@@ -120,6 +120,22 @@ int gt_h5_open_mpio(const char *path, unsigned flags, MPI_Comm comm, hid_t *file
   return GT_SUCCESS;
 }
 
+static int gt_h5_open_posix_in(const char *path, hid_t *fapl, hid_t *file)
+{
+  GT_H5_ID(*fapl, H5Pcreate(H5P_FILE_ACCESS));
+  GT_CALL_HDF5(H5Pset_cache(*fapl, 0, GT_H5_CACHE_SLOTS, GT_H5_CACHE_BYTES, 0.75));
+  GT_H5_ID(*file, H5Fopen(path, H5F_ACC_RDONLY, *fapl));
+  return GT_SUCCESS;
+}
+
+int gt_h5_open_posix(const char *path, hid_t *file)
+{
+  hid_t fapl = H5I_INVALID_HID;
+  *file = H5I_INVALID_HID;
+  GT_CALL(gt_h5_close_all(gt_h5_open_posix_in(path, &fapl, file), 1, &fapl));
+  return GT_SUCCESS;
+}
+
 int gt_h5_create_mpio(const char *path, MPI_Comm comm, hid_t *file)
 {
   GT_CALL(gt_h5_mpio(path, true, 0, comm, file));

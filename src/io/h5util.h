@@ -36,6 +36,11 @@ int gt_h5_close_all(int status, int n, hid_t ids[]);
  * as "lustre:" are not interpreted). Collective on comm. */
 int gt_h5_open_mpio(const char *path, unsigned flags, MPI_Comm comm, hid_t *file);
 
+/* Open an existing file read-only through HDF5's default (POSIX) driver,
+ * with the chunk cache of gt_h5_open_mpio: no MPI call, now or in later
+ * reads (a reader thread's handle, reader.h). Not collective. */
+int gt_h5_open_posix(const char *path, hid_t *file);
+
 /* Create (or truncate) a file with the MPI-IO driver on comm, in the HDF5
  * 1.10 format (checksummed metadata), metadata written collectively, objects
  * of 64 KiB and more aligned to 4 KiB (whole pages for the raw data). Same

@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gridtrain/bar.h"
 #include "gridtrain/error.h"
 #include "gridtrain/timer.h"
 #include "h5util.h"
@@ -253,6 +254,7 @@ static int gt_ingest_encode_range(gt_ingest_out *o, int split, gt_tokenizer *tok
     if (status == GT_SUCCESS)
       status = gt_ingest_out_append(o, split, ids, n);
     free(ids);
+    gt_bar_add((double)len);
   }
   if (status == GT_SUCCESS)
     status = fgetc(r.f) == EOF || to < s->size
@@ -272,11 +274,19 @@ static int gt_ingest_text_write(gt_ingest_out *o, const gt_tok_spec *spec, int n
   GT_CALL(gt_ingest_tokenizer(spec, n, src, buf, tok));
   const double t1 = gt_now();
   GT_CALL(gt_ingest_out_create(o, gt_tokenizer_vocab(*tok), *tok));
-  for (int i = 0; i < n; i++) {
-    GT_CALL(gt_ingest_encode_range(o, GT_SPLIT_TRAIN, *tok, &src[i], 0, src[i].train, buf));
-    GT_CALL(gt_ingest_encode_range(o, GT_SPLIT_VAL, *tok, &src[i], src[i].train, src[i].size,
-                                   buf));
+  double bytes = 0;
+  for (int i = 0; i < n; i++)
+    bytes += (double)src[i].size;
+  gt_bar_begin("ingest", bytes, GT_BAR_BYTES);
+  int status = GT_SUCCESS;
+  for (int i = 0; i < n && status == GT_SUCCESS; i++) {
+    status = gt_ingest_encode_range(o, GT_SPLIT_TRAIN, *tok, &src[i], 0, src[i].train, buf);
+    if (status == GT_SUCCESS)
+      status = gt_ingest_encode_range(o, GT_SPLIT_VAL, *tok, &src[i], src[i].train,
+                                      src[i].size, buf);
   }
+  gt_bar_end();
+  GT_CALL(status);
   GT_CALL(gt_ingest_out_attrs(o, n, src, opts->val_fraction));
   GT_CALL(gt_h5_write_attr_str(o->file, "tokenizer_spec",
                                opts->tokenizer ? opts->tokenizer : "bytes"));

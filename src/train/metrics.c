@@ -86,7 +86,10 @@ int gt_metrics_write_step(gt_metrics *m, const gt_step_stats *s)
   gt_json_num(f, "optimizer_ms", s->optimizer_ms, true);
   gt_json_num(f, "recompute_ms", s->recompute_ms, true);
   gt_json_num(f, "comm_bytes", s->comm_bytes, true);
-  fprintf(f, ",\"synced\":%s}\n", s->synced ? "true" : "false");
+  fprintf(f, ",\"synced\":%s", s->synced ? "true" : "false");
+  gt_json_num(f, "mfu", s->mfu, true);
+  gt_json_num(f, "eta_s", s->eta_s, true);
+  fprintf(f, "}\n");
   GT_CHECK(fflush(f) == 0, GT_ERR_SYSTEM, "cannot write the metrics file '%s': %s", m->path,
            strerror(errno));
   return GT_SUCCESS;
@@ -102,6 +105,9 @@ int gt_metrics_write_summary(gt_metrics *m, const gt_run_summary *s)
   gt_json_num(f, "seconds", s->seconds, true);
   gt_json_num(f, "tokens_per_s", s->tokens_per_s, true);
   gt_json_num(f, "model_tflops", s->model_tflops, true);
+  if (s->peak_tflops > 0)
+    gt_json_num(f, "peak_tflops", s->peak_tflops, true);
+  gt_json_num(f, "mfu", s->mfu, true);
   gt_json_num(f, "final_loss", s->final_loss, true);
   gt_json_num(f, "final_val_loss", s->final_val_loss, true);
   if (s->device_peak_bytes > 0)
@@ -112,19 +118,41 @@ int gt_metrics_write_summary(gt_metrics *m, const gt_run_summary *s)
   return GT_SUCCESS;
 }
 
+/* "45s", "3m05s", "2h03m", "3d04h". */
+static void gt_format_eta(double s, char *buf, size_t size)
+{
+  const long t = (long)(s + 0.5);
+  if (t < 60)
+    snprintf(buf, size, "%lds", t);
+  else if (t < 3600)
+    snprintf(buf, size, "%ldm%02lds", t / 60, t % 60);
+  else if (t < 86400)
+    snprintf(buf, size, "%ldh%02ldm", t / 3600, t % 3600 / 60);
+  else
+    snprintf(buf, size, "%ldd%02ldh", t / 86400, t % 86400 / 3600);
+}
+
 void gt_metrics_format_step(const gt_step_stats *s, long total_steps, char *buf, size_t size)
 {
-  char val[32] = "", scale[64] = "";
+  char val[32] = "", scale[64] = "", mfu[32] = "", eta[48] = "";
   if (!isnan(s->val_loss))
     snprintf(val, sizeof val, " | val %.4f", s->val_loss);
   if (s->dynamic_scale)
     snprintf(scale, sizeof scale, " | scale %g (%ld skipped)%s", s->loss_scale,
              s->skipped_total, s->skipped ? ", skipped" : "");
-  double ms = s->step_ms > 0 ? s->step_ms : 1;
+  if (isfinite(s->mfu))
+    snprintf(mfu, sizeof mfu, " | MFU %.1f%%", 100 * s->mfu);
+  if (isfinite(s->eta_s) && s->eta_s >= 0 && s->eta_s < 1e9) {
+    char t[32];
+    gt_format_eta(s->eta_s, t, sizeof t);
+    snprintf(eta, sizeof eta, " | ETA %s", t);
+  }
+  const double ms = s->step_ms > 0 ? s->step_ms : 1;
+  const double done = total_steps > 0 ? 100.0 * (double)(s->step + 1) / (double)total_steps : 0;
   snprintf(buf, size,
-           "step %ld/%ld | loss %.4f%s | lr %.2e | gnorm %.3f%s | %.1f ms | %.0f tok/s | "
-           "compute %.0f%% comm %.0f%% bubble %.0f%% data %.0f%%",
-           s->step, total_steps, s->loss, val, s->lr, s->grad_norm, scale, s->step_ms,
-           s->tokens_per_s, 100 * s->compute_ms / ms, 100 * s->comm_ms / ms,
-           100 * s->bubble_ms / ms, 100 * s->data_ms / ms);
+           "step %ld/%ld (%.0f%%) | loss %.4f%s | lr %.2e | gnorm %.3f%s | %.1f ms | %.0f tok/s%s"
+           " | compute %.0f%% comm %.0f%% bubble %.0f%% data %.0f%%%s",
+           s->step, total_steps, done, s->loss, val, s->lr, s->grad_norm, scale, s->step_ms,
+           s->tokens_per_s, mfu, 100 * s->compute_ms / ms, 100 * s->comm_ms / ms,
+           100 * s->bubble_ms / ms, 100 * s->data_ms / ms, eta);
 }

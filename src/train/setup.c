@@ -740,13 +740,13 @@ int gt_trainer_create(const gt_config *cfg, MPI_Comm world, bool quiet, gt_train
     GT_CALL_MPI(MPI_Comm_size(g->embed, &tr->embed.size));
   }
 
-  size_t n = (size_t)tr->B_micro * (size_t)(tr->T + 1);
-  tr->window = malloc(sizeof(int32_t) * n);
+  size_t n = (size_t)tr->B_micro * (size_t)tr->T;
   tr->tokens = malloc(sizeof(int32_t) * n);
   tr->targets = malloc(sizeof(int32_t) * n);
-  GT_AGREE(comm, tr->window && tr->tokens && tr->targets
+  GT_AGREE(comm, tr->tokens && tr->targets
                      ? GT_SUCCESS
                      : GT_ERROR(GT_ERR_SYSTEM, "out of memory for token buffers"));
+  GT_AGREE(comm, gt_trainer_readers_create(tr));
   tr->ntensors = gt_gpt_logical_count(&tr->shape);
   tr->tensors = calloc((size_t)tr->ntensors, sizeof *tr->tensors);
   GT_AGREE(comm, tr->tensors ? GT_SUCCESS
@@ -787,6 +787,9 @@ int gt_trainer_destroy(gt_trainer **trainer)
   /* Queued work first: nothing may still run on what is freed below. */
   int status = tr->be ? tr->be->ops->sync(tr->be) : GT_SUCCESS;
   gt_metrics_close(&tr->metrics);
+  gt_pace_destroy(&tr->pace);
+  gt_reader_destroy(&tr->val_reader); /* before the datasets they read */
+  gt_reader_destroy(&tr->train_reader);
   if (tr->val)
     gt_dataset_close(&tr->val);
   if (tr->train)
@@ -817,7 +820,6 @@ int gt_trainer_destroy(gt_trainer **trainer)
   }
   gt_coll_destroy(&tr->coll);
   gt_backend_destroy(&tr->be);
-  free(tr->window);
   free(tr->tokens);
   free(tr->targets);
   free(tr->stage_first);

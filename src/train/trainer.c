@@ -1,7 +1,8 @@
 /*
  * trainer.c - one training step, evaluation, the run loop and the end-of-run
  * reports (see trainer.h). Set-up is in setup.c, checkpoints in
- * checkpointing.c, the pipeline executor in src/parallel/pipeline.c.
+ * checkpointing.c, the data feed in feed.c, the pipeline executor in
+ * src/parallel/pipeline.c.
  */
 #include "trainer_impl.h"
 
@@ -16,49 +17,6 @@
 #include "gridtrain/flight.h"
 #include "gridtrain/log.h"
 #include "gridtrain/signals.h"
-
-// ---- data ----------------------------------------------------------------------------------
-
-/* Read the B_micro sequences of micro-batch mb of the global batch that
- * starts at sample `base` into tokens and targets. Only the first and last
- * stages need them. */
-static int gt_read_microbatch(gt_trainer *tr, gt_dataset *ds, bool shuffle, long long base,
-                              int mb)
-{
-  const gt_grid *g = tr->grid;
-  long long first = base + (long long)g->dp_rank * tr->B_rank + (long long)mb * tr->B_micro;
-  gt_event_begin(tr->ev.data);
-  int status = gt_dataset_read_samples(ds, tr->T, shuffle, tr->cfg.run.seed, first,
-                                       tr->B_micro, tr->cfg.model.vocab, tr->window);
-  if (status == GT_SUCCESS)
-    for (int b = 0; b < tr->B_micro; b++) {
-      const int32_t *w = tr->window + (size_t)b * (tr->T + 1);
-      memcpy(tr->tokens + (size_t)b * tr->T, w, sizeof(int32_t) * (size_t)tr->T);
-      memcpy(tr->targets + (size_t)b * tr->T, w + 1, sizeof(int32_t) * (size_t)tr->T);
-    }
-  gt_event_end(tr->ev.data);
-  GT_CALL(status);
-  return GT_SUCCESS;
-}
-
-int gt_trainer_feed_read(void *ctx, int mb, const int32_t **tokens, const int32_t **targets)
-{
-  gt_trainer *tr = ctx;
-  GT_CALL(gt_read_microbatch(tr, tr->feed_ds, tr->feed_shuffle, tr->feed_base, mb));
-  *tokens = tr->tokens;
-  *targets = tr->targets;
-  return GT_SUCCESS;
-}
-
-/* Point the feed at a batch of a dataset. */
-static gt_pipe_feed gt_trainer_feed(gt_trainer *tr, gt_dataset *ds, bool shuffle,
-                                    long long base)
-{
-  tr->feed_ds = ds;
-  tr->feed_shuffle = shuffle;
-  tr->feed_base = base;
-  return (gt_pipe_feed){gt_trainer_feed_read, tr};
-}
 
 // ---- the step's scalars ----------------------------------------------------------------------
 
@@ -126,15 +84,17 @@ int gt_trainer_step(gt_trainer *tr, gt_step_stats *st)
    * of the global mean loss. */
   const double loss_scale = tr->scaler.scale;
   const float dlogit_scale = (float)(loss_scale / ((double)tr->B * tr->T));
-  const gt_pipe_feed feed = gt_trainer_feed(tr, tr->train, true, tr->samples);
+  const gt_pipe_feed feed =
+      gt_trainer_feed(tr, tr->train_reader, tr->samples, s + 1 < tr->cfg.run.steps);
   /* zero 2 hands out every micro-batch's gradient buffers (the hook is
    * always on); below it the hook starts buckets when DP overlaps */
   const bool hooked = tr->gshard || (tr->overlap && g->dp_size > 1 && reduce);
   const gt_grad_hook *hook = hooked                        ? &tr->hook
                              : stale && g->dp_size > 1 ? &tr->poll_hook
                                                        : NULL;
-  GT_CALL(gt_pipe_train(tr->pipe, &feed, dlogit_scale, gt_trainer_loss_acc(tr, GT_SC_LOSS),
-                        hook));
+  status = gt_pipe_train(tr->pipe, &feed, dlogit_scale, gt_trainer_loss_acc(tr, GT_SC_LOSS),
+                         hook);
+  GT_CALL(gt_trainer_feed_settle(tr, status)); /* no HDF5 call from the reader from here */
 
   if (tr->pgather) /* zero 3: no gathered weights outlive the passes */
     GT_CALL(gt_pgather_drop(tr->pgather));
@@ -253,6 +213,7 @@ int gt_trainer_step(gt_trainer *tr, gt_step_stats *st)
   st->recompute_ms = 1e3 * gt_event_step_seconds(tr->ev.recompute);
   st->comm_bytes = gt_coll_bytes(tr->coll) - bytes0;
   st->synced = synced;
+  st->mfu = st->eta_s = NAN; /* the run's (pace.h) */
   tr->step++;
   tr->samples += tr->B;
   tr->last_loss = loss;
@@ -268,8 +229,10 @@ int gt_trainer_evaluate(gt_trainer *tr, double *val_loss)
   gt_event_begin(tr->ev.eval);
   int status = be->ops->zero(be, &tr->scalars[GT_SC_EVAL], sizeof(double));
   for (long e = 0; e < tr->cfg.run.eval_batches && status == GT_SUCCESS; e++) {
-    const gt_pipe_feed feed = gt_trainer_feed(tr, tr->val, false, (long long)e * tr->B);
+    const gt_pipe_feed feed = gt_trainer_feed(tr, tr->val_reader, (long long)e * tr->B,
+                                              e + 1 < tr->cfg.run.eval_batches);
     status = gt_pipe_eval(tr->pipe, &feed, gt_trainer_loss_acc(tr, GT_SC_EVAL));
+    status = gt_trainer_feed_settle(tr, status);
   }
   double sum = 0;
   if (status == GT_SUCCESS)
@@ -418,6 +381,8 @@ int gt_trainer_run(gt_trainer *tr)
             tr->step, steps);
     return GT_SUCCESS;
   }
+  if (!tr->pace)
+    GT_CALL(gt_pace_create(cfg, g, tr->be, flops_per_token * tr->B * tr->T, false, &tr->pace));
   GT_CALL(gt_barrier(g->world));
   const double t_start = gt_now();
   gt_step_stats st = {0};
@@ -426,6 +391,7 @@ int gt_trainer_run(gt_trainer *tr)
   long saved = -1; /* step of the last checkpoint written by this run */
   while (tr->step < steps) {
     GT_CALL(gt_trainer_step(tr, &st));
+    gt_pace_step(tr->pace, &st);
     const bool last = tr->step == steps;
     if (cfg->run.eval_every > 0 && (tr->step % cfg->run.eval_every == 0 || last)) {
       GT_CALL(gt_trainer_evaluate(tr, &st.val_loss));
@@ -491,19 +457,24 @@ int gt_trainer_run(gt_trainer *tr)
   gt_backend_device_memory(tr->be, &dev_in_use, &dev_peak);
   double device_peak = (double)dev_peak;
   GT_CALL(gt_allreduce_f64(&device_peak, 1, MPI_MAX, g->world));
+  const double peak = gt_pace_peak(tr->pace), flops = flops_per_token * ran * tr->B * tr->T;
   gt_run_summary sum = {
     .steps = ran,
     .tokens = (double)ran * tr->B * tr->T,
     .seconds = wall,
     .tokens_per_s = wall > 0 ? (double)ran * tr->B * tr->T / wall : 0,
-    .model_tflops = wall > 0 ? flops_per_token * ran * tr->B * tr->T / wall / 1e12 : 0,
+    .model_tflops = wall > 0 ? flops / wall / 1e12 : 0,
+    .peak_tflops = peak / 1e12,
+    .mfu = wall > 0 && peak > 0 ? flops / wall / peak : NAN,
     .final_loss = st.loss,
     .final_val_loss = last_val,
     .device_peak_bytes = device_peak,
   };
   if (g->world_rank == 0) {
     GT_CALL(gt_metrics_write_summary(tr->metrics, &sum));
-    char val[48] = "", mem[96] = "";
+    char val[48] = "", mem[96] = "", mfu[32] = "";
+    if (isfinite(sum.mfu))
+      snprintf(mfu, sizeof mfu, ", MFU %.1f%%", 100 * sum.mfu);
     if (!isnan(last_val))
       snprintf(val, sizeof val, ", val loss %.4f", last_val);
     if (device_peak > 0) {
@@ -512,9 +483,9 @@ int gt_trainer_run(gt_trainer *tr)
       snprintf(mem, sizeof mem, "; device memory at most %s on a rank", b);
     }
     gt_info("gridtrain: done: %ld steps, %.3gM tokens in %.1f s (%.0f tok/s, %.1f GFLOP/s "
-            "model, %.2f per rank); final loss %.4f%s%s\n",
+            "model, %.2f per rank%s); final loss %.4f%s%s\n",
             ran, sum.tokens / 1e6, wall, sum.tokens_per_s, 1e3 * sum.model_tflops,
-            1e3 * sum.model_tflops / g->world_size, st.loss, val, mem);
+            1e3 * sum.model_tflops / g->world_size, mfu, st.loss, val, mem);
   }
   GT_CALL(gt_events_report(g->world, wall, stdout));
   GT_CALL(gt_trainer_report_activations(tr, stdout));

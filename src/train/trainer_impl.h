@@ -4,6 +4,7 @@
  *   setup.c          create and destroy, the configuration and memory tables
  *   checkpointing.c  checkpoint metadata, save, load and the resume policy
  *   trainer.c        one step, evaluation, the run loop and the reports
+ *   feed.c           the data feed: readers, read-ahead, micro-batches
  *   sharding.c       ZeRO: the compute all-gather and the whole model state
  *   nonfinite.c      a step with non-finite numbers: which rank, which parameter
  *   sampling.c       [run] sample_every: text samples during training
@@ -23,6 +24,8 @@
 #include "gridtrain/grad_shards.h"
 #include "gridtrain/gpt.h"
 #include "gridtrain/optim.h"
+#include "gridtrain/pace.h"
+#include "gridtrain/reader.h"
 #include "gridtrain/param_gather.h"
 #include "gridtrain/pipeline.h"
 #include "gridtrain/sample.h"
@@ -53,6 +56,7 @@ struct gt_trainer {
   gt_scaler scaler;
   gt_dataset *train, *val;
   gt_metrics *metrics;
+  gt_pace *pace;          /* MFU and ETA: made by gt_trainer_run */
 
   int T;          /* tokens per sequence */
   int B;          /* global batch, sequences */
@@ -68,12 +72,14 @@ struct gt_trainer {
   MPI_Comm writers;        /* dp rank 0 of every (pp, tp) position; else NULL */
   gt_dir_lock *lock;       /* rank 0: the checkpoint directory's lock (dir_lock.h) */
   int ntensors;
-  int32_t *window, *tokens, *targets; /* host (B_micro, T+1), (B_micro, T) x 2 */
+  int32_t *tokens, *targets; /* host (B_micro, T) each */
+  gt_reader *train_reader, *val_reader; /* this rank's share of each batch (feed.c) */
 
-  /* what the feed reads next: dataset, shuffle, first sample of the batch */
-  gt_dataset *feed_ds;
-  bool feed_shuffle;
+  /* what the feed reads now: reader, first sample of the batch, and whether
+   * a next batch (B samples on) will be read */
+  gt_reader *feed_reader;
   long long feed_base;
+  bool feed_more;
 
   gt_gpt_shape shape;
   int *stage_first;       /* pp V + 1: first block of every (virtual) stage */
@@ -112,9 +118,23 @@ struct gt_trainer {
 /* setup.c: the checkpoint policy's start-up part, run by gt_trainer_create. */
 int gt_trainer_resume(gt_trainer *tr, bool quiet);
 
-/* trainer.c: read micro-batch mb of the batch at tr->feed_base (the feed of
- * the pipeline; tokens and targets into tr->tokens / tr->targets). */
+/* feed.c: the readers of the training and validation data, with a reader
+ * thread where this rank reads tokens and [data] prefetch is on. */
+int gt_trainer_readers_create(gt_trainer *tr);
+
+/* feed.c: read micro-batch mb of the batch at tr->feed_base (the feed of
+ * the pipeline; tokens and targets into tr->tokens / tr->targets); the
+ * first micro-batch starts reading the next batch when there is one. */
 int gt_trainer_feed_read(void *ctx, int mb, const int32_t **tokens, const int32_t **targets);
+
+/* feed.c: point the feed at the batch of reader that starts at sample base
+ * (more: the batch B samples on will be read next). */
+gt_pipe_feed gt_trainer_feed(gt_trainer *tr, gt_reader *reader, long long base, bool more);
+
+/* feed.c: after the pipeline's pass over the feed's batch (which returned
+ * status): wait for the read ahead (timed as data), so that nothing reads
+ * the file once the step is over. status, else the wait's. */
+int gt_trainer_feed_settle(gt_trainer *tr, int status);
 
 /* trainer.c: the device scalars [first, first + n) to the host
  * (tr->host_scalars) and summed over comm (the world, or a replica) into

@@ -28,7 +28,7 @@ for key in run.steps run.seed run.log_every run.metrics grid.dp grid.pp grid.tp 
   backend.loss_scale_min parallel.wait parallel.schedule \
   parallel.stages parallel.bucket_mb parallel.dp_overlap parallel.zero model.recompute \
   checkpoint.dir checkpoint.every \
-  checkpoint.keep checkpoint.resume; do
+  checkpoint.keep checkpoint.resume run.peak_tflops data.prefetch; do
   grep -q "^    $key " "$GT_TMP/train-help" || missing="$missing $key"
 done
 [ -z "$missing" ]
@@ -68,8 +68,8 @@ grep -q "^  layout  *dp=4 x pp=1 x tp=1  *resolved" "$GT_TMP/run.out" &&
 ok $? "rank 0 prints the layout in the same table"
 [ "$(grep '^step ' "$GT_TMP/run.out" | cut -d' ' -f2 | tr '\n' ' ')" = "0/10 4/10 5/10 9/10 " ]
 ok $? "log lines at steps 0 and 5 (log_every), 4 and 9 (evaluations), 9 (last)"
-grep -E -q '^step 4/10 \| loss [0-9.]+ \| val [0-9.]+ \| lr [0-9.e+-]+ \| gnorm [0-9.]+ \| [0-9.]+ ms \| [0-9]+ tok/s \| compute [0-9]+% comm [0-9]+% bubble [0-9]+% data [0-9]+%$' "$GT_TMP/run.out"
-ok $? "log line format: step, loss, val, lr, gnorm, ms, tok/s, time split"
+grep -E -q '^step 4/10 \(50%\) \| loss [0-9.]+ \| val [0-9.]+ \| lr [0-9.e+-]+ \| gnorm [0-9.]+ \| [0-9.]+ ms \| [0-9]+ tok/s \| MFU [0-9.]+% \| compute [0-9]+% comm [0-9]+% bubble [0-9]+% data [0-9]+% \| ETA [0-9hms]+$' "$GT_TMP/run.out"
+ok $? "log line format: step, progress, loss, val, lr, gnorm, ms, tok/s, MFU, time split, ETA"
 grep -q "^gridtrain: done: 10 steps" "$GT_TMP/run.out" && grep -q "dp.exposed" "$GT_TMP/run.out"
 ok $? "final summary line and the timing table"
 "$PYTHON_REF" - "$GT_TMP/m.jsonl" <<'PY'
@@ -77,7 +77,8 @@ import json, math, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]
 steps = [r for r in rows if not r.get("summary")]
 summary = [r for r in rows if r.get("summary")]
-need = {"step", "loss", "lr", "grad_norm", "step_ms", "tokens_per_s", "compute_ms", "comm_ms", "data_ms"}
+need = {"step", "loss", "lr", "grad_norm", "step_ms", "tokens_per_s", "compute_ms", "comm_ms", "data_ms",
+        "mfu", "eta_s"}
 assert len(steps) == 10, len(steps)
 assert [r["step"] for r in steps] == list(range(10))
 for r in steps:

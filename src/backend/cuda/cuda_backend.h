@@ -62,6 +62,7 @@ typedef struct gt_cuda {
   gt_cuda_cudnn *cudnn;       /* NULL: cuDNN attention unavailable */
   gt_cuda_attention_kind attention;
   char describe[256];         /* "GPU 0: NVIDIA H200 (sm_90, 139 GiB, PCI 0000:19:00.0)" */
+  char name[128];             /* cudaDeviceProp.name: "NVIDIA H200" */
 } gt_cuda;
 
 static inline gt_cuda *gt_cuda_of(gt_backend *be) { return (gt_cuda *)be->impl; }

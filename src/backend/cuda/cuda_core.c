@@ -449,6 +449,7 @@ static int gt_cuda_pick_device(gt_cuda *c, int local_rank)
   c->sm_count = prop.multiProcessorCount;
   c->cc_major = prop.major;
   c->cc_minor = prop.minor;
+  snprintf(c->name, sizeof c->name, "%.127s", prop.name);
   char pci[32] = "?";
   (void)cudaDeviceGetPCIBusId(pci, (int)sizeof pci, c->device);
   snprintf(c->describe, sizeof c->describe, "GPU %d of %d: %.96s (sm_%d%d, %.0f GiB, PCI %.31s)",
@@ -492,6 +493,8 @@ int gt_cuda_backend_init(gt_backend *be, int local_rank, const char *attention)
 }
 
 const char *gt_cuda_backend_describe(gt_backend *be) { return gt_cuda_of(be)->describe; }
+
+const char *gt_cuda_backend_name(gt_backend *be) { return gt_cuda_of(be)->name; }
 
 int gt_cuda_backend_fini(gt_backend *be)
 {

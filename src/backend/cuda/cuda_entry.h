@@ -26,6 +26,9 @@ int gt_cuda_backend_fini(gt_backend *be);
 /* "GPU 0 of 1: NVIDIA H200 (sm_90, 139 GiB, PCI 0000:19:00.0)". */
 const char *gt_cuda_backend_describe(gt_backend *be);
 
+/* The GPU's name as the runtime gives it: "NVIDIA H200". */
+const char *gt_cuda_backend_name(gt_backend *be);
+
 /* Bytes of device memory allocated through be now, at most so far, and kept
  * in the allocator's cache. */
 void gt_cuda_memory_stats(gt_backend *be, size_t *in_use, size_t *peak, size_t *cached);

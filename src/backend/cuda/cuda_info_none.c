@@ -38,6 +38,12 @@ const char *gt_cuda_backend_describe(gt_backend *be)
   return "no CUDA in this build";
 }
 
+const char *gt_cuda_backend_name(gt_backend *be)
+{
+  (void)be;
+  return "";
+}
+
 void gt_cuda_memory_stats(gt_backend *be, size_t *in_use, size_t *peak, size_t *cached)
 {
   (void)be;
