@@ -12,6 +12,7 @@
 #define GT_CLI_H
 
 #include <mpi.h>
+#include <stdbool.h>
 
 /* The whole command line: argv[0] is the program, argv[1] the subcommand
  * (or -h/--help/help, -V/--version), the rest its arguments. Prints the
@@ -19,6 +20,10 @@
  * GT_ERR_INPUT (collective). Returns the subcommand's status. Collective on
  * world (the subcommands are). */
 int gt_cli_dispatch(int argc, char **argv, MPI_Comm world);
+
+/* Whether a command's arguments (argv[1..argc-1]) ask for its help: --help
+ * or -h anywhere among them. */
+bool gt_cli_wants_help(int argc, char **argv);
 
 int gt_cmd_train(int argc, char **argv, MPI_Comm world);
 int gt_cmd_ingest(int argc, char **argv, MPI_Comm world);

@@ -293,11 +293,10 @@ static int gt_ckpt_run(int argc, char **argv)
 
 int gt_cmd_ckpt(int argc, char **argv, MPI_Comm world)
 {
-  for (int i = 1; i < argc; i++)
-    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-      gt_ckpt_usage();
-      return GT_SUCCESS;
-    }
+  if (gt_cli_wants_help(argc, argv)) {
+    gt_ckpt_usage();
+    return GT_SUCCESS;
+  }
   if (argc < 2) {
     gt_error_set(GT_ERR_INPUT, __FILE__, __LINE__, __func__,
                  "ckpt: missing subcommand (info, verify, convert); see 'gridtrain ckpt "

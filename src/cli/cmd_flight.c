@@ -112,11 +112,10 @@ static int gt_cmd_flight_in(int argc, char **argv, gt_flight_line **recs, size_t
 int gt_cmd_flight(int argc, char **argv, MPI_Comm world)
 {
   (void)world;
-  for (int i = 1; i < argc; i++)
-    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-      gt_flight_usage();
-      return GT_SUCCESS;
-    }
+  if (gt_cli_wants_help(argc, argv)) {
+    gt_flight_usage();
+    return GT_SUCCESS;
+  }
   /* every rank reads (the same files, the same errors); rank 0 prints */
   gt_flight_line *recs = NULL;
   size_t n = 0;

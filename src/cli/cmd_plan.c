@@ -270,11 +270,10 @@ static int gt_plan_validate_cmd(const gt_plan_args *a)
 
 int gt_cmd_plan(int argc, char **argv, MPI_Comm world)
 {
-  for (int i = 1; i < argc; i++)
-    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-      gt_plan_usage();
-      return GT_SUCCESS;
-    }
+  if (gt_cli_wants_help(argc, argv)) {
+    gt_plan_usage();
+    return GT_SUCCESS;
+  }
   char **overrides = calloc((size_t)argc + 2, sizeof *overrides);
   GT_CHECK_ALLOC(overrides, sizeof *overrides * ((size_t)argc + 2));
   gt_plan_args a;

@@ -227,11 +227,10 @@ static int gt_plot_rank0(int argc, char **argv)
 
 int gt_cmd_plot(int argc, char **argv, MPI_Comm world)
 {
-  for (int i = 1; i < argc; i++)
-    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-      gt_plot_usage();
-      return GT_SUCCESS;
-    }
+  if (gt_cli_wants_help(argc, argv)) {
+    gt_plot_usage();
+    return GT_SUCCESS;
+  }
   int rank;
   GT_CALL_MPI(MPI_Comm_rank(world, &rank));
   const int status = rank == 0 ? gt_plot_rank0(argc, argv) : GT_SUCCESS;

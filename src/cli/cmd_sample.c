@@ -451,11 +451,10 @@ static int gt_sample_main(gt_sample_args *a, MPI_Comm world)
 
 int gt_cmd_sample(int argc, char **argv, MPI_Comm world)
 {
-  for (int i = 1; i < argc; i++)
-    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-      gt_sample_usage();
-      return GT_SUCCESS;
-    }
+  if (gt_cli_wants_help(argc, argv)) {
+    gt_sample_usage();
+    return GT_SUCCESS;
+  }
   gt_sample_args a;
   int status = gt_sample_parse(argc, argv, &a);
   if (status != GT_SUCCESS) {

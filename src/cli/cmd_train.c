@@ -46,11 +46,10 @@ static gt_trainer *volatile gt_train_aborting;
 
 int gt_cmd_train(int argc, char **argv, MPI_Comm world)
 {
-  for (int i = 1; i < argc; i++)
-    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-      gt_train_usage();
-      return GT_SUCCESS;
-    }
+  if (gt_cli_wants_help(argc, argv)) {
+    gt_train_usage();
+    return GT_SUCCESS;
+  }
   if (argc < 2 || argv[1][0] == '-') {
     gt_error_set(GT_ERR_INPUT, __FILE__, __LINE__, __func__,
                  argc < 2 ? "train: missing input deck; usage: gridtrain train DECK "

@@ -42,6 +42,14 @@ static void gt_usage(void)
          "1 other errors.\n");
 }
 
+bool gt_cli_wants_help(int argc, char **argv)
+{
+  for (int i = 1; i < argc; i++)
+    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0)
+      return true;
+  return false;
+}
+
 int gt_cli_dispatch(int argc, char **argv, MPI_Comm world)
 {
   if (argc < 2) {
