@@ -29,15 +29,12 @@ def main():
         print(__doc__, file=sys.stderr)
         return 1
     weights, data, batches, batch = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
-    with h5py.File(weights, "r") as f:
-        shape = {k: int(f.attrs[k]) for k in ("layers", "heads", "dim", "seq_len", "vocab")}
-        params = {name: torch.from_numpy(np.asarray(f[name], dtype=np.float32))
-                  for name in f.keys()}
-    expected = dict(torch_gpt.param_shapes(**shape))
-    if set(params) != set(expected):
-        print(f"parameter names differ: extra {sorted(set(params) - set(expected))}, "
-              f"missing {sorted(set(expected) - set(params))}", file=sys.stderr)
+    try:
+        shape, params = torch_gpt.load_exported(weights, np.float32)
+    except ValueError as e:
+        print(e, file=sys.stderr)
         return 1
+    expected = dict(torch_gpt.param_shapes(**shape))
     for name, t in params.items():
         if tuple(t.shape) != tuple(expected[name]):
             print(f"{name}: shape {tuple(t.shape)}, expected {expected[name]}", file=sys.stderr)

@@ -51,14 +51,7 @@ def greedy(params, heads, seq_len, vocab, prompt, n):
 
 
 def load(weights):
-    with h5py.File(weights, "r") as f:
-        shape = {k: int(f.attrs[k]) for k in ("layers", "heads", "dim", "seq_len", "vocab")}
-        params = {name: torch.from_numpy(np.asarray(f[name], dtype=np.float64))
-                  for name in f.keys()}
-    expected = dict(torch_gpt.param_shapes(**shape))
-    if set(params) != set(expected):
-        raise ValueError("parameter names differ from the reference model's")
-    return shape, params
+    return torch_gpt.load_exported(weights, np.float64)
 
 
 def check_logits(path, weights, text, ids):

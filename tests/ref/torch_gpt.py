@@ -167,3 +167,19 @@ def train_step(params, optimizer, tokens, targets, heads, clip):
     norm = clip_grads(params, clip)
     optimizer.step()
     return float(loss), norm
+
+
+def load_exported(path, dtype):
+    """The weights `gridtrain ckpt convert` exported to the HDF5 file path:
+    (shape, params) with shape the model's keys and params name -> tensor of
+    dtype (a NumPy dtype). ValueError when the names are not the model's."""
+    import h5py
+    import numpy as np
+    with h5py.File(path, "r") as f:
+        shape = {k: int(f.attrs[k]) for k in ("layers", "heads", "dim", "seq_len", "vocab")}
+        params = {name: torch.from_numpy(np.asarray(f[name], dtype=dtype)) for name in f.keys()}
+    expected = dict(param_shapes(**shape))
+    if set(params) != set(expected):
+        raise ValueError(f"parameter names differ: extra {sorted(set(params) - set(expected))}, "
+                         f"missing {sorted(set(expected) - set(params))}")
+    return shape, params
