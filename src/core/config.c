@@ -420,7 +420,18 @@ static void gt_key_format(const gt_key *k, const gt_config *cfg, char *buf, size
       snprintf(buf, size, "%ld", *(const long *)src);
     break;
   case GT_KEY_U64: snprintf(buf, size, "%llu", *(const unsigned long long *)src); break;
-  case GT_KEY_REAL: snprintf(buf, size, "%.9g", *(const double *)src); break;
+  case GT_KEY_REAL: {
+    /* the shortest text that reads back as the same double: the printed
+     * deck (every checkpoint stores it) must parse to this configuration,
+     * and a fixed "%.9g" turned 0.9999999999 into "1", outside [0, 1) */
+    const double v = *(const double *)src;
+    for (int digits = 1; digits <= 17; digits++) {
+      snprintf(buf, size, "%.*g", digits, v);
+      if (strtod(buf, NULL) == v)
+        break;
+    }
+    break;
+  }
   case GT_KEY_STRING:
   case GT_KEY_ENUM: snprintf(buf, size, "%s", src); break;
   }

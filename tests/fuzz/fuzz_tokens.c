@@ -53,6 +53,9 @@ static void gt_fz_check_split(hid_t file, const char *path, long long vocab, lon
   *n = (long long)count;
 }
 
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
   (void)argc, (void)argv;

@@ -124,6 +124,7 @@ static void first_bad(const unsigned char *text, int T, unsigned long long seed,
                       long long *pos)
 {
   *token = -1;
+  *pos = -1;
   for (int i = 0; i < count && *token < 0; i++) {
     const long long s = gt_order_sequence(seed, nseq, first + i);
     for (int t = 0; t <= T && *token < 0; t++)
