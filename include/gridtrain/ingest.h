@@ -39,11 +39,15 @@ typedef struct gt_ingest_opts {
   /* text: "bytes" (also NULL), "sentencepiece:MODEL" (a .model file),
    * "train:bpe:N" or "train:unigram:N" (a SentencePiece model of N pieces
    * trained on the training text of the inputs, at most GT_INGEST_TRAIN_LINES
-   * lines of it sampled uniformly) */
+   * lines of it sampled uniformly);
+   * tokens: NULL (none stored), "bytes" or "sentencepiece:MODEL", the
+   * tokenizer that wrote the files, stored with the tokens; its vocabulary is
+   * the dataset's (vocab 0 takes it, another value is an error) */
   const char *tokenizer;
   /* tokens: "auto" (also NULL), "nanogpt", "llmc" or "npy" */
   const char *format;
-  long long vocab;        /* tokens: the vocabulary, in [1, 2^31 - 1]; every token is below it */
+  long long vocab;        /* tokens: the vocabulary, in [1, 2^31 - 1] (0: the tokenizer's);
+                           * every token is below it */
   int nval;               /* tokens: files that go wholly to /val/tokens */
   char *const *val_files;
 } gt_ingest_opts;
@@ -79,8 +83,10 @@ int gt_ingest_text_opts(int nfiles, char *const files[], const char *out_path,
  *   auto     npy by its magic, llmc by its magic number, else nanogpt.
  * Of each file the last val_fraction of its tokens go to /val/tokens; the
  * val_files go wholly there. Every token must be in [0, o->vocab): one
- * outside is an error naming the file, the position and the value. No
- * tokenizer attribute is written (the files do not say which). */
+ * outside is an error naming the file, the position and the value. The
+ * files do not say their tokenizer: o->tokenizer names it, and is stored as
+ * text ingest stores its own (tokenizer.h); without it the dataset has no
+ * tokenizer attribute and generation prints ids (gridtrain sample --ids). */
 int gt_ingest_tokens(int nfiles, char *const files[], const char *out_path,
                      const gt_ingest_opts *o, gt_ingest_counts *counts);
 

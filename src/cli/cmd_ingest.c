@@ -1,7 +1,7 @@
 /*
  * cmd_ingest.c - `gridtrain ingest text IN... -o OUT.h5 [--tokenizer T]
- * [--val-fraction F]` and `gridtrain ingest tokens FILE... -o OUT.h5 --vocab N
- * [--format F] [--val FILE]... [--val-fraction F]`: build an HDF5 token
+ * [--val-fraction F]` and `gridtrain ingest tokens FILE... -o OUT.h5 --vocab N|
+ * --tokenizer T [--format F] [--val FILE]... [--val-fraction F]`: build an HDF5 token
  * dataset from text or from other trainers' token files (ingest.h). Rank 0
  * does the work; every rank returns the agreed status.
  */
@@ -23,8 +23,8 @@
 
 static const char gt_ingest_usage[] =
     "usage: gridtrain ingest text IN... -o OUT.h5 [--tokenizer T] [--val-fraction F]\n"
-    "       gridtrain ingest tokens FILE... -o OUT.h5 --vocab N [--format F]\n"
-    "                               [--val FILE]... [--val-fraction F]\n"
+    "       gridtrain ingest tokens FILE... -o OUT.h5 --vocab N|--tokenizer T\n"
+    "                               [--format F] [--val FILE]... [--val-fraction F]\n"
     "\n"
     "Build an HDF5 token dataset (/train/tokens, /val/tokens) for training.\n"
     "\n"
@@ -41,8 +41,12 @@ static const char gt_ingest_usage[] =
     "\n"
     "tokens: import token ids written by other trainers; of each FILE the last F\n"
     "of its tokens go to /val/tokens.\n"
-    "  --vocab N             the vocabulary size (required: the files do not say\n"
-    "                        it; 50257 for GPT-2's); every token must be below it\n"
+    "  --vocab N             the vocabulary size (the files do not say it; 50257\n"
+    "                        for GPT-2's); every token must be below it\n"
+    "  --tokenizer T         the tokenizer that wrote the files, stored with the\n"
+    "                        tokens so that gridtrain sample can decode them:\n"
+    "                        bytes or sentencepiece:MODEL; its vocabulary is the\n"
+    "                        dataset's (--vocab may then be left out)\n"
     "  --format F            auto (default: .npy and llm.c by their magic, else\n"
     "                        nanogpt), nanogpt (raw little-endian uint16, as\n"
     "                        train.bin and val.bin), llmc (llm.c's .bin shards:\n"
@@ -128,7 +132,6 @@ static int gt_ingest_valued(int argc, char **argv, int *i, gt_ingest_args *a, bo
   }
   GT_CALL(gt_ingest_option(argc, argv, i, NULL, "--tokenizer", matched, &value));
   if (*matched) {
-    GT_CALL(gt_ingest_kind_only(a, false, "--tokenizer"));
     a->opts.tokenizer = value;
     return GT_SUCCESS;
   }
@@ -191,9 +194,9 @@ static int gt_ingest_parse(int argc, char **argv, gt_ingest_args *a)
   GT_CHECK(a->ninputs > 0, GT_ERR_INPUT, "no input files; name at least one %s file"
            GT_INGEST_HINT, a->tokens ? "token" : "text");
   GT_CHECK(a->out != NULL, GT_ERR_INPUT, "no output file; add -o OUT.h5" GT_INGEST_HINT);
-  GT_CHECK(!a->tokens || a->opts.vocab > 0, GT_ERR_INPUT,
-           "ingest tokens needs --vocab N: token files do not say their vocabulary (50257 for "
-           "GPT-2's tokenizer)" GT_INGEST_HINT);
+  GT_CHECK(!a->tokens || a->opts.vocab > 0 || a->opts.tokenizer, GT_ERR_INPUT,
+           "ingest tokens needs --vocab N or --tokenizer T: token files do not say their "
+           "vocabulary (50257 for GPT-2's tokenizer)" GT_INGEST_HINT);
   if (a->tokens && a->nval > 0 && !a->val_fraction_given)
     a->opts.val_fraction = 0.0;
   a->opts.nval = a->nval;
@@ -211,7 +214,7 @@ static int gt_ingest_parse(int argc, char **argv, gt_ingest_args *a)
 /* Rank 0's one line about what was written. */
 static void gt_ingest_summary(const gt_ingest_args *a, const gt_ingest_counts *n)
 {
-  char list[512] = "", trained[64] = "";
+  char list[512] = "", trained[64] = "", kind[1200];
   size_t used = 0;
   const int total = a->ninputs + a->nval;
   for (int i = 0; i < total && i < GT_INGEST_LISTED && used < sizeof list; i++)
@@ -221,12 +224,17 @@ static void gt_ingest_summary(const gt_ingest_args *a, const gt_ingest_counts *n
     snprintf(list + used, sizeof list - used, ", ... (%d more)", total - GT_INGEST_LISTED);
   if (n->train_seconds > 0)
     snprintf(trained, sizeof trained, "tokenizer trained in %.1f s, ", n->train_seconds);
+  const char *tokenizer = a->opts.tokenizer ? a->opts.tokenizer : "bytes";
+  if (a->tokens && a->opts.tokenizer) /* "nanogpt, sentencepiece:M.model" */
+    snprintf(kind, sizeof kind, "%s, %s", n->format, tokenizer);
+  else
+    snprintf(kind, sizeof kind, "%s", a->tokens ? n->format : tokenizer);
   const double secs = n->encode_seconds > 1e-6 ? n->encode_seconds : 1e-6;
   const long long tokens = n->train_tokens + n->val_tokens;
   gt_info("ingest: wrote %s: %lld train + %lld val tokens (%s, vocab %lld, %s) from %d "
           "source%s: %s; %s%.1f MB %s in %.2f s (%.0f tokens/s)\n",
           a->out, n->train_tokens, n->val_tokens,
-          a->tokens ? n->format : a->opts.tokenizer ? a->opts.tokenizer : "bytes", n->vocab,
+          kind, n->vocab,
           n->dtype, total, total == 1 ? "" : "s", list, trained, (double)n->bytes / 1e6,
           a->tokens ? "read" : "tokenized", secs, (double)tokens / secs);
 }

@@ -25,17 +25,7 @@
 #include "h5util.h"
 #include "ingest_internal.h"
 
-/* What --tokenizer asks for. */
-typedef struct {
-  enum { GT_TOK_BYTES, GT_TOK_MODEL, GT_TOK_TRAIN } kind;
-  const char *model;  /* GT_TOK_MODEL: the .model file */
-  char type[16];      /* GT_TOK_TRAIN: bpe or unigram */
-  int vocab;          /* GT_TOK_TRAIN */
-} gt_tok_spec;
-
-#define GT_TOK_SPEC_HELP "give bytes, sentencepiece:MODEL, train:bpe:N or train:unigram:N"
-
-static int gt_tok_spec_parse(const char *spec, gt_tok_spec *t)
+int gt_tok_spec_parse(const char *spec, gt_tok_spec *t)
 {
   memset(t, 0, sizeof *t);
   if (!spec || strcmp(spec, "bytes") == 0) {

@@ -27,6 +27,20 @@ typedef struct gt_ingest_source {
   const char *format; /* token files: the format found */
 } gt_ingest_source;
 
+/* What --tokenizer asks for. */
+typedef struct {
+  enum { GT_TOK_BYTES, GT_TOK_MODEL, GT_TOK_TRAIN } kind;
+  const char *model;  /* GT_TOK_MODEL: the .model file (points into the spec) */
+  char type[16];      /* GT_TOK_TRAIN: bpe or unigram */
+  int vocab;          /* GT_TOK_TRAIN */
+} gt_tok_spec;
+
+#define GT_TOK_SPEC_HELP "give bytes, sentencepiece:MODEL, train:bpe:N or train:unigram:N"
+
+/* Parses a --tokenizer value (NULL: bytes); GT_ERR_INPUT naming it when it
+ * is none of the forms of GT_TOK_SPEC_HELP. */
+int gt_tok_spec_parse(const char *spec, gt_tok_spec *t);
+
 /* The arguments every ingest takes: at least one input (`what` files), an
  * output name, a val_fraction in [0, 0.5]. */
 int gt_ingest_check_args(int nfiles, const char *out_path, double val_fraction,

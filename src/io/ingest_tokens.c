@@ -314,8 +314,39 @@ static int gt_tokens_file(gt_ingest_out *o, const gt_ingest_source *s, const gt_
   return GT_SUCCESS;
 }
 
+/* The tokenizer that wrote the token files (--tokenizer: bytes or
+ * sentencepiece:MODEL; NULL when none is given), stored with the tokens so
+ * that the dataset decodes (gridtrain sample, ckpt convert --format hf). Its
+ * vocabulary is the dataset's: *vocab 0 takes it, another value must equal
+ * it (gt_tokenizer_from_file refuses a vocab_size that differs). */
+static int gt_tokens_tokenizer(const char *spec, long long *vocab, gt_tokenizer **tok)
+{
+  *tok = NULL;
+  if (!spec)
+    return GT_SUCCESS;
+  gt_tok_spec t;
+  GT_CALL(gt_tok_spec_parse(spec, &t));
+  GT_CHECK(t.kind != GT_TOK_TRAIN, GT_ERR_INPUT,
+           "--tokenizer %s: token files are tokenized already; name the tokenizer that "
+           "wrote them (bytes or sentencepiece:MODEL), or train one with 'ingest text'", spec);
+  GT_CALL(t.kind == GT_TOK_BYTES ? gt_tokenizer_bytes(tok) : gt_tokenizer_load(t.model, tok));
+  const long long has = gt_tokenizer_vocab(*tok);
+  if (*vocab == 0)
+    *vocab = has;
+  if (*vocab != has) {
+    gt_tokenizer_free(*tok);
+    *tok = NULL;
+    return GT_ERROR(GT_ERR_INPUT,
+                    "--vocab %lld does not match the %lld pieces of the tokenizer %s; leave "
+                    "--vocab out to take the tokenizer's",
+                    *vocab, has, spec);
+  }
+  return GT_SUCCESS;
+}
+
 static int gt_tokens_write(gt_ingest_out *o, int n, gt_ingest_source *src,
-                           const gt_token_layout *lay, const gt_ingest_opts *opts)
+                           const gt_token_layout *lay, const gt_ingest_opts *opts,
+                           long long vocab, const gt_tokenizer *tok)
 {
   unsigned char *raw = malloc(GT_TOKENS_BLOCK * 8);
   uint32_t *ids = malloc(GT_TOKENS_BLOCK * sizeof *ids);
@@ -323,7 +354,7 @@ static int gt_tokens_write(gt_ingest_out *o, int n, gt_ingest_source *src,
   if (!raw || !ids)
     status = GT_ERROR(GT_ERR_SYSTEM, "out of memory allocating %zu bytes", GT_TOKENS_BLOCK * 12);
   if (status == GT_SUCCESS)
-    status = gt_ingest_out_create(o, opts->vocab, NULL);
+    status = gt_ingest_out_create(o, vocab, tok);
   for (int i = 0; i < n && status == GT_SUCCESS; i++)
     status = gt_tokens_file(o, &src[i], &lay[i], raw, ids);
   if (status == GT_SUCCESS)
@@ -337,6 +368,8 @@ static int gt_tokens_write(gt_ingest_out *o, int n, gt_ingest_source *src,
       formats[i] = lay[i].format;
     status = gt_h5_write_attr_strs(o->file, "source_formats", n, formats);
   }
+  if (status == GT_SUCCESS && tok)
+    status = gt_h5_write_attr_str(o->file, "tokenizer_spec", opts->tokenizer);
   free(formats);
   free(raw);
   free(ids);
@@ -356,10 +389,16 @@ int gt_ingest_tokens(int nfiles, char *const files[], const char *out_path,
                strcmp(format, "llmc") == 0 || strcmp(format, "npy") == 0,
            GT_ERR_INPUT, "unknown token file format '%s'; choose auto, nanogpt, llmc or npy",
            format);
-  GT_CHECK(opts->vocab >= 1 && opts->vocab <= GT_VOCAB_MAX, GT_ERR_INPUT,
-           "the vocabulary size %lld is outside [1, %lld]; give --vocab N (the files do not "
-           "say it: e.g. 50257 for GPT-2's tokenizer)",
-           opts->vocab, GT_VOCAB_MAX);
+  long long vocab = opts->vocab;
+  gt_tokenizer *tok = NULL;
+  GT_CALL(gt_tokens_tokenizer(opts->tokenizer, &vocab, &tok));
+  if (vocab < 1 || vocab > GT_VOCAB_MAX) {
+    gt_tokenizer_free(tok);
+    return GT_ERROR(GT_ERR_INPUT,
+                    "the vocabulary size %lld is outside [1, %lld]; give --vocab N or "
+                    "--tokenizer (the files do not say it: e.g. 50257 for GPT-2's tokenizer)",
+                    vocab, GT_VOCAB_MAX);
+  }
 
   const int n = nfiles + opts->nval;
   gt_ingest_source *src = calloc((size_t)n, sizeof *src);
@@ -384,7 +423,7 @@ int gt_ingest_tokens(int nfiles, char *const files[], const char *out_path,
   if (status == GT_SUCCESS)
     status = gt_ingest_out_probe(&o, out_path);
   if (status == GT_SUCCESS)
-    status = gt_tokens_write(&o, n, src, lay, opts);
+    status = gt_tokens_write(&o, n, src, lay, opts, vocab, tok);
   if (o.tmp)
     status = gt_ingest_out_finish(&o, status);
   if (status == GT_SUCCESS && counts) {
@@ -400,6 +439,7 @@ int gt_ingest_tokens(int nfiles, char *const files[], const char *out_path,
         counts->format = "mixed";
     }
   }
+  gt_tokenizer_free(tok);
   free(src);
   free(lay);
   GT_CALL(status);

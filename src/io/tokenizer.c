@@ -321,7 +321,8 @@ static int gt_tokenizer_from_h5(hid_t file, const char *path, gt_tokenizer **out
                              path, name)
               : gt_error_set(GT_ERR_INPUT, __FILE__, __LINE__, __func__,
                              "'%s' names no tokenizer (no root attribute 'tokenizer') and its "
-                             "vocab_size is %lld, not the bytes' 256; it cannot be decoded",
+                             "vocab_size is %lld, not the bytes' 256; it cannot be decoded (ingest "
+                             "token files with --tokenizer sentencepiece:MODEL)",
                              path, vocab);
     free(name);
     return status;

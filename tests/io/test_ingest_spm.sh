@@ -216,9 +216,9 @@ printf 'caf\351\n' >>"$T/latin1-tail.txt"   # in the validation tail only
 expect_ingest_error "text that is not UTF-8, when encoding with a model" \
   "input '$T/latin1-tail.txt' is not UTF-8 text at byte 3003" \
   text "$T/latin1-tail.txt" -o "$T/x.h5" --tokenizer "sentencepiece:$T/bpe.model" --val-fraction 0.1
-expect_ingest_error "--tokenizer is not an option of ingest tokens" \
-  "--tokenizer is an option of 'ingest text', not of 'ingest tokens'" \
-  tokens "$T/bpe.model" -o "$T/x.h5" --vocab 300 --tokenizer train:bpe:300
+expect_ingest_error "ingest tokens --tokenizer train: (E-ING-06)" \
+  "--tokenizer train:bpe:300: token files are tokenized already; name the tokenizer that wrote them" \
+  tokens "$T/bpe.model" -o "$T/x.h5" --tokenizer train:bpe:300
 "$GT_BIN" ingest text "$T/latin1.txt" -o "$T/x.h5" >/dev/null 2>&1 && rm -f "$T/x.h5"
 ok $? "the bytes tokenizer takes the same text that is not UTF-8"
 
@@ -239,5 +239,53 @@ run_mpi 1 120 "$GT_BIN" train "$GT_SRCDIR/tests/decks/tiny.in" data.train="$T/bp
   run.steps=1 checkpoint.dir="$T/ck2" >"$T/out" 2>&1
 [ $? -eq 2 ] && grep -qF "has vocab_size 500 but [model] vocab = 256" "$T/out"
 ok $? "the same dataset with the byte model (vocab 256) stops with the vocabulary error"
+
+# ---- token files a SentencePiece model wrote: ingest tokens --tokenizer --------------------
+# sentencepiece (Python) encodes Genesis with the model it trained above
+# into nanoGPT's raw uint16; the import stores that model with the tokens
+"$PYTHON_REF" - "$T/ext.model" "$TEXT" "$T/gen.bin" <<'EOF'
+import sys, numpy as np, sentencepiece as spm
+sp = spm.SentencePieceProcessor(model_file=sys.argv[1])
+ids = sp.encode(open(sys.argv[2], encoding='utf-8', newline='').read())
+np.asarray(ids, dtype='<u2').tofile(sys.argv[3])
+EOF
+"$GT_BIN" ingest tokens "$T/gen.bin" -o "$T/gen.h5" --tokenizer "sentencepiece:$T/ext.model" \
+  --val-fraction 0.1 >"$T/out" 2>"$T/err" &&
+  grep -qF "(nanogpt, sentencepiece:$T/ext.model, vocab 400, uint16)" "$T/out" && [ ! -s "$T/err" ] &&
+  "$PYTHON_REF" - "$T/gen.h5" "$T/ext.model" "$T/gen.bin" <<'EOF'
+import sys, h5py, numpy as np
+f = h5py.File(sys.argv[1])
+ids = np.fromfile(sys.argv[3], dtype='<u2')
+got = np.concatenate([f['train/tokens'][...], f['val/tokens'][...]])
+checks = {
+    'root vocab_size 400': f.attrs['vocab_size'] == 400,
+    'tokenizer sentencepiece on the root and each split': all(
+        o.attrs.get('tokenizer') == 'sentencepiece' for o in (f, f['train/tokens'], f['val/tokens'])),
+    'the model stored byte for byte': f['tokenizer/model'][...].tobytes() == open(sys.argv[2], 'rb').read(),
+    'tokenizer_spec names it': f.attrs['tokenizer_spec'] == 'sentencepiece:' + sys.argv[2],
+    'the tokens, in order, uint16': got.dtype == np.uint16 and np.array_equal(got, ids),
+}
+for k, v in checks.items():
+    print('#', k, bool(v))
+sys.exit(not all(checks.values()))
+EOF
+ok $? "ingest tokens --tokenizer sentencepiece:MODEL: vocab 400 from the model, the model and its name stored, the tokens as written"
+diag "$(cat "$T/out" "$T/err")"
+expect_ingest_error "ingest tokens --tokenizer with another --vocab (E-ING-06)" \
+  "--vocab 500 does not match the 400 pieces of the tokenizer sentencepiece:$T/ext.model" \
+  tokens "$T/gen.bin" -o "$T/x.h5" --tokenizer "sentencepiece:$T/ext.model" --vocab 500
+expect_ingest_error "ingest tokens --tokenizer bytes on tokens above 255" \
+  "is outside the vocabulary [0, 256)" tokens "$T/gen.bin" -o "$T/x.h5" --tokenizer bytes
+
+# the imported dataset decodes: 2 steps, then gridtrain sample prints text
+# with that tokenizer (the prompt encoded and echoed, then the new text)
+run_mpi 1 120 "$GT_BIN" train "$GT_SRCDIR/tests/decks/tiny.in" data.train="$T/gen.h5" \
+  model.vocab=400 run.steps=2 checkpoint.dir="$T/ck3" >"$T/out" 2>&1 &&
+  run_mpi 1 120 "$GT_BIN" sample "$T/ck3" --prompt "In the beginning" --tokens 12 \
+    >"$T/sample.out" 2>"$T/sample.err" &&
+  grep -q "^In the beginning" "$T/sample.out" &&
+  [ "$(wc -c <"$T/sample.out")" -gt 17 ] && grep -q "12 new tokens" "$T/sample.err"
+ok $? "gridtrain sample on a model trained on the imported tokens decodes with the stored model"
+diag "$(cat "$T/sample.out" "$T/sample.err")"
 
 done_testing

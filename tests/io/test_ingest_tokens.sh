@@ -210,7 +210,7 @@ expect_ingest_error ".npy truncated" "says 100 tokens of 2 bytes but 194 bytes f
 expect_ingest_error "--format npy on a file that is not one" "does not start with the .npy magic" \
   tokens "$T/train.bin" -o "$T/x.h5" --vocab 50257 --format npy
 expect_ingest_error "missing --vocab" \
-  "ingest tokens needs --vocab N: token files do not say their vocabulary (50257 for GPT-2's tokenizer)$hint" \
+  "ingest tokens needs --vocab N or --tokenizer T: token files do not say their vocabulary (50257 for GPT-2's tokenizer)$hint" \
   tokens "$T/train.bin" -o "$T/x.h5"
 expect_ingest_error "--vocab 0" "--vocab '0' is not a vocabulary size in [1, 2147483647]$hint" \
   tokens "$T/train.bin" -o "$T/x.h5" --vocab 0
