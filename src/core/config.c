@@ -473,10 +473,12 @@ static int gt_apply(gt_parse_ctx *ctx, const char *section, const char *name,
   /* a value must come back the same from the deck text that checkpoints
    * store (gt_config_to_ini): no line breaks, no edge blanks, no comment */
   const size_t vlen = strlen(value);
+  bool comment = value[0] == ';' || value[0] == '#';
+  for (size_t c = 1; c < vlen && !comment; c++) /* inih: any isspace() before it */
+    comment = (value[c] == ';' || value[c] == '#') && isspace((unsigned char)value[c - 1]);
   if (strpbrk(value, "\r\n") || (vlen && (isspace((unsigned char)value[0]) ||
                                            isspace((unsigned char)value[vlen - 1]))) ||
-      value[0] == ';' || value[0] == '#' || strstr(value, " ;") || strstr(value, "\t;") ||
-      strstr(value, " #") || strstr(value, "\t#"))
+      comment)
     return GT_ERROR(GT_ERR_INPUT, "%s: [%s] %s: the value '%.40s' has a line break, blanks at "
                     "its ends or a ';'/'#' comment after a blank; a deck cannot hold it",
                     where, section, name, value);

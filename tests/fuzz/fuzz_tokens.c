@@ -3,12 +3,12 @@
  * `gridtrain ingest tokens` (ingest.h: gt_ingest_tokens; src/io/
  * ingest_tokens.c, ingest_out.c): nanoGPT's raw uint16, llm.c's headers,
  * NumPy's .npy headers. The input is a 3-byte header (the format asked
- * for: auto, nanogpt, llmc, npy; the vocabulary: 1, 256, 1000, 50257 or
- * 2^31 - 1; the validation fraction 0, 0.1 or 0.5, and whether the file is
+ * for: auto, nanogpt, llmc, npy; the vocabulary: 1, 256, 1000, 50257,
+ * 2^31 - 1 or none with --tokenizer bytes; the validation fraction 0, 0.1 or 0.5, and whether the file is
  * also given with --val), then the file's bytes. Properties: the call ends
  * in GT_SUCCESS, or GT_ERR_INPUT / GT_ERR_HDF5 with a message; on success
  * the output holds train + val tokens, each below the vocabulary, as many as
- * the counts say; on an error neither the output nor its temporary is left;
+ * the counts say, and a tokenizer attribute exactly when one was given; on an error neither the output nor its temporary is left;
  * no HDF5 object stays open. Built by `make fuzz` and replayed over
  * tests/fuzz/corpus/tokens by `make check` (replay.c).
  */
@@ -73,7 +73,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
   static const char *const formats[] = {"auto", "nanogpt", "llmc", "npy"};
-  static const long long vocabs[] = {1, 256, 1000, 50257, 2147483647LL};
+  /* 0: no --vocab, the byte tokenizer's 256 (--tokenizer bytes) */
+  static const long long vocabs[] = {1, 256, 1000, 50257, 2147483647LL, 0};
   static const double fractions[] = {0.0, 0.1, 0.5};
   if (size < GT_FZ_HEADER)
     return 0;
@@ -82,7 +83,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
   char *files[1] = {gt_fz_in};
   const gt_ingest_opts o = {.val_fraction = fractions[x % 3],
                             .format = formats[f % 4],
-                            .vocab = vocabs[v % 5],
+                            .vocab = vocabs[v % 6],
+                            .tokenizer = vocabs[v % 6] == 0 ? "bytes" : NULL,
                             .nval = (x / 3) % 2,
                             .val_files = files};
   unlink(gt_fz_out);
@@ -101,8 +103,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (file < 0)
       gt_fz_fail("success, but the output does not open");
     long long ntrain = 0, nval = 0;
-    gt_fz_check_split(file, "/train/tokens", o.vocab, &ntrain);
-    gt_fz_check_split(file, "/val/tokens", o.vocab, &nval);
+    const long long vocab = o.tokenizer ? 256 : o.vocab;
+    if (c.vocab != vocab)
+      gt_fz_fail("the dataset's vocabulary is not the one asked for");
+    gt_fz_check_split(file, "/train/tokens", vocab, &ntrain);
+    gt_fz_check_split(file, "/val/tokens", vocab, &nval);
+    if ((H5Aexists(file, "tokenizer") > 0) != (o.tokenizer != NULL))
+      gt_fz_fail("a tokenizer attribute without --tokenizer, or none with it");
     H5Fclose(file);
     if (ntrain != c.train_tokens || nval != c.val_tokens || ntrain + nval == 0)
       gt_fz_fail("the counts do not match the output");
