@@ -29,6 +29,14 @@ convert() {
   shift
   "$GT_BIN" ckpt convert "$@" >"$GT_TMP/$c_name.out" 2>&1
 }
+# convert_fails NAME MESSAGE ARGS...: convert exits 2 and NAME.out has the
+# line "gridtrain: error: MESSAGE..." (MESSAGE a grep pattern)
+convert_fails() {
+  f_name=$1 f_msg=$2
+  shift 2
+  convert "$f_name" "$@"
+  [ $? -eq 2 ] && grep -q "^gridtrain: error: $f_msg" "$GT_TMP/$f_name.out"
+}
 # The checks of the directories run in one Python process at the end
 # (torch takes seconds to start): job VAR ARGS... queues check_hf.py ARGS as
 # job number $VAR; passed K is true when job K passed.
@@ -96,8 +104,7 @@ job J_FP16 check "$GT_TMP/hf-fp16" "$tp" $shape vocab=256 dtype=fp16
 # ---- an OUT_DIR that is not empty: refused, unless --force
 cp -r "$GT_TMP/hf-bf16" "$GT_TMP/hf-force"
 sum=$(md5sum <"$GT_TMP/hf-force/model.safetensors")
-convert nonempty "$tp" --format hf "$GT_TMP/hf-force"
-[ $? -eq 2 ] && grep -q "^gridtrain: error: the output directory $GT_TMP/hf-force is not empty; choose a new one or add --force" "$GT_TMP/nonempty.out" &&
+convert_fails nonempty "the output directory $GT_TMP/hf-force is not empty; choose a new one or add --force" "$tp" --format hf "$GT_TMP/hf-force" &&
   [ "$(md5sum <"$GT_TMP/hf-force/model.safetensors")" = "$sum" ]
 ok $? "a directory that is not empty: exit 2, one error line, the files untouched"
 show "$GT_TMP/nonempty.out"
@@ -107,25 +114,19 @@ s_force=$?
 job J_FORCE check "$GT_TMP/hf-force" "$tp" $shape vocab=256 dtype=fp32
 
 # ---- bad options and outputs: exit 2, one line, nothing written
-convert dtype "$tp" --format hf --dtype fp8 "$GT_TMP/hf-dtype"
-[ $? -eq 2 ] && grep -q "^gridtrain: error: ckpt convert: unknown --dtype 'fp8'; choose fp32, bf16 or fp16" "$GT_TMP/dtype.out" &&
+convert_fails dtype "ckpt convert: unknown --dtype 'fp8'; choose fp32, bf16 or fp16" "$tp" --format hf --dtype fp8 "$GT_TMP/hf-dtype" &&
   [ ! -e "$GT_TMP/hf-dtype" ]
 ok $? "--dtype fp8: exit 2, one error line, no directory"
-convert dtype-h5 "$tp" --dtype bf16 "$GT_TMP/x.h5"
-[ $? -eq 2 ] && grep -q "^gridtrain: error: ckpt convert: --dtype, --data and --force go with --format hf" "$GT_TMP/dtype-h5.out"
+convert_fails dtype-h5 "ckpt convert: --dtype, --data and --force go with --format hf" "$tp" --dtype bf16 "$GT_TMP/x.h5"
 ok $? "--dtype without --format hf: exit 2"
-convert format "$tp" --format onnx "$GT_TMP/x"
-[ $? -eq 2 ] && grep -q "^gridtrain: error: ckpt convert: unknown --format 'onnx'; choose h5 or hf" "$GT_TMP/format.out"
+convert_fails format "ckpt convert: unknown --format 'onnx'; choose h5 or hf" "$tp" --format onnx "$GT_TMP/x"
 ok $? "--format onnx: exit 2"
-convert noparent "$tp" --format hf "$GT_TMP/nope/sub"
-[ $? -eq 2 ] && grep -q "^gridtrain: error: cannot create the output directory $GT_TMP/nope/sub: No such file or directory" "$GT_TMP/noparent.out"
+convert_fails noparent "cannot create the output directory $GT_TMP/nope/sub: No such file or directory" "$tp" --format hf "$GT_TMP/nope/sub"
 ok $? "an OUT_DIR that cannot be created (its parent is missing): exit 2, one line"
 : >"$GT_TMP/afile"
-convert notdir "$tp" --format hf "$GT_TMP/afile/sub"
-[ $? -eq 2 ] && grep -q "^gridtrain: error: cannot use the output directory $GT_TMP/afile/sub: Not a directory" "$GT_TMP/notdir.out"
+convert_fails notdir "cannot use the output directory $GT_TMP/afile/sub: Not a directory" "$tp" --format hf "$GT_TMP/afile/sub"
 ok $? "an OUT_DIR under a file: exit 2, one line"
-convert isfile "$tp" --format hf "$GT_TMP/afile"
-[ $? -eq 2 ] && grep -q "^gridtrain: error: the output $GT_TMP/afile exists and is not a directory" "$GT_TMP/isfile.out"
+convert_fails isfile "the output $GT_TMP/afile exists and is not a directory" "$tp" --format hf "$GT_TMP/afile"
 ok $? "an OUT_DIR that is a file: exit 2, one line"
 convert h5 "$tp" --format h5 "$GT_TMP/w.h5" && has_dataset "$GT_TMP/w.h5" "h.0.attn.qkv.weight"
 ok $? "--format h5 is the plain HDF5 export it was"
@@ -135,8 +136,7 @@ cp "$data" "$GT_TMP/copy.h5"
 convert data "$tp" --format hf --data "$GT_TMP/copy.h5" "$GT_TMP/hf-data" &&
   grep -q "^dataset     $GT_TMP/copy.h5" "$GT_TMP/hf-data/README.txt"
 ok $? "--data names the dataset that gives the vocabulary"
-convert nodata "$tp" --format hf --data "$GT_TMP/nope.h5" "$GT_TMP/hf-nodata"
-[ $? -eq 2 ] && grep -q "^gridtrain: error: the Hugging Face export takes the vocabulary and tokenizer from the training data (--data): cannot open dataset file '$GT_TMP/nope.h5'" "$GT_TMP/nodata.out" &&
+convert_fails nodata "the Hugging Face export takes the vocabulary and tokenizer from the training data (--data): cannot open dataset file '$GT_TMP/nope.h5'" "$tp" --format hf --data "$GT_TMP/nope.h5" "$GT_TMP/hf-nodata" &&
   [ ! -e "$GT_TMP/hf-nodata" ]
 ok $? "a missing dataset: exit 2, one line naming it, no directory"
 show "$GT_TMP/nodata.out"
@@ -157,8 +157,7 @@ convert ids258 "$tp" --format hf --data "$GT_TMP/ids258.h5" "$GT_TMP/hf-ids" &&
   grep -q "^tokenizer   none: the dataset names no tokenizer" "$GT_TMP/hf-ids/README.txt"
 s_ids=$?
 job J_IDS check "$GT_TMP/hf-ids" "$tp" $shape vocab=258 tokenizer=none
-convert ids300 "$tp" --format hf --data "$GT_TMP/ids300.h5" "$GT_TMP/hf-ids300"
-[ $? -eq 2 ] && grep -q "^gridtrain: error: the dataset $GT_TMP/ids300.h5 has a vocabulary of 300 but the model of checkpoint $tp has 259" "$GT_TMP/ids300.out"
+convert_fails ids300 "the dataset $GT_TMP/ids300.h5 has a vocabulary of 300 but the model of checkpoint $tp has 259" "$tp" --format hf --data "$GT_TMP/ids300.h5" "$GT_TMP/hf-ids300"
 ok $? "a dataset with a larger vocabulary than the model's: exit 2, one line"
 convert spm "$tp" --format hf --data "$GT_TMP/spm.h5" "$GT_TMP/hf-spm"
 spm_status=$?
@@ -187,8 +186,7 @@ with h5py.File(sys.argv[1], "r+") as f:
     raw = x.astype("<f4").tobytes(); blk = int(f.attrs["checksum_block_bytes"])
     d.attrs["fletcher32"] = np.array([fletcher32(raw[i:i + blk]) for i in range(0, len(raw), blk)], np.uint32)
 PY
-convert big "$GT_TMP/big.h5" --format hf --dtype fp16 "$GT_TMP/hf-big"
-[ $? -eq 2 ] && grep -q "^gridtrain: error: wpe (transformer.wpe.weight) holds 100000, which is beyond fp16's range; export with --dtype fp32 or bf16" "$GT_TMP/big.out" &&
+convert_fails big "wpe (transformer.wpe.weight) holds 100000, which is beyond fp16's range; export with --dtype fp32 or bf16" "$GT_TMP/big.h5" --format hf --dtype fp16 "$GT_TMP/hf-big" &&
   [ -z "$(ls "$GT_TMP/hf-big")" ]
 ok $? "a weight of 1e5 in fp16: exit 2, one line naming it, nothing left in the directory"
 show "$GT_TMP/big.out"
