@@ -11,6 +11,7 @@
 
 gt_tap_n=0
 gt_tap_failed=0
+gt_tap_failed_list=""
 
 # ok COND-STATUS DESCRIPTION: record a result ("ok 0 'x'" passes).
 ok() {
@@ -20,6 +21,8 @@ ok() {
   else
     echo "not ok $gt_tap_n - $2"
     gt_tap_failed=$((gt_tap_failed + 1))
+    gt_tap_failed_list="$gt_tap_failed_list
+#   not ok $gt_tap_n - $2"
   fi
 }
 
@@ -38,6 +41,9 @@ diag() { printf '%s\n' "$*" | sed 's/^/# /'; }
 
 # done_testing: print the plan and exit with the suite status.
 done_testing() {
+  # the failed points again, at the end where a log's tail shows them
+  [ "$gt_tap_failed" -eq 0 ] || printf '# failed %d of %d checks:%s\n' "$gt_tap_failed" \
+    "$gt_tap_n" "$gt_tap_failed_list"
   echo "1..$gt_tap_n"
   [ "$gt_tap_failed" -eq 0 ]
   exit $?

@@ -1405,6 +1405,27 @@ static gt_backend *create_gpu(const char *what)
   exit(1);
 }
 
+/* --smoke: the first minute of a GPU run (tests/gpu/run.sh): one product
+ * of each precision with bias and residual, forward and backward, and one
+ * attention case forward and backward in each, against cpu-ref by the same
+ * bounds as the full run. */
+static int smoke(void)
+{
+  for (int k = 0; k < 3; k++)
+    test_linear(all_dt[k], 257, 96, 200);
+  attn_case cases[3];
+  for (int k = 0; k < 3; k++)
+    cases[k] = attn_make(all_dt[k], (shape){2, 130, 3, 64});
+  attn_run(gpu, "default", cases, 3);
+  for (int k = 0; k < 3; k++)
+    attn_free(&cases[k]);
+  gt_backend_destroy(&gpu);
+  gt_backend_destroy(&ref);
+  const int rc = tap_done();
+  MPI_Finalize();
+  return rc;
+}
+
 int main(int argc, char **argv)
 {
   tu_mpi_init(&argc, &argv);
@@ -1417,6 +1438,10 @@ int main(int argc, char **argv)
   char desc[256];
   gt_cuda_describe(desc, sizeof desc);
   tap_diag("backend under test: %s, reference: %s; %s", gpu->name, ref->name, desc);
+  if (argc > 1 && strcmp(argv[1], "--smoke") == 0)
+    return smoke();
+  if (argc > 1)
+    return tap_bail("usage: test_cuda_ops [--smoke]");
 
   test_cast();
   for (int k = 0; k < 3; k++) {

@@ -55,9 +55,8 @@
 #include "gridtrain/gpt.h"
 #include "gridtrain/trainer.h"
 
-#define STEPS 200
+#define MAX_STEPS 200 /* the curves' default length (--steps N: shorter) */
 #define BATCH 8
-#define TAIL 50
 #define MEAN_TOL 0.01
 #define STEP_TOL 0.03
 #define LOSS_TOL 1e-5
@@ -67,6 +66,7 @@
 
 static const char *gpu_name = "cuda";
 static char data_kv[1300], threads_kv[64];
+static int steps = MAX_STEPS, tail_steps = 50; /* the curves: length, tail averaged */
 
 /* The deck of test_precision_curve.c on device dev in precision prec, with
  * extra overrides. */
@@ -76,7 +76,7 @@ static int load(gt_config *cfg, const char *dev, const char *prec, int nextra,
   char deck[1200], kv[4][80];
   snprintf(deck, sizeof deck, "%s/inputs/default.in", getenv("GT_SRCDIR"));
   snprintf(kv[0], sizeof kv[0], "backend.precision=%s", prec);
-  snprintf(kv[1], sizeof kv[1], "run.steps=%d", STEPS);
+  snprintf(kv[1], sizeof kv[1], "run.steps=%d", steps);
   snprintf(kv[2], sizeof kv[2], "data.batch=%d", BATCH);
   snprintf(kv[3], sizeof kv[3], "backend.device=%s", dev);
   char *over[24] = {kv[0], kv[1], kv[2], kv[3], data_kv, "data.val=", "run.eval_every=0",
@@ -245,7 +245,7 @@ static void test_one_step(void)
 
 typedef struct {
   const char *dev, *prec;
-  double loss[STEPS];
+  double loss[MAX_STEPS];
   int skipped_late, status;
   double seconds;
 } curve;
@@ -260,7 +260,7 @@ static void train_curve(curve *cv)
   int st = load(&cfg, cv->dev, cv->prec, 0, NULL);
   if (st == GT_SUCCESS)
     st = gt_trainer_create(&cfg, MPI_COMM_SELF, true, &tr);
-  for (int s = 0; s < STEPS && st == GT_SUCCESS; s++) {
+  for (int s = 0; s < steps && st == GT_SUCCESS; s++) {
     gt_step_stats stats;
     st = gt_trainer_step(tr, &stats);
     cv->loss[s] = stats.loss;
@@ -279,26 +279,27 @@ static void check_curve(const curve *cv, const curve *ref)
 {
   double tail = 0, mean = 0, worst = 0, rtail = 0;
   int at = 0;
-  for (int s = 0; s < STEPS; s++) {
+  const int tail_n = tail_steps;
+  for (int s = 0; s < steps; s++) {
     const double d = fabs(cv->loss[s] - ref->loss[s]) / ref->loss[s];
     if (!(d <= worst)) {
       worst = isnan(d) ? INFINITY : d;
       at = s;
     }
-    if (s >= STEPS - TAIL) {
-      tail += cv->loss[s] / TAIL;
-      rtail += ref->loss[s] / TAIL;
-      mean += fabs(cv->loss[s] - ref->loss[s]) / TAIL;
+    if (s >= steps - tail_n) {
+      tail += cv->loss[s] / tail_n;
+      rtail += ref->loss[s] / tail_n;
+      mean += fabs(cv->loss[s] - ref->loss[s]) / tail_n;
     }
   }
   tap_ok(cv->status == GT_SUCCESS && tail < 0.75 * cv->loss[0],
          "%s %s trains %d steps: loss %.4f -> %.4f (mean of the last %d; %.1f s)", cv->dev,
-         cv->prec, STEPS, cv->loss[0], tail, TAIL, cv->seconds);
+         cv->prec, steps, cv->loss[0], tail, tail_n, cv->seconds);
   if (cv == ref)
     return;
   tap_ok(cv->status == GT_SUCCESS && mean <= MEAN_TOL * rtail,
          "%s %s tracks cpu fp32 over the last %d steps: mean |gap| %.4f <= %.0f%% of %.3f",
-         cv->dev, cv->prec, TAIL, mean, 100 * MEAN_TOL, rtail);
+         cv->dev, cv->prec, tail_n, mean, 100 * MEAN_TOL, rtail);
   tap_ok(cv->status == GT_SUCCESS && worst <= STEP_TOL,
          "%s %s within %.0f%% of cpu fp32 at every step (worst %.2f%% at step %d)", cv->dev,
          cv->prec, 100 * STEP_TOL, 100 * worst, at);
@@ -329,9 +330,33 @@ static void probe_gpu(void)
   exit(1);
 }
 
+static int usage(void)
+{
+  return tap_bail("usage: test_cuda_train [--one-step | --curves] [--steps N (40..%d)]",
+                  MAX_STEPS);
+}
+
 int main(int argc, char **argv)
 {
   tu_mpi_init(&argc, &argv);
+  /* --one-step: part 1 only; --curves: part 2 only; --steps N: curves of
+   * N steps (the tail averaged is the last quarter, at most 50) */
+  bool one = true, curves = true;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--one-step") == 0)
+      curves = false;
+    else if (strcmp(argv[i], "--curves") == 0)
+      one = false;
+    else if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc)
+      steps = atoi(argv[++i]);
+    else
+      return usage();
+  }
+  if (!one && !curves)
+    return usage();
+  if (steps < 40 || steps > MAX_STEPS)
+    return usage();
+  tail_steps = steps / 4 < 50 ? steps / 4 : 50;
   const char *env = getenv("GT_GPU_TEST_BACKEND");
   if (env && env[0])
     gpu_name = env;
@@ -357,7 +382,13 @@ int main(int argc, char **argv)
   snprintf(threads_kv, sizeof threads_kv, "backend.threads=%ld",
            cores < 1 ? 1 : cores > 8 ? 8 : cores);
 
-  test_one_step();
+  if (one)
+    test_one_step();
+  if (!curves) {
+    const int rc = tap_done();
+    MPI_Finalize();
+    return rc;
+  }
 
   static curve ref = {.dev = "cpu", .prec = "fp32"}, runs[3] = {{.prec = "bf16"},
                                                                 {.prec = "fp16"},
