@@ -38,6 +38,7 @@
 #include <stdint.h>
 
 #include "cuda_backend.h"
+#include "cuda_launch.cuh"
 
 #define ATT_TX 8       /* threads along a row (columns tx, tx + 8, ...) */
 #define ATT_HS_MAX 256 /* largest head size */
@@ -516,7 +517,8 @@ static int att_forward_hs(gt_backend *be, void *out, float *lse, const void *qkv
   using cfg = att_fwd_cfg<HS>;
   unsigned blocks = 0;
   GT_CALL(att_grid(&a, cfg::BR, &blocks));
-  att_fwd_kernel<T, HS><<<blocks, ATT_TX * cfg::TY, 0, gt_cuda_compute(be)>>>((T *)out, lse, (const T *)qkv, a);
+  gt_cuda_launch(att_fwd_kernel<T, HS>, blocks, ATT_TX * cfg::TY, 0, gt_cuda_compute(be),
+                 (T *)out, lse, (const T *)qkv, a);
   GT_CUDA_LAUNCHED("attention forward");
   return GT_SUCCESS;
 }
@@ -531,13 +533,16 @@ static int att_backward_hs(gt_backend *be, void *dqkv, const void *dout, const v
   const int sms = gt_cuda_of(be)->sm_count > 0 ? gt_cuda_of(be)->sm_count : 128;
   const int64_t dblocks_all = (nrows + 7) / 8; /* 8 warps per block */
   const unsigned dblocks = (unsigned)(dblocks_all < 32LL * sms ? dblocks_all : 32LL * sms);
-  att_bwd_d_kernel<T><<<dblocks, 256, 0, st>>>(D, (const T *)dout, (const T *)out, a, nrows);
+  gt_cuda_launch(att_bwd_d_kernel<T>, dblocks, 256, 0, st,
+                 D, (const T *)dout, (const T *)out, a, nrows);
   GT_CUDA_LAUNCHED("attention backward D");
   unsigned blocks = 0;
   GT_CALL(att_grid(&a, cfg::BA, &blocks));
-  att_bwd_kv_kernel<T, HS><<<blocks, ATT_TX * cfg::TY, 0, st>>>((T *)dqkv, (const T *)dout, (const T *)qkv, lse, D, a);
+  gt_cuda_launch(att_bwd_kv_kernel<T, HS>, blocks, ATT_TX * cfg::TY, 0, st,
+                 (T *)dqkv, (const T *)dout, (const T *)qkv, lse, D, a);
   GT_CUDA_LAUNCHED("attention backward dK dV");
-  att_bwd_q_kernel<T, HS><<<blocks, ATT_TX * cfg::TY, 0, st>>>((T *)dqkv, (const T *)dout, (const T *)qkv, lse, D, a);
+  gt_cuda_launch(att_bwd_q_kernel<T, HS>, blocks, ATT_TX * cfg::TY, 0, st,
+                 (T *)dqkv, (const T *)dout, (const T *)qkv, lse, D, a);
   GT_CUDA_LAUNCHED("attention backward dQ");
   return GT_SUCCESS;
 }
@@ -663,8 +668,8 @@ template <typename T>
 static int att_decode_t(gt_backend *be, void *out, const void *qkv, float *s, int64_t Tn,
                         int64_t H, int64_t hs)
 {
-  att_decode_kernel<T><<<(unsigned)H, DEC_THREADS, 0, gt_cuda_compute(be)>>>(
-    (T *)out, (const T *)qkv, s, Tn, H, (int)hs, 1.0f / sqrtf((float)hs));
+  gt_cuda_launch(att_decode_kernel<T>, (unsigned)H, DEC_THREADS, 0, gt_cuda_compute(be),
+                 (T *)out, (const T *)qkv, s, Tn, H, (int)hs, 1.0f / sqrtf((float)hs));
   GT_CUDA_LAUNCHED("attention decode");
   return GT_SUCCESS;
 }

@@ -30,6 +30,7 @@
 #include <cub/cub.cuh>
 
 #include "cuda_backend.h"
+#include "cuda_launch.cuh"
 
 #define GT_CUDA_BAD_DT(dt)                                                                   \
   GT_ERROR(GT_ERR_INTERNAL, "internal error: %s: element type %s is not fp32, bf16 or fp16", \
@@ -52,9 +53,19 @@ constexpr float kLnEps = 1e-5f;
 constexpr float kGeluK = 0.7978845608028654f; /* sqrt(2/pi) */
 constexpr float kGeluA = 0.044715f;
 
-constexpr unsigned kThreads = 256;          /* element-wise kernels */
-constexpr uint64_t kMaxBlocks = 1u << 16;   /* grid-stride beyond this */
-constexpr uint64_t kMaxRowBlocks = 1u << 20; /* row kernels: grid-stride beyond this */
+/* Grids stop growing at these caps and the kernels stride over the rest.
+ * The kernel emulation test builds this file with small caps, so that its
+ * small shapes take the grid-stride paths too. */
+#ifndef GT_CUDA_MAX_BLOCKS
+#define GT_CUDA_MAX_BLOCKS (1u << 16)
+#endif
+#ifndef GT_CUDA_MAX_ROW_BLOCKS
+#define GT_CUDA_MAX_ROW_BLOCKS (1u << 20)
+#endif
+
+constexpr unsigned kThreads = 256;                        /* element-wise kernels */
+constexpr uint64_t kMaxBlocks = GT_CUDA_MAX_BLOCKS;       /* grid-stride beyond this */
+constexpr uint64_t kMaxRowBlocks = GT_CUDA_MAX_ROW_BLOCKS; /* row kernels: grid-stride beyond */
 
 // ---- element types ---------------------------------------------------------------------
 
@@ -185,9 +196,11 @@ int cast_t(cudaStream_t st, void *dst_, const void *src_, size_t n)
   D *dst = static_cast<D *>(dst_);
   const S *src = static_cast<const S *>(src_);
   if (pack_aligned<D, W>(dst) && pack_aligned<S, W>(src))
-    cast_kernel<D, S, W><<<grid_for(n / W, kThreads, kMaxBlocks), kThreads, 0, st>>>(dst, src, n);
+    gt_cuda_launch(cast_kernel<D, S, W>, grid_for(n / W, kThreads, kMaxBlocks), kThreads, 0, st,
+                   dst, src, n);
   else
-    cast_kernel<D, S, 1><<<grid_for(n, kThreads, kMaxBlocks), kThreads, 0, st>>>(dst, src, n);
+    gt_cuda_launch(cast_kernel<D, S, 1>, grid_for(n, kThreads, kMaxBlocks), kThreads, 0, st,
+                   dst, src, n);
   GT_CUDA_LAUNCHED("cast");
   return GT_SUCCESS;
 }
@@ -386,18 +399,18 @@ int ln_forward_t(cudaStream_t st, void *out_, float *mean, float *rstd, const vo
   const unsigned block_grid = grid_for((uint64_t)N, 1, kMaxRowBlocks);
   if (C <= kLnWarpMaxC) {
     if (vec)
-      ln_forward_kernel<T, W, 32>
-          <<<warp_grid, kLnThreads, 0, st>>>(out, mean, rstd, in, w, b, N, C);
+      gt_cuda_launch(ln_forward_kernel<T, W, 32>, warp_grid, kLnThreads, 0, st,
+                     out, mean, rstd, in, w, b, N, C);
     else
-      ln_forward_kernel<T, 1, 32>
-          <<<warp_grid, kLnThreads, 0, st>>>(out, mean, rstd, in, w, b, N, C);
+      gt_cuda_launch(ln_forward_kernel<T, 1, 32>, warp_grid, kLnThreads, 0, st,
+                     out, mean, rstd, in, w, b, N, C);
   } else {
     if (vec)
-      ln_forward_kernel<T, W, (int)kLnThreads>
-          <<<block_grid, kLnThreads, 0, st>>>(out, mean, rstd, in, w, b, N, C);
+      gt_cuda_launch(ln_forward_kernel<T, W, (int)kLnThreads>, block_grid, kLnThreads, 0, st,
+                     out, mean, rstd, in, w, b, N, C);
     else
-      ln_forward_kernel<T, 1, (int)kLnThreads>
-          <<<block_grid, kLnThreads, 0, st>>>(out, mean, rstd, in, w, b, N, C);
+      gt_cuda_launch(ln_forward_kernel<T, 1, (int)kLnThreads>, block_grid, kLnThreads, 0, st,
+                     out, mean, rstd, in, w, b, N, C);
   }
   GT_CUDA_LAUNCHED("layernorm_forward");
   return GT_SUCCESS;
@@ -429,12 +442,12 @@ int ln_backward_t(gt_backend *be, void *din_, float *dw, float *db, const void *
 
   const uint64_t tiles = ((uint64_t)C + kLnColTile - 1) / kLnColTile;
   GT_CHECK(tiles <= INT_MAX, GT_ERR_INPUT, "layernorm: C = %lld is too wide", (long long)C);
-  ln_backward_dwdb_partial<T>
-      <<<dim3((unsigned)tiles, (unsigned)nchunks), dim3(kLnColTile, kLnRowLanes), 0, st>>>(
-          pw, pb, dout, in, mean, rstd, N, C, rows);
+  gt_cuda_launch(ln_backward_dwdb_partial<T>,
+                 dim3((unsigned)tiles, (unsigned)nchunks), dim3(kLnColTile, kLnRowLanes), 0, st,
+                 pw, pb, dout, in, mean, rstd, N, C, rows);
   GT_CUDA_LAUNCHED("layernorm_backward dw/db partials");
-  ln_backward_dwdb_finish<<<(unsigned)tiles, dim3(kLnColTile, kLnFinishLanes), 0, st>>>(
-      dw, db, pw, pb, nchunks, C);
+  gt_cuda_launch(ln_backward_dwdb_finish, (unsigned)tiles, dim3(kLnColTile, kLnFinishLanes), 0, st,
+                 dw, db, pw, pb, nchunks, C);
   GT_CUDA_LAUNCHED("layernorm_backward dw/db");
 
   const bool vec = C % W == 0 && pack_aligned<T, W>(din) && pack_aligned<T, W>(dout) &&
@@ -443,18 +456,18 @@ int ln_backward_t(gt_backend *be, void *din_, float *dw, float *db, const void *
   const unsigned block_grid = grid_for((uint64_t)N, 1, kMaxRowBlocks);
   if (C <= kLnWarpMaxC) {
     if (vec)
-      ln_backward_din_kernel<T, W, 32>
-          <<<warp_grid, kLnThreads, 0, st>>>(din, dout, in, w, mean, rstd, N, C);
+      gt_cuda_launch(ln_backward_din_kernel<T, W, 32>, warp_grid, kLnThreads, 0, st,
+                     din, dout, in, w, mean, rstd, N, C);
     else
-      ln_backward_din_kernel<T, 1, 32>
-          <<<warp_grid, kLnThreads, 0, st>>>(din, dout, in, w, mean, rstd, N, C);
+      gt_cuda_launch(ln_backward_din_kernel<T, 1, 32>, warp_grid, kLnThreads, 0, st,
+                     din, dout, in, w, mean, rstd, N, C);
   } else {
     if (vec)
-      ln_backward_din_kernel<T, W, (int)kLnThreads>
-          <<<block_grid, kLnThreads, 0, st>>>(din, dout, in, w, mean, rstd, N, C);
+      gt_cuda_launch(ln_backward_din_kernel<T, W, (int)kLnThreads>, block_grid, kLnThreads, 0, st,
+                     din, dout, in, w, mean, rstd, N, C);
     else
-      ln_backward_din_kernel<T, 1, (int)kLnThreads>
-          <<<block_grid, kLnThreads, 0, st>>>(din, dout, in, w, mean, rstd, N, C);
+      gt_cuda_launch(ln_backward_din_kernel<T, 1, (int)kLnThreads>, block_grid, kLnThreads, 0, st,
+                     din, dout, in, w, mean, rstd, N, C);
   }
   GT_CUDA_LAUNCHED("layernorm_backward din");
   return GT_SUCCESS;
@@ -515,10 +528,12 @@ template <typename T> int gelu_forward_t(cudaStream_t st, void *out_, const void
   T *out = static_cast<T *>(out_);
   const T *in = static_cast<const T *>(in_);
   if (pack_aligned<T, W>(out) && pack_aligned<T, W>(in))
-    gelu_forward_kernel<T, W>
-        <<<grid_for(n / W, kThreads, kMaxBlocks), kThreads, 0, st>>>(out, in, n);
+    gt_cuda_launch(gelu_forward_kernel<T, W>,
+                   grid_for(n / W, kThreads, kMaxBlocks), kThreads, 0, st,
+                   out, in, n);
   else
-    gelu_forward_kernel<T, 1><<<grid_for(n, kThreads, kMaxBlocks), kThreads, 0, st>>>(out, in, n);
+    gt_cuda_launch(gelu_forward_kernel<T, 1>, grid_for(n, kThreads, kMaxBlocks), kThreads, 0, st,
+                   out, in, n);
   GT_CUDA_LAUNCHED("gelu_forward");
   return GT_SUCCESS;
 }
@@ -530,11 +545,12 @@ int gelu_backward_t(cudaStream_t st, void *din_, const void *in_, const void *do
   T *din = static_cast<T *>(din_);
   const T *in = static_cast<const T *>(in_), *dout = static_cast<const T *>(dout_);
   if (pack_aligned<T, W>(din) && pack_aligned<T, W>(in) && pack_aligned<T, W>(dout))
-    gelu_backward_kernel<T, W>
-        <<<grid_for(n / W, kThreads, kMaxBlocks), kThreads, 0, st>>>(din, in, dout, n);
+    gt_cuda_launch(gelu_backward_kernel<T, W>,
+                   grid_for(n / W, kThreads, kMaxBlocks), kThreads, 0, st,
+                   din, in, dout, n);
   else
-    gelu_backward_kernel<T, 1>
-        <<<grid_for(n, kThreads, kMaxBlocks), kThreads, 0, st>>>(din, in, dout, n);
+    gt_cuda_launch(gelu_backward_kernel<T, 1>, grid_for(n, kThreads, kMaxBlocks), kThreads, 0, st,
+                   din, in, dout, n);
   GT_CUDA_LAUNCHED("gelu_backward");
   return GT_SUCCESS;
 }
@@ -671,11 +687,13 @@ int embedding_forward_t(cudaStream_t st, void *out_, const int32_t *tokens, cons
   const T *wte = static_cast<const T *>(wte_), *wpe = static_cast<const T *>(wpe_);
   const uint64_t n = (uint64_t)N * (uint64_t)C;
   if (C % W == 0 && pack_aligned<T, W>(out) && pack_aligned<T, W>(wte) && pack_aligned<T, W>(wpe))
-    embedding_forward_kernel<T, W><<<grid_for(n / W, kThreads, kMaxBlocks), kThreads, 0, st>>>(
-        out, tokens, wte, wpe, N, T_, C, v0, nv);
+    gt_cuda_launch(embedding_forward_kernel<T, W>,
+                   grid_for(n / W, kThreads, kMaxBlocks), kThreads, 0, st,
+                   out, tokens, wte, wpe, N, T_, C, v0, nv);
   else
-    embedding_forward_kernel<T, 1><<<grid_for(n, kThreads, kMaxBlocks), kThreads, 0, st>>>(
-        out, tokens, wte, wpe, N, T_, C, v0, nv);
+    gt_cuda_launch(embedding_forward_kernel<T, 1>,
+                   grid_for(n, kThreads, kMaxBlocks), kThreads, 0, st,
+                   out, tokens, wte, wpe, N, T_, C, v0, nv);
   GT_CUDA_LAUNCHED("embedding_forward");
   return GT_SUCCESS;
 }
@@ -691,14 +709,15 @@ int embedding_backward_launch(cudaStream_t st, float *dwte, float *dwpe, const T
     GT_CHECK(ychunks <= 65535, GT_ERR_INPUT, "embedding_backward: C = %lld is too wide",
              (long long)C);
     const dim3 grid(grid_for((uint64_t)N, 1, kMaxBlocks), (unsigned)(ychunks ? ychunks : 1));
-    embedding_runs_kernel<T, W>
-        <<<grid, kEmbRunThreads, 0, st>>>(dwte, dout, keys, pos, N, C, (uint32_t)nv);
+    gt_cuda_launch(embedding_runs_kernel<T, W>, grid, kEmbRunThreads, 0, st,
+                   dwte, dout, keys, pos, N, C, (uint32_t)nv);
     GT_CUDA_LAUNCHED("embedding_backward dwte");
   }
   if (dwpe) {
     const uint64_t np = (uint64_t)T_ * (uint64_t)C / W;
-    embedding_positions_kernel<T, W>
-        <<<grid_for(np, kThreads, kMaxBlocks), kThreads, 0, st>>>(dwpe, dout, B, T_, C);
+    gt_cuda_launch(embedding_positions_kernel<T, W>,
+                   grid_for(np, kThreads, kMaxBlocks), kThreads, 0, st,
+                   dwpe, dout, B, T_, C);
     GT_CUDA_LAUNCHED("embedding_backward dwpe");
   }
   return GT_SUCCESS;
@@ -739,8 +758,9 @@ int embedding_backward_t(gt_backend *be, float *dwte, float *dwpe, const void *d
     uint32_t *pos_in = reinterpret_cast<uint32_t *>(base + arr);
     keys = reinterpret_cast<uint32_t *>(base + 2 * arr);
     pos = reinterpret_cast<uint32_t *>(base + 3 * arr);
-    embedding_keys_kernel<<<grid_for((uint64_t)N, kThreads, kMaxBlocks), kThreads, 0, st>>>(
-        keys_in, pos_in, tokens, N, v0, nv);
+    gt_cuda_launch(embedding_keys_kernel,
+                   grid_for((uint64_t)N, kThreads, kMaxBlocks), kThreads, 0, st,
+                   keys_in, pos_in, tokens, N, v0, nv);
     GT_CUDA_LAUNCHED("embedding_backward keys");
     GT_CALL_CUDA(cub::DeviceRadixSort::SortPairs(base + 4 * arr, temp_bytes, keys_in, keys,
                                                  pos_in, pos, (int)N, 0, bits, st));
@@ -919,11 +939,11 @@ int xent_partial_t(cudaStream_t st, float *stats, const void *logits_, const int
   const T *logits = static_cast<const T *>(logits_);
   const unsigned grid = grid_for((uint64_t)N, 1, kMaxRowBlocks);
   if (ld % W == 0 && pack_aligned<T, W>(logits))
-    xent_partial_kernel<T, W>
-        <<<grid, kXentThreads, 0, st>>>(stats, logits, targets, N, nv, ld, v0);
+    gt_cuda_launch(xent_partial_kernel<T, W>, grid, kXentThreads, 0, st,
+                   stats, logits, targets, N, nv, ld, v0);
   else
-    xent_partial_kernel<T, 1>
-        <<<grid, kXentThreads, 0, st>>>(stats, logits, targets, N, nv, ld, v0);
+    gt_cuda_launch(xent_partial_kernel<T, 1>, grid, kXentThreads, 0, st,
+                   stats, logits, targets, N, nv, ld, v0);
   GT_CUDA_LAUNCHED("xent_partial");
   return GT_SUCCESS;
 }
@@ -937,11 +957,11 @@ int xent_finish_t(cudaStream_t st, float *losses, void *logits_, const float *st
   T *logits = static_cast<T *>(logits_);
   const unsigned grid = grid_for((uint64_t)N, 1, kMaxRowBlocks);
   if (ld % W == 0 && pack_aligned<T, W>(logits))
-    xent_finish_kernel<T, W><<<grid, kXentThreads, 0, st>>>(losses, logits, stats, P, targets,
-                                                            N, nv, ld, v0, scale);
+    gt_cuda_launch(xent_finish_kernel<T, W>, grid, kXentThreads, 0, st,
+                   losses, logits, stats, P, targets, N, nv, ld, v0, scale);
   else
-    xent_finish_kernel<T, 1><<<grid, kXentThreads, 0, st>>>(losses, logits, stats, P, targets,
-                                                            N, nv, ld, v0, scale);
+    gt_cuda_launch(xent_finish_kernel<T, 1>, grid, kXentThreads, 0, st,
+                   losses, logits, stats, P, targets, N, nv, ld, v0, scale);
   GT_CUDA_LAUNCHED("xent_finish");
   return GT_SUCCESS;
 }
@@ -1005,11 +1025,12 @@ int adamw_t(cudaStream_t st, float *p, const float *g, float *m, float *v, void 
   CT *compute = static_cast<CT *>(compute_);
   if (pack_aligned<float, W>(p) && pack_aligned<float, W>(g) && pack_aligned<float, W>(m) &&
       pack_aligned<float, W>(v) && pack_aligned<CT, W>(compute))
-    adamw_kernel<CT, STORE, W>
-        <<<grid_for(n / W, kThreads, kMaxBlocks), kThreads, 0, st>>>(p, g, m, v, compute, n, a);
+    gt_cuda_launch(adamw_kernel<CT, STORE, W>,
+                   grid_for(n / W, kThreads, kMaxBlocks), kThreads, 0, st,
+                   p, g, m, v, compute, n, a);
   else
-    adamw_kernel<CT, STORE, 1>
-        <<<grid_for(n, kThreads, kMaxBlocks), kThreads, 0, st>>>(p, g, m, v, compute, n, a);
+    gt_cuda_launch(adamw_kernel<CT, STORE, 1>, grid_for(n, kThreads, kMaxBlocks), kThreads, 0, st,
+                   p, g, m, v, compute, n, a);
   GT_CUDA_LAUNCHED("adamw");
   return GT_SUCCESS;
 }
@@ -1064,17 +1085,17 @@ template <bool SQUARE> int sum_add_t(gt_backend *be, double *acc, const float *x
   void *scratch = NULL;
   GT_CALL(gt_cuda_scratch(be, nb * sizeof(double), &scratch));
   double *part = static_cast<double *>(scratch);
-  sum_partial_kernel<SQUARE><<<nb, kSumThreads, 0, st>>>(part, x, n);
+  gt_cuda_launch(sum_partial_kernel<SQUARE>, nb, kSumThreads, 0, st, part, x, n);
   GT_CUDA_LAUNCHED("sum partials");
-  sum_finish_kernel<<<1, kSumMaxBlocks, 0, st>>>(acc, part, nb);
+  gt_cuda_launch(sum_finish_kernel, 1, kSumMaxBlocks, 0, st, acc, part, nb);
   GT_CUDA_LAUNCHED("sum");
   return GT_SUCCESS;
 }
 
+/* y (n) = a x + b y. */
 __global__ void axpby_kernel(float *y, float a, const float *x, float b, size_t n)
 {
-  for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-       i += (size_t)gridDim.x * blockDim.x)
+  for (size_t i = thread_index(); i < n; i += thread_count())
     y[i] = a * x[i] + b * y[i];
 }
 
@@ -1192,8 +1213,8 @@ extern "C" int gt_cuda_xent_finish(gt_backend *be, gt_dtype dt, float *losses, v
     return GT_SUCCESS;
   cudaStream_t st = gt_cuda_compute(be);
   if (dlogit_scale == 0.0f) {
-    xent_loss_kernel<<<grid_for((uint64_t)N, kThreads, kMaxBlocks), kThreads, 0, st>>>(
-        losses, stats, P, N);
+    gt_cuda_launch(xent_loss_kernel, grid_for((uint64_t)N, kThreads, kMaxBlocks), kThreads, 0, st,
+                   losses, stats, P, N);
     GT_CUDA_LAUNCHED("xent_finish losses");
     return GT_SUCCESS;
   }
@@ -1230,9 +1251,9 @@ extern "C" int gt_cuda_axpby(gt_backend *be, float *y, float a, const float *x, 
 {
   if (n == 0)
     return GT_SUCCESS;
-  const size_t blocks = (n + 255) / 256;
-  axpby_kernel<<<blocks < 65535 ? (unsigned)blocks : 65535u, 256, 0, gt_cuda_compute(be)>>>(
-      y, a, x, b, n);
+  gt_cuda_launch(axpby_kernel, grid_for(n, kThreads, kMaxBlocks), kThreads, 0, gt_cuda_compute(be),
+                 y, a, x, b, n);
+
   GT_CUDA_LAUNCHED("axpby");
   return GT_SUCCESS;
 }
