@@ -1,4 +1,4 @@
-# GT_CHECK_CUDA: the CUDA toolkit (nvcc, cudart, cuBLAS, cuBLASLt).
+# GT_CHECK_CUDA: the CUDA toolkit (nvcc, cudart, cuBLASLt).
 # --with-cuda=DIR looks in DIR, --with-cuda looks in /usr/local/cuda,
 # --without-cuda turns it off; without the option, CUDA is used when found.
 # Asking for CUDA explicitly and not finding it is an error.
@@ -43,8 +43,14 @@ AC_DEFUN([GT_CHECK_CUDA], [
   ])
   AS_IF([test "x$gt_have_cuda" = xyes], [
     CUDA_CPPFLAGS="-isystem $gt_cuda_dir/include"
-    # -lstdc++: the C++ runtime that nvcc-compiled objects (launch stubs, CUB) need in a C link
-    CUDA_LIBS="-L$gt_cuda_libdir -Wl,-rpath,$gt_cuda_libdir -lcublasLt -lcublas -lcudart -lstdc++"
+    # The CUDA runtime is linked statically (it loads the driver at the first
+    # CUDA call); cuBLASLt, cuDNN and NCCL are loaded at run time
+    # (src/backend/cuda/cuda_dl.c), so a CPU run maps none of them. -lstdc++:
+    # the C++ runtime that nvcc-compiled objects (launch stubs, CUB) need in a
+    # C link.
+    CUDA_LIBS="-L$gt_cuda_libdir -lcudart_static -ldl -lrt -lpthread -lstdc++"
+    AC_DEFINE_UNQUOTED([GT_CUDA_LIBDIR], ["$gt_cuda_libdir"],
+      [Where configure found cuBLASLt (looked in when dlopen finds no libcublasLt.so by its name)])
     AS_IF([test -z "$NVCCFLAGS"],
       [NVCCFLAGS="-O3 -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90"])
     gt_cuda_version=`$NVCC --version 2>/dev/null | sed -n 's/.*release \([[0-9.]]*\).*/\1/p'`

@@ -28,7 +28,10 @@ AC_DEFUN([GT_CHECK_CUDNN], [
           AS_IF([test "x$gt_dir" = x/usr], [CUDNN_CPPFLAGS=], [CUDNN_CPPFLAGS="-isystem $gt_dir/include"])
           gt_cudnn_libdir=$gt_dir/lib64
           AS_IF([test -d "$gt_cudnn_libdir"], [], [gt_cudnn_libdir=$gt_dir/lib])
-          CUDNN_LIBS="-L$gt_cudnn_libdir -Wl,-rpath,$gt_cudnn_libdir -lcudnn"
+          # loaded at run time (src/backend/cuda/cuda_dl.c): nothing to link
+          CUDNN_LIBS=
+          AC_DEFINE_UNQUOTED([GT_CUDNN_LIBDIR], ["$gt_cudnn_libdir"],
+            [Where configure found cuDNN (looked in when dlopen finds no libcudnn.so by its name)])
           gt_cudnn_version=`sed -n 's/^#define CUDNN_MAJOR *\(@<:@0-9@:>@*\).*/\1/p; s/^#define CUDNN_MINOR *\(@<:@0-9@:>@*\).*/.\1/p' "$gt_dir/include/cudnn_version.h" 2>/dev/null | tr -d '\n'`
           AC_DEFINE([GT_HAVE_CUDNN], [1], [Define to 1 when cuDNN is used])
           break

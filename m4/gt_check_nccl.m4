@@ -29,7 +29,10 @@ AC_DEFUN([GT_CHECK_NCCL], [
         LIBS=$gt_save_LIBS
         AS_IF([test "x$gt_have_nccl" = xyes], [
           AS_IF([test "x$gt_dir" = x/usr], [], [NCCL_CPPFLAGS="-isystem $gt_dir/include"])
-          NCCL_LIBS="-L$gt_nccl_libdir -Wl,-rpath,$gt_nccl_libdir -lnccl"
+          # loaded at run time (src/backend/cuda/cuda_dl.c): nothing to link
+          NCCL_LIBS=
+          AC_DEFINE_UNQUOTED([GT_NCCL_LIBDIR], ["$gt_nccl_libdir"],
+            [Where configure found NCCL (looked in when dlopen finds no libnccl.so by its name)])
           gt_nccl_version=`sed -n 's/^#define NCCL_MAJOR *\(@<:@0-9@:>@*\).*/\1/p; s/^#define NCCL_MINOR *\(@<:@0-9@:>@*\).*/.\1/p' "$gt_dir/include/nccl.h" 2>/dev/null | tr -d '\n'`
           AC_DEFINE([GT_HAVE_NCCL], [1], [Define to 1 when NCCL is used])
           break

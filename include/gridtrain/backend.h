@@ -155,7 +155,9 @@ typedef struct gt_backend_ops {
   int (*attention_forward)(gt_backend *be, gt_dtype dt, void *out, float *lse,
                            const void *qkv, int64_t B, int64_t T, int64_t H, int64_t hs);
   /* dqkv (B,T,3,H,hs) "=", dt, from dout (B,T,H*hs) and what forward gave
-   * (out and lse for the same qkv). */
+   * (out and lse for the same qkv). The same inputs give the same bits,
+   * except on "cuda" with attention = cudnn-fast, whose dQ sums with
+   * floating-point atomics (docs/cuda.md). */
   int (*attention_backward)(gt_backend *be, gt_dtype dt, void *dqkv, const void *dout,
                             const void *qkv, const void *out, const float *lse, int64_t B,
                             int64_t T, int64_t H, int64_t hs);
@@ -249,8 +251,9 @@ typedef struct gt_backend_options {
   int threads;           /* CPU threads of the kernels (>= 1) */
   int local_rank;        /* node-local rank, picks the GPU; < 0: from the
                             launcher's environment (binding.h) */
-  const char *attention; /* cuda: "cudnn" or "own"; NULL or "": the
-                            environment's GT_CUDA_ATTENTION, else cudnn */
+  const char *attention; /* cuda: "cudnn", "cudnn-fast" or "own"; NULL or
+                            "": the environment's GT_CUDA_ATTENTION, else
+                            cudnn */
 } gt_backend_options;
 
 /* gt_backend_create with options. For "cuda", GT_ERR_INPUT when the build

@@ -8,6 +8,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "gridtrain/backend.h"
+
 /* True when this build includes CUDA (configure found the toolkit). */
 bool gt_cuda_built(void);
 
@@ -18,5 +20,16 @@ int gt_cuda_device_count(void);
 /* One line about the CUDA runtime and devices ("CUDA runtime 13.0, 0
  * devices: no CUDA-capable device is detected"). */
 void gt_cuda_describe(char *buf, size_t size);
+
+/* How a cuda backend has run attention so far: the calls cuDNN ran and
+ * those gridtrain's own kernels ran (fp32, tensors cuDNN cannot take, a
+ * shape with no cuDNN engine, attention = own), per direction; and whether
+ * cuDNN started. All zero for any other backend. Not collective. */
+typedef struct {
+  long cudnn_forward, cudnn_backward, own_forward, own_backward;
+  bool cudnn_built;  /* this build has cuDNN */
+  bool cudnn_loaded; /* ... and this backend started it */
+} gt_cuda_attention_stats;
+void gt_cuda_attention_counts(gt_backend *be, gt_cuda_attention_stats *st);
 
 #endif /* GRIDTRAIN_CUDA_INFO_H */

@@ -294,20 +294,31 @@ static gt_nccl *gt_coll_nccl(const gt_coll *c, MPI_Comm comm)
   return NULL;
 }
 
-/* Collective on comm: NCCL needs a GPU of its own for every member. */
-static int gt_nccl_check_gpus(gt_coll *c, MPI_Comm comm, int rank, int size)
+/* Collective on comm: every member loaded NCCL (loaded: this rank's
+ * gt_nccl_load succeeded, else gt_error_message says why) and drives a GPU
+ * of its own. The same error on every member otherwise. */
+static int gt_nccl_check_gpus(gt_coll *c, MPI_Comm comm, int rank, int size, bool loaded)
 {
   enum { LEN = 384 };
   char mine[LEN] = "";
   int len = 0;
-  GT_CALL_MPI(MPI_Get_processor_name(mine, &len));
-  snprintf(mine + strlen(mine), LEN - strlen(mine), " %s", gt_backend_describe(c->be));
+  if (!loaded) { /* a record that names no GPU: why NCCL is missing here */
+    snprintf(mine, LEN, "!%s", gt_error_message()[0] ? gt_error_message() : "cannot load NCCL");
+    gt_error_clear();
+  } else {
+    GT_CALL_MPI(MPI_Get_processor_name(mine, &len));
+    snprintf(mine + strlen(mine), LEN - strlen(mine), " %s", gt_backend_describe(c->be));
+  }
   char *all = malloc((size_t)LEN * (size_t)size);
   GT_CHECK_ALLOC(all, (size_t)LEN * (size_t)size);
   MPI_Request req;
   int status = MPI_Iallgather(mine, LEN, MPI_CHAR, all, LEN, MPI_CHAR, comm, &req) == MPI_SUCCESS
                    ? gt_comm_wait(&req)
                    : GT_ERROR(GT_ERR_MPI, "MPI_Iallgather of the GPU names failed");
+  for (int a = 0; a < size && status == GT_SUCCESS; a++)
+    if (all[(size_t)a * LEN] == '!')
+      status = GT_ERROR(GT_ERR_INPUT, "%s%s", a == rank ? "" : "another rank of the group: ",
+                        all + (size_t)a * LEN + 1);
   for (int a = 0; a < size && status == GT_SUCCESS; a++)
     for (int b = a + 1; b < size && status == GT_SUCCESS; b++)
       if (strcmp(all + (size_t)a * LEN, all + (size_t)b * LEN) == 0)
@@ -316,7 +327,6 @@ static int gt_nccl_check_gpus(gt_coll *c, MPI_Comm comm, int rank, int size)
                           "GPU (%s), and NCCL needs a GPU for every rank of a group; use "
                           "collectives = mpi, or as many GPUs as ranks on a node",
                           a, b, all + (size_t)a * LEN);
-  (void)rank;
   free(all);
   GT_CALL(status);
   return GT_SUCCESS;
@@ -331,6 +341,8 @@ int gt_coll_use_nccl(gt_coll *c, const MPI_Comm *comms, int n)
   GT_CHECK(gt_nccl_built(), GT_ERR_INPUT,
            "[parallel] collectives = nccl: this gridtrain was built without NCCL; reconfigure "
            "with --with-nccl=DIR, or use collectives = mpi");
+  /* every rank loads NCCL; the first group's check shares who could not */
+  const bool loaded = gt_nccl_load() == GT_SUCCESS;
   for (int i = 0; i < n; i++) {
     if (comms[i] == MPI_COMM_NULL || gt_coll_nccl(c, comms[i]))
       continue;
@@ -340,7 +352,7 @@ int gt_coll_use_nccl(gt_coll *c, const MPI_Comm *comms, int n)
     if (size == 1)
       continue;
     GT_CHECK(c->n_nccl < GT_COLL_NCCL_MAX, GT_ERR_INTERNAL, "too many NCCL groups");
-    GT_CALL(gt_nccl_check_gpus(c, comms[i], rank, size));
+    GT_CALL(gt_nccl_check_gpus(c, comms[i], rank, size, loaded));
     char id[GT_NCCL_ID_BYTES] = {0};
     if (rank == 0)
       GT_CALL(gt_nccl_unique_id(id));
@@ -353,6 +365,8 @@ int gt_coll_use_nccl(gt_coll *c, const MPI_Comm *comms, int n)
     c->nccl[c->n_nccl].nc = nc;
     c->n_nccl++;
   }
+  if (!loaded) /* no group of two or more needed it */
+    gt_error_clear();
   snprintf(c->describe + strlen(c->describe), sizeof c->describe - strlen(c->describe),
            "; TP and DP collectives through %s", gt_nccl_describe());
   return GT_SUCCESS;

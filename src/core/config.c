@@ -137,10 +137,12 @@ static const gt_key gt_keys[] = {
   {"backend", "mpi_device", GT_KEY_ENUM, GT_OFF(backend.mpi_device), 0, 0, "auto|on|off",
    "auto", "whether MPI takes device buffers (auto: when the memory is host-visible or MPI "
    "is CUDA-aware) or they are staged through pinned host buffers (off)", false, false},
-  {"backend", "attention", GT_KEY_ENUM, GT_OFF(backend.attention), 0, 0, "cudnn|own",
-   "cudnn", "cuda: causal attention through cuDNN's graph API (our own kernels where no "
-   "cuDNN engine fits, and in fp32) or always gridtrain's own flash-attention kernels; the "
-   "cpu backends have one kind", false, false},
+  {"backend", "attention", GT_KEY_ENUM, GT_OFF(backend.attention), 0, 0, "cudnn|cudnn-fast|own",
+   "cudnn", "cuda: causal attention through cuDNN's graph API with its deterministic backward "
+   "(our own kernels where cuDNN takes no plan for a shape, and in fp32), the same with "
+   "cuDNN's faster backward that sums dQ with atomics (not bit for bit the same from run to "
+   "run), or always gridtrain's own flash-attention kernels; the cpu backends have one kind",
+   false, false},
   {"backend", "loss_scale", GT_KEY_REAL, GT_OFF(backend.loss_scale), 0, 1e30, NULL, "65536",
    "fp16: initial dynamic loss scale", true, false},
   {"backend", "loss_scale_interval", GT_KEY_INT, GT_OFF(backend.loss_scale_interval), 1,

@@ -40,7 +40,15 @@
  *
  * Backward (UIDs as above plus DO 8, DQ 9, DK 10, DV 11, ONE 12, SOFTMAX_SUM
  * 13, DQ_ACCUM 14; the last two are fp32 buffers in the scratch, after the
- * engine's workspace):
+ * engine's workspace). Two variants, by how dQ is summed over the key tiles:
+ *   deterministic (backend.attention = cudnn, the default): dQ = dS K goes
+ *     straight to dQ, which makes cuDNN's Hopper engines keep dP in their
+ *     workspace (2 B (H T~)^2 bytes, T~ = T rounded up to 64) and sum each
+ *     dQ element in one order: the same bits every time, as
+ *     cudnn-frontend's sdpa_backward with set_deterministic_algorithm;
+ *   fast (attention = cudnn-fast): dQ accumulates in DQ_ACCUM with
+ *     floating-point atomics over key tiles, in whatever order the blocks
+ *     run; faster, and not bit for bit the same from run to run.
  *   SOFTMAX_SUM = rowsum(dO * O) * 1       (B,H,T,1) fp32
  *   S   = matmul(Q, K^T) * scale - STATS
  *   S2  = causal mask of S (as forward)
@@ -67,17 +75,24 @@
  * Engines: heuristics mode A (then FALLBACK) lists engine configs; the
  * first whose execution plan finalizes is kept, with every descriptor the
  * plan was built from, in a 16-entry cache keyed by (direction, dt, B, T, H,
- * hs), least recently used out. A graph no engine takes is remembered as
- * such and reported as GT_ERR_DEVICE naming the shape, so cuda_core.c falls
- * back to our own kernels.
+ * hs), least recently used out. Rank 0 logs each plan's engine and the
+ * time it took to build. A graph no engine takes (or whose building fails)
+ * is remembered as such, rank 0 warns once naming the shape and why, and
+ * the entries report that they did not run (*ran = false): cuda_core.c runs
+ * our own kernels for that shape only. Calls cuDNN does not take at all
+ * (fp32, tensors not 16-byte aligned, an empty shape) also return
+ * *ran = false. cuDNN itself is loaded at run time (cuda_dl.h).
  */
-#include <cudnn.h>
+#define GT_DL_WANT_CUDNN /* cuDNN, loaded at run time */
+#include "cuda_dl.h"
+
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cuda_backend.h"
 #include "gridtrain/log.h"
@@ -110,9 +125,10 @@ enum {
   UID_VIRTUAL = 100
 };
 
-typedef enum { DIR_FWD = 0, DIR_BWD = 1 } attn_dir;
+typedef enum { DIR_FWD = 0, DIR_BWD, DIR_BWD_FAST, DIRS } attn_dir;
 
-static const char *const dir_names[2] = {"forward", "backward"};
+static const char *const dir_names[DIRS] = {"forward", "backward",
+                                            "backward (fast, atomics)"};
 
 /* Descriptors owned together, destroyed in reverse order of creation. */
 typedef struct {
@@ -131,10 +147,11 @@ typedef struct {
   cudnnBackendDescriptor_t plan;
   cudaEvent_t done;    /* recorded after each execution */
   size_t sum_off;      /* backward: SOFTMAX_SUM in the scratch */
-  size_t accum_off;    /* backward: DQ_ACCUM in the scratch */
+  size_t accum_off;    /* fast backward: DQ_ACCUM in the scratch */
   size_t scratch;      /* scratch bytes: engine workspace (+ the two above) */
   float scale, neg_inf, one; /* the by-value scalars (host) */
   char engine[192];    /* "engine 8 {KERNEL_CFG=2,STAGES=3}" */
+  double build_ms;     /* graph, heuristics and plan finalisation */
   char why[384];       /* failed: the message */
 } attn_plan;
 
@@ -143,10 +160,11 @@ struct gt_cuda_cudnn {
   cudaStream_t stream; /* the compute stream, the handle's stream */
   size_t version;      /* cudnnGetVersion(): 91900 for 9.19.0 */
   bool verbose;        /* GT_CUDNN_VERBOSE: log each plan built */
+  bool fast_backward;  /* attention = cudnn-fast: the atomics variant */
   uint64_t clock;
   attn_plan slot[CACHE_SLOTS];
-  char last[2][320];   /* the last plan built per direction, described */
-  char info[720];      /* gt_cuda_cudnn_engine_info */
+  char last[DIRS][320]; /* the last plan built per direction, described */
+  char info[1024];     /* gt_cuda_cudnn_engine_info */
 };
 
 /* A graph under construction: its descriptors go to keep as they are made. */
@@ -470,6 +488,7 @@ static int graph_forward(graph_build *g, const attn_plan *p)
 
 static int graph_backward(graph_build *g, const attn_plan *p)
 {
+  const bool fast = p->dir == DIR_BWD_FAST;
   const cudnnDataType_t io = cudnn_type(p->dt), f32 = CUDNN_DATA_FLOAT;
   const int64_t T = p->T, H = p->H, hs = p->hs;
   /* dO * O as cudnn-frontend shapes it; virtual, so only the dims count */
@@ -477,7 +496,8 @@ static int graph_backward(graph_build *g, const attn_plan *p)
   const int64_t acc_str[4] = {H * T * hs, T * hs, hs, 1};
   attn_layout l;
   layout_of(p, &l);
-  cudnnBackendDescriptor_t q, kt, vt, o, dout, stats, dq, dk, dv, scale, neg_inf, one, ssum, acc;
+  cudnnBackendDescriptor_t q, kt, vt, o, dout, stats, dq, dk, dv, scale, neg_inf, one, ssum;
+  cudnnBackendDescriptor_t acc = NULL;
   cudnnBackendDescriptor_t doo, doo_sum, s, s1, s2, s3, prob, prob_t, dp, dp1, ds0, ds, ds_t, k;
   GT_CALL(io_tensor(g, &q, UID_Q, io, l.qkv_dim, l.qkv_str));
   GT_CALL(io_tensor(g, &kt, UID_K, io, l.kt_dim, l.kt_str));
@@ -492,7 +512,8 @@ static int graph_backward(graph_build *g, const attn_plan *p)
   GT_CALL(scalar_tensor(g, &neg_inf, UID_NEG_INF));
   GT_CALL(scalar_tensor(g, &one, UID_ONE));
   GT_CALL(io_tensor(g, &ssum, UID_SOFTMAX_SUM, f32, l.r_dim, l.r_str));
-  GT_CALL(io_tensor(g, &acc, UID_DQ_ACCUM, f32, l.qkv_dim, acc_str));
+  if (fast)
+    GT_CALL(io_tensor(g, &acc, UID_DQ_ACCUM, f32, l.qkv_dim, acc_str));
 
   /* SOFTMAX_SUM = rowsum(dO * O) */
   GT_CALL(virtual_tensor(g, &doo, f32, l.qkv_dim, doo_str));
@@ -532,11 +553,16 @@ static int graph_backward(graph_build *g, const attn_plan *p)
   GT_CALL(reshape(g, ds, ds_t));
   GT_CALL(matmul(g, ds_t, q, dk));
 
-  /* dQ = dS K, accumulated in fp32, then rounded once */
+  /* dQ = dS K: straight to dQ (deterministic), or accumulated in fp32 in
+   * DQ_ACCUM and then rounded once (fast) */
   GT_CALL(virtual_tensor(g, &k, f32, l.qkv_dim, l.qkv_str));
   GT_CALL(reshape(g, kt, k));
-  GT_CALL(matmul(g, ds, k, acc));
-  GT_CALL(pw1(g, CUDNN_POINTWISE_IDENTITY, acc, dq));
+  if (fast) {
+    GT_CALL(matmul(g, ds, k, acc));
+    GT_CALL(pw1(g, CUDNN_POINTWISE_IDENTITY, acc, dq));
+  } else {
+    GT_CALL(matmul(g, ds, k, dq));
+  }
   return GT_SUCCESS;
 }
 
@@ -754,10 +780,13 @@ static int plan_build(gt_cuda_cudnn *c, attn_plan *p)
   GT_CALL_CUDNN(cudnnBackendGetAttribute(p->plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
                                          CUDNN_TYPE_INT64, 1, &n, &ws));
   GT_ASSERT(ws >= 0);
+  const size_t rows = (size_t)(p->B * p->H * p->T);
   if (p->dir == DIR_FWD) {
     p->scratch = (size_t)ws;
+  } else if (p->dir == DIR_BWD) {
+    p->sum_off = align_up((size_t)ws);
+    p->scratch = p->sum_off + rows * sizeof(float);
   } else {
-    const size_t rows = (size_t)(p->B * p->H * p->T);
     p->sum_off = align_up((size_t)ws);
     p->accum_off = align_up(p->sum_off + rows * sizeof(float));
     p->scratch = p->accum_off + rows * (size_t)p->hs * sizeof(float);
@@ -820,27 +849,36 @@ static void engine_info_update(gt_cuda_cudnn *c)
   const size_t v = c->version;
   int len = snprintf(c->info, sizeof c->info, "cuDNN %zu.%zu.%zu", v / 10000, v % 10000 / 100,
                      v % 100);
-  if (!c->last[DIR_FWD][0] && !c->last[DIR_BWD][0]) {
+  if (!c->last[DIR_FWD][0] && !c->last[DIR_BWD][0] && !c->last[DIR_BWD_FAST][0]) {
     snprintf(c->info + len, sizeof c->info - (size_t)len, ", no attention plan built yet");
     return;
   }
-  for (int d = 0; d < 2 && (size_t)len < sizeof c->info; d++)
+  for (int d = 0; d < DIRS && (size_t)len < sizeof c->info; d++)
     if (c->last[d][0])
       len += snprintf(c->info + len, sizeof c->info - (size_t)len, "; attention %s", c->last[d]);
 }
 
-/* The plan for (dir, dt, B, T, H, hs): cached, or built now. */
+static double now_ms(void)
+{
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
+}
+
+/* The plan for (dir, dt, B, T, H, hs): cached, or built now. *out = NULL
+ * (and GT_SUCCESS) when cuDNN has no usable plan for this shape: the slot
+ * remembers why, and rank 0 has warned once, naming the shape. */
 static int plan_get(gt_cuda_cudnn *c, attn_dir dir, gt_dtype dt, int64_t B, int64_t T,
                     int64_t H, int64_t hs, attn_plan **out)
 {
+  *out = NULL;
   for (int i = 0; i < CACHE_SLOTS; i++) {
     attn_plan *p = &c->slot[i];
     if (p->used && p->dir == dir && p->dt == dt && p->B == B && p->T == T && p->H == H &&
         p->hs == hs) {
       p->stamp = ++c->clock;
-      if (!p->ok)
-        return GT_ERROR(GT_ERR_DEVICE, "%s", p->why);
-      *out = p;
+      if (p->ok)
+        *out = p;
       return GT_SUCCESS;
     }
   }
@@ -855,26 +893,34 @@ static int plan_get(gt_cuda_cudnn *c, attn_dir dir, gt_dtype dt, int64_t B, int6
 
   char shape[96];
   shape_text(shape, sizeof shape, dir, dt, B, T, H, hs);
+  const double t0 = now_ms();
   int status = plan_build(c, p);
-  if (status != GT_SUCCESS) {
-    status = gt_error_wrap(GT_ERR_DEVICE, __FILE__, __LINE__, __func__,
-                           "cuDNN attention %s: no usable plan", shape);
+  p->build_ms = now_ms() - t0;
+  if (status != GT_SUCCESS) { /* this shape runs on our own kernels */
+    snprintf(p->why, sizeof p->why, "%s", gt_error_message());
+    gt_error_clear();
     desc_destroy_all(&p->keep);
     if (p->done)
       (void)cudaEventDestroy(p->done);
     p->done = NULL;
     p->plan = NULL;
     p->ok = false;
-    snprintf(p->why, sizeof p->why, "%s", gt_error_message());
-    return status;
+    if (c->verbose) /* every rank */
+      fprintf(stderr, "gridtrain: cuDNN attention %s: no usable plan (%s); gridtrain's own "
+              "kernels run this shape\n", shape, p->why);
+    else
+      gt_warn("cuDNN attention %s: no usable plan (%s); gridtrain's own kernels run this "
+              "shape", shape, p->why);
+    return GT_SUCCESS;
   }
   p->ok = true;
-  snprintf(c->last[dir], sizeof c->last[dir], "%s: %s", shape, p->engine);
+  snprintf(c->last[dir], sizeof c->last[dir], "%s: %s, plan built in %.0f ms", shape, p->engine,
+           p->build_ms);
   engine_info_update(c);
   if (c->verbose) /* every rank */
-    fprintf(stderr, "gridtrain: cuDNN attention %s: %s\n", shape, p->engine);
+    fprintf(stderr, "gridtrain: cuDNN attention %s\n", c->last[dir]);
   else /* once per plan, rank 0 */
-    gt_info("# cuDNN attention %s: %s\n", shape, p->engine);
+    gt_info("# cuDNN attention %s\n", c->last[dir]);
   *out = p;
   return GT_SUCCESS;
 }
@@ -905,36 +951,34 @@ done:
   return rc;
 }
 
-/* The checks both directions share; every device pointer must be 16-byte
- * aligned (the tensors declare it). */
-static int attn_check(gt_backend *be, gt_dtype dt, int64_t B, int64_t T, int64_t H, int64_t hs,
-                      const void *const *ptrs, int n, gt_cuda_cudnn **out)
+/* cuDNN takes the call: bf16 or fp16, a non-empty shape, and every tensor
+ * 16-byte aligned (the tensors declare it; H*hs a multiple of 8 makes the
+ * K and V views aligned). */
+static bool attn_takes(gt_dtype dt, int64_t B, int64_t T, const void *const *ptrs, int n)
 {
-  gt_cuda_cudnn *c = gt_cuda_of(be)->cudnn;
-  GT_CHECK(c != NULL, GT_ERR_DEVICE, "cuDNN attention: no cuDNN handle");
-  GT_CHECK(dt == GT_BF16 || dt == GT_F16, GT_ERR_DEVICE, "cuDNN attention needs bf16 or fp16");
-  GT_CHECK(B > 0 && T > 0 && H > 0 && hs > 0, GT_ERR_INPUT,
-           "attention shape (B=%lld, T=%lld, H=%lld, hs=%lld) must be positive", (long long)B,
-           (long long)T, (long long)H, (long long)hs);
+  if ((dt != GT_BF16 && dt != GT_F16) || B <= 0 || T <= 0)
+    return false;
   for (int i = 0; i < n; i++)
-    GT_CHECK(((uintptr_t)ptrs[i] & 15u) == 0, GT_ERR_DEVICE,
-             "cuDNN attention needs 16-byte aligned tensors (H*hs = %lld, pointer %p)",
-             (long long)(H * hs), ptrs[i]);
-  *out = c;
-  return GT_SUCCESS;
+    if (((uintptr_t)ptrs[i] & 15u) != 0)
+      return false;
+  return true;
 }
 
 int gt_cuda_attention_forward_cudnn(gt_backend *be, gt_dtype dt, void *out, float *lse,
                                     const void *qkv, int64_t B, int64_t T, int64_t H,
-                                    int64_t hs)
+                                    int64_t hs, bool *ran)
 {
+  *ran = false;
+  gt_cuda_cudnn *c = gt_cuda_of(be)->cudnn;
   const size_t part = (size_t)(H * hs) * gt_dtype_size(dt);
   char *q = (char *)qkv;
   void *ptrs[7] = {q, q + part, q + 2 * part, out, lse, NULL, NULL};
-  gt_cuda_cudnn *c = NULL;
-  GT_CALL(attn_check(be, dt, B, T, H, hs, (const void *const *)ptrs, 5, &c));
+  if (!c || !attn_takes(dt, B, T, (const void *const *)ptrs, 5))
+    return GT_SUCCESS;
   attn_plan *p = NULL;
   GT_CALL(plan_get(c, DIR_FWD, dt, B, T, H, hs, &p));
+  if (!p)
+    return GT_SUCCESS;
   ptrs[5] = &p->scale;
   ptrs[6] = &p->neg_inf;
   static const int64_t uids[7] = {UID_Q, UID_K, UID_V, UID_O, UID_STATS, UID_SCALE, UID_NEG_INF};
@@ -942,22 +986,28 @@ int gt_cuda_attention_forward_cudnn(gt_backend *be, gt_dtype dt, void *out, floa
   if (p->scratch > 0)
     GT_CALL(gt_cuda_scratch(be, p->scratch, &ws));
   GT_CALL(plan_execute(c, p, 7, uids, ptrs, ws));
+  *ran = true;
   return GT_SUCCESS;
 }
 
 int gt_cuda_attention_backward_cudnn(gt_backend *be, gt_dtype dt, void *dqkv,
                                      const void *dout, const void *qkv, const void *out,
                                      const float *lse, int64_t B, int64_t T, int64_t H,
-                                     int64_t hs)
+                                     int64_t hs, bool *ran)
 {
+  *ran = false;
+  gt_cuda_cudnn *c = gt_cuda_of(be)->cudnn;
   const size_t part = (size_t)(H * hs) * gt_dtype_size(dt);
   char *q = (char *)qkv, *dq = (char *)dqkv;
   void *ptrs[14] = {q,  q + part,  q + 2 * part,  (void *)out, (void *)dout, (void *)lse, dq,
                     dq + part, dq + 2 * part, NULL, NULL, NULL, NULL, NULL};
-  gt_cuda_cudnn *c = NULL;
-  GT_CALL(attn_check(be, dt, B, T, H, hs, (const void *const *)ptrs, 9, &c));
+  if (!c || !attn_takes(dt, B, T, (const void *const *)ptrs, 9))
+    return GT_SUCCESS;
+  const attn_dir dir = c->fast_backward ? DIR_BWD_FAST : DIR_BWD;
   attn_plan *p = NULL;
-  GT_CALL(plan_get(c, DIR_BWD, dt, B, T, H, hs, &p));
+  GT_CALL(plan_get(c, dir, dt, B, T, H, hs, &p));
+  if (!p)
+    return GT_SUCCESS;
   void *ws;
   GT_CALL(gt_cuda_scratch(be, p->scratch, &ws));
   char *w = ws;
@@ -965,24 +1015,33 @@ int gt_cuda_attention_backward_cudnn(gt_backend *be, gt_dtype dt, void *dqkv,
   ptrs[10] = &p->neg_inf;
   ptrs[11] = &p->one;
   ptrs[12] = w + p->sum_off;
-  ptrs[13] = w + p->accum_off;
-  /* cudnn-frontend zeroes dQ_accum itself before cuDNN 9.6; later cuDNN does */
-  if (c->version < 90600)
-    GT_CALL_CUDA(cudaMemsetAsync(ptrs[13], 0, p->scratch - p->accum_off, c->stream));
+  int n = 13;
+  if (dir == DIR_BWD_FAST) {
+    ptrs[13] = w + p->accum_off;
+    n = 14;
+    /* cudnn-frontend zeroes dQ_accum itself before cuDNN 9.6; later cuDNN does */
+    if (c->version < 90600)
+      GT_CALL_CUDA(cudaMemsetAsync(ptrs[13], 0, p->scratch - p->accum_off, c->stream));
+  }
   static const int64_t uids[14] = {UID_Q,  UID_K,  UID_V,  UID_O,     UID_DO,      UID_STATS,
                                    UID_DQ, UID_DK, UID_DV, UID_SCALE, UID_NEG_INF, UID_ONE,
                                    UID_SOFTMAX_SUM, UID_DQ_ACCUM};
-  GT_CALL(plan_execute(c, p, 14, uids, ptrs, ws));
+  GT_CALL(plan_execute(c, p, n, uids, ptrs, ws));
+  *ran = true;
   return GT_SUCCESS;
 }
 
 // ---- handle ---------------------------------------------------------------------------
 
-int gt_cuda_cudnn_init(gt_backend *be)
+bool gt_cuda_cudnn_built(void) { return true; }
+
+int gt_cuda_cudnn_init(gt_backend *be, bool fast_backward)
 {
   gt_cuda *g = gt_cuda_of(be);
+  GT_CALL(gt_cuda_dl_load(GT_DL_CUDNN));
   gt_cuda_cudnn *c = calloc(1, sizeof *c);
   GT_CHECK_ALLOC(c, sizeof *c);
+  c->fast_backward = fast_backward;
   c->version = cudnnGetVersion();
   c->stream = gt_cuda_compute(be);
   const char *verbose = getenv("GT_CUDNN_VERBOSE");

@@ -44,7 +44,9 @@ typedef struct gt_cuda_event {
   cudaEvent_t e;
 } gt_cuda_event;
 
-typedef enum { GT_ATTN_CUDNN = 0, GT_ATTN_OWN } gt_cuda_attention_kind;
+/* backend.attention: cuDNN (deterministic backward), ours, cuDNN with the
+ * atomics backward. */
+typedef enum { GT_ATTN_CUDNN = 0, GT_ATTN_OWN, GT_ATTN_CUDNN_FAST } gt_cuda_attention_kind;
 
 typedef struct gt_cuda_alloc gt_cuda_alloc; /* cuda_core.c: the caching allocator */
 typedef struct gt_cuda_gemm gt_cuda_gemm;   /* cuda_gemm.c: cuBLASLt handle, workspace */
@@ -61,6 +63,11 @@ typedef struct gt_cuda {
   gt_cuda_gemm *gemm;
   gt_cuda_cudnn *cudnn;       /* NULL: cuDNN attention unavailable */
   gt_cuda_attention_kind attention;
+  long attn_calls[2][2];      /* [cuDNN, ours][forward, backward]: calls so far */
+  /* streams made by stream_create (the collectives' copy streams): a freed
+   * block waits for work on each of them too */
+  cudaStream_t *streams;
+  size_t nstreams, streams_cap;
   char describe[256];         /* "GPU 0: NVIDIA H200 (sm_90, 139 GiB, PCI 0000:19:00.0)" */
   char name[128];             /* cudaDeviceProp.name: "NVIDIA H200" */
 } gt_cuda;
@@ -163,19 +170,24 @@ int gt_cuda_attention_decode(gt_backend *be, gt_dtype dt, void *out, const void 
                              int64_t T, int64_t H, int64_t hs);
 
 /* cuda_attention_cudnn.c: cuDNN graphs (built per shape and cached). init
- * returns GT_SUCCESS with be's cudnn left NULL when this build has no cuDNN;
- * the forward/backward entries return GT_ERR_DEVICE when no engine supports
- * the graph, and cuda_core.c then falls back to the own kernels once, with a
- * message. */
-int gt_cuda_cudnn_init(gt_backend *be);
+ * loads cuDNN and makes its handle; it returns GT_SUCCESS with be's cudnn
+ * left NULL when this build has no cuDNN, and an error when cuDNN cannot
+ * start (cuda_core.c then warns and runs our own kernels). fast_backward:
+ * the backward that sums dQ with atomics (attention = cudnn-fast), else the
+ * deterministic one. The forward/backward entries set *ran = false, and
+ * return GT_SUCCESS, where cuDNN does not take the call (no handle, fp32,
+ * unaligned tensors, no engine for the shape: warned once per shape); the
+ * caller then runs our own kernels. */
+bool gt_cuda_cudnn_built(void);
+int gt_cuda_cudnn_init(gt_backend *be, bool fast_backward);
 void gt_cuda_cudnn_fini(gt_backend *be);
 int gt_cuda_attention_forward_cudnn(gt_backend *be, gt_dtype dt, void *out, float *lse,
                                     const void *qkv, int64_t B, int64_t T, int64_t H,
-                                    int64_t hs);
+                                    int64_t hs, bool *ran);
 int gt_cuda_attention_backward_cudnn(gt_backend *be, gt_dtype dt, void *dqkv,
                                      const void *dout, const void *qkv, const void *out,
                                      const float *lse, int64_t B, int64_t T, int64_t H,
-                                     int64_t hs);
+                                     int64_t hs, bool *ran);
 /* One line for the run's log: the cuDNN version and, per direction, the shape
  * and engine (global index, knobs) of the last attention plan built. The
  * string belongs to be (valid until gt_cuda_cudnn_fini). */

@@ -4,17 +4,20 @@
  * scratch, attention dispatch and the ops table (cuda_backend.h).
  *
  * Memory: cudaMalloc only (never managed memory). A freed block goes back
- * to a cache with an event recorded on the compute stream; a later alloc
- * reuses a cached block of at least the size (and at most twice it) once
- * that event has completed, so no queued kernel can still touch it. When
- * cudaMalloc runs out, the cache is released (after a device sync) and the
- * allocation tried again.
+ * to a cache with an event recorded on every stream of the backend (the
+ * compute stream and those stream_create made: the collectives' copies and
+ * NCCL's work run there); a later alloc reuses a cached block of at least
+ * the size (and at most twice it) once all those events have completed, so
+ * no queued kernel or copy can still touch it. When cudaMalloc runs out,
+ * the cache is released (after a device sync) and the allocation tried
+ * again.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cuda_backend.h"
+#include "cuda_dl.h"
 #include "cuda_entry.h"
 #include "gridtrain/binding.h"
 #include "gridtrain/cuda_info.h"
@@ -35,8 +38,9 @@ typedef struct {
   void *ptr;
   size_t bytes;
   bool in_use;
-  bool freed_event; /* `freed` has been recorded since the last free */
-  cudaEvent_t freed;
+  cudaEvent_t *freed; /* one per stream the block's last free recorded on */
+  size_t nrecorded;   /* events recorded at the last free (0: none pending) */
+  size_t nevents;     /* events created */
 } gt_cuda_block;
 
 struct gt_cuda_alloc {
@@ -46,6 +50,15 @@ struct gt_cuda_alloc {
 };
 
 static size_t gt_round_block(size_t bytes) { return (bytes + 511) & ~(size_t)511; }
+
+static void gt_block_events_destroy(gt_cuda_block *b)
+{
+  for (size_t k = 0; k < b->nevents; k++)
+    (void)cudaEventDestroy(b->freed[k]);
+  free(b->freed);
+  b->freed = NULL;
+  b->nevents = b->nrecorded = 0;
+}
 
 static int gt_cuda_cache_release(gt_cuda_alloc *a)
 {
@@ -57,11 +70,25 @@ static int gt_cuda_cache_release(gt_cuda_alloc *a)
       a->blocks[kept++] = *b;
       continue;
     }
+    gt_block_events_destroy(b);
     GT_CALL_CUDA(cudaFree(b->ptr));
-    GT_CALL_CUDA(cudaEventDestroy(b->freed));
     a->cached_bytes -= b->bytes;
   }
   a->n = kept;
+  return GT_SUCCESS;
+}
+
+/* Has all work queued before the block's last free completed? */
+static int gt_block_idle(gt_cuda_block *b, bool *idle)
+{
+  *idle = true;
+  for (size_t k = 0; k < b->nrecorded && *idle; k++) {
+    const cudaError_t q = cudaEventQuery(b->freed[k]);
+    if (q == cudaErrorNotReady)
+      *idle = false;
+    else
+      GT_CALL_CUDA(q);
+  }
   return GT_SUCCESS;
 }
 
@@ -74,17 +101,14 @@ static int cuda_alloc(gt_backend *be, size_t bytes, void **ptr)
     gt_cuda_block *b = &a->blocks[i];
     if (b->in_use || b->bytes < want || b->bytes > 2 * want || (best && b->bytes >= best->bytes))
       continue;
-    if (b->freed_event) {
-      cudaError_t q = cudaEventQuery(b->freed);
-      if (q == cudaErrorNotReady)
-        continue;
-      GT_CALL_CUDA(q);
-    }
-    best = b;
+    bool idle;
+    GT_CALL(gt_block_idle(b, &idle));
+    if (idle)
+      best = b;
   }
   if (best) {
     best->in_use = true;
-    best->freed_event = false;
+    best->nrecorded = 0;
     a->cached_bytes -= best->bytes;
   } else {
     if (a->n == a->cap) {
@@ -113,14 +137,8 @@ static int cuda_alloc(gt_backend *be, size_t bytes, void **ptr)
                       total_b / 1048576.0);
     }
     GT_CALL_CUDA(err);
-    best = &a->blocks[a->n];
+    best = &a->blocks[a->n++];
     *best = (gt_cuda_block){.ptr = p, .bytes = want, .in_use = true};
-    err = cudaEventCreateWithFlags(&best->freed, cudaEventDisableTiming);
-    if (err != cudaSuccess) {
-      cudaFree(p);
-      GT_CALL_CUDA(err);
-    }
-    a->n++;
   }
   a->in_use_bytes += best->bytes;
   if (a->in_use_bytes > a->peak_bytes)
@@ -139,8 +157,20 @@ static int cuda_free(gt_backend *be, void *ptr)
     if (b->ptr != ptr)
       continue;
     GT_CHECK(b->in_use, GT_ERR_INTERNAL, "cuda: double free of device memory %p", ptr);
-    GT_CALL_CUDA(cudaEventRecord(b->freed, gt_cuda_compute(be)));
-    b->freed_event = true;
+    gt_cuda *c = gt_cuda_of(be);
+    const size_t nstreams = 1 + c->nstreams;
+    if (b->nevents < nstreams) {
+      cudaEvent_t *ev = realloc(b->freed, nstreams * sizeof *ev);
+      GT_CHECK_ALLOC(ev, nstreams * sizeof *ev);
+      b->freed = ev;
+      for (; b->nevents < nstreams; b->nevents++)
+        GT_CALL_CUDA(cudaEventCreateWithFlags(&b->freed[b->nevents], cudaEventDisableTiming));
+    }
+    b->nrecorded = 0;
+    for (size_t k = 0; k < nstreams; k++) {
+      GT_CALL_CUDA(cudaEventRecord(b->freed[k], k == 0 ? c->compute.s : c->streams[k - 1]));
+      b->nrecorded++;
+    }
     b->in_use = false;
     a->in_use_bytes -= b->bytes;
     a->cached_bytes += b->bytes;
@@ -202,7 +232,14 @@ static cudaStream_t gt_stream_of(gt_backend *be, gt_stream *s)
 
 static int cuda_stream_create(gt_backend *be, gt_stream **s)
 {
-  (void)be;
+  gt_cuda *c = gt_cuda_of(be);
+  if (c->nstreams == c->streams_cap) {
+    const size_t cap = c->streams_cap ? 2 * c->streams_cap : 4;
+    cudaStream_t *list = realloc(c->streams, cap * sizeof *list);
+    GT_CHECK_ALLOC(list, cap * sizeof *list);
+    c->streams = list;
+    c->streams_cap = cap;
+  }
   gt_cuda_stream *cs = calloc(1, sizeof *cs);
   GT_CHECK_ALLOC(cs, sizeof *cs);
   cudaError_t err = cudaStreamCreateWithFlags(&cs->s, cudaStreamNonBlocking);
@@ -210,16 +247,22 @@ static int cuda_stream_create(gt_backend *be, gt_stream **s)
     free(cs);
     GT_CALL_CUDA(err);
   }
+  c->streams[c->nstreams++] = cs->s;
   *s = (gt_stream *)(void *)cs;
   return GT_SUCCESS;
 }
 
 static int cuda_stream_destroy(gt_backend *be, gt_stream *s)
 {
-  (void)be;
   if (!s)
     return GT_SUCCESS;
+  gt_cuda *c = gt_cuda_of(be);
   gt_cuda_stream *cs = (gt_cuda_stream *)(void *)s;
+  for (size_t k = 0; k < c->nstreams; k++) /* events recorded on it stay valid */
+    if (c->streams[k] == cs->s) {
+      c->streams[k] = c->streams[--c->nstreams];
+      break;
+    }
   cudaError_t err = cudaStreamSynchronize(cs->s);
   cudaError_t err2 = cudaStreamDestroy(cs->s);
   free(cs);
@@ -339,30 +382,24 @@ static int cuda_zero(gt_backend *be, void *ptr, size_t bytes)
 
 // ---- attention: cuDNN, or our own kernels -----------------------------------------------------
 
-/* Once cuDNN has no engine for a graph, the rest of the run uses our own
- * kernels (both follow the same contract, so forward and backward may
- * differ in who ran them). */
-static void gt_cuda_attention_fallback(gt_backend *be, const char *what)
+/* cuDNN where it takes the call (bf16/fp16, aligned, an engine for the
+ * shape), else our own kernels, call by call: both follow the same contract,
+ * so forward and backward may differ in who ran them. */
+static bool gt_cuda_wants_cudnn(const gt_cuda *c)
 {
-  gt_cuda *c = gt_cuda_of(be);
-  gt_warn("cuDNN attention %s failed (%s); using gridtrain's own attention kernels from "
-          "here on", what, gt_error_message());
-  gt_error_clear();
-  c->attention = GT_ATTN_OWN;
+  return c->cudnn && (c->attention == GT_ATTN_CUDNN || c->attention == GT_ATTN_CUDNN_FAST);
 }
 
 static int cuda_attention_forward(gt_backend *be, gt_dtype dt, void *out, float *lse,
                                   const void *qkv, int64_t B, int64_t T, int64_t H, int64_t hs)
 {
   gt_cuda *c = gt_cuda_of(be);
-  if (c->attention == GT_ATTN_CUDNN && c->cudnn && dt != GT_F32) {
-    int status = gt_cuda_attention_forward_cudnn(be, dt, out, lse, qkv, B, T, H, hs);
-    if (status != GT_ERR_DEVICE)
-      return status == GT_SUCCESS ? GT_SUCCESS
-                                  : gt_error_push(status, __FILE__, __LINE__, __func__);
-    gt_cuda_attention_fallback(be, "forward");
-  }
-  GT_CALL(gt_cuda_attention_forward_own(be, dt, out, lse, qkv, B, T, H, hs));
+  bool ran = false;
+  if (gt_cuda_wants_cudnn(c))
+    GT_CALL(gt_cuda_attention_forward_cudnn(be, dt, out, lse, qkv, B, T, H, hs, &ran));
+  if (!ran)
+    GT_CALL(gt_cuda_attention_forward_own(be, dt, out, lse, qkv, B, T, H, hs));
+  c->attn_calls[ran ? 0 : 1][0]++;
   return GT_SUCCESS;
 }
 
@@ -371,16 +408,28 @@ static int cuda_attention_backward(gt_backend *be, gt_dtype dt, void *dqkv, cons
                                    int64_t B, int64_t T, int64_t H, int64_t hs)
 {
   gt_cuda *c = gt_cuda_of(be);
-  if (c->attention == GT_ATTN_CUDNN && c->cudnn && dt != GT_F32) {
-    int status =
-        gt_cuda_attention_backward_cudnn(be, dt, dqkv, dout, qkv, out, lse, B, T, H, hs);
-    if (status != GT_ERR_DEVICE)
-      return status == GT_SUCCESS ? GT_SUCCESS
-                                  : gt_error_push(status, __FILE__, __LINE__, __func__);
-    gt_cuda_attention_fallback(be, "backward");
-  }
-  GT_CALL(gt_cuda_attention_backward_own(be, dt, dqkv, dout, qkv, out, lse, B, T, H, hs));
+  bool ran = false;
+  if (gt_cuda_wants_cudnn(c))
+    GT_CALL(gt_cuda_attention_backward_cudnn(be, dt, dqkv, dout, qkv, out, lse, B, T, H, hs,
+                                             &ran));
+  if (!ran)
+    GT_CALL(gt_cuda_attention_backward_own(be, dt, dqkv, dout, qkv, out, lse, B, T, H, hs));
+  c->attn_calls[ran ? 0 : 1][1]++;
   return GT_SUCCESS;
+}
+
+void gt_cuda_attention_counts(gt_backend *be, gt_cuda_attention_stats *st)
+{
+  memset(st, 0, sizeof *st);
+  if (!be || be->device != GT_CUDA || !be->impl)
+    return;
+  const gt_cuda *c = gt_cuda_of(be);
+  st->cudnn_forward = c->attn_calls[0][0];
+  st->cudnn_backward = c->attn_calls[0][1];
+  st->own_forward = c->attn_calls[1][0];
+  st->own_backward = c->attn_calls[1][1];
+  st->cudnn_built = gt_cuda_cudnn_built();
+  st->cudnn_loaded = c->cudnn != NULL;
 }
 
 // ---- the table --------------------------------------------------------------------------------
@@ -466,8 +515,11 @@ static int gt_cuda_attention_choice(const char *want, gt_cuda_attention_kind *ki
     *kind = GT_ATTN_CUDNN;
   else if (strcmp(want, "own") == 0)
     *kind = GT_ATTN_OWN;
+  else if (strcmp(want, "cudnn-fast") == 0)
+    *kind = GT_ATTN_CUDNN_FAST;
   else
-    return GT_ERROR(GT_ERR_INPUT, "[backend] attention = %s: expected cudnn or own", want);
+    return GT_ERROR(GT_ERR_INPUT,
+                    "[backend] attention = %s: expected cudnn, cudnn-fast or own", want);
   return GT_SUCCESS;
 }
 
@@ -481,14 +533,23 @@ int gt_cuda_backend_init(gt_backend *be, int local_rank, const char *attention)
   be->device = GT_CUDA;
   be->host_visible = false;
   GT_CALL(gt_cuda_attention_choice(attention, &c->attention));
+  /* the libraries first: a missing one is the error to report even on a
+   * node without a GPU */
+  GT_CALL(gt_cuda_dl_load(GT_DL_CUBLASLT));
   GT_CALL(gt_cuda_pick_device(c, local_rank));
   c->alloc = calloc(1, sizeof *c->alloc);
   GT_CHECK_ALLOC(c->alloc, sizeof *c->alloc);
   GT_CALL_CUDA(cudaStreamCreateWithFlags(&c->compute.s, cudaStreamNonBlocking));
   be->compute = (gt_stream *)(void *)&c->compute;
   GT_CALL(gt_cuda_gemm_init(be));
-  if (c->attention == GT_ATTN_CUDNN)
-    GT_CALL(gt_cuda_cudnn_init(be));
+  if (c->attention != GT_ATTN_OWN &&
+      gt_cuda_cudnn_init(be, c->attention == GT_ATTN_CUDNN_FAST) != GT_SUCCESS) {
+    /* fp32 and our own attention need no cuDNN: run on without it */
+    gt_warn("cuDNN cannot start (%s); gridtrain's own attention kernels run instead",
+            gt_error_message());
+    gt_error_clear();
+    c->cudnn = NULL;
+  }
   return GT_SUCCESS;
 }
 
@@ -508,14 +569,15 @@ int gt_cuda_backend_fini(gt_backend *be)
     cudaFree(c->scratch);
   if (c->alloc) {
     for (size_t i = 0; i < c->alloc->n; i++) {
+      gt_block_events_destroy(&c->alloc->blocks[i]);
       cudaFree(c->alloc->blocks[i].ptr);
-      cudaEventDestroy(c->alloc->blocks[i].freed);
     }
     free(c->alloc->blocks);
     free(c->alloc);
   }
   if (c->compute.s)
     cudaStreamDestroy(c->compute.s);
+  free(c->streams);
   free(c);
   be->impl = NULL;
   GT_CALL_CUDA(err);

@@ -45,6 +45,11 @@ typedef struct gt_nccl gt_nccl;
 /* True when this build includes NCCL. */
 bool gt_nccl_built(void);
 
+/* Load NCCL (cuda_dl.h): GT_ERR_INPUT naming the library and the fix when
+ * it cannot be loaded. Every other entry needs it loaded first. Not
+ * collective: collectives.c checks that every rank of a group loaded it. */
+int gt_nccl_load(void);
+
 /* "NCCL 2.28.3" or why it is not there. */
 const char *gt_nccl_describe(void);
 

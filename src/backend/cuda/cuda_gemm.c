@@ -3,7 +3,9 @@
  * forward with the bias in the epilogue and the residual as C (beta = 1),
  * backward with the bias gradient from the BGRADB epilogue of the weight
  * gradient product where cuBLASLt offers one, else from a product with a
- * ones vector. All work is queued on the compute stream.
+ * ones vector (added to dbias by our axpby kernel). All work is queued on
+ * the compute stream. cuBLASLt is loaded when the backend is created
+ * (cuda_dl.h).
  *
  * Precisions: A and B in dt, fp32 accumulation (CUBLAS_COMPUTE_32F, never
  * TF32) and fp32 scale; D (and C) in dt for activations, fp32 for dw and
@@ -17,12 +19,9 @@
  * pointer alignment of a call site is fixed by the allocator and the
  * parameter layout, hence the same in every run and after a restart.
  */
-/* cublasLt.h declares cublasLtLoggerForceDisable() without a prototype */
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wstrict-prototypes"
-#include <cublasLt.h>
-#pragma GCC diagnostic pop
-#include <cublas_v2.h>
+#define GT_DL_WANT_CUBLASLT /* cuBLASLt, loaded at run time */
+#include "cuda_dl.h"
+
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -160,8 +159,6 @@ typedef struct kept {
 
 struct gt_cuda_gemm {
   cublasLtHandle_t lt;
-  cublasHandle_t blas;     /* for the saxpy of the BGRADB result into dbias */
-  cudaStream_t blas_stream; /* the stream blas is set to */
   void *workspace;
   size_t workspace_bytes;
   plan *plans; /* open addressing, linear probing; cap a power of two */
@@ -496,8 +493,6 @@ static void gemm_free(gt_cuda_gemm *g)
   }
   if (g->workspace)
     cudaFree(g->workspace);
-  if (g->blas)
-    cublasDestroy(g->blas);
   if (g->lt)
     cublasLtDestroy(g->lt);
   free(g);
@@ -505,11 +500,8 @@ static void gemm_free(gt_cuda_gemm *g)
 
 static int gemm_setup(gt_backend *be, gt_cuda_gemm *g)
 {
+  (void)be;
   GT_CALL_CUBLAS(cublasLtCreate(&g->lt));
-  GT_CALL_CUBLAS(cublasCreate(&g->blas));
-  GT_CALL_CUBLAS(cublasSetPointerMode(g->blas, CUBLAS_POINTER_MODE_HOST));
-  g->blas_stream = gt_cuda_compute(be);
-  GT_CALL_CUBLAS(cublasSetStream(g->blas, g->blas_stream));
   g->workspace_bytes = GEMM_WORKSPACE_BYTES;
   GT_CALL_CUDA(cudaMalloc(&g->workspace, g->workspace_bytes));
   return GT_SUCCESS;
@@ -519,6 +511,7 @@ int gt_cuda_gemm_init(gt_backend *be)
 {
   gt_cuda *cu = gt_cuda_of(be);
   GT_ASSERT(cu && !cu->gemm);
+  GT_CALL(gt_cuda_dl_load(GT_DL_CUBLASLT));
   gt_cuda_gemm *g = calloc(1, sizeof *g);
   GT_CHECK_ALLOC(g, sizeof *g);
   const int rc = gemm_setup(be, g);
@@ -611,14 +604,8 @@ int gt_cuda_linear_backward(gt_backend *be, gt_dtype dt, void *din, float *dw, f
       s.epilogue = CUBLASLT_EPILOGUE_BGRADB;
       s.optional = true;
       GT_CALL(gemm(be, &s, in, dout, dw, dw, scratch, &dbias_done));
-      if (dbias_done) {
-        const float one = 1.0f;
-        if (g->blas_stream != stream) {
-          GT_CALL_CUBLAS(cublasSetStream(g->blas, stream));
-          g->blas_stream = stream;
-        }
-        GT_CALL_CUBLAS(cublasSaxpy_64(g->blas, OC, &one, scratch, 1, dbias, 1));
-      }
+      if (dbias_done) /* dbias = 1 * bias gradient + 1 * dbias, one fp32 add each */
+        GT_CALL(gt_cuda_axpby(be, dbias, 1.0f, scratch, 1.0f, (size_t)OC));
       s.epilogue = CUBLASLT_EPILOGUE_DEFAULT;
       s.optional = false;
     }

@@ -2,6 +2,7 @@
  * cuda_info_none.c - the CUDA queries in a build without CUDA.
  */
 #include <stdio.h>
+#include <string.h>
 
 #include "gridtrain/cuda_info.h"
 
@@ -42,6 +43,12 @@ const char *gt_cuda_backend_name(gt_backend *be)
 {
   (void)be;
   return "";
+}
+
+void gt_cuda_attention_counts(gt_backend *be, gt_cuda_attention_stats *st)
+{
+  (void)be;
+  memset(st, 0, sizeof *st);
 }
 
 void gt_cuda_memory_stats(gt_backend *be, size_t *in_use, size_t *peak, size_t *cached)

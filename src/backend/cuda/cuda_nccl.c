@@ -1,9 +1,12 @@
 /*
  * cuda_nccl.c - NCCL communicators and collectives on the cuda backend's
  * streams (cuda_entry.h). Every NCCL call is checked; an asynchronous NCCL
- * error (a peer that died) is looked for after each operation.
+ * error (a peer that died) is looked for after each operation. NCCL is
+ * loaded at run time by gt_nccl_load (cuda_dl.h).
  */
-#include <nccl.h>
+#define GT_DL_WANT_NCCL /* NCCL, loaded at run time */
+#include "cuda_dl.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,10 +37,20 @@ static int gt_nccl_error(ncclResult_t r, const char *call, const char *file, int
 
 bool gt_nccl_built(void) { return true; }
 
+int gt_nccl_load(void)
+{
+  GT_CALL(gt_cuda_dl_load(GT_DL_NCCL));
+  return GT_SUCCESS;
+}
+
 const char *gt_nccl_describe(void)
 {
   static char text[48];
   int v = 0;
+  if (gt_cuda_dl_load(GT_DL_NCCL) != GT_SUCCESS) {
+    gt_error_clear();
+    return "NCCL (not loaded)";
+  }
   if (ncclGetVersion(&v) != ncclSuccess)
     return "NCCL (version unknown)";
   /* NCCL_VERSION_CODE: major * 10000 + minor * 100 + patch since 2.9 */

@@ -13,6 +13,8 @@ bool gt_nccl_built(void) { return false; }
 
 const char *gt_nccl_describe(void) { return "no NCCL in this build"; }
 
+int gt_nccl_load(void) { return GT_NO_NCCL; }
+
 int gt_nccl_unique_id(void *id)
 {
   (void)id;
