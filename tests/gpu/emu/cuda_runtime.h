@@ -1,0 +1,2 @@
+/* cuda_runtime.h - the CUDA emulator's stand-in for the CUDA header of this name (cuda_emu.h). */
+#include "cuda_emu.h"
