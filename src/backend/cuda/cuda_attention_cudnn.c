@@ -43,7 +43,7 @@
  * engine's workspace). Two variants, by how dQ is summed over the key tiles:
  *   deterministic (backend.attention = cudnn, the default): dQ = dS K goes
  *     straight to dQ, which makes cuDNN's Hopper engines keep dP in their
- *     workspace (2 B (H T~)^2 bytes, T~ = T rounded up to 64) and sum each
+ *     workspace (2 B H T~^2 bytes, T~ = T rounded up to 64) and sum each
  *     dQ element in one order: the same bits every time, as
  *     cudnn-frontend's sdpa_backward with set_deterministic_algorithm;
  *   fast (attention = cudnn-fast): dQ accumulates in DQ_ACCUM with
