@@ -105,7 +105,7 @@ curves() {
   v_rc=$?
   cat "$logs/curves.tap"
   grep -E '^(not )?ok .*(tracks|at every step|skips no step)' "$logs/curves.tap" |
-    sed 's/^\(not \)*ok [0-9]* - /result: curves: /'
+    sed 's/^ok [0-9]* - /result: curves: /; s/^not ok [0-9]* - /result: curves: FAIL: /'
   return $v_rc
 }
 
@@ -131,7 +131,8 @@ parity_run() {
   p_tag=$1 p_n=$2 p_prec=$3
   shift 3
   rm -f "$logs/$p_tag.jsonl"
-  timeout -k 5 "$(cap 60)" "$mpx" -n "$p_n" "$gt" train "$deck" data.train="$work/g.h5" data.val= \
+  # 30 s a run at most: a hang in one layout leaves time for the others
+  timeout -k 5 "$(cap 30)" "$mpx" -n "$p_n" "$gt" train "$deck" data.train="$work/g.h5" data.val= \
     run.eval_every=0 backend.device="$dev" backend.precision="$p_prec" checkpoint.dir= \
     checkpoint.resume=never run.steps="$parity_steps" run.metrics="$logs/$p_tag.jsonl" "$@"
 }
@@ -273,7 +274,7 @@ sig() {
   [ -n "$s_pids" ] || kill "$s_job" 2>/dev/null
   wait "$s_job"
   s_rc=$?
-  echo "result: signal: exit status $s_rc (want 3); checkpoints: $(cd "$s_dir" 2>/dev/null && echo step_*.h5)"
+  echo "result: signal: exit status $s_rc (want 3); checkpoints: $(find "$s_dir" -name 'step_*.h5' 2>/dev/null | sed 's|.*/||' | tr '\n' ' ')"
   [ $s_rc -eq 3 ] && ls "$s_dir"/step_*.h5 >/dev/null 2>&1
 }
 
@@ -305,7 +306,8 @@ bench() {
   b_py=$src/benchmarks/bench_gpu_torch.py
   b_dev=cuda
   [ "$dev" = cuda ] || b_dev=cpu # the dry run's own check of this code (GT_GPU_DRY_EXTRAS)
-  # part NAME LIMIT CMD...: one part under its own limit; output to NAME.json, NAME.err
+  # part NAME LIMIT [orig_env] CMD...: one part under its own limit; output to
+  # NAME.json, NAME.err (orig_env: CMD in the environment run.sh started with)
   part() {
     q_name=$1 q_lim=$(cap "$2")
     shift 2
@@ -314,7 +316,9 @@ bench() {
       return 0
     fi
     q_t=$(now)
-    timeout -k 5 "$q_lim" "$@" >"$logs/$q_name.json" 2>"$logs/$q_name.err"
+    q_env=
+    [ "$1" = orig_env ] && q_env=orig_env && shift
+    $q_env timeout -k 5 "$q_lim" "$@" >"$logs/$q_name.json" 2>"$logs/$q_name.err"
     q_rc=$?
     echo "part $q_name: exit $q_rc after $(($(now) - q_t)) s (limit $q_lim s)" | tee -a "$logs/$q_name.err"
     return $q_rc
@@ -353,7 +357,7 @@ flops = 6 * N + 12 * L * C * T          # per token, attention included
 ceil = last_json("ceiling.json")
 ceiling = ceil.get("gemm_tflops", 0) if ceil else 0
 print(f"bench: {name} (L={L} C={C}) bf16 B={B} T={T}; {sized}")
-print(f"bench: bf16 GEMM ceiling " + (f"{ceiling:.0f} TFLOP/s ({ceil.get('n')}^3, torch {ceil.get('torch')})"
+print(f"bench: bf16 GEMM ceiling " + (f"{ceiling:.3g} TFLOP/s ({ceil.get('n')}^3, torch {ceil.get('torch')})"
       if ceiling else f"not measured: {why('ceiling')}"))
 try:
     recs = [json.loads(l) for l in open(f"{logs}/bench-{name}.jsonl") if '"step"' in l]
@@ -368,7 +372,7 @@ if len(recs) >= 4:
     split = " ".join("%s %.0f%%" % (k[:-3], 100 * statistics.median(r.get(k, 0) / r["step_ms"] for r in timed))
                      for k in ("compute_ms", "comm_ms", "bubble_ms"))
     peak = summ[-1].get("device_peak_bytes", 0) / 2 ** 30 if summ else 0
-    vs = f", {100 * tok * flops / ceiling / 1e12:.1f}% of the {ceiling:.0f} TFLOP/s GEMM ceiling" if ceiling else ""
+    vs = f", {100 * tok * flops / ceiling / 1e12:.1f}% of the {ceiling:.3g} TFLOP/s GEMM ceiling" if ceiling else ""
     print(f"bench: gridtrain {ms:.1f} ms/step {tok:.0f} tok/s, MFU {100 * tok * flops / 989e12:.1f}% of "
           f"989 TFLOP/s{vs}; {split}; device memory peak {peak:.1f} GiB (median of steps 3-{len(recs) - 1})")
 else:
@@ -434,7 +438,7 @@ failures() {
   head -n 150 "$rep/tap.tmp"
   [ "$f_n" -le 150 ] || echo "... $((f_n - 150)) more lines in logs/$1.log"
   # other lines that name an error (gridtrain, MPI, the loader, the shell)
-  grep -v -E '^(not ok|ok|#|Bail out!)' "$2" |
+  grep -v -E '^(not ok|ok|#|Bail out!|result: |bench: |part )' "$2" |
     grep -E -i 'error|fail|cannot|not found|assert|segmentation|core dumped|killed|abort|bad termination|timed out' |
     grep -v -E '^ *(checkpoint\.on_error|run\.on_error)' | head -n 30
   echo "-- last lines:"
@@ -445,7 +449,7 @@ failures() {
 libraries() {
   l_lines=$(cat "$logs"/*.log 2>/dev/null | grep -a -o 'gridtrain: cuda library: .*' | sort -u)
   if [ -n "$l_lines" ]; then
-    echo "loaded (gridtrain's lines, all steps):"
+    echo "loaded (gridtrain's lines, all steps): $(echo "$l_lines" | awk '$4 ~ /^libcudnn/ {printf "cuDNN runtime %s; ", $5}')"
     echo "$l_lines" | sed 's/^gridtrain: cuda library: /  /'
   else
     echo "loaded: no 'gridtrain: cuda library:' line in any log yet"
@@ -610,7 +614,7 @@ reap() {
 skip_step() {
   selected "$1" || return 0
   record "$1" SKIP - - "$2"
-  progress "$1: skipped ($2)"
+  case $2 in skipped*) progress "$1: $2" ;; *) progress "$1: skipped ($2)" ;; esac
 }
 
 on_signal() {
@@ -683,7 +687,8 @@ else
   elif command -v xz >/dev/null; then
     timeout 120 tar -C "$work/pack" -xJf "$pack" || setup_fail="cannot unpack $pack with tar and xz"
   else # no xz program there: Python's lzma
-    orig_env timeout 120 "$py" -c 'import sys, tarfile; tarfile.open(sys.argv[1], "r:xz").extractall(sys.argv[2])' \
+    orig_env timeout 120 "$py" -c 'import sys, tarfile
+tarfile.open(sys.argv[1], "r:xz").extractall(sys.argv[2], **({"filter": "tar"} if hasattr(tarfile, "tar_filter") else {}))' \
       "$pack" "$work/pack" || setup_fail="cannot unpack $pack with Python's tarfile (no xz program)"
   fi
   gt=$work/pack/bin/gridtrain tdir=$work/pack/tests mpx=$work/pack/bin/mpiexec
@@ -834,7 +839,8 @@ parity_steps=${GT_GPU_PARITY_STEPS:-20}
 bench_seq=${GT_GPU_BENCH_SEQ:-1024}
 bench_models=${GT_GPU_BENCH_MODELS:-124m:12:768:12 350m:24:1024:16}
 # the batch: the largest of 64, 32, 16, 8 whose planned peak (gridtrain plan
-# --memory) is at most 45% of the device's memory, so that PyTorch fits too
+# --memory) is at most 30% of the device's memory, so that PyTorch eager, which
+# keeps more, fits too: 32 and 16 (124M, 350M) on an H100 80 GB, 64 and 32 on an H200
 batch_for() {
   [ -n "${GT_GPU_BENCH_BATCH:-}" ] && { echo "$GT_GPU_BENCH_BATCH"; return; }
   for bf_b in 64 32 16 8; do
@@ -843,12 +849,14 @@ batch_for() {
       data.batch="$bf_b" data.microbatches=1 backend.precision=bf16 backend.device="$dev" 2>/dev/null |
       awk '/^ *[0-9]+ / {v = $(NF - 1); u = $NF; m = u == "GiB" ? 1024 : u == "MiB" ? 1 : u == "KiB" ? 1 / 1024 : 1 / 1048576; t = v * m} END {print int(t)}')
     { [ -n "$bf_p" ] && [ "$bf_p" -gt 0 ]; } || break
-    [ $((bf_p * 100)) -le $((mem_mib * 45)) ] && { echo "$bf_b"; return; }
+    [ $((bf_p * 100)) -le $((mem_mib * 30)) ] && { echo "$bf_b"; return; }
   done
   # no plan: by the memory alone (an H200 has 139 GiB, an H100 80 GB)
   if [ "$mem_mib" -ge 120000 ]; then echo 64; elif [ "$mem_mib" -ge 70000 ]; then echo 32; else echo 8; fi
 }
-bench_sized="sized for $([ "$mem_mib" -ge 120000 ] && echo "an H200-class device" || echo "an H100-class device") with $((mem_mib / 1024)) GiB"
+if [ "$mem_mib" -ge 120000 ]; then bench_sized="sized for an H200-class device ($((mem_mib / 1024)) GiB)"
+elif [ "$mem_mib" -gt 0 ]; then bench_sized="sized for an H100-class device ($((mem_mib / 1024)) GiB)"
+else bench_sized="the device's memory unknown"; fi
 keep curve_steps layout_list parity_steps bench_seq bench_sized
 printf 'setup: %s\n' "${setup_fail:-ok}" >>"$M"
 record setup "$([ -z "$setup_fail" ] && echo PASS || echo FAIL)" $(($(now) - setup_t)) - "${setup_fail:-}"
@@ -928,7 +936,9 @@ EOF
     selected "bench-$b_name" || continue
     if [ "$extras" = no ]; then skip_step "bench-$b_name" "dry run: no GPU"; continue; fi
     b_B=$(batch_for "$b_L" "$b_C" "$b_H")
-    echo "bench: $b_name at batch $b_B, $bench_sized (largest of 64/32/16/8 whose planned peak is <= 45% of it)" >>"$rep/bench"
+    if [ -n "${GT_GPU_BENCH_BATCH:-}" ]; then echo "bench: $b_name at batch $b_B (GT_GPU_BENCH_BATCH)"
+    else echo "bench: $b_name at batch $b_B, $bench_sized: the largest of 64/32/16/8 whose peak by gridtrain plan --memory is <= 30% of the device's memory"
+    fi >>"$rep/bench"
     step "bench-$b_name" 300:60 bench "$b_name" "$b_L" "$b_C" "$b_H" "$b_B"
     grep -a '^bench: ' "$logs/bench-$b_name.log" >>"$rep/bench"
     echo >>"$rep/bench"
@@ -939,7 +949,7 @@ fi
 write_report
 progress "done: $(head -n 1 "$report")"
 echo "report: $report (and $out/logs.tar.gz); its top:"
-head -c 9000 "$report"
+awk '/^# machine/ {exit} {n += length($0) + 1; if (n > 9000) exit; print}' "$report"
 nfail=$(count FAIL)
 if [ "${GT_GPU_KEEP:-0}" = 1 ]; then echo "work directory kept: $work"; else rm -rf "$work"; fi
 [ "$nfail" -eq 0 ]
