@@ -95,7 +95,7 @@ def train(torch, nn, F, a):
     rest = [p for p in model.parameters() if p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
                              {"params": rest, "weight_decay": 0.0}],
-                            lr=3e-4, betas=(0.9, 0.95), fused=dev == "cuda")
+                            lr=3e-4, betas=(0.9, 0.95), **({"fused": True} if dev == "cuda" else {}))
     step_model = torch.compile(model) if a.compile else model
     times = []
     first = None
