@@ -13,7 +13,10 @@
 # 3. failures: with a fake build whose op test fails, whose training test
 #    hangs ignoring SIGTERM, and a fake compute-sanitizer that finds errors,
 #    the report names each failure: the not ok line with its diagnostics and
-#    the TAP summary, the hang killed by timeout -k, the sanitizer's summary.
+#    the TAP summary, the hang ended, the sanitizer's summary. The benchmark's
+#    code runs too (GT_GPU_DRY_EXTRAS), on a tiny model on the cpu, its
+#    PyTorch parts with $PYTHON_REF: whether torch runs there or fails, the
+#    step passes on gridtrain's numbers and reports torch's.
 # About a minute on 2 cores.
 # shellcheck disable=SC1091
 . "$GT_SRCDIR/tests/lib.sh"
@@ -116,12 +119,14 @@ EOF
 chmod +x "$fake/tests/gpu/test_cuda_ops" "$fake/tests/gpu/test_cuda_train" "$fake/compute-sanitizer"
 t=$(date +%s)
 env GT_GPU_RUN_DEVICE=cpu GT_GPU_BUILD="$fake" OUT="$GT_TMP/c" GT_GPU_LIMIT_SCALE=20 \
-  GT_GPU_ONLY="ops-smoke train-one-step memcheck" GT_GPU_DRY_EXTRAS=1 \
-  GT_GPU_SANITIZER="$fake/compute-sanitizer" timeout -k 10 120 sh "$run" >"$GT_TMP/c.stdout" 2>&1
+  GT_GPU_ONLY="ops-smoke train-one-step memcheck bench-tiny" GT_GPU_DRY_EXTRAS=1 \
+  GT_GPU_SANITIZER="$fake/compute-sanitizer" GT_GPU_PYTHON="$PYTHON_REF" \
+  GT_GPU_BENCH_MODELS="tiny:2:64:4" GT_GPU_BENCH_SEQ=64 GT_GPU_BENCH_BATCH=4 \
+  timeout -k 10 150 sh "$run" >"$GT_TMP/c.stdout" 2>&1
 rc=$?
 took=$(($(date +%s) - t))
 r=$GT_TMP/c/report.txt
-ok "$([ $rc -eq 1 ] && [ "$(head -n 1 "$r")" = "gpu-run: 1 passed, 3 failed, 0 skipped" ]; echo $?)" \
+ok "$([ $rc -eq 1 ] && [ "$(head -n 1 "$r")" = "gpu-run: 2 passed, 3 failed, 0 skipped" ]; echo $?)" \
   "failures: exit $rc, '$(head -n 1 "$r")'"
 sed -n '/^# failures/,/^# results/p' "$r" >"$GT_TMP/c.failures"
 has "$GT_TMP/c.failures" "## ops-smoke: FAIL" &&
@@ -129,10 +134,14 @@ has "$GT_TMP/c.failures" "## ops-smoke: FAIL" &&
   has "$GT_TMP/c.failures" "# failed 1 of 3 checks:"
 ok $? "the failed check, its diagnostics and the TAP summary are in the report"
 grep -q '^train-one-step .*FAIL .*timed out after 5 s; ended the processes it left behind (sleep x1), with SIGKILL' "$r" &&
-  [ "$took" -lt 60 ] && [ -s "$GT_TMP/hang.pid" ] && gone "$(cat "$GT_TMP/hang.pid")"
+  [ "$took" -lt 90 ] && [ -s "$GT_TMP/hang.pid" ] && gone "$(cat "$GT_TMP/hang.pid")"
 ok $? "a hang that ignores SIGTERM is ended at its limit (5 s) + 5 s with SIGKILL ($took s in all)"
 grep -q '^memcheck .*FAIL .*exit 86' "$r" && has "$r" "ERROR SUMMARY: 2 errors" &&
   has "$r" "Invalid __global__ read of size 4 bytes"
 ok $? "compute-sanitizer's findings are in the report"
+[ "$(result bench-tiny "$r")" = PASS ] && grep -q -E '^bench: gridtrain [0-9.]+ ms/step [0-9]+ tok/s, MFU' "$r" &&
+  grep -q -E '^bench: torch eager ([0-9.]+ ms/step|failed: .)' "$r" &&
+  grep -q -E '^bench: torch.compile ([0-9.]+ ms/step|failed: .)' "$r"
+ok $? "the benchmark: $(sed -n '/^# benchmark/,/^# machine/p' "$r" | grep -E '^bench: (gridtrain|torch)' | cut -c 1-90 | tr '\n' '|')"
 
 done_testing
