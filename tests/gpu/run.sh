@@ -44,7 +44,7 @@
 # shellcheck disable=SC2031 # orig_env's subshell changes PATH and LD_LIBRARY_PATH on purpose
 set -u
 src=$(cd "$(dirname "$0")/../.." && pwd)
-self=$src/tests/gpu/run.sh
+self=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
 dev=${GT_GPU_RUN_DEVICE:-cuda}
 deck=$src/tests/decks/tiny.in
 
@@ -113,8 +113,8 @@ curves() {
 device_query() {
   if [ "$dev" = cuda ]; then
     if command -v nvidia-smi >/dev/null; then
-      nvidia-smi
-      nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version,compute_cap,clocks.max.sm,power.limit --format=csv
+      timeout 10 nvidia-smi
+      timeout 10 nvidia-smi --query-gpu=name,memory.total,memory.used,driver_version,compute_cap,clocks.max.sm,power.limit --format=csv
     else
       echo "nvidia-smi: not found"
     fi
@@ -425,7 +425,9 @@ selected() { case " ${GT_GPU_ONLY:-$1} " in *" $1 "*) return 0 ;; *) return 1 ;;
 # record NAME PASS|FAIL|SKIP SECONDS LIMIT NOTE: a step's result
 record() { printf '%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" "$5" >>"$rep/steps"; }
 count() { awk -F'\t' -v s="$1" '$2 == s' "$rep/steps" | wc -l | tr -d ' '; }
-progress() { printf '[%4d s] %s\n' "$(elapsed)" "$*"; }
+# progress TEXT: a line on stdout, from a subshell: if stdout goes away (a closed
+# pipe), the subshell dies of SIGPIPE, not the script
+progress() { (printf '[%4d s] %s\n' "$(elapsed)" "$*") 2>/dev/null; }
 
 # failures NAME LOG: the lines of LOG that say what failed
 failures() {
@@ -440,7 +442,7 @@ failures() {
   # other lines that name an error (gridtrain, MPI, the loader, the shell)
   grep -v -E '^(not ok|ok|#|Bail out!|result: |bench: |part )' "$2" |
     grep -E -i 'error|fail|cannot|not found|assert|segmentation|core dumped|killed|abort|bad termination|timed out' |
-    grep -v -E '^ *(checkpoint\.on_error|run\.on_error)' | head -n 30
+    grep -v -E '^ +[a-z_]+\.[a-z_0-9]+ ' | head -n 30 # (not the configuration table's rows)
   echo "-- last lines:"
   tail -n 12 "$2"
 }
@@ -500,25 +502,25 @@ write_report() {
 # archive: every log in $out/logs.tar.gz (under 16 MiB: what comes back from the
 # device tool); huge logs are cut to their head and tail
 archive() {
-  a_dir=logs
+  a_base=$work
   for a_cut in 0 2097152 262144; do
     if [ "$a_cut" -gt 0 ]; then
-      rm -rf "$work/logs-cut"
-      mkdir -p "$work/logs-cut"
+      a_base=$work/cut
+      rm -rf "$a_base"
+      mkdir -p "$a_base/logs"
       for a_f in "$logs"/*; do
         [ -f "$a_f" ] || continue
         a_sz=$(wc -c <"$a_f")
         if [ "$a_sz" -gt "$a_cut" ]; then
           { head -c $((a_cut / 4)) "$a_f"
             printf '\n[... %d bytes cut by run.sh to keep the archive under 16 MiB ...]\n' "$a_sz"
-            tail -c $((a_cut / 2)) "$a_f"; } >"$work/logs-cut/${a_f##*/}"
+            tail -c $((a_cut / 2)) "$a_f"; } >"$a_base/logs/${a_f##*/}"
         else
-          cp "$a_f" "$work/logs-cut/"
+          cp "$a_f" "$a_base/logs/"
         fi
       done
-      a_dir="logs-cut"
     fi
-    if tar -C "$work" -czf "$out/logs.tar.gz.tmp" "$a_dir" 2>/dev/null &&
+    if tar -C "$a_base" -czf "$out/logs.tar.gz.tmp" logs 2>/dev/null &&
        [ "$(wc -c <"$out/logs.tar.gz.tmp")" -lt 16000000 ]; then
       mv "$out/logs.tar.gz.tmp" "$out/logs.tar.gz"
       return 0
@@ -648,17 +650,19 @@ keep src self dev deck py orig_ld_set orig_ld orig_path logs
 
 setup_t=$(now)
 setup_fail=
+running=setup
+write_report
 M=$rep/machine
 {
   # shellcheck disable=SC1091
   echo "host: $(uname -srm); $(. /etc/os-release 2>/dev/null && echo "$PRETTY_NAME"); $(nproc) cores; $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo)"
   echo "cpu: $(grep -m 1 'model name' /proc/cpuinfo | sed 's/.*: //'); family $(grep -m 1 'cpu family' /proc/cpuinfo | sed 's/.*: //') model $(grep -m 1 '^model[[:space:]]*:' /proc/cpuinfo | sed 's/.*: //'); $(grep -m 1 '^flags' /proc/cpuinfo | grep -o -w -E 'avx2|avx512f|avx512_bf16|amx_tile' | tr '\n' ' ')"
   echo "glibc: $(getconf GNU_LIBC_VERSION 2>/dev/null || ldd --version 2>&1 | head -n 1)"
-  echo "tools: $(for t in nvidia-smi xz gzip pgrep compute-sanitizer nvcc python3 "$py"; do printf '%s=%s ' "${t##*/}" "$(command -v "$t" >/dev/null && echo yes || echo no)"; done)"
-  echo "cuda dirs: $(echo /usr/local/cuda*)"
+  echo "tools: $(for t in nvidia-smi xz gzip pgrep compute-sanitizer nvcc python3; do printf '%s=%s ' "${t##*/}" "$(command -v "$t" >/dev/null && echo yes || echo no)"; done)"
+  echo "cuda dirs: $(echo /usr/local/cuda*); in /usr/local/cuda/lib64: $(cd /usr/local/cuda/lib64 2>/dev/null && echo ./*.so.[0-9] ./*.so.[0-9][0-9] | sed 's|\./||g')"
   echo "ldconfig -p (CUDA, MPI, HDF5, BLAS, C++):"
   ldconfig -p 2>/dev/null | grep -E '(libcuda\.so\.1|libcudart\.so\.13|libcublasLt\.so\.13|libcudnn\.so\.9|libnccl\.so\.2|libnvrtc\.so\.13|libmpich\.so\.12|libhdf5_mpich\.so\.[0-9]+|libopenblas\.so\.0|libstdc\+\+\.so\.6) \(libc6,x86-64' | sed 's/^[[:space:]]*/  /' | head -n 25
-  echo "python: $py: $(orig_env timeout 90 "$py" -c 'import sys, torch; print(sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no device")' 2>&1 | tail -n 1)"
+  echo "python: $py: $(orig_env timeout 45 "$py" -c 'import sys, torch; print(sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no device")' 2>&1 | tail -n 1)"
 } >"$M" 2>&1
 
 # the device (line 2 of the report; the benchmark's size)
@@ -740,6 +744,12 @@ def add(d):
     for w in want:
         if w not in found and os.path.exists(os.path.join(d, w)):
             found[w] = os.path.join(d, w)
+try:
+    from importlib import metadata
+    print("wheels:", ", ".join(sorted(f"{d.metadata['Name']} {d.version}" for d in metadata.distributions()
+                                      if (d.metadata["Name"] or "").lower().startswith(("nvidia", "torch", "triton")))))
+except Exception as e:
+    print("wheels: cannot list:", e)
 try:
     import nvidia
     roots = list(nvidia.__path__)
@@ -859,6 +869,7 @@ elif [ "$mem_mib" -gt 0 ]; then bench_sized="sized for an H100-class device ($((
 else bench_sized="the device's memory unknown"; fi
 keep curve_steps layout_list parity_steps bench_seq bench_sized
 printf 'setup: %s\n' "${setup_fail:-ok}" >>"$M"
+running=
 record setup "$([ -z "$setup_fail" ] && echo PASS || echo FAIL)" $(($(now) - setup_t)) - "${setup_fail:-}"
 [ -z "$setup_fail" ] || printf '## setup: FAIL\n%s\n\n' "$setup_fail" >>"$rep/failures"
 progress "setup: ${setup_fail:-ok}"
@@ -948,8 +959,8 @@ fi
 
 write_report
 progress "done: $(head -n 1 "$report")"
-echo "report: $report (and $out/logs.tar.gz); its top:"
-awk '/^# machine/ {exit} {n += length($0) + 1; if (n > 9000) exit; print}' "$report"
+(echo "report: $report (and $out/logs.tar.gz); its top:"
+ awk '/^# machine/ {exit} {n += length($0) + 1; if (n > 9000) exit; print}' "$report") 2>/dev/null
 nfail=$(count FAIL)
 if [ "${GT_GPU_KEEP:-0}" = 1 ]; then echo "work directory kept: $work"; else rm -rf "$work"; fi
 [ "$nfail" -eq 0 ]
