@@ -64,6 +64,15 @@ for f in "$stage/bin/"* "$stage/tests/"*; do ldd "$f" 2>/dev/null; done |
     esac
   done
 cp "$src/tests/data/genesis.txt" "$stage/"
+# UCX's CMA transport (a plugin that UCX loads from its module directory, which
+# the GPU machine lacks): without it MPICH 4.0.2 over UCX 1.13 hung now and
+# then at the end of a 2-4 rank run here (3 runs of 6); run.sh points
+# UCX_MODULE_DIR at ucx/. Not ib or rdmacm: they need libibverbs.
+ucx=$(for f in "$stage/bin/"*; do ldd "$f" 2>/dev/null; done | awk '$1 == "libuct.so.0" {print $3; exit}')
+if [ -n "$ucx" ] && [ -f "$(dirname "$(readlink -f "$ucx")")/ucx/libuct_cma.so.0" ]; then
+  mkdir -p "$stage/ucx"
+  cp -L "$(dirname "$(readlink -f "$ucx")")/ucx/libuct_cma.so.0" "$stage/ucx/"
+fi
 
 # what the target must have: the newest GLIBC_ and GLIBCXX_ symbol versions used
 # (lib-compat's own glibc need apart: it matters only where lib-compat is used)

@@ -69,7 +69,8 @@ orig_env() {
     if [ "$orig_ld_set" = yes ]; then LD_LIBRARY_PATH=$orig_ld && export LD_LIBRARY_PATH
     else unset LD_LIBRARY_PATH; fi
     PATH=$orig_path
-    [ "$obt_ours" = yes ] && unset OPENBLAS_CORETYPE
+    # shellcheck disable=SC2086
+    [ -z "$orig_unset" ] || unset $orig_unset
     exec "$@"
   )
 }
@@ -636,7 +637,10 @@ trap 'on_signal HUP' HUP
 if [ -n "${LD_LIBRARY_PATH+x}" ]; then orig_ld_set=yes; else orig_ld_set=no; fi
 orig_ld=${LD_LIBRARY_PATH:-}
 orig_path=$PATH
-obt_ours=no
+orig_unset= # the variables this script sets that were not set
+for v in OPENBLAS_CORETYPE OMP_WAIT_POLICY HYDRA_LAUNCHER UCX_MODULE_DIR UCX_RNDV_THRESH UCX_WARN_UNUSED_ENV_VARS; do
+  eval "[ -n \"\${$v+x}\" ]" || orig_unset="$orig_unset $v"
+done
 py=${GT_GPU_PYTHON:-}
 [ -n "$py" ] || { [ -x /opt/torch/.venv/bin/python3 ] && py=/opt/torch/.venv/bin/python3; } || py=python3
 [ "$dev" = cuda ] || { GT_GPU_TEST_BACKEND=$dev && export GT_GPU_TEST_BACKEND; }
@@ -646,7 +650,7 @@ py=${GT_GPU_PYTHON:-}
 [ "$dev" = cuda ] || { : "${OMP_WAIT_POLICY:=PASSIVE}" && export OMP_WAIT_POLICY; }
 HYDRA_LAUNCHER=fork # the GPU machine's Hydra has no ssh
 export HYDRA_LAUNCHER
-keep src self dev deck py orig_ld_set orig_ld orig_path logs
+keep src self dev deck py orig_ld_set orig_ld orig_path orig_unset logs
 
 setup_t=$(now)
 setup_fail=
@@ -697,6 +701,16 @@ tarfile.open(sys.argv[1], "r:xz").extractall(sys.argv[2], **({"filter": "tar"} i
   fi
   gt=$work/pack/bin/gridtrain tdir=$work/pack/tests mpx=$work/pack/bin/mpiexec
   libdirs=$work/pack/lib
+  # MPICH's transport, the pack's UCX: its plugins from the pack (CMA; no others
+  # of another UCX version), and no rendezvous protocol: without CMA (a plugin
+  # that did not load, or a ptrace restriction there), MPICH 4.0.2 over UCX 1.13
+  # hung now and then at the end of 2-4 rank runs here; eager messages did not
+  mkdir -p "$work/pack/ucx"
+  UCX_MODULE_DIR=$work/pack/ucx
+  UCX_RNDV_THRESH=${UCX_RNDV_THRESH:-inf}
+  UCX_WARN_UNUSED_ENV_VARS=n
+  export UCX_MODULE_DIR UCX_RNDV_THRESH UCX_WARN_UNUSED_ENV_VARS
+  echo "UCX: plugins $(cd "$UCX_MODULE_DIR" && echo ./*.so* | sed 's|\./||g') (UCX_MODULE_DIR), UCX_RNDV_THRESH=$UCX_RNDV_THRESH" >>"$M"
   [ -n "$setup_fail" ] || echo "$(cat "$work/pack/commit" 2>/dev/null); built on $(tr '\n' ' ' <"$work/pack/glibc-built-with" 2>/dev/null)" >"$rep/pack"
   PATH=$work/pack/bin:$PATH
 fi
@@ -824,7 +838,6 @@ if [ -z "$setup_fail" ]; then
     if [ -n "$t" ]; then
       OPENBLAS_CORETYPE=$t
       export OPENBLAS_CORETYPE
-      obt_ours=yes
       echo "OpenBLAS: $blas: set OPENBLAS_CORETYPE=$t (by the CPU's flags) for gridtrain's cpu runs" >>"$M"
     else
       echo "OpenBLAS: $blas (no AVX2: left as it is)" >>"$M"
@@ -834,7 +847,7 @@ if [ -z "$setup_fail" ]; then
   fi
   "$gt" --version >>"$M" 2>&1
 fi
-keep obt_ours gt tdir mpx
+keep gt tdir mpx
 [ "$dev" != cuda ] || [ "$mem_mib" -gt 0 ] || [ -z "${blas:-}" ] ||
   device_line="$("$gt" --version 2>&1 | grep -E '^ *CUDA' | sed 's/^ *CUDA *: *//') (no nvidia-smi)"
 
