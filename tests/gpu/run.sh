@@ -666,6 +666,7 @@ M=$rep/machine
   echo "cuda dirs: $(echo /usr/local/cuda*); in /usr/local/cuda/lib64: $(cd /usr/local/cuda/lib64 2>/dev/null && echo ./*.so.[0-9] ./*.so.[0-9][0-9] | sed 's|\./||g')"
   echo "ldconfig -p (CUDA, MPI, HDF5, BLAS, C++):"
   ldconfig -p 2>/dev/null | grep -E '(libcuda\.so\.1|libcudart\.so\.13|libcublasLt\.so\.13|libcudnn\.so\.9|libnccl\.so\.2|libnvrtc\.so\.13|libmpich\.so\.12|libhdf5_mpich\.so\.[0-9]+|libopenblas\.so\.0|libstdc\+\+\.so\.6) \(libc6,x86-64' | sed 's/^[[:space:]]*/  /' | head -n 25
+  [ "$dev" != cuda ] && echo "python: $py (the dry run does not ask for torch)" ||
   echo "python: $py: $(orig_env timeout 45 "$py" -c 'import sys, torch; print(sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "cudnn", torch.backends.cudnn.version(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no device")' 2>&1 | tail -n 1)"
 } >"$M" 2>&1
 

@@ -7,8 +7,8 @@
 #    the variables only a dry run sets (40-step curves, two layouts of 10
 #    steps; every step's code still runs): every step passes, and the report
 #    and the log archive are complete;
-# 2. the deadline: with 50 s, the device step (limit 20 s) runs and the ops
-#    (120 s) and checkpoint (40 s) steps are reported "skipped (deadline)";
+# 2. the deadline: with 60 s, the device step (limit 20 s) runs and the ops
+#    (120 s) and curves (90 s) steps are reported "skipped (deadline)";
 #    GT_GPU_ONLY runs only the steps named;
 # 3. failures: with a fake build whose op test fails, whose training test
 #    hangs ignoring SIGTERM, and a fake compute-sanitizer that finds errors,
@@ -75,14 +75,14 @@ ok $? "every log in logs.tar.gz ($(wc -l <"$GT_TMP/a.list" 2>/dev/null) files, $
 ok $? "at most 8 files in OUT ($(find "$GT_TMP/a" -type f | tr '\n' ' '))"
 
 # ---- 2. the deadline, and GT_GPU_ONLY ---------------------------------------------------------
-dry "$GT_TMP/b" GT_GPU_DEADLINE=50 GT_GPU_ONLY="device ops checkpoint"
+dry "$GT_TMP/b" GT_GPU_DEADLINE=60 GT_GPU_ONLY="device ops curves"
 rc=$?
 r=$GT_TMP/b/report.txt
 ok "$([ $rc -eq 0 ] && [ "$(head -n 1 "$r")" = "gpu-run: 2 passed, 0 failed, 2 skipped" ]; echo $?)" \
-  "deadline 50 s: exit $rc, '$(head -n 1 "$r")'"
+  "deadline 60 s: exit $rc, '$(head -n 1 "$r")'"
 [ "$(result device "$r")" = PASS ] && grep -q '^ops .*skipped (deadline): needs 120 s' "$r" &&
-  grep -q '^checkpoint .*skipped (deadline): needs 40 s' "$r" && ! grep -q '^curves ' "$r"
-ok $? "device ran; ops and checkpoint skipped (deadline); the steps not named did not run"
+  grep -q '^curves .*skipped (deadline): needs 90 s' "$r" && ! grep -q '^checkpoint ' "$r"
+ok $? "device ran; ops and curves skipped (deadline); the steps not named did not run"
 has "$r" "# machine" && has "$r" "## device: PASS" && ! has "$r" "incomplete"
 ok $? "the report is complete"
 
