@@ -965,7 +965,7 @@ EOF
     else echo "bench: $b_name at batch $b_B, $bench_sized: the largest of 64/32/16/8 whose peak by gridtrain plan --memory is <= 30% of the device's memory"
     fi >>"$rep/bench"
     step "bench-$b_name" 300:60 bench "$b_name" "$b_L" "$b_C" "$b_H" "$b_B"
-    grep -a '^bench: ' "$logs/bench-$b_name.log" >>"$rep/bench"
+    grep -a '^bench: ' "$logs/bench-$b_name.log" 2>/dev/null >>"$rep/bench"
     echo >>"$rep/bench"
     write_report
   done
