@@ -625,6 +625,7 @@ on_signal() {
   [ -z "$running" ] || reap "$work:$running" >/dev/null
   running="${running:-the script} (interrupted by SIG$1)"
   write_report
+  [ "${GT_GPU_KEEP:-0}" = 1 ] || rm -rf "$work"
   exit 1
 }
 trap 'on_signal TERM' TERM
