@@ -119,7 +119,7 @@ for z in 1 3; do
   grep -q "zero = $z does nothing with dp = 1" "$GT_TMP/out" "$GT_TMP/err"
   ok $(( status != 0 || $? != 0 )) "zero = $z with dp = 1 trains and says it does nothing (status $status)"
 done
-expect "unknown attention kind" "[backend] attention = 'flash' is not valid; expected one of cudnn, own" \
+expect "unknown attention kind" "[backend] attention = 'flash' is not valid; expected one of cudnn, cudnn-fast, own" \
   train "$deck" data.train="$data" backend.attention=flash
 expect "metrics file cannot be created" "cannot create the metrics file '$GT_TMP/no/dir/m.jsonl'" \
   train "$deck" data.train="$data" run.metrics="$GT_TMP/no/dir/m.jsonl"

@@ -462,6 +462,13 @@ libraries() {
   cat "$rep/libs" 2>/dev/null
 }
 
+# section TITLE FILE EMPTY: "# TITLE", then FILE, or EMPTY where it is empty
+section() {
+  echo "# $1"
+  if [ -s "$2" ]; then cat "$2"; elif [ -n "$3" ]; then echo "$3"; fi
+  echo
+}
+
 write_report() {
   w_head="gpu-run: $(count PASS) passed, $(count FAIL) failed, $(count SKIP) skipped"
   [ -z "$running" ] || w_head="$w_head; incomplete: $running was running at $(elapsed) s"
@@ -475,26 +482,16 @@ write_report() {
     awk -F'\t' '{printf "%-16s %-4s %5s s  limit %4s s  %s\n", $1, $2, $3, $4, $5}' "$rep/steps"
     [ -z "$running" ] || echo "$running: running"
     echo
-    echo "# failures: each failed step's not ok / Bail out! lines with their diagnostics"
-    if [ -s "$rep/failures" ]; then cat "$rep/failures"; else echo "none"; fi
-    echo
-    echo "# results"
-    cat "$rep/results" 2>/dev/null
-    echo
+    section "failures: each failed step's not ok / Bail out! lines with their diagnostics" \
+      "$rep/failures" none
+    section results "$rep/results" ""
     echo "# CUDA libraries"
     libraries
     echo
-    echo "# compute-sanitizer"
-    if [ -s "$rep/sanitizer" ]; then cat "$rep/sanitizer"; else echo "not run"; fi
-    echo
-    echo "# benchmark"
-    if [ -s "$rep/bench" ]; then cat "$rep/bench"; else echo "not run"; fi
-    echo
-    echo "# machine"
-    cat "$rep/machine" 2>/dev/null
-    echo
-    echo "# last lines of each step"
-    cat "$rep/tails" 2>/dev/null
+    section compute-sanitizer "$rep/sanitizer" "not run"
+    section benchmark "$rep/bench" "not run"
+    section machine "$rep/machine" ""
+    section "last lines of each step" "$rep/tails" ""
   } >"$report.tmp" 2>&1
   mv "$report.tmp" "$report"
   archive

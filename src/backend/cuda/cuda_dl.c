@@ -75,9 +75,12 @@ static void nccl_version(long *v)
 }
 #endif
 
+#define DL_STR_(x) #x
+#define DL_STR(x) DL_STR_(x)
+
 typedef struct {
   const char *what;     /* "cuBLASLt" */
-  char soname[40];      /* "libcublasLt.so.13" */
+  const char *soname;   /* "libcublasLt.so.13" */
   const char *libdir;   /* where configure found it */
   void *table;
   const dl_sym *syms;
@@ -94,56 +97,47 @@ typedef struct {
   char error[640];
 } dl_lib;
 
-static dl_lib libs[GT_DL_LIBS];
-static pthread_mutex_t dl_lock = PTHREAD_MUTEX_INITIALIZER;
-
-static void dl_setup(void)
-{
-  static bool done;
-  if (done)
-    return;
-  done = true;
-  dl_lib *l = &libs[GT_DL_CUBLASLT];
-  l->what = "cuBLASLt";
-  snprintf(l->soname, sizeof l->soname, "libcublasLt.so.%d", CUBLAS_VER_MAJOR);
-  l->libdir = GT_CUDA_LIBDIR;
-  l->table = &gt_dl_cublaslt;
-  l->syms = cublaslt_syms;
-  l->nsyms = sizeof cublaslt_syms / sizeof *cublaslt_syms;
-  l->version = cublaslt_version;
-  l->major = CUBLAS_VER_MAJOR;
-  l->min_version = (long)CUBLAS_VER_MAJOR * 10000;
-  l->fix = "the CUDA toolkit's cuBLAS (or the pip package nvidia-cublas)";
-  l->key = "[backend] device = cuda";
+/* The libraries of this build; a NULL what: not built in. */
+static dl_lib libs[GT_DL_LIBS] = {
+    [GT_DL_CUBLASLT] = {.what = "cuBLASLt",
+                        .soname = "libcublasLt.so." DL_STR(CUBLAS_VER_MAJOR),
+                        .libdir = GT_CUDA_LIBDIR,
+                        .table = &gt_dl_cublaslt,
+                        .syms = cublaslt_syms,
+                        .nsyms = sizeof cublaslt_syms / sizeof *cublaslt_syms,
+                        .version = cublaslt_version,
+                        .major = CUBLAS_VER_MAJOR,
+                        .min_version = (long)CUBLAS_VER_MAJOR * 10000,
+                        .fix = "the CUDA toolkit's cuBLAS (or the pip package nvidia-cublas)",
+                        .key = "[backend] device = cuda"},
 #ifdef GT_HAVE_CUDNN
-  l = &libs[GT_DL_CUDNN];
-  l->what = "cuDNN";
-  snprintf(l->soname, sizeof l->soname, "libcudnn.so.%d", CUDNN_MAJOR);
-  l->libdir = GT_CUDNN_LIBDIR;
-  l->table = &gt_dl_cudnn;
-  l->syms = cudnn_syms;
-  l->nsyms = sizeof cudnn_syms / sizeof *cudnn_syms;
-  l->version = cudnn_version;
-  l->major = CUDNN_MAJOR;
-  l->min_version = (long)CUDNN_MAJOR * 10000;
-  l->fix = "cuDNN 9 (or the pip package nvidia-cudnn-cu13)";
-  l->key = "[backend] attention = cudnn";
+    [GT_DL_CUDNN] = {.what = "cuDNN",
+                     .soname = "libcudnn.so." DL_STR(CUDNN_MAJOR),
+                     .libdir = GT_CUDNN_LIBDIR,
+                     .table = &gt_dl_cudnn,
+                     .syms = cudnn_syms,
+                     .nsyms = sizeof cudnn_syms / sizeof *cudnn_syms,
+                     .version = cudnn_version,
+                     .major = CUDNN_MAJOR,
+                     .min_version = (long)CUDNN_MAJOR * 10000,
+                     .fix = "cuDNN 9 (or the pip package nvidia-cudnn-cu13)",
+                     .key = "[backend] attention = cudnn"},
 #endif
 #ifdef GT_HAVE_NCCL
-  l = &libs[GT_DL_NCCL];
-  l->what = "NCCL";
-  snprintf(l->soname, sizeof l->soname, "libnccl.so.%d", NCCL_MAJOR);
-  l->libdir = GT_NCCL_LIBDIR;
-  l->table = &gt_dl_nccl;
-  l->syms = nccl_syms;
-  l->nsyms = sizeof nccl_syms / sizeof *nccl_syms;
-  l->version = nccl_version;
-  l->major = NCCL_MAJOR;
-  l->min_version = 21000; /* bf16 reductions */
-  l->fix = "NCCL 2.10 or later (or the pip package nvidia-nccl-cu13)";
-  l->key = "[parallel] collectives = nccl";
+    [GT_DL_NCCL] = {.what = "NCCL",
+                    .soname = "libnccl.so." DL_STR(NCCL_MAJOR),
+                    .libdir = GT_NCCL_LIBDIR,
+                    .table = &gt_dl_nccl,
+                    .syms = nccl_syms,
+                    .nsyms = sizeof nccl_syms / sizeof *nccl_syms,
+                    .version = nccl_version,
+                    .major = NCCL_MAJOR,
+                    .min_version = 21000, /* bf16 reductions */
+                    .fix = "NCCL 2.10 or later (or the pip package nvidia-nccl-cu13)",
+                    .key = "[parallel] collectives = nccl"},
 #endif
-}
+};
+static pthread_mutex_t dl_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void dl_fail(dl_lib *l, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void dl_fail(dl_lib *l, const char *fmt, ...)
@@ -206,7 +200,6 @@ int gt_cuda_dl_load(gt_dl_lib lib)
 {
   GT_ASSERT(lib >= 0 && lib < GT_DL_LIBS);
   pthread_mutex_lock(&dl_lock);
-  dl_setup();
   dl_lib *l = &libs[lib];
   if (!l->what) {
     pthread_mutex_unlock(&dl_lock);
@@ -228,7 +221,6 @@ const char *gt_cuda_dl_describe(gt_dl_lib lib)
   if (lib < 0 || lib >= GT_DL_LIBS)
     return "no such library";
   pthread_mutex_lock(&dl_lock);
-  dl_setup();
   const dl_lib *l = &libs[lib];
   const char *s = !l->what ? "not built in" : l->ok ? l->describe : l->tried ? l->error
                                                                          : "not loaded";

@@ -60,6 +60,7 @@ const char *gt_nccl_describe(void)
 
 int gt_nccl_unique_id(void *id)
 {
+  GT_CALL(gt_nccl_load()); /* loaded already where collectives.c calls this */
   ncclUniqueId u;
   GT_CALL_NCCL(ncclGetUniqueId(&u));
   memcpy(id, &u, sizeof u);
@@ -70,6 +71,7 @@ int gt_nccl_create(gt_backend *be, const void *id, int nranks, int rank, gt_nccl
 {
   GT_CHECK(be->device == GT_CUDA, GT_ERR_INPUT,
            "[parallel] collectives = nccl needs [backend] device = cuda (not %s)", be->name);
+  GT_CALL(gt_nccl_load());
   GT_CALL_CUDA(cudaSetDevice(gt_cuda_of(be)->device));
   gt_nccl *c = calloc(1, sizeof *c);
   GT_CHECK_ALLOC(c, sizeof *c);
