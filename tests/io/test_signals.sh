@@ -127,6 +127,25 @@ run_mpi 2 60 "$GT_BIN" train "$deck" data.train="$data" checkpoint.dir="$GT_TMP/
 grep -q "^gridtrain: resumed from" "$GT_TMP/int.rerun"
 ok $? "SIGINT: the next run resumes from its checkpoint"
 
+# Twice on one rank started directly: its own status, 130. Then on the two
+# ranks of a job: both stop at once and latest stays complete, but mpiexec's
+# own status is not checked: Hydra (MPICH 4.0.2) reported 1 instead of the
+# ranks' 130 in 2 of about 30 runs of this file here, while 70 runs of this
+# case alone all gave 130.
+rm -rf "$GT_TMP/ck-int3"
+timeout -k 5 120 "$GT_BIN" train "$deck" data.train="$data" checkpoint.dir="$GT_TMP/ck-int3" \
+  checkpoint.every=2 run.steps=100000 run.log_every=1 >"$GT_TMP/int3.out" 2>&1 &
+job=$!
+while ! grep -q '^step 5/' "$GT_TMP/int3.out" 2>/dev/null; do sleep 0.02; done
+before=$(cat "$GT_TMP/ck-int3/latest")
+r=$(descendants $job)
+kill -INT $r
+sleep 0.01
+kill -INT $r
+finish int3
+[ $rc -eq 130 ] && grep -q "second SIGINT: stopping at once" "$GT_TMP/int3.out" && complete int3
+ok $? "SIGINT twice to a rank: stops at once, exit 130, latest still complete (status $rc; was $before)"
+
 start int2 checkpoint.every=2
 while ! grep -q '^step 5/' "$GT_TMP/int2.out" 2>/dev/null; do sleep 0.02; done
 before=$(cat "$GT_TMP/ck-int2/latest")
@@ -134,7 +153,8 @@ kill -INT $ranks
 sleep 0.01
 kill -INT $ranks
 finish int2
-[ $rc -eq 130 ] && grep -q "second SIGINT: stopping at once" "$GT_TMP/int2.out" && complete int2
-ok $? "SIGINT twice: stops at once, exit 130, latest still complete (status $rc; was $before)"
+[ $rc -ne 0 ] && [ "$(grep -c "second SIGINT: stopping at once" "$GT_TMP/int2.out")" -eq 2 ] &&
+  complete int2
+ok $? "SIGINT twice to both ranks of a job: both stop at once, latest still complete (mpiexec's status $rc; was $before)"
 
 done_testing
