@@ -52,8 +52,14 @@ done_testing() {
 # bail REASON: stop the test file.
 bail() { echo "Bail out! $*"; exit 1; }
 
-# A scratch directory per test script, under the build tree.
-gt_test_name=$(basename "$0" .sh)
+# quick_tier: true when the quick tier (make check) runs this script through
+# a wrapper of tests/quick/, which sets GT_TEST_TIER=quick: the script then
+# leaves its long parts to the full tier (make check-full), saying so.
+quick_tier() { [ "${GT_TEST_TIER:-}" = quick ]; }
+
+# A scratch directory per test script, under the build tree (a wrapper of
+# tests/quick/ names its own with GT_TEST_NAME).
+gt_test_name=${GT_TEST_NAME:-$(basename "$0" .sh)}
 GT_TMP="${GT_BUILDDIR:-.}/tests/tmp/$gt_test_name"
 rm -rf "$GT_TMP"
 mkdir -p "$GT_TMP" || bail "cannot create $GT_TMP"

@@ -140,6 +140,15 @@ static inline void tu_sleepy_barrier(MPI_Comm comm)
 }
 
 /* MPI_Init, error handler, log rank; TAP output on rank 0 only. */
+/* The world size a test runs at: the count its source declares ("gt-test:
+ * ranks=N"), or the smaller one a quick-tier wrapper of tests/quick/ asks
+ * for with GT_TEST_RANKS (tests/run-test starts that many). */
+static inline int tu_test_ranks(int declared)
+{
+  const char *e = getenv("GT_TEST_RANKS");
+  return e && atoi(e) > 0 ? atoi(e) : declared;
+}
+
 static inline int tu_mpi_init(int *argc, char ***argv)
 {
   int provided, rank;

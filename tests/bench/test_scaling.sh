@@ -8,6 +8,7 @@
 # has efficiency 1. The Amdahl fit is checked on its own, on speedups made
 # from s = 0.1 and s = 0.35, which it must recover within 1e-6.
 # Skipped when $PYTHON_REF lacks matplotlib or numpy. About 15 s.
+# gt-test: tier=full
 . "$GT_SRCDIR/tests/lib.sh"
 
 if ! "$PYTHON_REF" -c 'import matplotlib, numpy' 2>/dev/null; then

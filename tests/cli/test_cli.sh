@@ -2,6 +2,7 @@
 # test_cli.sh - the command line: help and version texts, and real 4-rank
 # training runs (dp = 4, and pp = 2 x tp = 2) whose console lines, tables
 # and JSON-lines metrics carry what the README promises.
+# gt-test: tier=quick
 . "$GT_SRCDIR/tests/lib.sh"
 
 "$GT_BIN" --help >"$GT_TMP/help" 2>&1

@@ -5,6 +5,7 @@
 # is one clear error naming it, exit 2 - checked against fake libraries put
 # first on LD_LIBRARY_PATH. Loading the real ones is tests/unit/test_cuda_dl.
 # docs/errors.md row: E-CUDA-01
+# gt-test: tier=quick
 . "$GT_SRCDIR/tests/lib.sh"
 
 data="$GT_TMP/genesis.h5"

@@ -2,6 +2,7 @@
 # test_deck_errors.sh - every kind of bad input to `gridtrain train`, on 4
 # ranks: exit status 2, exactly one "gridtrain: error:" line (from rank 0)
 # that names the problem, and no hang (each run has a time limit).
+# gt-test: tier=quick
 . "$GT_SRCDIR/tests/lib.sh"
 
 data="$GT_TMP/genesis.h5"

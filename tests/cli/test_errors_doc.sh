@@ -5,6 +5,7 @@
 # one error line that starts with the row's message; a row without one must
 # be mentioned by its ID in the test it names. E-CKPT-05 (two jobs in one
 # checkpoint directory) is checked here.
+# gt-test: tier=quick
 . "$GT_SRCDIR/tests/lib.sh"
 
 doc="$GT_SRCDIR/docs/errors.md"

@@ -7,6 +7,7 @@
 # prefetch on and off give the same losses (1 rank, and dp = 2 x pp = 2 with
 # evaluation); progress bars (ingest, checkpoint writes, ckpt convert) only
 # on a terminal.
+# gt-test: tier=quick
 . "$GT_SRCDIR/tests/lib.sh"
 
 deck="$GT_SRCDIR/tests/decks/tiny.in"

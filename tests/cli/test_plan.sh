@@ -4,6 +4,7 @@
 # published-results check, --memory still working, and bad input (a missing
 # cluster file, an unknown key, a bad value, bad options): exit status 2
 # and one "gridtrain: error:" line, also on 2 ranks.
+# gt-test: tier=quick
 . "$GT_SRCDIR/tests/lib.sh"
 
 deck="$GT_SRCDIR/inputs/default.in"

@@ -8,6 +8,7 @@
 # every bad input (a missing, empty or malformed file, no step records, a
 # value that is not a number, bad options, no matplotlib: E-PLOT-03) is
 # status 2 and one error line. Skipped without matplotlib. About 15 s.
+# gt-test: tier=quick
 . "$GT_SRCDIR/tests/lib.sh"
 
 PY=/usr/bin/python3

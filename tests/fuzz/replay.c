@@ -8,7 +8,7 @@
  * first, as under libFuzzer. What the code under test prints goes to stderr
  * (the test's log), so that stdout holds the TAP stream alone.
  *
- * gt-test: ranks=1
+ * gt-test: ranks=1 tier=quick
  */
 #include <dirent.h>
 #include <stdint.h>

@@ -74,7 +74,7 @@
  * (or cpu-async, cpu-guard) runs every check against that backend instead,
  * to check this test itself where there is no GPU.
  *
- * gt-test: ranks=1
+ * gt-test: ranks=1 tier=quick
  */
 #include <float.h>
 #include <stdio.h>

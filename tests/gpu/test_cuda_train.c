@@ -45,7 +45,7 @@
  * to the working directory when that holds inputs/default.in; scratch files
  * go to a fresh /tmp directory).
  *
- * gt-test: ranks=1
+ * gt-test: ranks=1 tier=quick
  */
 #include <stdio.h>
 #include <unistd.h>

@@ -5,6 +5,7 @@
 # worker thread, so a wait missing in the test itself (which on a GPU would
 # read stale results at random) fails here; and a correct backend must meet
 # every bound the test sets for cuda against cpu-ref.
+# gt-test: tier=quick
 : "${GT_SRCDIR:?run through make check (GT_SRCDIR unset)}"
 : "${GT_BUILDDIR:?run through make check (GT_BUILDDIR unset)}"
 GT_GPU_TEST_BACKEND=cpu-async

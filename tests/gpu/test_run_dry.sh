@@ -19,6 +19,7 @@
 #    step passes on gridtrain's numbers and reports torch's.
 # About a minute on 2 cores.
 # shellcheck disable=SC1091
+# gt-test: tier=full
 . "$GT_SRCDIR/tests/lib.sh"
 
 run=$GT_SRCDIR/tests/gpu/run.sh

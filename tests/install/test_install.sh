@@ -15,6 +15,7 @@
 #      installed binary and deck to srun (a shim that records its arguments).
 # Lmod checks are skipped when Lmod is not installed (Debian: lmod), the plot
 # when matplotlib is missing. About 30 s.
+# gt-test: tier=full
 . "$GT_SRCDIR/tests/lib.sh"
 
 T=$(cd "$GT_TMP" && pwd)

@@ -5,6 +5,7 @@
 # variants, dependencies and conflicts issue 16 asks for, and that
 # configure_args() of stand-in specs gives the options those variants mean,
 # each one that `configure --help` lists. Under a second.
+# gt-test: tier=full
 . "$GT_SRCDIR/tests/lib.sh"
 
 "$GT_SRCDIR/configure" --help >"$GT_TMP/configure-help.txt" 2>&1 ||

@@ -6,6 +6,7 @@
 # left), `gridtrain ckpt info|verify|convert`, and the exported weights
 # evaluated by an independent PyTorch model.
 # docs/errors.md rows: E-SIG-03
+# gt-test: tier=quick
 . "$GT_SRCDIR/tests/lib.sh"
 
 data="$GT_TMP/genesis.h5"

@@ -11,6 +11,7 @@
 # resume from the last good checkpoint. The tmpfs points skip where
 # mounting needs a privilege this machine lacks.
 # docs/errors.md rows: E-DISK-01, E-DISK-03
+# gt-test: tier=quick
 . "$GT_SRCDIR/tests/lib.sh"
 
 data="$GT_TMP/genesis.h5"

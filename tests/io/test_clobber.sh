@@ -2,6 +2,7 @@
 # test_clobber.sh - outputs that are inputs are refused before anything is
 # written (compared by device and inode), and a checkpoint directory held
 # by another job is refused naming the holder.
+# gt-test: tier=quick
 . "$GT_SRCDIR/tests/lib.sh"
 
 data="$GT_TMP/d.h5"

@@ -5,6 +5,7 @@
 # and a resume from the file must both refuse each with one line that names
 # the file and what is wrong, and never train.
 # docs/errors.md rows: E-CKPT-03, E-CKPT-04
+# gt-test: tier=quick
 . "$GT_SRCDIR/tests/lib.sh"
 
 data="$GT_TMP/genesis.h5"

@@ -9,6 +9,7 @@
 # failures under stop are in test_ckpt_faults.sh.) The read-only points skip
 # where mounting needs a privilege this machine lacks.
 # docs/errors.md rows: E-DISK-02, E-DISK-04
+# gt-test: tier=quick
 . "$GT_SRCDIR/tests/lib.sh"
 
 data="$GT_TMP/genesis.h5"

@@ -12,6 +12,7 @@
 # than the model's, a weight beyond fp16. Needs the safetensors package
 # (pip install --break-system-packages safetensors); transformers, when it
 # is installed, loads the directory too.
+# gt-test: tier=quick
 . "$GT_SRCDIR/tests/lib.sh"
 
 "$PYTHON_REF" -c 'import safetensors' 2>/dev/null ||

@@ -2,6 +2,7 @@
 # tests/io/test_ingest.sh - `gridtrain ingest text`: the file it writes
 # (checked byte for byte with h5py), its usage errors, the Fletcher32
 # checksums, and a launch on 2 ranks.
+# gt-test: tier=quick
 . "$GT_SRCDIR/tests/lib.sh"
 
 T=$GT_TMP

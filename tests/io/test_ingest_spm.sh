@@ -6,6 +6,7 @@
 # model, the line-aligned split, the tokens (as sentencepiece encodes the
 # same text) and the text they decode to. Then its errors (exit 2, one line,
 # nothing left behind), and training 2 steps on a BPE dataset.
+# gt-test: tier=quick
 . "$GT_SRCDIR/tests/lib.sh"
 
 T=$GT_TMP

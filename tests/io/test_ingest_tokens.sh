@@ -5,6 +5,7 @@
 # tokens drawn by numpy, and the dataset checked against them with h5py.
 # Then the errors: damaged headers, tokens outside the vocabulary, empty and
 # truncated files, shapes and dtypes that are not tokens, missing --vocab.
+# gt-test: tier=quick
 . "$GT_SRCDIR/tests/lib.sh"
 
 T=$GT_TMP

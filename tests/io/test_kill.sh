@@ -8,6 +8,7 @@
 # name the rank of the PID that the launcher reports, and the next run must
 # resume from the checkpoint and finish.
 # docs/errors.md rows: E-DEAD-01
+# gt-test: tier=full
 . "$GT_SRCDIR/tests/lib.sh"
 
 data="$GT_TMP/genesis.h5"

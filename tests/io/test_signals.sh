@@ -6,6 +6,7 @@
 # (SIGUSR1, SIGTERM) or 130 (SIGINT), and never a lost signal; a second
 # SIGINT stops at once and loses no earlier checkpoint.
 # docs/errors.md rows: E-SIG-01, E-SIG-02
+# gt-test: tier=quick
 . "$GT_SRCDIR/tests/lib.sh"
 
 data="$GT_TMP/genesis.h5"

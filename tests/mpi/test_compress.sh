@@ -12,6 +12,7 @@
 #   - a resume at another layout warns that the compression state starts
 #     afresh, and trains on;
 #   - compress with ZeRO is refused with one clear line.
+# gt-test: tier=full
 . "$GT_SRCDIR/tests/lib.sh"
 
 data="$GT_TMP/genesis.h5"

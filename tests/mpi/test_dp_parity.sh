@@ -4,6 +4,7 @@
 # micro-batches) produce the loss trajectory of dp = 1 over 10 steps within
 # 1e-5 relative, gradient norms too; also with [parallel] allreduce = ring,
 # tree and halving (and ZeRO 1-3 on them).
+# gt-test: tier=quick
 . "$GT_SRCDIR/tests/lib.sh"
 
 data="$GT_TMP/genesis.h5"

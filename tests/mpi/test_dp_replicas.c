@@ -7,7 +7,7 @@
  * algorithms ([parallel] allreduce = ring, tree, halving; zero 0 and 1, in
  * small segments and buckets).
  *
- * gt-test: ranks=4
+ * gt-test: ranks=4 tier=quick
  */
 #include <stdio.h>
 #include <sys/stat.h>

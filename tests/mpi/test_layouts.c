@@ -37,10 +37,13 @@
  * with 4 micro-batches instead of 1 ends 2e-4 away from itself. eps = 1e-4
  * caps that gain at lr/eps and leaves the final parameters within ~1e-6.
  *
- * The same program serves 8 ranks (this file) and 6 ranks (test_layouts6.c
- * includes it); it picks its layout set from the world size.
+ * The same program serves 8 ranks (this file), 6 ranks (test_layouts6.c
+ * includes it) and 4 ranks (the quick tier's tests/quick/layouts4.sh); it
+ * picks its layout set from the world size. The 4-rank set runs each
+ * schedule's code path once, as the test modes do: every 4-rank layout with
+ * 4 micro-batches, GPipe and 1F1B and (pp > 1) interleaved:2, about 30 s.
  *
- * gt-test: ranks=8
+ * gt-test: ranks=8 tier=full
  */
 #include <stdio.h>
 #include <time.h>
@@ -64,6 +67,7 @@ typedef struct layout {
 static const layout set8[] = {{8, 1, 1}, {4, 2, 1}, {4, 1, 2}, {2, 2, 2}, {2, 4, 1},
                               {2, 1, 4}, {1, 8, 1}, {1, 2, 4}, {1, 4, 2}};
 static const layout set6[] = {{3, 1, 1}, {1, 3, 1}, {1, 1, 3}, {1, 1, 6}, {2, 3, 1}};
+static const layout set4[] = {{4, 1, 1}, {2, 2, 1}, {2, 1, 2}, {1, 2, 2}, {1, 4, 1}, {1, 1, 4}};
 
 /* One training run's results, on world rank 0. */
 typedef struct outcome {
@@ -151,12 +155,13 @@ int main(int argc, char **argv)
   MPI_Comm_size(MPI_COMM_WORLD, &nranks);
   if (!getenv("GT_SRCDIR") || !getenv("GT_BUILDDIR"))
     return tap_bail("run through make check (GT_SRCDIR, GT_BUILDDIR unset)");
-  const layout *set = nranks == 8 ? set8 : nranks == 6 ? set6 : NULL;
+  const layout *set = nranks == 8 ? set8 : nranks == 6 ? set6 : nranks == 4 ? set4 : NULL;
   const int nlayouts = nranks == 8   ? (int)(sizeof set8 / sizeof *set8)
                        : nranks == 6 ? (int)(sizeof set6 / sizeof *set6)
+                       : nranks == 4 ? (int)(sizeof set4 / sizeof *set4)
                                      : 0;
   if (!set) {
-    tap_bail("run on 8 or 6 ranks (layout sets), not %d", nranks);
+    tap_bail("run on 8, 6 or 4 ranks (layout sets), not %d", nranks);
     MPI_Finalize();
     return 1;
   }
@@ -173,7 +178,7 @@ int main(int argc, char **argv)
            "[optim]\nlr = 1e-3\nmin_lr = 1e-4\nwarmup = 3\neps = 1e-4\n"
            "[backend]\nthreads = 1\n"
            "[parallel]\nwait = yield\n",
-           STEPS, LAYERS, HEADS, DIM, SEQ, dataset, nranks == 8 ? 32 : 24);
+           STEPS, LAYERS, HEADS, DIM, SEQ, dataset, nranks == 8 ? 32 : nranks == 6 ? 24 : 16);
   gt_config cfg;
   gt_config_defaults(&cfg);
   if (gt_config_parse(&cfg, deck, "test_layouts", 0, NULL) != GT_SUCCESS)
@@ -217,7 +222,8 @@ int main(int argc, char **argv)
   } runs[] = {{"gpipe", 1},          {"gpipe", 4},          {"1f1b", 1},
               {"1f1b", 4},           {"interleaved:2", -2}, {"interleaved:3", -1}};
   const char *cpu_mode = getenv("GT_CPU_MODE");
-  const bool mode_run = cpu_mode && cpu_mode[0];
+  /* the test modes and the 4-rank set: each schedule's code path once */
+  const bool mode_run = (cpu_mode && cpu_mode[0]) || nranks == 4;
   double worst_loss = 0, worst_param = 0;
   char worst_loss_run[128] = "", worst_param_run[200] = "";
   for (int l = 0; l < nlayouts; l++) {

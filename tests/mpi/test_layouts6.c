@@ -3,6 +3,6 @@
  * (dp,pp,tp) = (1,1,6), (2,3,1) on all of them and (3,1,1), (1,3,1), (1,1,3)
  * on ranks 0..2, each against one rank.
  *
- * gt-test: ranks=6
+ * gt-test: ranks=6 tier=full
  */
 #include "test_layouts.c"

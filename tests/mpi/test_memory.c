@@ -23,7 +23,7 @@
  * Runs: zero 0, 1, 2 and 3 in fp32 and bf16 at (4,1,1), (2,2,1) and (1,2,2),
  * recompute none, attention and block.
  *
- * gt-test: ranks=4
+ * gt-test: ranks=4 tier=quick
  */
 #include <stdio.h>
 

@@ -5,6 +5,7 @@
 # (the sum spreads it) the parameter and the ranks that hold it; under the
 # fp16 loss scaler the step is skipped and training goes on.
 # docs/errors.md rows: E-NUM-01
+# gt-test: tier=quick
 . "$GT_SRCDIR/tests/lib.sh"
 
 data="$GT_TMP/genesis.h5"

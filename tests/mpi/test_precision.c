@@ -38,7 +38,7 @@
  *    own continuation within CROSS_TOL (2e-2: the difference between bf16
  *    and fp32 arithmetic over a few steps, see test_precision_curve.c).
  *
- * gt-test: ranks=8
+ * gt-test: ranks=8 tier=full
  */
 #include <stdio.h>
 #include <time.h>

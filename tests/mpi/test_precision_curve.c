@@ -25,7 +25,7 @@
  * a stale compute copy or a wrong rounding point leaves the loss stuck
  * above 3, or off by 10% and more).
  *
- * gt-test: ranks=3
+ * gt-test: ranks=3 tier=quick
  */
 #include <stdio.h>
 

@@ -10,7 +10,7 @@
  * bitwise those of none. The activation bytes a micro-batch keeps
  * (gt_gpt_plan) fall from none to attention to block.
  *
- * gt-test: ranks=4
+ * gt-test: ranks=4 tier=quick
  */
 #include <stdio.h>
 

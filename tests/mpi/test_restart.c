@@ -23,7 +23,7 @@
  * [optim] eps = 1e-4 for the reason given in test_layouts.c (parameters whose
  * gradient is rounding noise); the same-layout checks are exact either way.
  *
- * gt-test: ranks=8
+ * gt-test: ranks=8 tier=full
  */
 #include <hdf5.h>
 #include <stdio.h>

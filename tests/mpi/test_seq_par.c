@@ -18,7 +18,7 @@
  * which tp = 3 and 6 pad. With tp = 1 the switch
  * changes nothing, bit for bit.
  *
- * gt-test: ranks=8
+ * gt-test: ranks=8 tier=full
  */
 #include <stdio.h>
 

@@ -14,6 +14,7 @@
 #     result is the same bits as without the straggler;
 #   - a resume in another mode warns that the mode starts afresh;
 #   - sync with ZeRO, and malformed modes, are refused with one clear line.
+# gt-test: tier=full
 . "$GT_SRCDIR/tests/lib.sh"
 
 data="$GT_TMP/genesis.h5"

@@ -7,6 +7,7 @@
 # that rank, the communicator and the operation; every rank that can answer
 # dumps its flight records, and `gridtrain flight` merges them.
 # docs/errors.md rows: E-HANG-01, E-HANG-02
+# gt-test: tier=full
 . "$GT_SRCDIR/tests/lib.sh"
 
 data="$GT_TMP/genesis.h5"

@@ -24,8 +24,10 @@
  *    for bit too, and in other layouts the steps after a load follow within
  *    1e-3 (bf16 rounds activations at other places in another layout: the
  *    bound of test_precision.c).
+ * On 4 ranks (the quick tier's tests/quick/zero4.sh) the cases and layouts
+ * that need more ranks are left out, each named in a diagnostic line.
  *
- * gt-test: ranks=8
+ * gt-test: ranks=8 tier=full
  */
 #include <stdio.h>
 
@@ -73,6 +75,8 @@ static void parity(const gt_config *cfg, size_t numel)
     char what[160];
     snprintf(what, sizeof what, "(dp,pp,tp)=(%d,%d,%d) %s mb=%d overlap=%s %s buckets %g MiB",
              z->dp, z->pp, z->tp, z->schedule, z->mb, z->overlap, z->precision, z->bucket_mb);
+    if (!tu_fits_world(z->dp * z->pp * z->tp, what))
+      continue;
     MPI_Comm comm = tu_first_ranks(z->dp * z->pp * z->tp);
     tu_outcome got[4];
     int st[4] = {GT_SUCCESS, GT_SUCCESS, GT_SUCCESS, GT_SUCCESS};
@@ -136,6 +140,11 @@ static void checkpoints(const gt_config *base, const char *precision, const int 
   cfg.run.steps = 2 * N;
   snprintf(cfg.backend.precision, sizeof cfg.backend.precision, "%s", precision);
   const int size = home[0] * home[1] * home[2];
+  char home_what[64];
+  snprintf(home_what, sizeof home_what, "%s zero %d (%d,%d,%d) checkpoints", precision, home[3],
+           home[0], home[1], home[2]);
+  if (!tu_fits_world(size, home_what))
+    return;
   const gt_config zc = with_layout(&cfg, home[0], home[1], home[2], home[3]);
   MPI_Comm comm = tu_first_ranks(size);
   tu_outcome ref = {0}, first = {0}, second = {0};
@@ -171,6 +180,10 @@ static void checkpoints(const gt_config *base, const char *precision, const int 
   MPI_Bcast(path, sizeof path, MPI_CHAR, 0, MPI_COMM_WORLD);
   for (int l = 0; l < nothers; l++) {
     const int *ly = others[l];
+    char other[64];
+    snprintf(other, sizeof other, "loading into zero %d (%d,%d,%d)", ly[3], ly[0], ly[1], ly[2]);
+    if (!tu_fits_world(ly[0] * ly[1] * ly[2], other))
+      continue;
     gt_config c = with_layout(&cfg, ly[0], ly[1], ly[2], ly[3]);
     snprintf(c.checkpoint.resume, sizeof c.checkpoint.resume, "%s", path);
     MPI_Comm oc = tu_first_ranks(ly[0] * ly[1] * ly[2]);
@@ -202,7 +215,7 @@ static void checkpoints(const gt_config *base, const char *precision, const int 
 int main(int argc, char **argv)
 {
   tu_scratch scratch;
-  if (tu_mpi_start(&argc, &argv, "test_zero", 8, &scratch) < 0)
+  if (tu_mpi_start(&argc, &argv, "test_zero", tu_test_ranks(8), &scratch) < 0)
     return 1;
   /* batch 24: dp = 2, 3, 4, 8 with 1 or 2 micro-batches */
   gt_config cfg;

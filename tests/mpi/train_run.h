@@ -50,6 +50,22 @@ static inline int tu_mpi_start(int *argc, char ***argv, const char *name, int ra
   return rank;
 }
 
+/* Whether a case of `ranks` ranks fits the world; when not (a quick-tier
+ * run on fewer ranks than the source declares), rank 0 says so in a
+ * diagnostic line naming `what`, and the caller leaves the case out. */
+static inline bool tu_fits_world(int ranks, const char *what)
+{
+  int rank, nranks;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &nranks);
+  if (ranks <= nranks)
+    return true;
+  if (rank == 0)
+    tap_diag("%s: left out, it needs %d ranks of the %d here (the full tier runs it)", what,
+             ranks, nranks);
+  return false;
+}
+
 /* Every rank: the default configuration overridden by the deck that fmt
  * makes (printf-style) into *cfg. A deck that does not fit or does not parse
  * is a bail-out line naming test `name`, and the job aborts (as

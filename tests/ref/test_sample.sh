@@ -9,6 +9,7 @@
 # checkpoints give one error line and exit 2; [run] sample_every prints the
 # greedy sample of `gridtrain sample` at the same step, on tp = 2 and under
 # ZeRO 3 too, and says why it prints none with pp = 2.
+# gt-test: tier=quick
 . "$GT_SRCDIR/tests/lib.sh"
 
 if ! "$PYTHON_REF" -c 'import torch, h5py, numpy' 2>/dev/null; then

@@ -9,7 +9,7 @@
  * Device memory is reached only through waited-for copies, so the test also
  * runs under GT_CPU_MODE=async and guard.
  *
- * gt-test: ranks=1
+ * gt-test: ranks=1 tier=quick
  */
 #include <hdf5.h>
 #include <stdio.h>

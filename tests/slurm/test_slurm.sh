@@ -15,7 +15,9 @@
 # Skipped (exit 0) when Slurm or munge is not installed, or when not root
 # (slurmd must be root); a cluster that does not come up is a failure.
 # The daemons are stopped by PID on exit, whatever happens.
-# Takes 1.5-2 minutes, most of it the requeue test.
+# Takes 1.5-2 minutes, most of it the requeue test. The quick tier
+# (tests/quick/slurm.sh) runs a. and d. only.
+# gt-test: tier=full
 . "$GT_SRCDIR/tests/lib.sh"
 # shellcheck source=tests/slurm/slurm_lib.sh
 . "$GT_SRCDIR/tests/slurm/slurm_lib.sh"
@@ -112,6 +114,10 @@ state=$(wait_job "$id_d2" 60)
 ok $? "train-multinode.sbatch: GT_DEVICE=cuda without GPUs in the job stops with a message ($state)"
 [ "$state" = FAILED ] || job_diag "$id_d2" "$tmp/d/mn-cuda.out"
 diag "d. took $(elapsed_since "$t_d") s"
+if quick_tier; then
+  diag "quick tier: c. (chain.sh) and b. (requeue) run in the full tier"
+  done_testing
+fi
 
 # ---- c. chain.sh: two dependent jobs of train.sbatch ------------------------------
 # 2 ranks, tp=2 (the layout of b.): quick, and its step time sizes b.

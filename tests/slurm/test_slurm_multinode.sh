@@ -51,6 +51,7 @@
 # (with their links) are deleted on exit, whatever happens; a watchdog ends
 # the test after 280 s. Takes 35-45 s on 2 cores, up to 90 s when they are
 # busy with other work.
+# gt-test: tier=full
 . "$GT_SRCDIR/tests/lib.sh"
 # shellcheck source=tests/slurm/slurm_lib.sh
 . "$GT_SRCDIR/tests/slurm/slurm_lib.sh"

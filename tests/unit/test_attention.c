@@ -49,7 +49,7 @@
  * Device memory is reached only through upload and download, each waited
  * for, so the test holds under GT_CPU_MODE=async and guard.
  *
- * gt-test: ranks=1
+ * gt-test: ranks=1 tier=quick
  */
 #include <stdio.h>
 

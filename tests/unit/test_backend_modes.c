@@ -13,7 +13,7 @@
  * with one message that names the address and says what happened (checked
  * in a child process); copies through the backend's ops work.
  *
- * gt-test: ranks=1
+ * gt-test: ranks=1 tier=quick
  */
 #include <signal.h>
 #include <stdio.h>

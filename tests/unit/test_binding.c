@@ -4,7 +4,7 @@
  * variables are host logic; the backend's refusal is checked against what
  * the build and the machine have (gt_cuda_built, gt_cuda_device_count).
  *
- * gt-test: ranks=1
+ * gt-test: ranks=1 tier=quick
  */
 #include <stdlib.h>
 #include <string.h>

@@ -14,7 +14,7 @@
  *     buckets are) must not mix their messages;
  *   - the cost model and the table parser.
  *
- * gt-test: ranks=8
+ * gt-test: ranks=8 tier=quick
  */
 #include <math.h>
 #include <stdio.h>

@@ -16,7 +16,7 @@
  *     same bits on every member;
  *   - the spec parser.
  *
- * gt-test: ranks=4
+ * gt-test: ranks=4 tier=quick
  */
 #include <math.h>
 #include <stdio.h>

@@ -2,7 +2,7 @@
  * test_config.c - the input deck: defaults, precedence, round trip, and one
  * clear GT_ERR_INPUT message for each kind of mistake.
  *
- * gt-test: ranks=1
+ * gt-test: ranks=1 tier=quick
  */
 #include <stdio.h>
 

@@ -12,7 +12,7 @@
  *   - the published results (benchmarks/plan/published.tsv): mean absolute
  *     error <= 3.5% and largest <= 8% on each table.
  *
- * gt-test: ranks=1
+ * gt-test: ranks=1 tier=quick
  */
 #include <math.h>
 #include <stdio.h>

@@ -7,7 +7,7 @@
  * paths (a library missing a function, another major version) are in
  * tests/cli/test_cuda_libs.sh, which runs gridtrain against fake libraries.
  *
- * gt-test: ranks=1
+ * gt-test: ranks=1 tier=quick
  */
 #include "build_config.h"
 

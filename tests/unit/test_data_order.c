@@ -2,7 +2,7 @@
  * test_data_order.c - the order of training sequences (a keyed permutation
  * per epoch) and the dataset reader, on a file written by gt_ingest_text.
  */
-/* gt-test: ranks=1 */
+/* gt-test: ranks=1 tier=quick */
 #include <errno.h>
 #include <hdf5.h>
 #include <mpi.h>

@@ -5,7 +5,7 @@
  * wraps, a dump that gridtrain flight parses back, and the one-shot
  * coll_skip fault.
  *
- * gt-test: ranks=1
+ * gt-test: ranks=1 tier=quick
  */
 #include <stdio.h>
 #include <stdlib.h>

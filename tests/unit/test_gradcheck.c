@@ -13,7 +13,7 @@
  * pass by luck or fail on noise). Every op is followed by sync before the
  * host reads its results (so that GT_CPU_MODE=async holds too).
  *
- * gt-test: ranks=1
+ * gt-test: ranks=1 tier=quick
  */
 #include <stdio.h>
 

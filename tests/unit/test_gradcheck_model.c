@@ -12,7 +12,7 @@
  * the sampled entries (the norm floored so an all-but-zero gradient cannot
  * pass by luck or fail on noise).
  *
- * gt-test: ranks=1
+ * gt-test: ranks=1 tier=quick
  */
 #include <stdio.h>
 

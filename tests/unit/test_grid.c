@@ -3,7 +3,7 @@
  * split at 4 ranks: rank order, sizes, and that each communicator groups the
  * ranks DESIGN.md says it does.
  *
- * gt-test: ranks=4
+ * gt-test: ranks=4 tier=quick
  */
 #include <stdio.h>
 

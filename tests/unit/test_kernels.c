@@ -34,7 +34,7 @@
  * GT_CPU_MODE=async (host malloc memory serves as device memory on the cpu
  * backends).
  *
- * gt-test: ranks=1
+ * gt-test: ranks=1 tier=quick
  */
 #include <float.h>
 #include <stdio.h>

@@ -2,7 +2,7 @@
  * test_optim.c - learning-rate schedule, clipping and AdamW against the
  * formulas written out here independently, in double precision.
  *
- * gt-test: ranks=1
+ * gt-test: ranks=1 tier=quick
  */
 #include <stdio.h>
 

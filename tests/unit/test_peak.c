@@ -5,7 +5,7 @@
  * once, then read back; the last line of the machine wins; a damaged line
  * is ignored.
  */
-/* gt-test: ranks=1 */
+/* gt-test: ranks=1 tier=quick */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -6,7 +6,7 @@
  * tokens) and the wrap at the end of the data come out right; a token
  * outside the vocabulary is reported for the first sample that holds one.
  */
-/* gt-test: ranks=1 */
+/* gt-test: ranks=1 tier=quick */
 #include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>

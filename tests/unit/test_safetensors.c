@@ -15,7 +15,7 @@
  * pad_id=0); the ids expected are what that library's SentencePieceProcessor
  * reports for them (unk, bos, eos, pad): 0 1 2 -1 and 3 -1 1 0.
  *
- * gt-test: ranks=1
+ * gt-test: ranks=1 tier=quick
  */
 #include <stdio.h>
 #include <stdlib.h>

@@ -9,7 +9,7 @@
  * than gt_schedule_chunk_slots says, and with equal stage costs idle
  * exactly (p-1)/(V m+p-1) of the time (V = 1 but for interleaved:V).
  *
- * gt-test: ranks=2
+ * gt-test: ranks=2 tier=quick
  */
 #include <math.h>
 #include <string.h>

@@ -6,7 +6,7 @@
  * Every number is checked against a value computed here by hand in 64-bit
  * arithmetic (not by the code under test).
  *
- * gt-test: ranks=1
+ * gt-test: ranks=1 tier=quick
  */
 #include <hdf5.h>
 #include <limits.h>

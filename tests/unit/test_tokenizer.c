@@ -11,7 +11,7 @@
  * (tests/io/test_ingest_spm.sh decodes ingested files with Python's
  * sentencepiece, independently of this code.)
  *
- * gt-test: ranks=1
+ * gt-test: ranks=1 tier=quick
  */
 #ifdef HAVE_CONFIG_H
 #include "build_config.h"
