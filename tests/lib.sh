@@ -96,15 +96,37 @@ make_dataset() {
     --val-fraction "${2:-0.05}" >/dev/null
 }
 
-# train NAME NRANKS STEPS KEY=VALUE...: gridtrain train "$deck" $common (both
-# set by the test) for STEPS steps, metrics in $GT_TMP/NAME.jsonl, checkpoints
-# in $GT_TMP/ck-NAME, output in $GT_TMP/NAME.out; returns gridtrain's status.
+# run_train NRANKS NAME ARGS...: gridtrain train "$deck" $common ARGS (deck
+# and common set by the test) on NRANKS ranks, at most $train_limit seconds
+# (300 unless the test sets it); standard output in $GT_TMP/NAME.out,
+# standard error in $GT_TMP/NAME.err; returns gridtrain's status. With
+# train() below, the one launcher of the shell tests' training runs.
+run_train() { gt_train_launch 0 "$@"; }
+
+# train NAME NRANKS STEPS KEY=VALUE...: run_train for STEPS steps, metrics in
+# $GT_TMP/NAME.jsonl, checkpoints in $GT_TMP/ck-NAME, both outputs in
+# $GT_TMP/NAME.out; returns gridtrain's status.
 train() {
   t_name=$1 t_ranks=$2 t_steps=$3
   shift 3
-  run_mpi "$t_ranks" 300 "$GT_BIN" train "$deck" $common run.steps="$t_steps" \
-    run.metrics="$GT_TMP/$t_name.jsonl" checkpoint.dir="$GT_TMP/ck-$t_name" "$@" \
-    >"$GT_TMP/$t_name.out" 2>&1
+  gt_train_launch 1 "$t_ranks" "$t_name" run.steps="$t_steps" \
+    run.metrics="$GT_TMP/$t_name.jsonl" checkpoint.dir="$GT_TMP/ck-$t_name" "$@"
+}
+
+# gt_train_launch MERGE NRANKS NAME ARGS...: both of the above; MERGE 1
+# sends standard error to NAME.out too.
+gt_train_launch() {
+  t_merge=$1 t_ranks=$2 t_name=$3
+  shift 3
+  if [ "$t_merge" = 1 ]; then
+    # shellcheck disable=SC2086 # $common: one key=value a word
+    run_mpi "$t_ranks" "${train_limit:-300}" "$GT_BIN" train "$deck" $common "$@" \
+      >"$GT_TMP/$t_name.out" 2>&1
+  else
+    # shellcheck disable=SC2086
+    run_mpi "$t_ranks" "${train_limit:-300}" "$GT_BIN" train "$deck" $common "$@" \
+      >"$GT_TMP/$t_name.out" 2>"$GT_TMP/$t_name.err"
+  fi
 }
 
 # same_ckpt A B [TOL]: every dataset of checkpoint A is in B and equal, bit

@@ -93,18 +93,3 @@ int gt_trainer_nonfinite(gt_trainer *tr, long step, double loss, double norm)
   gt_error_set_collective(true); /* every rank took part in the same verdict */
   return GT_ERR_NUMERIC;
 }
-
-int gt_trainer_inject_nan(gt_trainer *tr, long step)
-{
-  if (!gt_fault_hit("nan_grad", tr->grid->world_rank, step))
-    return GT_SUCCESS;
-  gt_params *p = gt_gpt_params(tr->model);
-  const size_t n = p->grads_sharded ? p->shard_n : p->numel;
-  if (n == 0)
-    return GT_SUCCESS;
-  const float nan = NAN;
-  fprintf(stderr, "gridtrain: GT_FAULT=nan_grad: a NaN in rank %d's gradients at step %ld\n",
-          tr->grid->world_rank, step);
-  GT_CALL(tr->be->ops->upload(tr->be, p->grads + n / 2, &nan, sizeof nan, NULL));
-  return GT_SUCCESS;
-}

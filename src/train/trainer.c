@@ -52,11 +52,6 @@ int gt_trainer_step(gt_trainer *tr, gt_step_stats *st)
   const double t0 = gt_now();
   const double bytes0 = gt_coll_bytes(tr->coll);
   gt_events_step_reset();
-  if (gt_fault_hit("slow_step", g->world_rank, s)) /* a straggler (fault.h) */
-    for (int ms = 0; ms < 300; ms++) { /* computing slowly: polling MPI as backward does */
-      nanosleep(&(struct timespec){0, 1000000L}, NULL);
-      GT_CALL(gt_comm_progress());
-    }
   /* [parallel] sync: whether the gradients are all-reduced over dp this
    * step, and whether the replicas keep their own gradients (then each is
    * 1/dp of its replica's batch mean: the update takes dp times it) */
@@ -71,7 +66,7 @@ int gt_trainer_step(gt_trainer *tr, gt_step_stats *st)
     status = be->ops->zero(be, tr->scalars, sizeof(double) * GT_NSCALARS);
   gt_event_end(tr->ev.zero);
   GT_CALL(status);
-  GT_CALL(gt_trainer_inject_nan(tr, s)); /* a test-only fault (fault.h) */
+  GT_CALL(gt_trainer_step_faults(tr, s)); /* test-only (fault.h); a no-op without GT_FAULT */
   gt_flight_step(s);
   gt_fault_set_step(s);
   if (tr->buckets)

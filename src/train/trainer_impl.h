@@ -7,6 +7,7 @@
  *   feed.c           the data feed: readers, read-ahead, micro-batches
  *   sharding.c       ZeRO: the compute all-gather and the whole model state
  *   nonfinite.c      a step with non-finite numbers: which rank, which parameter
+ *   step_faults.c    the test-only faults of a step (GT_FAULT)
  *   sampling.c       [run] sample_every: text samples during training
  * The pipeline executor is src/parallel/pipeline.c.
  */
@@ -163,9 +164,11 @@ int gt_trainer_sample(gt_trainer *tr);
 
 void gt_trainer_sample_free(gt_trainer *tr);
 
-/* GT_FAULT=nan_grad (fault.h): a NaN in this rank's gradients at step.
- * Call it after the gradients are zeroed (backward accumulates onto it). */
-int gt_trainer_inject_nan(gt_trainer *tr, long step);
+/* step_faults.c: the test-only faults of GT_FAULT (fault.h) that act on a
+ * step: slow_step (a straggler) and nan_grad (a NaN in this rank's
+ * gradients). Call it after the gradients are zeroed (backward accumulates
+ * onto the NaN). A no-op unless such a fault names this rank and step. */
+int gt_trainer_step_faults(gt_trainer *tr, long step);
 
 /* sharding.c: with the parameters in ZeRO pieces, the compute copy outside
  * this rank's piece from the other dp ranks (after an update, an

@@ -17,26 +17,18 @@ deck="$GT_SRCDIR/tests/decks/tiny.in"
 # a shorter uninterrupted one.
 common="data.train=$data data.val=$data run.eval_every=12 optim.warmup=0 optim.min_lr=3e-3"
 
-# train NRANKS OUT ARGS...: run gridtrain train on the tiny deck; status in $?
-train() {
-  n=$1
-  out=$2
-  shift 2
-  # shellcheck disable=SC2086
-  run_mpi "$n" 300 "$GT_BIN" train "$deck" $common "$@" >"$out.out" 2>"$out.err"
-}
 # final OUT: the final loss of a run's done line
 final() { sed -n 's/.*final loss \([0-9.]*\).*/\1/p' "$1.out"; }
 show() { sed 's/^/#   /' "$1"; }
 
 # ---- uninterrupted reference: 2 ranks, pp = 2, 12 steps
-train 2 "$GT_TMP/ref" grid.pp=2 run.steps=12 run.metrics="$GT_TMP/ref.jsonl"
+run_train 2 ref grid.pp=2 run.steps=12 run.metrics="$GT_TMP/ref.jsonl"
 ok $? "reference run (2 ranks, pp=2, 12 steps) exits 0"
 ref=$(final "$GT_TMP/ref")
 
 # ---- the directory: every 4 steps, keep 2
 ck="$GT_TMP/ck"
-train 2 "$GT_TMP/a" grid.pp=2 run.steps=12 checkpoint.dir="$ck" checkpoint.every=4 \
+run_train 2 a grid.pp=2 run.steps=12 checkpoint.dir="$ck" checkpoint.every=4 \
   checkpoint.keep=2 run.metrics="$GT_TMP/a.jsonl"
 ok $? "run with [checkpoint] dir, every = 4, keep = 2 exits 0"
 [ "$(final "$GT_TMP/a")" = "$ref" ]
@@ -65,7 +57,7 @@ ok $? "verify reads all 84 datasets (28 tensors x model, m, v) of each"
 cp -r "$ck" "$GT_TMP/ck-resume"
 rm "$GT_TMP/ck-resume/step_00000012.h5"
 printf 'step_00000008.h5\n' >"$GT_TMP/ck-resume/latest"
-train 2 "$GT_TMP/b" grid.pp=2 run.steps=12 checkpoint.dir="$GT_TMP/ck-resume" \
+run_train 2 b grid.pp=2 run.steps=12 checkpoint.dir="$GT_TMP/ck-resume" \
   run.metrics="$GT_TMP/b.jsonl"
 ok $? "a run resumes from latest (step 8) and exits 0"
 grep -q "gridtrain: resumed from $GT_TMP/ck-resume/step_00000008.h5 at step 8" "$GT_TMP/b.out"
@@ -77,14 +69,14 @@ steploss() { sed -n 's/.*"step":\([0-9]*\),.*"loss":\([^,]*\),.*/\1 \2/p' "$1"; 
 ok $? "resumed run: steps 8-11 have the reference's losses ($(final "$GT_TMP/b") = $ref)"
 
 # ---- resume in another layout: 4 ranks, tp = 2 x dp = 2
-train 4 "$GT_TMP/c" grid.tp=2 grid.dp=2 run.steps=12 checkpoint.resume="$ck/step_00000008.h5"
+run_train 4 c grid.tp=2 grid.dp=2 run.steps=12 checkpoint.resume="$ck/step_00000008.h5"
 ok $? "the pp=2 checkpoint resumes on 4 ranks as dp=2 x tp=2"
 [ "$(final "$GT_TMP/c")" = "$ref" ]
 ok $? "and ends with the reference's loss to the printed digits ($(final "$GT_TMP/c") = $ref)"
 
 # ---- ZeRO: every dp rank writes its own piece; files load at any stage and dp size
 zk="$GT_TMP/zero"
-train 4 "$GT_TMP/z" grid.tp=2 grid.dp=2 parallel.zero=1 run.steps=12 checkpoint.dir="$zk" \
+run_train 4 z grid.tp=2 grid.dp=2 parallel.zero=1 run.steps=12 checkpoint.dir="$zk" \
   checkpoint.every=4 checkpoint.keep=0
 ok $? "dp=2 x tp=2 at zero=1 writes checkpoints every 4 steps"
 [ "$(final "$GT_TMP/z")" = "$ref" ]
@@ -92,18 +84,18 @@ ok $? "and ends with the reference's loss ($(final "$GT_TMP/z") = $ref)"
 "$GT_BIN" ckpt verify "$zk/step_00000004.h5" >"$GT_TMP/zv.out" 2>&1 &&
   grep -q ': ok: 84 datasets' "$GT_TMP/zv.out"
 ok $? "the zero=1 file written in 4 pieces verifies: every block's checksum holds"
-train 4 "$GT_TMP/z2" grid.dp=4 parallel.zero=2 run.steps=12 checkpoint.resume="$zk/step_00000004.h5"
+run_train 4 z2 grid.dp=4 parallel.zero=2 run.steps=12 checkpoint.resume="$zk/step_00000004.h5"
 ok $? "the zero=1 dp=2 x tp=2 step-4 file resumes as zero=2 dp=4"
 [ "$(final "$GT_TMP/z2")" = "$ref" ]
 ok $? "and ends with the reference's loss ($(final "$GT_TMP/z2") = $ref)"
-train 1 "$GT_TMP/z0" run.steps=12 checkpoint.resume="$zk/step_00000004.h5"
+run_train 1 z0 run.steps=12 checkpoint.resume="$zk/step_00000004.h5"
 ok $? "the same file resumes on 1 rank without ZeRO"
 [ "$(final "$GT_TMP/z0")" = "$ref" ]
 ok $? "and ends with the reference's loss ($(final "$GT_TMP/z0") = $ref)"
 # dp=2 without ZeRO: the replicas split the write; a zero=2 dp=4 reader loads it
-train 2 "$GT_TMP/zd" grid.dp=2 run.steps=8 checkpoint.dir="$GT_TMP/zd-ck" checkpoint.every=4
+run_train 2 zd grid.dp=2 run.steps=8 checkpoint.dir="$GT_TMP/zd-ck" checkpoint.every=4
 ok $? "dp=2 without ZeRO writes checkpoints (each replica half of the buffer)"
-train 4 "$GT_TMP/zd2" grid.dp=4 parallel.zero=2 run.steps=12 \
+run_train 4 zd2 grid.dp=4 parallel.zero=2 run.steps=12 \
   checkpoint.resume="$GT_TMP/zd-ck/step_00000008.h5"
 [ $? -eq 0 ] && [ "$(final "$GT_TMP/zd2")" = "$ref" ]
 ok $? "its step-8 file resumes as zero=2 dp=4 with the reference's loss ($(final "$GT_TMP/zd2") = $ref)"
@@ -115,8 +107,8 @@ ok $? "its step-8 file resumes as zero=2 dp=4 with the reference's loss ($(final
 # checkpoints.
 f2="$GT_SRCDIR/tests/data/ckpt_format2_tiny.h5"
 small="model.layers=1 model.dim=32"
-train 1 "$GT_TMP/f2ref" $small run.steps=8
-train 4 "$GT_TMP/f2" $small grid.dp=2 grid.tp=2 parallel.zero=1 run.steps=8 checkpoint.resume="$f2"
+run_train 1 f2ref $small run.steps=8
+run_train 4 f2 $small grid.dp=2 grid.tp=2 parallel.zero=1 run.steps=8 checkpoint.resume="$f2"
 [ $? -eq 0 ] && [ -n "$(final "$GT_TMP/f2ref")" ] && [ "$(final "$GT_TMP/f2")" = "$(final "$GT_TMP/f2ref")" ]
 ok $? "a format-2 file resumes at zero=1 dp=2 x tp=2 with the loss of a run without checkpoints ($(final "$GT_TMP/f2") = $(final "$GT_TMP/f2ref"))"
 "$GT_BIN" ckpt verify "$f2" >"$GT_TMP/f2v.out" 2>&1
@@ -124,7 +116,7 @@ ok $? "ckpt verify reads the format-2 file through HDF5's checksums"
 
 # ---- SIGUSR1 / SIGTERM: checkpoint at the next step boundary, exit 3
 sig="$GT_TMP/sig"
-train 4 "$GT_TMP/s" grid.pp=2 grid.tp=2 run.steps=1000000 checkpoint.dir="$sig" \
+run_train 4 s grid.pp=2 grid.tp=2 run.steps=1000000 checkpoint.dir="$sig" \
   run.metrics="$GT_TMP/s.jsonl" &
 job=$!
 ranks=""
@@ -160,14 +152,14 @@ ok $? "latest names the step-$k checkpoint and it verifies"
 ok $? "no temporary file is left behind"
 # resume to step k + 3 and compare with an uninterrupted run of k + 3 steps
 end=$((k + 3))
-train 4 "$GT_TMP/s2" grid.pp=2 grid.tp=2 run.steps=$end checkpoint.dir="$sig"
+run_train 4 s2 grid.pp=2 grid.tp=2 run.steps=$end checkpoint.dir="$sig"
 ok $? "the signalled run resumes and finishes step $end"
-train 4 "$GT_TMP/s3" grid.pp=2 grid.tp=2 run.steps=$end
+run_train 4 s3 grid.pp=2 grid.tp=2 run.steps=$end
 [ -n "$(final "$GT_TMP/s2")" ] && [ "$(final "$GT_TMP/s2")" = "$(final "$GT_TMP/s3")" ]
 ok $? "with the loss of an uninterrupted $end-step run ($(final "$GT_TMP/s2") = $(final "$GT_TMP/s3"))"
 
 # ---- a signal without a checkpoint directory: stop cleanly, status 1
-train 2 "$GT_TMP/n" grid.pp=2 run.steps=1000000 run.metrics="$GT_TMP/n.jsonl" &
+run_train 2 n grid.pp=2 run.steps=1000000 run.metrics="$GT_TMP/n.jsonl" &
 job=$!
 for _ in $(seq 600); do
   [ -f "$GT_TMP/n.jsonl" ] && [ "$(grep -c '"step"' "$GT_TMP/n.jsonl")" -ge 2 ] && break
@@ -182,19 +174,19 @@ status=$?
 ok $? "SIGTERM without [checkpoint] dir: stops at a step boundary, exit 1, says nothing was saved (got $status)"
 
 # ---- a run that is already complete has nothing to do
-train 2 "$GT_TMP/done" grid.pp=2 run.steps=12 checkpoint.dir="$ck"
+run_train 2 done grid.pp=2 run.steps=12 checkpoint.dir="$ck"
 [ $? -eq 0 ] && grep -q "^gridtrain: done: nothing to do, the run is at step 12 and \[run\] steps = 12" "$GT_TMP/done.out"
 ok $? "resuming a finished run: exit 0, nothing to do"
 
 # ---- a crash in the middle of a write leaves latest on the previous file
 cx="$GT_TMP/crash"
-GT_FAULT=ckpt_kill:step=8 train 2 "$GT_TMP/x" grid.pp=2 run.steps=12 checkpoint.dir="$cx" \
+GT_FAULT=ckpt_kill:step=8 run_train 2 x grid.pp=2 run.steps=12 checkpoint.dir="$cx" \
   checkpoint.every=4
 status=$?
 [ $status -ne 0 ] && [ "$(cat "$cx/latest")" = "step_00000004.h5" ] &&
   [ -f "$cx/step_00000008.h5.tmp" ] && [ ! -f "$cx/step_00000008.h5" ]
 ok $? "rank 0 killed while writing step 8: latest still names step 4, the step-8 file stays .tmp"
-train 2 "$GT_TMP/x2" grid.pp=2 run.steps=12 checkpoint.dir="$cx" checkpoint.every=4
+run_train 2 x2 grid.pp=2 run.steps=12 checkpoint.dir="$cx" checkpoint.every=4
 ok $? "the next run exits 0"
 grep -q "resumed from $cx/step_00000004.h5 at step 4" "$GT_TMP/x2.out" &&
   [ "$(final "$GT_TMP/x2")" = "$ref" ] && [ -z "$(find "$cx" -name '*.tmp')" ]
@@ -219,11 +211,11 @@ status=$?
 ok $? "ckpt verify of a file with flipped bytes: exit 1, 'damaged' (got $status)"
 [ $status -eq 1 ] || show "$GT_TMP/vbad.out"
 cp -r "$bad" "$bad-tp"
-train 2 "$GT_TMP/d" grid.pp=2 run.steps=12 checkpoint.dir="$bad"
+run_train 2 d grid.pp=2 run.steps=12 checkpoint.dir="$bad"
 ok $? "resume = auto with a damaged newest checkpoint exits 0"
 # the same at tp = 2: the members read their cuts of split tensors and swap
 # them (src/io/ckpt_read.c), so one rank may meet the damage for both
-train 4 "$GT_TMP/d-tp" grid.dp=2 grid.tp=2 run.steps=12 checkpoint.dir="$bad-tp"
+run_train 4 d-tp grid.dp=2 grid.tp=2 run.steps=12 checkpoint.dir="$bad-tp"
 status=$?
 [ $status -eq 0 ] && grep -q "warning: cannot resume from $bad-tp/step_00000012.h5: .*damaged" "$GT_TMP/d-tp.err" &&
   grep -q "resumed from $bad-tp/step_00000008.h5 at step 8" "$GT_TMP/d-tp.out"
@@ -239,19 +231,19 @@ truncate -s 100000 "$bad/step_00000012.h5"
 [ $? -eq 2 ]
 ok $? "ckpt verify of a truncated file: exit 2 (a file that is not a checkpoint is bad input)"
 truncate -s 5000 "$bad/step_00000008.h5"
-train 2 "$GT_TMP/e" grid.pp=2 run.steps=12 checkpoint.dir="$bad"
+run_train 2 e grid.pp=2 run.steps=12 checkpoint.dir="$bad"
 status=$?
 [ $status -eq 2 ] && grep -q "^gridtrain: error: none of the 2 checkpoints in $bad can be resumed from" "$GT_TMP/e.err" &&
   ! grep -q "^step 0/" "$GT_TMP/e.out"
 ok $? "every checkpoint damaged: exit 2 with one clear error, no training from scratch (got $status)"
 [ "$(grep -c 'error' "$GT_TMP/e.err")" -eq 1 ]
 ok $? "exactly one error line"
-train 2 "$GT_TMP/f" grid.pp=2 run.steps=2 checkpoint.dir="$bad" checkpoint.resume=never
+run_train 2 f grid.pp=2 run.steps=2 checkpoint.dir="$bad" checkpoint.resume=never
 ok $? "resume = never starts fresh despite the damaged directory"
-train 2 "$GT_TMP/g" grid.pp=2 run.steps=2 checkpoint.resume="$GT_TMP/nothing.h5"
+run_train 2 g grid.pp=2 run.steps=2 checkpoint.resume="$GT_TMP/nothing.h5"
 [ $? -eq 2 ] && grep -q "cannot open checkpoint $GT_TMP/nothing.h5" "$GT_TMP/g.err"
 ok $? "resume = a missing PATH: exit 2 naming the file"
-train 2 "$GT_TMP/h" grid.pp=2 run.steps=2 model.dim=32 checkpoint.resume="$ck/step_00000012.h5"
+run_train 2 h grid.pp=2 run.steps=2 model.dim=32 checkpoint.resume="$ck/step_00000012.h5"
 [ $? -eq 2 ] && grep -q "holds a model with dim = 64 but the deck has \[model\] dim = 32" "$GT_TMP/h.err"
 ok $? "a checkpoint of another model shape: exit 2 with both shapes named"
 

@@ -19,17 +19,8 @@ make_dataset "$data" 0.1 || bail "cannot make the dataset"
 deck="$GT_SRCDIR/tests/decks/tiny.in"
 common="data.train=$data checkpoint.keep=1"
 
-# train NRANKS NAME ARGS...: gridtrain train on the tiny deck, 120 s at most;
-# output in $GT_TMP/NAME.out and .err, status in $?
-# (helpers name their variables t_, f_: sh has no local variables)
-train() {
-  t_n=$1
-  t_name=$2
-  shift 2
-  # shellcheck disable=SC2086
-  run_mpi "$t_n" 120 "$GT_BIN" train "$deck" $common "$@" >"$GT_TMP/$t_name.out" \
-    2>"$GT_TMP/$t_name.err"
-}
+# run_train (tests/lib.sh) gets 120 s at most here
+train_limit=120
 show() { sed 's/^/#   /' "$1"; }
 # sums DIR: checksums of latest and every step file of DIR
 sums() { (cd "$1" && md5sum latest step_* 2>&1); }
@@ -66,7 +57,7 @@ resumed() {
 }
 
 # ---- a start with a fault name that does not exist
-GT_FAULT=ckpt_write_fail,no_such_fault train 2 badname run.steps=1
+GT_FAULT=ckpt_write_fail,no_such_fault run_train 2 badname run.steps=1
 status=$?
 [ $status -eq 2 ] && [ "$(grep -c 'error' "$GT_TMP/badname.err")" -eq 1 ] &&
   grep -q "^gridtrain: error: GT_FAULT: unknown fault in 'no_such_fault'" "$GT_TMP/badname.err"
@@ -75,7 +66,7 @@ ok $? "GT_FAULT with an unknown name: exit 2 and one line at start (got $status)
 # ---- the good state every case starts from: a checkpoint of step 2 (written
 # by 2 ranks, which is quicker; it loads into any layout)
 base="$GT_TMP/base"
-train 2 base grid.pp=2 run.steps=2 checkpoint.dir="$base"
+run_train 2 base grid.pp=2 run.steps=2 checkpoint.dir="$base"
 [ $? -eq 0 ] && [ "$(cat "$base/latest")" = step_00000002.h5 ] || bail "the base run failed"
 
 # ---- one rank fails: its MPI-IO writes, or its copy before H5Dwrite
@@ -90,11 +81,11 @@ for wait in busy yield; do
     dir="$GT_TMP/$name"
     cp -r "$base" "$dir"
     before=$(sums "$dir")
-    GT_FAULT="$fault:step=3" train 4 "$name" grid.pp=2 grid.tp=2 run.steps=3 \
+    GT_FAULT="$fault:step=3" run_train 4 "$name" grid.pp=2 grid.tp=2 run.steps=3 \
       parallel.wait=$wait checkpoint.dir="$dir"
     failed "$name" $? "$dir" 3 "$cause.*\[at rank $rank," "$before"
     # the fault gone, 2 ranks of another layout go on from step 2
-    train 2 "$name-rerun" grid.pp=2 run.steps=3 checkpoint.dir="$dir"
+    run_train 2 "$name-rerun" grid.pp=2 run.steps=3 checkpoint.dir="$dir"
     [ $? -eq 0 ] && resumed "$name-rerun" "$dir" 2 && [ "$(cat "$dir/latest")" = step_00000003.h5 ]
     ok $? "$name: the rerun resumes from step 2 and writes step 3"
   done
@@ -129,10 +120,10 @@ for wait in busy yield; do
   dir="$mnt/ck"
   mkdir "$dir"
   before=$(sums "$dir")
-  train 2 "$name" grid.pp=2 run.steps=2 parallel.wait=$wait checkpoint.dir="$dir"
+  run_train 2 "$name" grid.pp=2 run.steps=2 parallel.wait=$wait checkpoint.dir="$dir"
   failed "$name" $? "$dir" 2 '(MPI_File_write_at(_all)?|pwrite) failed: No space left on device' \
     "$before"
-  train 2 "$name-rerun" grid.pp=2 run.steps=2 checkpoint.dir="$GT_TMP/$name-good"
+  run_train 2 "$name-rerun" grid.pp=2 run.steps=2 checkpoint.dir="$GT_TMP/$name-good"
   [ $? -eq 0 ] && [ "$(cat "$GT_TMP/$name-good/latest")" = step_00000002.h5 ]
   ok $? "$name: the same run in a good directory writes its checkpoint"
 
@@ -149,11 +140,11 @@ for wait in busy yield; do
     fi
     cp -r "$base" "$dir"
     before=$(sums "$dir")
-    train 2 "$name" grid.pp=2 run.steps=3 parallel.wait=$wait checkpoint.dir="$dir"
+    run_train 2 "$name" grid.pp=2 run.steps=3 parallel.wait=$wait checkpoint.dir="$dir"
     failed "$name" $? "$dir" 3 "$cause" "$before"
     rm -rf "$GT_TMP/$name-good"
     cp -r "$dir" "$GT_TMP/$name-good"
-    train 2 "$name-rerun" grid.pp=2 run.steps=3 checkpoint.dir="$GT_TMP/$name-good"
+    run_train 2 "$name-rerun" grid.pp=2 run.steps=3 checkpoint.dir="$GT_TMP/$name-good"
     [ $? -eq 0 ] && resumed "$name-rerun" "$GT_TMP/$name-good" 2 &&
       [ "$(cat "$GT_TMP/$name-good/latest")" = step_00000003.h5 ]
     ok $? "$name: copied to a good disk, the directory resumes from step 2 and writes step 3"
