@@ -36,52 +36,13 @@ static void gt_trainer_restore_scaler(gt_trainer *tr, const char *path, const gt
 /* ---- each rank's state outside the tensors (compression residuals) ---------------------- */
 
 /* What the rank state is: the same on every rank of a run, different for
- * another compression or layout (whose state would not fit). */
+ * another compression, sync mode or layout (whose state would not fit). */
 static void gt_trainer_rank_tag(const gt_trainer *tr, char *tag, size_t size)
 {
-  char spec[64], sync[64] = "every_step";
-  gt_compress_format(&tr->compress, spec, sizeof spec);
-  if (tr->sync)
-    gt_sync_format(gt_sync_get_spec(tr->sync), sync, sizeof sync);
+  char dp[160];
+  gt_dp_state_tag(tr->dp, dp, sizeof dp);
   const gt_grid *g = tr->grid;
-  snprintf(tag, size, "compress=%s bucket_mb=%g sync=%s dp=%d pp=%d tp=%d", spec,
-           tr->cfg.parallel.bucket_mb, sync, g->dp_size, g->pp_size, g->tp_size);
-}
-
-/* The compressors' state, then the sync mode's. */
-static size_t gt_trainer_compress_len(const gt_trainer *tr)
-{
-  return tr->buckets ? gt_buckets_state_len(tr->buckets) : 0;
-}
-
-static size_t gt_trainer_rank_len(const gt_trainer *tr)
-{
-  return gt_trainer_compress_len(tr) + (tr->sync ? gt_sync_state_len(tr->sync) : 0);
-}
-
-/* Collective on dp (stale completes its sums in flight). */
-static int gt_trainer_rank_save(gt_trainer *tr, float *buf)
-{
-  const size_t nc = gt_trainer_compress_len(tr);
-  if (nc)
-    gt_buckets_state_copy(tr->buckets, buf, true);
-  if (tr->sync)
-    GT_CALL(gt_sync_state_save(tr->sync, tr->step, buf + nc));
-  return GT_SUCCESS;
-}
-
-/* The state of a checkpoint of step `step`. */
-static int gt_trainer_rank_restore(gt_trainer *tr, long step, float *buf, bool loaded)
-{
-  const size_t nc = gt_trainer_compress_len(tr);
-  if (loaded && nc)
-    gt_buckets_state_copy(tr->buckets, buf, false);
-  if (!tr->sync)
-    return GT_SUCCESS;
-  if (!loaded)
-    return gt_sync_reset(tr->sync, step);
-  GT_CALL(gt_sync_state_load(tr->sync, step, buf + nc));
-  return gt_params_refresh_compute(gt_gpt_params(tr->model));
+  snprintf(tag, size, "%s dp=%d pp=%d tp=%d", dp, g->dp_size, g->pp_size, g->tp_size);
 }
 
 /* What this rank holds. Without ZeRO the data-parallel replicas hold the
@@ -113,7 +74,7 @@ static void gt_trainer_write_range(gt_trainer *tr, gt_ckpt_state *st)
   if (p->shard_size > 1) {
     st->lo = st->mlo = p->shard_lo;
     st->hi = st->mhi = p->shard_lo + p->shard_n;
-  } else if (tr->sync && gt_sync_diverged(tr->sync, tr->step - 1)) {
+  } else if (gt_dp_diverged(tr->dp, tr->step - 1)) {
     /* the replicas differ: the file's tensors are replica 0's (each
      * replica's own state is in /rank/state) */
     st->lo = st->mlo = 0;
@@ -168,14 +129,14 @@ int gt_trainer_save(gt_trainer *tr, const char *dir, char *path, size_t size)
   gt_trainer_write_range(tr, &st);
   char tag[256];
   gt_trainer_rank_tag(tr, tag, sizeof tag);
-  st.rank_n = gt_trainer_rank_len(tr);
+  st.rank_n = gt_dp_state_len(tr->dp);
   st.rank_tag = tag;
   st.rank_state = st.rank_n ? malloc(st.rank_n * sizeof(float)) : NULL;
   int status = st.rank_n && !st.rank_state
                    ? GT_ERROR(GT_ERR_SYSTEM, "out of memory for the rank state")
                    : GT_SUCCESS;
   if (status == GT_SUCCESS)
-    status = gt_trainer_rank_save(tr, st.rank_state);
+    status = gt_dp_state_save(tr->dp, tr->step, st.rank_state);
   GT_CALL(gt_error_agree(status, g->world));
   /* every rank writes its own part: no gather */
   status = gt_ckpt_save(dir, (int)cfg->checkpoint.keep, &meta, &st, g->world, g->world, path,
@@ -219,14 +180,14 @@ int gt_trainer_load(gt_trainer *tr, const char *path)
     }
     char tag[256];
     gt_trainer_rank_tag(tr, tag, sizeof tag);
-    st.rank_n = gt_trainer_rank_len(tr);
+    st.rank_n = gt_dp_state_len(tr->dp);
     st.rank_tag = tag;
     st.rank_state = malloc((st.rank_n + 1) * sizeof(float));
     st.rank_loaded = &rank_loaded;
     status = st.rank_state ? gt_ckpt_read(path, &st, g->world)
                            : GT_ERROR(GT_ERR_SYSTEM, "out of memory for the rank state");
     if (status == GT_SUCCESS) /* after the tensors: the mode's state goes on top */
-      status = gt_trainer_rank_restore(tr, meta.step, st.rank_state, rank_loaded);
+      status = gt_dp_state_restore(tr->dp, meta.step, st.rank_state, rank_loaded);
     free(st.rank_state);
   }
   if (status == GT_SUCCESS) /* the compute copy follows the master just read */
@@ -239,12 +200,12 @@ int gt_trainer_load(gt_trainer *tr, const char *path)
     tr->samples = meta.samples;
     tr->last_loss = meta.loss;
     gt_trainer_restore_scaler(tr, path, &meta);
-    if (gt_trainer_compress_len(tr) && !rank_loaded && g->world_rank == 0)
+    if (gt_dp_compress_state_len(tr->dp) && !rank_loaded && g->world_rank == 0)
       gt_warn("checkpoint %s holds no compression state for this run (it was written with "
               "another [parallel] compress, bucket size or layout): the error-feedback "
               "residuals start at zero and PowerSGD's warm starts afresh",
               path);
-    if (tr->sync && !rank_loaded && g->world_rank == 0)
+    if (gt_dp_has_sync(tr->dp) && !rank_loaded && g->world_rank == 0)
       gt_warn("checkpoint %s holds no [parallel] sync state for this run (another sync "
               "mode or layout): every replica starts from the file's weights (replica 0's) "
               "and the mode afresh",

@@ -122,25 +122,10 @@ static void gt_print_setup(const gt_trainer *tr, size_t params_max, size_t act_m
   snprintf(v, sizeof v, "%d tokens = %d x %d; %d seq per dp rank in %d micro-batch%s",
            tr->B * tr->T, tr->B, tr->T, tr->B_rank, tr->M, tr->M == 1 ? "" : "es");
   gt_config_print_row(stdout, "step", v, "resolved");
-  if (g->dp_size > 1 && tr->pgather) {
-    gt_config_print_row(stdout, "dp reduce-scatter",
-                        "each gradient unit (block, head, embedding) of every micro-batch as its "
-                        "backward ends; each unit's weights all-gathered before its forward and "
-                        "its backward, the next one prefetched",
-                        "resolved");
-  } else if (g->dp_size > 1 && tr->gshard) {
-    gt_config_print_row(stdout, "dp reduce-scatter",
-                        "each gradient unit (block, head, embedding) of every micro-batch as its "
-                        "backward ends; then the weights all-gathered",
-                        "resolved");
-  } else if (g->dp_size > 1) {
-    snprintf(v, sizeof v, "%d bucket%s on rank 0, %s%s", gt_buckets_count(tr->buckets),
-             gt_buckets_count(tr->buckets) == 1 ? "" : "s",
-             tr->overlap ? "overlapping the last backward" : "after backward",
-             tr->zero >= 1 ? "; then the weights all-gathered" : "");
-    gt_config_print_row(stdout, tr->zero >= 1 ? "dp reduce-scatter" : "dp all-reduce", v,
-                        "resolved");
-  }
+  char dp_row[32];
+  gt_dp_describe(tr->dp, dp_row, sizeof dp_row, v, sizeof v);
+  if (dp_row[0])
+    gt_config_print_row(stdout, dp_row, v, "resolved");
   snprintf(v, sizeof v, "%s (%lld tokens, vocab %ld)", gt_dataset_name(tr->train),
            gt_dataset_ntokens(tr->train), gt_dataset_vocab(tr->train));
   gt_config_print_row(stdout, "train data", v, "file");
@@ -166,8 +151,7 @@ void gt_trainer_memory(const gt_trainer *tr, gt_mem_account *a)
                                        tr->M);
   a->act_shared = (double)gt_gpt_activation_bytes(tr->model) - a->act_slot * a->in_flight;
   a->comm = (double)gt_coll_staging_bytes(tr->coll);
-  a->grad_bufs = tr->gshard ? (double)gt_gshard_buffer_bytes(tr->gshard) : 0.0;
-  a->gather_bufs = tr->pgather ? (double)gt_pgather_buffer_bytes(tr->pgather) : 0.0;
+  gt_dp_buffer_bytes(tr->dp, &a->grad_bufs, &a->gather_bufs);
 }
 
 /* The fields of an account, flat, for gathers. */
@@ -382,61 +366,6 @@ static int gt_report_placement(const gt_trainer *tr, FILE *out)
 
 // ---- set-up ------------------------------------------------------------------------------
 
-static int gt_trainer_bucket_ready(void *ctx, int first, int count)
-{
-  return gt_buckets_ready(((gt_trainer *)ctx)->buckets, first, count);
-}
-
-static int gt_trainer_bucket_progress(void *ctx)
-{
-  return gt_buckets_progress(((gt_trainer *)ctx)->buckets);
-}
-
-static int gt_trainer_gshard_ready(void *ctx, int first, int count)
-{
-  return gt_gshard_ready(((gt_trainer *)ctx)->gshard, first, count);
-}
-
-static int gt_trainer_gshard_progress(void *ctx)
-{
-  return gt_gshard_progress(((gt_trainer *)ctx)->gshard);
-}
-
-static int gt_trainer_gshard_acquire(void *ctx, int first, int count, float **base)
-{
-  return gt_gshard_acquire(((gt_trainer *)ctx)->gshard, first, count, base);
-}
-
-static int gt_trainer_weights_acquire(void *ctx, int first, int count, int next_first,
-                                      int next_count, const void **base)
-{
-  return gt_pgather_acquire(((gt_trainer *)ctx)->pgather, first, count, next_first, next_count,
-                            base);
-}
-
-static int gt_trainer_weights_release(void *ctx, int first, int count)
-{
-  return gt_pgather_release(((gt_trainer *)ctx)->pgather, first, count);
-}
-
-static int gt_trainer_weights_progress(void *ctx)
-{
-  return gt_pgather_progress(((gt_trainer *)ctx)->pgather);
-}
-
-/* ZeRO 3: the gather pool and the model's weight hook. Not collective. */
-static int gt_trainer_weight_gathers(gt_trainer *tr)
-{
-  size_t sizes[GT_GPT_GATHER_BUFS];
-  gt_gpt_gather_sizes(tr->model, sizes);
-  GT_CALL(gt_pgather_create(gt_gpt_params(tr->model), tr->coll, tr->grid->dp, sizes,
-                            GT_GPT_GATHER_BUFS, tr->ev.param_gather, &tr->pgather));
-  const gt_weight_hook wh = {gt_trainer_weights_acquire, gt_trainer_weights_release, tr,
-                             {gt_trainer_weights_progress, tr}};
-  gt_gpt_set_weight_hook(tr->model, &wh);
-  return GT_SUCCESS;
-}
-
 /* The stage split and schedule; errors are the same on every rank. */
 static int gt_trainer_plan(gt_trainer *tr)
 {
@@ -493,63 +422,49 @@ static int gt_trainer_algorithms(gt_trainer *tr)
   return GT_SUCCESS;
 }
 
-/* [parallel] compress on the data-parallel buckets; 16-bit payloads go
- * through the [parallel] allreduce algorithm (MPI's own for auto). */
-static int gt_trainer_compression(gt_trainer *tr)
+/* The data-parallel path (dp.h): its stage, [parallel] compress and sync;
+ * with stale:S, the slots of the pipelined signal agreement. Collective on
+ * world. */
+static int gt_trainer_data_parallel(gt_trainer *tr)
 {
-  gt_compress_spec spec;
-  GT_CALL(gt_compress_parse(tr->cfg.parallel.compress, &spec));
-  tr->compress = spec;
-  if (spec.kind == GT_COMPRESS_NONE)
-    return GT_SUCCESS;
-  GT_CHECK(tr->zero == 0, GT_ERR_INPUT,
-           "[parallel] compress = %s works on the all-reduce of zero = 0; ZeRO stages "
-           "reduce-scatter the gradients instead (set zero = 0 or compress = none)",
-           tr->cfg.parallel.compress);
-  gt_algo a = GT_ALGO_MPI;
-  GT_CALL(gt_algo_parse(tr->cfg.parallel.allreduce, &a));
-  GT_CALL(gt_buckets_compress(tr->buckets, &spec, a == GT_ALGO_AUTO ? GT_ALGO_MPI : a,
-                              tr->cfg.run.seed));
-  return GT_SUCCESS;
-}
-
-/* [parallel] sync: the mode, the replica's communicator (pp x tp: the
- * scalars that must not wait for the other replicas) and, for stale, the
- * pipelined signal agreement. Collective on world. */
-static int gt_trainer_sync(gt_trainer *tr)
-{
+  const gt_config *cfg = &tr->cfg;
   const gt_grid *g = tr->grid;
-  gt_sync_spec spec;
-  int status = gt_sync_parse(tr->cfg.parallel.sync, &spec);
+  gt_dp_setup ds = {.model = tr->model,
+                    .opt = tr->opt,
+                    .coll = tr->coll,
+                    .grid = g,
+                    .stage = tr->zero,
+                    .overlap = strcmp(cfg->parallel.dp_overlap, "on") == 0,
+                    .bucket_bytes = (size_t)(cfg->parallel.bucket_mb * 1024.0 * 1024.0),
+                    .bucket_mb = cfg->parallel.bucket_mb,
+                    .compress_text = cfg->parallel.compress,
+                    .compress_algo = GT_ALGO_MPI,
+                    .seed = cfg->run.seed,
+                    .sync_text = cfg->parallel.sync,
+                    .outer_lr = cfg->parallel.outer_lr,
+                    .outer_momentum = cfg->parallel.outer_momentum,
+                    .ev = {tr->ev.dp_exposed, tr->ev.tied, tr->ev.zero_gather,
+                           tr->ev.param_gather}};
+  int status = gt_compress_parse(cfg->parallel.compress, &ds.compress);
+  gt_algo a = GT_ALGO_MPI;
+  if (status == GT_SUCCESS) /* 16-bit payloads: the [parallel] allreduce algorithm */
+    status = gt_algo_parse(cfg->parallel.allreduce, &a);
+  ds.compress_algo = a == GT_ALGO_AUTO ? GT_ALGO_MPI : a;
+  if (status == GT_SUCCESS)
+    status = gt_sync_parse(cfg->parallel.sync, &ds.sync);
   GT_CALL(gt_error_agree(status, g->world));
-  if (spec.kind == GT_SYNC_EVERY)
-    return GT_SUCCESS;
-  GT_CALL_MPI(MPI_Comm_split(g->world, g->dp_rank, g->world_rank, &tr->replica));
-  if (tr->compress.kind != GT_COMPRESS_NONE)
-    status = GT_ERROR(GT_ERR_INPUT, "[parallel] compress = %s needs sync = every_step (the "
-                      "compressed reduction is the every-step gradient all-reduce)",
-                      tr->cfg.parallel.compress);
-  else if (tr->zero > 0)
-    status = GT_ERROR(GT_ERR_INPUT, "[parallel] sync = %s needs zero = 0: a replica that "
-                      "steps on its own needs its whole optimizer state",
-                      tr->cfg.parallel.sync);
-  if (status == GT_SUCCESS) {
-    float *m, *v;
-    gt_adamw_moments(tr->opt, &m, &v);
-    status = gt_sync_create(&spec, gt_gpt_params(tr->model), m, v, &tr->dp_group,
-                            tr->cfg.parallel.outer_lr, tr->cfg.parallel.outer_momentum,
-                            &tr->sync);
-  }
-  if (status == GT_SUCCESS && spec.kind == GT_SYNC_STALE) {
-    tr->poll_hook = (gt_grad_hook){NULL, tr, {gt_trainer_bucket_progress, tr}, NULL, false};
-    tr->sig_req = malloc(sizeof *tr->sig_req * (size_t)(spec.s + 1));
-    tr->sig_val = calloc(2 * (size_t)(spec.s + 1), sizeof *tr->sig_val);
-    if (!tr->sig_req || !tr->sig_val)
-      status = GT_ERROR(GT_ERR_SYSTEM, "out of memory for the signal agreements");
-    for (long i = 0; tr->sig_req && i <= spec.s; i++)
+  GT_AGREE(g->world, gt_dp_create(&ds, &tr->dp));
+  const gt_sync_spec *sync = gt_dp_sync_spec(tr->dp);
+  if (sync && sync->kind == GT_SYNC_STALE) {
+    tr->sig_req = malloc(sizeof *tr->sig_req * (size_t)(sync->s + 1));
+    tr->sig_val = calloc(2 * (size_t)(sync->s + 1), sizeof *tr->sig_val);
+    status = tr->sig_req && tr->sig_val
+                 ? GT_SUCCESS
+                 : GT_ERROR(GT_ERR_SYSTEM, "out of memory for the signal agreements");
+    for (long i = 0; tr->sig_req && i <= sync->s; i++)
       tr->sig_req[i] = MPI_REQUEST_NULL;
+    GT_AGREE(g->world, status);
   }
-  GT_CALL(gt_error_agree(status, g->world));
   return GT_SUCCESS;
 }
 
@@ -613,7 +528,6 @@ int gt_trainer_create(const gt_config *cfg, MPI_Comm world, bool quiet, gt_train
   GT_CHECK_ALLOC(tr, sizeof *tr);
   *trainer = tr;
   tr->writers = MPI_COMM_NULL;
-  tr->replica = MPI_COMM_NULL;
   tr->cfg = *cfg;
   GT_CALL(gt_grid_create(cfg, world, &tr->grid));
   const gt_grid *g = tr->grid;
@@ -682,7 +596,6 @@ int gt_trainer_create(const gt_config *cfg, MPI_Comm world, bool quiet, gt_train
     .recompute_event = tr->ev.recompute,
     .zero_stage = tr->zero,
     .seq_par = strcmp(cfg->parallel.sequence_parallel, "on") == 0};
-  tr->dp_group = (gt_group){g->dp, g->dp_rank, g->dp_size, tr->ev.zero_gather, tr->coll};
   if (g->world_rank == 0 && cfg->parallel.zero >= 1 && g->dp_size == 1 && !quiet)
     gt_info("gridtrain: [parallel] zero = %ld does nothing with dp = 1: the one data-parallel "
             "rank holds all of the optimizer state\n",
@@ -693,9 +606,6 @@ int gt_trainer_create(const gt_config *cfg, MPI_Comm world, bool quiet, gt_train
   GT_AGREE(comm, gt_gpt_create(tr->be, &tr->shape, &part, tr->dtype, tr->B_micro, tr->T, slots,
                                &tr->model));
   GT_AGREE(comm, gt_gpt_init(tr->model, cfg->run.seed));
-  GT_CALL(gt_trainer_gather_compute(tr)); /* bf16/fp16: the rest of the compute copy */
-  if (tr->zero >= 3)
-    GT_AGREE(comm, gt_trainer_weight_gathers(tr));
   const gt_pipe_events pev = {tr->ev.forward, tr->ev.backward, tr->ev.pp_comm, tr->ev.bubble};
   GT_AGREE(comm, gt_pipe_create(tr->model, tr->coll, g, &tr->schedule, tr->M, tr->B_micro,
                                 tr->T, pev, &tr->pipe));
@@ -706,39 +616,8 @@ int gt_trainer_create(const gt_config *cfg, MPI_Comm world, bool quiet, gt_train
                                   cfg->optim.beta2,     cfg->optim.eps,
                                   cfg->optim.grad_clip};
   GT_AGREE(comm, gt_adamw_create(params, &tr->opt_cfg, &tr->opt));
-  const int tied = gt_gpt_tied_param(tr->model); /* summed over the embedding group first */
-  tr->overlap = strcmp(cfg->parallel.dp_overlap, "on") == 0;
-  if (tr->zero >= 2) { /* each unit's gradients reduce-scattered per micro-batch */
-    int *first = malloc(sizeof(int) * (size_t)params->count);
-    int *count = malloc(sizeof(int) * (size_t)params->count);
-    int made = first && count ? GT_SUCCESS
-                              : GT_ERROR(GT_ERR_SYSTEM, "out of memory for gradient units");
-    if (made == GT_SUCCESS) {
-      const int n = gt_gpt_grad_units(tr->model, first, count, params->count);
-      made = gt_gshard_create(params, tr->coll, g->dp, first, count, n, tied, GT_GSHARD_POOL,
-                              &tr->gshard);
-    }
-    free(first);
-    free(count);
-    GT_AGREE(comm, made);
-    tr->hook = (gt_grad_hook){gt_trainer_gshard_ready, tr, {gt_trainer_gshard_progress, tr},
-                              gt_trainer_gshard_acquire, true};
-  } else {
-    GT_AGREE(comm, gt_buckets_create(params, tr->coll, g->dp,
-                                     (size_t)(cfg->parallel.bucket_mb * 1024.0 * 1024.0),
-                                     &tr->buckets));
-    if (tr->zero >= 1 && tied >= 0)
-      gt_buckets_hold(tr->buckets, tied);
-    tr->hook = (gt_grad_hook){gt_trainer_bucket_ready, tr, {gt_trainer_bucket_progress, tr},
-                              NULL, false};
-  }
-  GT_AGREE(comm, gt_trainer_compression(tr));
-  GT_CALL(gt_trainer_sync(tr));
-  tr->embed = (gt_group){g->embed, 0, 1, tr->ev.tied, tr->coll};
-  if (g->embed != MPI_COMM_NULL) {
-    GT_CALL_MPI(MPI_Comm_rank(g->embed, &tr->embed.rank));
-    GT_CALL_MPI(MPI_Comm_size(g->embed, &tr->embed.size));
-  }
+  GT_CALL(gt_trainer_data_parallel(tr));
+  GT_CALL(gt_trainer_gather_compute(tr)); /* bf16/fp16: the rest of the compute copy */
 
   size_t n = (size_t)tr->B_micro * (size_t)tr->T;
   tr->tokens = malloc(sizeof(int32_t) * n);
@@ -795,14 +674,9 @@ int gt_trainer_destroy(gt_trainer **trainer)
   if (tr->train)
     gt_dataset_close(&tr->train);
   gt_pipe_destroy(&tr->pipe);
-  gt_buckets_destroy(&tr->buckets);
-  gt_sync_destroy(&tr->sync);
-  if (tr->replica != MPI_COMM_NULL)
-    MPI_Comm_free(&tr->replica);
+  gt_dp_destroy(&tr->dp);
   free(tr->sig_req);
   free(tr->sig_val);
-  gt_gshard_destroy(&tr->gshard);
-  gt_pgather_destroy(&tr->pgather);
   gt_adamw_destroy(&tr->opt);
   gt_trainer_sample_free(tr);
   gt_gpt_destroy(&tr->model);

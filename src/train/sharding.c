@@ -1,7 +1,8 @@
 /*
  * sharding.c - the trainer's ZeRO state moves (see trainer_impl.h): the
- * data-parallel all-gather of the compute weights after each update, and the
- * whole (unsharded) model state that checkpoints and parameter gathers see.
+ * compute weights gathered after an initialisation or a load (the data-
+ * parallel path, dp.h, does it after each update), and the whole
+ * (unsharded) model state that parameter gathers see.
  *
  * Checkpoints need no whole state: every data-parallel rank writes and
  * loads its own piece (checkpointing.c). The gather here serves the
@@ -13,16 +14,7 @@
 
 #include "gridtrain/error.h"
 
-int gt_trainer_gather_compute(gt_trainer *tr)
-{
-  gt_params *p = gt_gpt_params(tr->model);
-  if (p->shard_size == 1 || p->compute_sharded) /* zero 3 gathers per unit */
-    return GT_SUCCESS;
-  const size_t es = gt_dtype_size(p->dtype);
-  GT_CALL(gt_group_allgather(&tr->dp_group, (char *)p->compute + p->shard_lo * es, p->compute,
-                             p->shard_n, p->dtype));
-  return GT_SUCCESS;
-}
+int gt_trainer_gather_compute(gt_trainer *tr) { return gt_dp_gather_compute(tr->dp); }
 
 /* A whole buffer of numel floats (device), zeroed. */
 static int gt_full_alloc(gt_backend *be, size_t numel, float **buf)
@@ -42,7 +34,8 @@ int gt_full_state_gather(gt_trainer *tr, bool moments, gt_full_state *fs)
     gt_adamw_moments(tr->opt, &fs->m, &fs->v);
   if (p->shard_size == 1)
     return GT_SUCCESS;
-  const bool root = tr->dp_group.rank == 0;
+  const gt_group *dp = gt_dp_group(tr->dp);
+  const bool root = dp->rank == 0;
   /* fp32: the master is the compute copy, whole and current on every rank */
   fs->owned = true;
   float *mine[3] = {p->master_sharded ? p->values : NULL, moments ? fs->m : NULL,
@@ -56,10 +49,10 @@ int gt_full_state_gather(gt_trainer *tr, bool moments, gt_full_state *fs)
     *full[k] = NULL;
     if (root)
       status = gt_full_alloc(be, p->numel, full[k]);
-    status = gt_error_agree(status, tr->dp_group.comm);
+    status = gt_error_agree(status, dp->comm);
     if (status != GT_SUCCESS)
       break;
-    status = gt_group_gather(&tr->dp_group, mine[k], *full[k], p->shard_n, GT_F32, 0);
+    status = gt_group_gather(dp, mine[k], *full[k], p->shard_n, GT_F32, 0);
     if (status != GT_SUCCESS)
       break;
   }

@@ -45,21 +45,12 @@ static double *gt_trainer_loss_acc(gt_trainer *tr, int which)
 
 int gt_trainer_step(gt_trainer *tr, gt_step_stats *st)
 {
-  const gt_grid *g = tr->grid;
   gt_backend *be = tr->be;
   gt_params *params = gt_gpt_params(tr->model);
   const long s = tr->step;
   const double t0 = gt_now();
   const double bytes0 = gt_coll_bytes(tr->coll);
   gt_events_step_reset();
-  /* [parallel] sync: whether the gradients are all-reduced over dp this
-   * step, and whether the replicas keep their own gradients (then each is
-   * 1/dp of its replica's batch mean: the update takes dp times it) */
-  const gt_sync_spec *sync = tr->sync ? gt_sync_get_spec(tr->sync) : NULL;
-  const bool stale = sync && sync->kind == GT_SYNC_STALE;
-  const bool reduce = !tr->sync || gt_sync_reduces_grads(tr->sync, s);
-  const double own = !reduce && !stale ? (double)g->dp_size : 1.0;
-
   gt_event_begin(tr->ev.zero);
   int status = gt_params_zero_grads(params);
   if (status == GT_SUCCESS)
@@ -69,10 +60,7 @@ int gt_trainer_step(gt_trainer *tr, gt_step_stats *st)
   GT_CALL(gt_trainer_step_faults(tr, s)); /* test-only (fault.h); a no-op without GT_FAULT */
   gt_flight_step(s);
   gt_fault_set_step(s);
-  if (tr->buckets)
-    gt_buckets_reset(tr->buckets);
-  if (tr->gshard)
-    GT_CALL(gt_gshard_reset(tr->gshard));
+  GT_CALL(gt_dp_begin(tr->dp, s));
 
   /* Each rank's loss is loss_scale / (global tokens) * the sum of its token
    * losses, so the dp sum of the gradients is loss_scale times the gradient
@@ -81,53 +69,13 @@ int gt_trainer_step(gt_trainer *tr, gt_step_stats *st)
   const float dlogit_scale = (float)(loss_scale / ((double)tr->B * tr->T));
   const gt_pipe_feed feed =
       gt_trainer_feed(tr, tr->train_reader, tr->samples, s + 1 < tr->cfg.run.steps);
-  /* zero 2 hands out every micro-batch's gradient buffers (the hook is
-   * always on); below it the hook starts buckets when DP overlaps */
-  const bool hooked = tr->gshard || (tr->overlap && g->dp_size > 1 && reduce);
-  const gt_grad_hook *hook = hooked                        ? &tr->hook
-                             : stale && g->dp_size > 1 ? &tr->poll_hook
-                                                       : NULL;
   status = gt_pipe_train(tr->pipe, &feed, dlogit_scale, gt_trainer_loss_acc(tr, GT_SC_LOSS),
-                         hook);
+                         gt_dp_grad_hook(tr->dp));
   GT_CALL(gt_trainer_feed_settle(tr, status)); /* no HDF5 call from the reader from here */
+  gt_dp_plan plan;
+  GT_CALL(gt_dp_finish(tr->dp, s, &plan));
 
-  if (tr->pgather) /* zero 3: no gathered weights outlive the passes */
-    GT_CALL(gt_pgather_drop(tr->pgather));
-  if (g->dp_size > 1 && reduce) { /* what backward did not hide */
-    gt_event_begin(tr->ev.dp_exposed);
-    status = tr->gshard ? gt_gshard_wait(tr->gshard) : gt_buckets_wait(tr->buckets);
-    gt_event_end(tr->ev.dp_exposed);
-    GT_CALL(status);
-  }
-  float *tied;
-  size_t ntied;
-  gt_gpt_tied_grad(tr->model, &tied, &ntied);
-  if (tr->gshard) /* zero 2: the tied copy's whole buffer of the step */
-    gt_gshard_persistent(tr->gshard, &tied, &ntied);
-  if (tied) /* the tied embedding: both copies get the sum */
-    GT_CALL(gt_group_allreduce_sum(&tr->embed, tied, ntied, GT_F32));
-  if (tr->gshard) { /* then its reduce-scatter into the pieces */
-    gt_event_begin(tr->ev.dp_exposed);
-    status = gt_gshard_finish_persistent(tr->gshard);
-    gt_event_end(tr->ev.dp_exposed);
-    GT_CALL(status);
-  } else if (tr->zero >= 1) { /* zero 1: its held bucket is reduce-scattered after that sum */
-    gt_event_begin(tr->ev.dp_exposed);
-    status = gt_buckets_wait_held(tr->buckets);
-    gt_event_end(tr->ev.dp_exposed);
-    GT_CALL(status);
-  }
-  bool have = true; /* stale: a sum S steps old to apply */
-  if (stale) {
-    gt_event_begin(tr->ev.dp_exposed);
-    status = gt_sync_stale_exchange(tr->sync, s, &have);
-    gt_event_end(tr->ev.dp_exposed);
-    GT_CALL(status);
-  }
-  /* dp replicas hold the same gradients; with zero each dp rank holds the
-   * reduced ones of its own piece; with [parallel] sync every replica
-   * counts its own (replica 0's norm is the one logged) */
-  if ((g->dp_rank == 0 || tr->zero >= 1 || tr->sync) && have) {
+  if (plan.norm_here) {
     gt_event_begin(tr->ev.norm);
     status = gt_params_grad_sumsq(params, &tr->scalars[GT_SC_SUMSQ]);
     gt_event_end(tr->ev.norm);
@@ -135,18 +83,17 @@ int gt_trainer_step(gt_trainer *tr, gt_step_stats *st)
   }
   double red[2];
   gt_event_begin(tr->ev.reduce);
-  if (!tr->sync) {
-    status = gt_trainer_reduce_scalars(tr, GT_SC_LOSS, 2, red, g->world);
-  } else { /* the loss: the mean over replicas (stale: this replica's, no dp collective) */
-    status = gt_trainer_reduce_scalars(tr, GT_SC_LOSS, 1, &red[0],
-                                       stale ? tr->replica : g->world);
+  if (plan.together) {
+    status = gt_trainer_reduce_scalars(tr, GT_SC_LOSS, 2, red, plan.loss_comm);
+  } else {
+    status = gt_trainer_reduce_scalars(tr, GT_SC_LOSS, 1, &red[0], plan.loss_comm);
     if (status == GT_SUCCESS)
-      status = gt_trainer_reduce_scalars(tr, GT_SC_SUMSQ, 1, &red[1], tr->replica);
+      status = gt_trainer_reduce_scalars(tr, GT_SC_SUMSQ, 1, &red[1], plan.norm_comm);
   }
   gt_event_end(tr->ev.reduce);
   GT_CALL(status);
-  const double loss = red[0] / ((double)(stale ? tr->B_rank : tr->B) * tr->T);
-  const double norm = own * sqrt(red[1]) / loss_scale; /* of the unscaled gradients */
+  const double loss = red[0] / ((double)(plan.own_loss ? tr->B_rank : tr->B) * tr->T);
+  const double norm = plan.grad_mult * sqrt(red[1]) / loss_scale; /* of the unscaled gradients */
   const bool finite = isfinite(loss) && isfinite(norm);
   if (!finite && !tr->scaler.dynamic) /* every rank holds the same reduced values */
     return gt_trainer_nonfinite(tr, s, loss, norm);
@@ -158,28 +105,21 @@ int gt_trainer_step(gt_trainer *tr, gt_step_stats *st)
     gt_error_set_collective(true); /* the same verdict on every rank */
     return gt_error_push(status, __FILE__, __LINE__, __func__);
   }
-  /* stale:S applies step s - S's gradients: its schedule and update count
-   * (the first S steps apply nothing) */
-  const long late = stale ? sync->s : 0;
-  const double lr = gt_lr_at(&tr->opt_cfg, s >= late ? s - late : 0);
-  if (tr->sync)
-    GT_CALL(gt_sync_before_update(tr->sync, s)); /* local:K: the replicas averaged */
-  if (!skip && have) {
+  /* the update's schedule and count are those of the step its gradients
+   * come from (stale:S: the first S steps apply nothing) */
+  const double lr = gt_lr_at(&tr->opt_cfg, s >= plan.lag ? s - plan.lag : 0);
+  GT_CALL(gt_dp_before_update(tr->dp, s));
+  const bool update = !skip && plan.update;
+  if (update) {
     /* Bias correction counts the updates made: skipped steps made none. */
-    const double grad_mult = own * gt_clip_factor(&tr->opt_cfg, norm) / loss_scale;
+    const double grad_mult = plan.grad_mult * gt_clip_factor(&tr->opt_cfg, norm) / loss_scale;
     gt_event_begin(tr->ev.optimizer);
-    status = gt_adamw_step(tr->opt, s - late - skipped_before, lr, grad_mult);
+    status = gt_adamw_step(tr->opt, s - plan.lag - skipped_before, lr, grad_mult);
     gt_event_end(tr->ev.optimizer);
     GT_CALL(status);
-    GT_CALL(gt_trainer_gather_compute(tr)); /* zero: the other pieces' updates */
   }
-  bool synced = true;
-  if (tr->sync) {
-    gt_event_begin(tr->ev.dp_exposed);
-    status = gt_sync_after_update(tr->sync, s, &synced);
-    gt_event_end(tr->ev.dp_exposed);
-    GT_CALL(status);
-  }
+  bool synced;
+  GT_CALL(gt_dp_after_update(tr->dp, s, update, &synced));
   GT_CALL(gt_events_collect()); /* what the device did in the step */
 
   const double dt = gt_now() - t0;
@@ -344,7 +284,7 @@ static int gt_agree_signal(gt_trainer *tr, bool flush, int *signo)
     *signo = (int)sig;
     return GT_SUCCESS;
   }
-  const long S = gt_sync_get_spec(tr->sync)->s, slots = S + 1;
+  const long S = gt_dp_sync_spec(tr->dp)->s, slots = S + 1;
   if (flush) {
     for (long i = 0; i < slots; i++)
       if (tr->sig_req[i] != MPI_REQUEST_NULL)

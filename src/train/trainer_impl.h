@@ -15,19 +15,15 @@
 #define GT_TRAINER_IMPL_H
 
 #include "gridtrain/backend.h"
-#include "gridtrain/buckets.h"
 #include "gridtrain/checkpoint.h"
 #include "gridtrain/collectives.h"
-#include "gridtrain/compress.h"
-#include "gridtrain/sync.h"
 #include "gridtrain/data.h"
 #include "gridtrain/dir_lock.h"
-#include "gridtrain/grad_shards.h"
+#include "gridtrain/dp.h"
 #include "gridtrain/gpt.h"
 #include "gridtrain/optim.h"
 #include "gridtrain/pace.h"
 #include "gridtrain/reader.h"
-#include "gridtrain/param_gather.h"
 #include "gridtrain/pipeline.h"
 #include "gridtrain/sample.h"
 #include "gridtrain/scaler.h"
@@ -43,9 +39,7 @@ struct gt_trainer {
   gt_grid *grid;
   gt_backend *be;
   gt_coll *coll;
-  gt_compress_spec compress; /* [parallel] compress */
-  gt_sync *sync;             /* [parallel] sync other than every_step; else NULL */
-  MPI_Comm replica;          /* with sync: the ranks of this dp replica (pp x tp) */
+  gt_dp *dp;                 /* the data-parallel path (dp.h) */
   MPI_Request *sig_req;      /* stale:S: the signal agreements in flight, S + 1 */
   double *sig_val;           /* their values: 2 per slot (mine, agreed) */
   long sig_count;            /* agreements started by this process */
@@ -87,16 +81,7 @@ struct gt_trainer {
   gt_schedule schedule;
   gt_pipe *pipe;
 
-  /* data parallelism and the tied embedding */
   int zero;               /* ZeRO stage in effect (0 when dp = 1) */
-  gt_group dp_group;
-  gt_buckets *buckets;    /* zero 0, 1 */
-  gt_gshard *gshard;      /* zero 2, 3 */
-  gt_pgather *pgather;    /* zero 3 */
-  bool overlap;
-  gt_grad_hook hook;
-  gt_grad_hook poll_hook; /* stale: backward only moves the sums in flight along */
-  gt_group embed;         /* first and last stage (pp > 1) */
 
   double *scalars;        /* device: GT_NSCALARS doubles */
   double *host_scalars;   /* pinned */
@@ -171,9 +156,8 @@ void gt_trainer_sample_free(gt_trainer *tr);
 int gt_trainer_step_faults(gt_trainer *tr, long step);
 
 /* sharding.c: with the parameters in ZeRO pieces, the compute copy outside
- * this rank's piece from the other dp ranks (after an update, an
- * initialisation or a load). A no-op when not sharded, and at stage 3 (the
- * model gathers each unit when it uses it). Collective on dp. */
+ * this rank's piece from the other dp ranks (after an initialisation or a
+ * load; gt_dp_gather_compute). Collective on dp. */
 int gt_trainer_gather_compute(gt_trainer *tr);
 
 /* The whole fp32 master values and AdamW moments, flat and parallel to the
