@@ -17,11 +17,9 @@
 #include "gridtrain/path.h"
 #include "gridtrain/timer.h"
 
-gt_peak_kind gt_peak_kind_of(const char *precision)
+gt_peak_kind gt_peak_kind_of(gt_dtype precision)
 {
-  return strcmp(precision, "bf16") == 0   ? GT_PEAK_BF16
-         : strcmp(precision, "fp16") == 0 ? GT_PEAK_FP16
-                                          : GT_PEAK_FP32;
+  return precision == GT_BF16 ? GT_PEAK_BF16 : precision == GT_F16 ? GT_PEAK_FP16 : GT_PEAK_FP32;
 }
 
 // ---- GPUs -------------------------------------------------------------------------------------

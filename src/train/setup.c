@@ -96,14 +96,15 @@ static void gt_print_setup(const gt_trainer *tr, size_t params_max, size_t act_m
                                                                : "busy-poll",
                       "resolved");
   gt_config_print_row(stdout, "mpi and device memory", gt_coll_describe(tr->coll), "resolved");
-  const char *algo = tr->cfg.parallel.allreduce;
-  if (tr->grid->dp_size > 1 && strcmp(algo, "mpi") != 0) {
-    if (strcmp(algo, "auto") == 0)
+  const gt_allreduce_algo algo = tr->cfg.parallel.allreduce;
+  if (tr->grid->dp_size > 1 && algo != GT_ALLREDUCE_MPI) {
+    if (algo == GT_ALLREDUCE_AUTO)
       snprintf(v, sizeof v, "gridtrain's, per size from %.120s; segments %ld KiB, %ld in flight",
                tr->cfg.parallel.coll_table, tr->cfg.parallel.coll_segment_kb,
                tr->cfg.parallel.coll_window);
     else
-      snprintf(v, sizeof v, "gridtrain's %s; segments %ld KiB, %ld in flight", algo,
+      snprintf(v, sizeof v, "gridtrain's %s; segments %ld KiB, %ld in flight",
+               gt_allreduce_algo_names[algo],
                tr->cfg.parallel.coll_segment_kb, tr->cfg.parallel.coll_window);
     gt_config_print_row(stdout, "dp collectives", v, "resolved");
   }
@@ -232,11 +233,10 @@ static int gt_report_memory(const gt_trainer *tr, FILE *out)
     return GT_SUCCESS;
   char what[256];
   snprintf(what, sizeof what, "%s compute, zero %d over dp=%d, recompute %s, %s schedule%s",
-           gt_dtype_name(tr->dtype), tr->zero, g->dp_size, tr->cfg.model.recompute,
-           gt_schedule_name(&tr->schedule),
-           g->tp_size > 1 && strcmp(tr->cfg.parallel.sequence_parallel, "on") == 0
-               ? ", sequence parallel over tp"
-               : "");
+           gt_dtype_name(tr->dtype), tr->zero, g->dp_size,
+           gt_recompute_names[tr->cfg.model.recompute], gt_schedule_name(&tr->schedule),
+           g->tp_size > 1 && tr->cfg.parallel.sequence_parallel ? ", sequence parallel over tp"
+                                                                : "");
   gt_mem_print_header(out, what, tr->dtype, g->world_size > 32 ? "stage (max)" : "rank");
   for (int r = 0; r < gt_mem_rows(g); r++) {
     double row[GT_MEM_FIELDS];
@@ -470,13 +470,24 @@ static void gt_trainer_events(gt_trainer *tr)
   tr->ev.checkpoint = gt_event("checkpoint", GT_EV_OTHER);
 }
 
+/* [parallel] allreduce as the collectives' algorithm: the same choices in
+ * the same order. */
+static gt_algo gt_trainer_algo(const gt_config *cfg)
+{
+  _Static_assert(GT_ALGO_MPI == (int)GT_ALLREDUCE_MPI && GT_ALGO_RING == (int)GT_ALLREDUCE_RING &&
+                     GT_ALGO_TREE == (int)GT_ALLREDUCE_TREE &&
+                     GT_ALGO_HALVING == (int)GT_ALLREDUCE_HALVING &&
+                     GT_ALGO_AUTO == (int)GT_ALLREDUCE_AUTO,
+                 "gt_allreduce_algo follows gt_algo");
+  return (gt_algo)cfg->parallel.allreduce;
+}
+
 /* [parallel] allreduce: our algorithms on the data-parallel group.
  * Collective on world (every rank reads the same table). */
 static int gt_trainer_algorithms(gt_trainer *tr)
 {
   const gt_config *cfg = &tr->cfg;
-  gt_algo a = GT_ALGO_MPI;
-  GT_CALL(gt_algo_parse(cfg->parallel.allreduce, &a));
+  const gt_algo a = gt_trainer_algo(cfg);
   gt_algo_table table;
   int status = GT_SUCCESS;
   if (a == GT_ALGO_AUTO)
@@ -506,8 +517,7 @@ static int gt_trainer_compression(gt_trainer *tr)
            "[parallel] compress = %s works on the all-reduce of zero = 0; ZeRO stages "
            "reduce-scatter the gradients instead (set zero = 0 or compress = none)",
            tr->cfg.parallel.compress);
-  gt_algo a = GT_ALGO_MPI;
-  GT_CALL(gt_algo_parse(tr->cfg.parallel.allreduce, &a));
+  const gt_algo a = gt_trainer_algo(&tr->cfg);
   GT_CALL(gt_buckets_compress(tr->buckets, &spec, a == GT_ALGO_AUTO ? GT_ALGO_MPI : a,
                               tr->cfg.run.seed));
   return GT_SUCCESS;
@@ -557,9 +567,9 @@ static int gt_trainer_sync(gt_trainer *tr)
 static int gt_trainer_device(gt_trainer *tr)
 {
   const gt_backend_options opt = {tr->threads, tr->grid->node_rank, tr->cfg.backend.attention};
-  GT_CALL(gt_backend_create_with(tr->cfg.backend.device, &opt, &tr->be));
-  GT_CALL(gt_coll_create(tr->be, tr->cfg.backend.mpi_device, &tr->coll));
-  if (strcmp(tr->cfg.parallel.collectives, "nccl") == 0) {
+  GT_CALL(gt_backend_create_device(tr->cfg.backend.device, &opt, &tr->be));
+  GT_CALL(gt_coll_create(tr->be, gt_tristate_names[tr->cfg.backend.mpi_device], &tr->coll));
+  if (tr->cfg.parallel.collectives == GT_COLLECTIVES_NCCL) {
     const gt_grid *g = tr->grid;
     const MPI_Comm groups[] = {g->tp, g->dp, g->embed};
     GT_CALL(gt_coll_use_nccl(tr->coll, groups, 3));
@@ -640,14 +650,14 @@ int gt_trainer_create(const gt_config *cfg, MPI_Comm world, bool quiet, gt_train
   tr->shape = (gt_gpt_shape){(int)cfg->model.layers, (int)cfg->model.heads,
                              (int)cfg->model.dim, (int)cfg->model.seq_len,
                              (int)cfg->model.vocab};
-  tr->dtype = gt_precision_dtype(cfg->backend.precision);
+  tr->dtype = cfg->backend.precision;
   gt_scaler_init(&tr->scaler, tr->dtype == GT_F16, cfg->backend.loss_scale,
                  cfg->backend.loss_scale_factor, cfg->backend.loss_scale_min,
                  cfg->backend.loss_scale_interval);
   tr->threads = gt_resolve_threads(cfg, g);
   const bool oversubscribed = (long)g->node_size * tr->threads > g->node_cores;
-  if (strcmp(cfg->parallel.wait, "yield") == 0 ||
-      (strcmp(cfg->parallel.wait, "auto") == 0 && oversubscribed))
+  if (cfg->parallel.wait == GT_WAIT_SETTING_YIELD ||
+      (cfg->parallel.wait == GT_WAIT_SETTING_AUTO && oversubscribed))
     gt_comm_set_wait_mode(GT_WAIT_YIELD);
   else
     gt_comm_set_wait_mode(GT_WAIT_BUSY);
@@ -678,10 +688,10 @@ int gt_trainer_create(const gt_config *cfg, MPI_Comm world, bool quiet, gt_train
     .tp = {g->tp, g->tp_rank, g->tp_size, tr->ev.tp_comm, tr->coll},
     .zero_rank = g->dp_rank,
     .zero_size = tr->zero >= 1 ? g->dp_size : 1,
-    .recompute = (gt_recompute)gt_recompute_parse(cfg->model.recompute),
+    .recompute = cfg->model.recompute,
     .recompute_event = tr->ev.recompute,
     .zero_stage = tr->zero,
-    .seq_par = strcmp(cfg->parallel.sequence_parallel, "on") == 0};
+    .seq_par = cfg->parallel.sequence_parallel};
   tr->dp_group = (gt_group){g->dp, g->dp_rank, g->dp_size, tr->ev.zero_gather, tr->coll};
   if (g->world_rank == 0 && cfg->parallel.zero >= 1 && g->dp_size == 1 && !quiet)
     gt_info("gridtrain: [parallel] zero = %ld does nothing with dp = 1: the one data-parallel "
@@ -707,7 +717,7 @@ int gt_trainer_create(const gt_config *cfg, MPI_Comm world, bool quiet, gt_train
                                   cfg->optim.grad_clip};
   GT_AGREE(comm, gt_adamw_create(params, &tr->opt_cfg, &tr->opt));
   const int tied = gt_gpt_tied_param(tr->model); /* summed over the embedding group first */
-  tr->overlap = strcmp(cfg->parallel.dp_overlap, "on") == 0;
+  tr->overlap = cfg->parallel.dp_overlap;
   if (tr->zero >= 2) { /* each unit's gradients reduce-scattered per micro-batch */
     int *first = malloc(sizeof(int) * (size_t)params->count);
     int *count = malloc(sizeof(int) * (size_t)params->count);

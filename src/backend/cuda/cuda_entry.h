@@ -15,10 +15,11 @@
 
 /* Fill be for "cuda": pick the GPU of node-local rank local_rank (< 0: from
  * the launcher's environment, binding.h), create its streams, cuBLASLt and
- * (attention "cudnn") cuDNN. attention: "cudnn", "own", or NULL/"" for
- * GT_CUDA_ATTENTION from the environment, else cudnn. On failure be may hold
+ * (attention cudnn or cudnn-fast) cuDNN. attention: [backend] attention, or
+ * GT_ATTENTION_DEFAULT for GT_CUDA_ATTENTION from the environment, else
+ * cudnn. On failure be may hold
  * partial state: call gt_cuda_backend_fini. */
-int gt_cuda_backend_init(gt_backend *be, int local_rank, const char *attention);
+int gt_cuda_backend_init(gt_backend *be, int local_rank, gt_attention_kind attention);
 
 /* Wait for the device and release everything (safe on partial state). */
 int gt_cuda_backend_fini(gt_backend *be);
