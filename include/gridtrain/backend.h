@@ -280,6 +280,12 @@ const char *gt_backend_device_name(gt_backend *be);
  * now and at most so far: the allocator's high-water mark. */
 void gt_backend_device_memory(gt_backend *be, size_t *in_use, size_t *peak);
 
+/* Lower that high-water mark back to peak (a value it had before), or to
+ * what is in use now where that is more: for a measurement whose buffers are
+ * freed again and are no part of the run's account (the CPU calibration of
+ * peak.h). Not collective. */
+void gt_backend_device_memory_rewind(gt_backend *be, size_t peak);
+
 /* A device clock for the named timers (timer.h) that marks be's compute
  * stream with events. Not collective. */
 typedef struct gt_timer_clock gt_timer_clock;

@@ -43,7 +43,8 @@ double gt_peak_gpu(const char *name, gt_peak_kind kind);
 /* The best fp32 FLOP/s of be's linear_forward on square products (n = 256,
  * 512, ... 2048, as far as `seconds` allows) with be's threads. Allocates
  * and frees device memory of be and waits for it (be->ops->sync): call it
- * outside a training step. Not collective. */
+ * outside a training step. Its buffers stay out of be's high-water mark
+ * (gt_backend_device_memory_rewind). Not collective. */
 int gt_peak_cpu_measure(gt_backend *be, double seconds, double *flops);
 
 /* gt_peak_cpu_measure (one second at most) behind the cache file: this

@@ -193,6 +193,14 @@ void gt_backend_device_memory(gt_backend *be, size_t *in_use, size_t *peak)
     gt_cpu_memory_stats(be, in_use, peak);
 }
 
+void gt_backend_device_memory_rewind(gt_backend *be, size_t peak)
+{
+  if (be->device == GT_CUDA)
+    gt_cuda_memory_rewind(be, peak);
+  else
+    gt_cpu_memory_rewind(be, peak);
+}
+
 const char *gt_backend_blas_warning(void)
 {
 #ifdef HAVE_OPENBLAS_GET_CORENAME

@@ -187,6 +187,12 @@ void gt_cuda_memory_stats(gt_backend *be, size_t *in_use, size_t *peak, size_t *
   *cached = a->cached_bytes;
 }
 
+void gt_cuda_memory_rewind(gt_backend *be, size_t peak)
+{
+  gt_cuda_alloc *a = gt_cuda_of(be)->alloc;
+  a->peak_bytes = peak > a->in_use_bytes ? peak : a->in_use_bytes;
+}
+
 static int cuda_alloc_host(gt_backend *be, size_t bytes, void **ptr)
 {
   (void)be;

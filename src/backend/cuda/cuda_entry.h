@@ -34,6 +34,10 @@ const char *gt_cuda_backend_name(gt_backend *be);
  * in the allocator's cache. */
 void gt_cuda_memory_stats(gt_backend *be, size_t *in_use, size_t *peak, size_t *cached);
 
+/* Lower the high-water mark to peak, or to what is in use now where that is
+ * more (gt_backend_device_memory_rewind). */
+void gt_cuda_memory_rewind(gt_backend *be, size_t peak);
+
 /* ---- NCCL (cuda_nccl.c; cuda_nccl_none.c in builds without it) ----------------
  * One NCCL communicator per MPI communicator, made by src/comm/collectives.c:
  * rank 0 of the group makes the unique id, MPI broadcasts it, and every
