@@ -434,8 +434,6 @@ static void gt_gpt_layout(gt_gpt *m, gt_carver *c)
 
 // ---- life cycle ----------------------------------------------------------------------------
 
-static const char *const gt_recompute_names[] = {"none", "attention", "block"};
-
 const char *gt_recompute_name(gt_recompute r)
 {
   return r >= GT_RECOMPUTE_NONE && r <= GT_RECOMPUTE_BLOCK ? gt_recompute_names[r] : "?";

@@ -69,16 +69,16 @@ static int gt_mem_plan_stage(const gt_config *cfg, const gt_gpt_shape *shape,
                              void *ctx, gt_mem_account *a)
 {
   const int dp = sizes[0], pp = sizes[1], tp = sizes[2];
-  const gt_dtype dt = gt_precision_dtype(cfg->backend.precision);
+  const gt_dtype dt = cfg->backend.precision;
   const int M = (int)cfg->data.microbatches, T = (int)cfg->model.seq_len;
   const int B_micro = (int)cfg->data.batch / dp / M;
   const int zero = dp > 1 ? (int)cfg->parallel.zero : 0;
   gt_gpt_part part = {.tp = {MPI_COMM_NULL, 0, tp, -1, NULL},
                       .zero_size = zero >= 1 ? dp : 1,
-                      .recompute = (gt_recompute)gt_recompute_parse(cfg->model.recompute),
+                      .recompute = cfg->model.recompute,
                       .recompute_event = -1,
                       .zero_stage = zero,
-                      .seq_par = strcmp(cfg->parallel.sequence_parallel, "on") == 0};
+                      .seq_par = cfg->parallel.sequence_parallel};
   memset(a, 0, sizeof *a);
   int cslots[GT_SCHEDULE_MAX_CHUNKS];
   const int slots = gt_schedule_chunk_slots(sched, pp, s, M, cslots);
@@ -106,6 +106,14 @@ static int gt_mem_plan_stage(const gt_config *cfg, const gt_gpt_shape *shape,
                       : 0.0) +
               a->gather_bufs; /* each gather buffer's staging room */
   return GT_SUCCESS;
+}
+
+bool gt_mem_staged(const gt_config *cfg)
+{
+  const bool device_memory =
+      cfg->backend.device == GT_DEVICE_CUDA || cfg->backend.device == GT_DEVICE_CPU_GUARD;
+  return cfg->backend.mpi_device == GT_TRI_OFF ||
+         (cfg->backend.mpi_device == GT_TRI_AUTO && device_memory);
 }
 
 int gt_mem_plan_cached(const gt_config *cfg, int ranks, bool staged, gt_mem_account *stages,

@@ -15,10 +15,11 @@
 
 /* Fill be for "cuda": pick the GPU of node-local rank local_rank (< 0: from
  * the launcher's environment, binding.h), create its streams, cuBLASLt and
- * (attention "cudnn") cuDNN. attention: "cudnn", "own", or NULL/"" for
- * GT_CUDA_ATTENTION from the environment, else cudnn. On failure be may hold
+ * (attention cudnn or cudnn-fast) cuDNN. attention: [backend] attention, or
+ * GT_ATTENTION_DEFAULT for GT_CUDA_ATTENTION from the environment, else
+ * cudnn. On failure be may hold
  * partial state: call gt_cuda_backend_fini. */
-int gt_cuda_backend_init(gt_backend *be, int local_rank, const char *attention);
+int gt_cuda_backend_init(gt_backend *be, int local_rank, gt_attention_kind attention);
 
 /* Wait for the device and release everything (safe on partial state). */
 int gt_cuda_backend_fini(gt_backend *be);
@@ -32,6 +33,10 @@ const char *gt_cuda_backend_name(gt_backend *be);
 /* Bytes of device memory allocated through be now, at most so far, and kept
  * in the allocator's cache. */
 void gt_cuda_memory_stats(gt_backend *be, size_t *in_use, size_t *peak, size_t *cached);
+
+/* Lower the high-water mark to peak, or to what is in use now where that is
+ * more (gt_backend_device_memory_rewind). */
+void gt_cuda_memory_rewind(gt_backend *be, size_t peak);
 
 /* ---- NCCL (cuda_nccl.c; cuda_nccl_none.c in builds without it) ----------------
  * One NCCL communicator per MPI communicator, made by src/comm/collectives.c:
