@@ -21,9 +21,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../backend/cpu/cpu_convert.h"
 #include "gridtrain/comm.h"
 #include "gridtrain/error.h"
+#include "gridtrain/half.h"
 #include "gridtrain/rng.h"
 
 int gt_compress_parse(const char *text, gt_compress_spec *spec)
