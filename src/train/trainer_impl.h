@@ -32,6 +32,7 @@
 #include "gridtrain/scaler.h"
 #include "gridtrain/schedule.h"
 #include "gridtrain/timer.h"
+#include "gridtrain/tokenizer.h"
 #include "gridtrain/trainer.h"
 
 /* Device scalars of a step: reduced over the world at its end. */
