@@ -1,5 +1,8 @@
 /*
- * memory.c - the memory account (see memory.h).
+ * memory.c - the memory account (see memory.h): arithmetic on a resolved
+ * layout, without MPI or a device. It lives with the planner, below the
+ * trainer: the cost model ranks layouts by it, `plan --memory` prints it,
+ * and the trainer's start-up table uses its formulas and rows.
  */
 #include "gridtrain/memory.h"
 
