@@ -142,7 +142,8 @@ int gt_ckpt_selection_size(const gt_param *t, long long *file_points, long long 
  * out of the write: every rank makes every collective call and closes the
  * file, and the error ("cannot write checkpoint PATH: CAUSE") is known to
  * the ranks that met it; agree on it (gt_error_agree). The file is then not
- * a checkpoint. */
+ * a checkpoint. The GT_FAULT hooks of the write (fault.h) take the rank in
+ * comm for the world rank. */
 int gt_ckpt_write(const char *path, const gt_ckpt_meta *meta, const gt_ckpt_state *st,
                   MPI_Comm comm);
 
@@ -201,7 +202,8 @@ int gt_ckpt_dir_prepare(const char *dir, MPI_Comm comm);
  * sub-communicator of comm holding rank 0 of comm and, between their
  * ranges, every entry of every tensor exactly once; MPI_COMM_NULL on the
  * other ranks, which only wait). The trainer passes comm itself: every
- * data-parallel rank writes its own part. The
+ * data-parallel rank writes its own part. The GT_FAULT hooks of the write
+ * (fault.h) take the rank in comm for the world rank. The
  * file name is returned in path. Errors collective. A write that fails on
  * any rank, or a failure while rank 0 makes it durable and names it (fsync,
  * rename, latest.tmp on a full disk), leaves dir as it was: the earlier

@@ -79,7 +79,7 @@ typedef struct {
   uint32_t *values;        /* nsums checksums */
   int fd, fd_direct;       /* the file through the page cache / O_DIRECT; -1 */
   gt_swap_plan plan;       /* the exchange inside the group */
-  int rank;  /* world rank, for the fault hooks */
+  int rank;  /* the caller's rank in the job, for the fault hooks */
   long step; /* the checkpoint's step, for the fault hooks */
   int local; /* first local failure, or GT_SUCCESS */
   char local_message[1024];
@@ -658,11 +658,10 @@ static void gt_ckpt_writer_free(gt_ckpt_writer *w)
 
 /* gt_ckpt_write, naming the checkpoint `shown` in its error message. */
 int gt_ckpt_write_file(const char *path, const char *shown, const gt_ckpt_meta *meta,
-                              const gt_ckpt_state *st, MPI_Comm comm)
+                       const gt_ckpt_state *st, MPI_Comm comm, int fault_rank)
 {
-  gt_ckpt_writer w = {.st = st, .path = path, .step = meta->step, .local = GT_SUCCESS,
-                      .fd = -1, .fd_direct = -1, .plan = {.gsize = 1}};
-  MPI_Comm_rank(MPI_COMM_WORLD, &w.rank);
+  gt_ckpt_writer w = {.st = st, .path = path, .rank = fault_rank, .step = meta->step,
+                      .local = GT_SUCCESS, .fd = -1, .fd_direct = -1, .plan = {.gsize = 1}};
   int status = gt_comm_foreign_begin(comm);
   const bool in_scope = status == GT_SUCCESS;
   if (status == GT_SUCCESS)
@@ -702,6 +701,8 @@ int gt_ckpt_write_file(const char *path, const char *shown, const gt_ckpt_meta *
 int gt_ckpt_write(const char *path, const gt_ckpt_meta *meta, const gt_ckpt_state *st,
                   MPI_Comm comm)
 {
-  GT_CALL(gt_ckpt_write_file(path, path, meta, st, comm));
+  int rank;
+  GT_CALL_MPI(MPI_Comm_rank(comm, &rank));
+  GT_CALL(gt_ckpt_write_file(path, path, meta, st, comm, rank));
   return GT_SUCCESS;
 }
