@@ -1,8 +1,9 @@
 /*
- * half.h - fp32 <-> bf16 / fp16 conversions in host code (core, header-only:
- * inline so that the array forms vectorise where they are used). Used by the
- * CPU backends, the host sums of src/comm/coll_algos.c, gradient compression
- * (src/parallel/compress.c) and the Hugging Face export (src/io/hf_export.c).
+ * gridtrain/half.h - fp32 <-> bf16 / fp16 conversions in host code (core,
+ * header-only: inline so that the array forms vectorise where they are
+ * used). Used by the CPU backends, the host sums of src/comm/coll_algos.c,
+ * gradient compression (src/parallel/compress.c) and the Hugging Face
+ * export (src/io/hf_export.c).
  *
  * Rounding is to nearest, ties to even, in both formats; NaN stays NaN (a
  * quiet NaN), infinities stay infinite, fp32 values past a format's range
