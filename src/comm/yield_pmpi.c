@@ -204,11 +204,12 @@ static void gt_yield_files_init(void)
 /* In yield mode, files are opened without ROMIO's collective buffering
  * (romio_cb_write/read = disable): a collective write is then each rank's
  * own pwrite, with no communication inside MPI to spin in. Collective
- * writes are blocking here (see "File calls that change data"), and with collective
- * buffering their internal exchange spun on the oversubscribed cores: a
- * checkpoint of 4 ranks on 2 cores took ~40% longer; without it, as long as
- * with the non-blocking form. On one node the aggregation gains nothing;
- * busy mode (ranks <= cores, real clusters) keeps ROMIO's defaults. */
+ * writes are blocking here (see "File calls that change data"), and with
+ * collective buffering their internal exchange spun on the oversubscribed
+ * cores: a checkpoint of 4 ranks on 2 cores took ~40% longer; without it,
+ * as long as with the non-blocking form. On one node the aggregation gains
+ * nothing; busy mode (ranks <= cores, real clusters) keeps ROMIO's
+ * defaults. */
 static int gt_yield_open(MPI_Comm comm, const char *filename, int amode, MPI_Info info,
                          MPI_File *fh)
 {
