@@ -18,6 +18,7 @@
 #include "gridtrain/grid.h"
 #include "gridtrain/log.h"
 #include "gridtrain/path.h"
+#include "gridtrain/prompt.h"
 #include "gridtrain/sample.h"
 #include "gridtrain/timer.h"
 
@@ -358,7 +359,7 @@ static int gt_sample_print(const gt_sample_args *a, gt_sample_run *r, int np, in
   } else {
     char *text = NULL;
     size_t len = 0;
-    GT_CALL(gt_sample_decode(r->tok, r->out, nout, &text, &len));
+    GT_CALL(gt_prompt_decode(r->tok, r->out, nout, &text, &len));
     fputs(a->prompt, stdout);
     fwrite(text, 1, len, stdout);
     printf("\n");
@@ -417,7 +418,7 @@ static int gt_sample_main(gt_sample_args *a, MPI_Comm world)
   int np = 0, limit = 0, nout = 0;
   status = gt_sample_load(a, &cfg, world, &r);
   if (status == GT_SUCCESS)
-    status = gt_sample_prompt(cfg.data.train, a->prompt, (int)cfg.model.vocab, world, &r.tok,
+    status = gt_prompt_encode(cfg.data.train, a->prompt, (int)cfg.model.vocab, world, &r.tok,
                               &r.prompt, &np, &limit);
   if (status == GT_SUCCESS) {
     r.vocab = (int)cfg.model.vocab;

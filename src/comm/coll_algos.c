@@ -31,9 +31,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../backend/cpu/cpu_convert.h"
 #include "gridtrain/comm.h"
 #include "gridtrain/error.h"
+#include "gridtrain/half.h"
 
 // ---- names ----------------------------------------------------------------------------
 

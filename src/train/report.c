@@ -132,8 +132,8 @@ void gt_trainer_memory(const gt_trainer *tr, gt_mem_account *a)
                                        tr->M);
   a->act_shared = (double)gt_gpt_activation_bytes(tr->model) - a->act_slot * a->in_flight;
   a->comm = (double)gt_coll_staging_bytes(tr->coll);
-  a->grad_bufs = tr->gshard ? (double)gt_gshard_buffer_bytes(tr->gshard) : 0.0;
-  a->gather_bufs = tr->pgather ? (double)gt_pgather_buffer_bytes(tr->pgather) : 0.0;
+  a->grad_bufs = tr->gshard ? (double)gt_grad_shards_buffer_bytes(tr->gshard) : 0.0;
+  a->gather_bufs = tr->pgather ? (double)gt_param_gather_buffer_bytes(tr->pgather) : 0.0;
 }
 
 /* The fields of an account, flat, for gathers. */

@@ -66,34 +66,34 @@ static int gt_trainer_bucket_progress(void *ctx)
 
 static int gt_trainer_gshard_ready(void *ctx, int first, int count)
 {
-  return gt_gshard_ready(((gt_trainer *)ctx)->gshard, first, count);
+  return gt_grad_shards_ready(((gt_trainer *)ctx)->gshard, first, count);
 }
 
 static int gt_trainer_gshard_progress(void *ctx)
 {
-  return gt_gshard_progress(((gt_trainer *)ctx)->gshard);
+  return gt_grad_shards_progress(((gt_trainer *)ctx)->gshard);
 }
 
 static int gt_trainer_gshard_acquire(void *ctx, int first, int count, float **base)
 {
-  return gt_gshard_acquire(((gt_trainer *)ctx)->gshard, first, count, base);
+  return gt_grad_shards_acquire(((gt_trainer *)ctx)->gshard, first, count, base);
 }
 
 static int gt_trainer_weights_acquire(void *ctx, int first, int count, int next_first,
                                       int next_count, const void **base)
 {
-  return gt_pgather_acquire(((gt_trainer *)ctx)->pgather, first, count, next_first, next_count,
-                            base);
+  return gt_param_gather_acquire(((gt_trainer *)ctx)->pgather, first, count, next_first, next_count,
+                                 base);
 }
 
 static int gt_trainer_weights_release(void *ctx, int first, int count)
 {
-  return gt_pgather_release(((gt_trainer *)ctx)->pgather, first, count);
+  return gt_param_gather_release(((gt_trainer *)ctx)->pgather, first, count);
 }
 
 static int gt_trainer_weights_progress(void *ctx)
 {
-  return gt_pgather_progress(((gt_trainer *)ctx)->pgather);
+  return gt_param_gather_progress(((gt_trainer *)ctx)->pgather);
 }
 
 /* ZeRO 3: the gather pool and the model's weight hook. Not collective. */
@@ -101,8 +101,8 @@ static int gt_trainer_weight_gathers(gt_trainer *tr)
 {
   size_t sizes[GT_GPT_GATHER_BUFS];
   gt_gpt_gather_sizes(tr->model, sizes);
-  GT_CALL(gt_pgather_create(gt_gpt_params(tr->model), tr->coll, tr->grid->dp, sizes,
-                            GT_GPT_GATHER_BUFS, tr->ev.param_gather, &tr->pgather));
+  GT_CALL(gt_param_gather_create(gt_gpt_params(tr->model), tr->coll, tr->grid->dp, sizes,
+                                 GT_GPT_GATHER_BUFS, tr->ev.param_gather, &tr->pgather));
   const gt_weight_hook wh = {gt_trainer_weights_acquire, gt_trainer_weights_release, tr,
                              {gt_trainer_weights_progress, tr}};
   gt_gpt_set_weight_hook(tr->model, &wh);
@@ -397,8 +397,8 @@ int gt_trainer_create(const gt_config *cfg, MPI_Comm world, bool quiet, gt_train
                               : GT_ERROR(GT_ERR_SYSTEM, "out of memory for gradient units");
     if (made == GT_SUCCESS) {
       const int n = gt_gpt_grad_units(tr->model, first, count, params->count);
-      made = gt_gshard_create(params, tr->coll, g->dp, first, count, n, tied, GT_GSHARD_POOL,
-                              &tr->gshard);
+      made = gt_grad_shards_create(params, tr->coll, g->dp, first, count, n, tied,
+                                   GT_GRAD_SHARDS_POOL, &tr->gshard);
     }
     free(first);
     free(count);
@@ -476,8 +476,8 @@ int gt_trainer_destroy(gt_trainer **trainer)
     MPI_Comm_free(&tr->replica);
   free(tr->sig_req);
   free(tr->sig_val);
-  gt_gshard_destroy(&tr->gshard);
-  gt_pgather_destroy(&tr->pgather);
+  gt_grad_shards_destroy(&tr->gshard);
+  gt_param_gather_destroy(&tr->pgather);
   gt_adamw_destroy(&tr->opt);
   gt_trainer_sample_free(tr);
   gt_gpt_destroy(&tr->model);

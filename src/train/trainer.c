@@ -72,7 +72,7 @@ int gt_trainer_step(gt_trainer *tr, gt_step_stats *st)
   if (tr->buckets)
     gt_buckets_reset(tr->buckets);
   if (tr->gshard)
-    GT_CALL(gt_gshard_reset(tr->gshard));
+    GT_CALL(gt_grad_shards_reset(tr->gshard));
 
   /* Each rank's loss is loss_scale / (global tokens) * the sum of its token
    * losses, so the dp sum of the gradients is loss_scale times the gradient
@@ -92,10 +92,10 @@ int gt_trainer_step(gt_trainer *tr, gt_step_stats *st)
   GT_CALL(gt_trainer_feed_settle(tr, status)); /* no HDF5 call from the reader from here */
 
   if (tr->pgather) /* zero 3: no gathered weights outlive the passes */
-    GT_CALL(gt_pgather_drop(tr->pgather));
+    GT_CALL(gt_param_gather_drop(tr->pgather));
   if (g->dp_size > 1 && reduce) { /* what backward did not hide */
     gt_event_begin(tr->ev.dp_exposed);
-    status = tr->gshard ? gt_gshard_wait(tr->gshard) : gt_buckets_wait(tr->buckets);
+    status = tr->gshard ? gt_grad_shards_wait(tr->gshard) : gt_buckets_wait(tr->buckets);
     gt_event_end(tr->ev.dp_exposed);
     GT_CALL(status);
   }
@@ -103,12 +103,12 @@ int gt_trainer_step(gt_trainer *tr, gt_step_stats *st)
   size_t ntied;
   gt_gpt_tied_grad(tr->model, &tied, &ntied);
   if (tr->gshard) /* zero 2: the tied copy's whole buffer of the step */
-    gt_gshard_persistent(tr->gshard, &tied, &ntied);
+    gt_grad_shards_persistent(tr->gshard, &tied, &ntied);
   if (tied) /* the tied embedding: both copies get the sum */
     GT_CALL(gt_group_allreduce_sum(&tr->embed, tied, ntied, GT_F32));
   if (tr->gshard) { /* then its reduce-scatter into the pieces */
     gt_event_begin(tr->ev.dp_exposed);
-    status = gt_gshard_finish_persistent(tr->gshard);
+    status = gt_grad_shards_finish_persistent(tr->gshard);
     gt_event_end(tr->ev.dp_exposed);
     GT_CALL(status);
   } else if (tr->zero >= 1) { /* zero 1: its held bucket is reduce-scattered after that sum */

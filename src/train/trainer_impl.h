@@ -34,6 +34,7 @@
 #include "gridtrain/scaler.h"
 #include "gridtrain/schedule.h"
 #include "gridtrain/timer.h"
+#include "gridtrain/tokenizer.h"
 #include "gridtrain/trainer.h"
 
 /* Device scalars of a step: reduced over the world at its end. */
@@ -92,8 +93,8 @@ struct gt_trainer {
   int zero;               /* ZeRO stage in effect (0 when dp = 1) */
   gt_group dp_group;
   gt_buckets *buckets;    /* zero 0, 1 */
-  gt_gshard *gshard;      /* zero 2, 3 */
-  gt_pgather *pgather;    /* zero 3 */
+  gt_grad_shards *gshard;   /* zero 2, 3 */
+  gt_param_gather *pgather; /* zero 3 */
   bool overlap;
   gt_grad_hook hook;
   gt_grad_hook poll_hook; /* stale: backward only moves the sums in flight along */

@@ -1,5 +1,8 @@
 /*
- * memory.c - the memory account (see memory.h).
+ * memory.c - the memory account (see memory.h): arithmetic on a resolved
+ * layout, without MPI or a device. It lives with the planner, below the
+ * trainer: the cost model ranks layouts by it, `plan --memory` prints it,
+ * and the trainer's start-up table uses its formulas and rows.
  */
 #include "gridtrain/memory.h"
 
@@ -51,13 +54,14 @@ static int gt_mem_stage_params(const gt_gpt_shape *shape, const gt_gpt_part *par
   size_t psi = 0, largest = 0, second = 0, tied = 0;
   GT_CALL(gt_gpt_plan_params(shape, part, dt, &psi, &largest, &second, &tied));
   p->psi = (double)psi;
-  p->grad_bufs = zero >= 2 ? (double)gt_gshard_plan_bytes(largest, second, tied, GT_GSHARD_POOL)
-                           : 0.0;
+  p->grad_bufs = zero >= 2
+                     ? (double)gt_grad_shards_plan_bytes(largest, second, tied, GT_GRAD_SHARDS_POOL)
+                     : 0.0;
   p->gather_bufs = 0.0;
   if (zero >= 3) {
     size_t bufs[GT_GPT_GATHER_BUFS];
     GT_CALL(gt_gpt_plan_gather(shape, part, dt, bufs));
-    p->gather_bufs = (double)gt_pgather_plan_bytes(bufs, GT_GPT_GATHER_BUFS, dt);
+    p->gather_bufs = (double)gt_param_gather_plan_bytes(bufs, GT_GPT_GATHER_BUFS, dt);
   }
   return GT_SUCCESS;
 }
