@@ -367,7 +367,8 @@ int gt_xfer_allgather(gt_xfer *x, void *buf, size_t n, gt_dtype t, const size_t 
   if (x->fl == GT_FLIGHT_SKIP)
     return GT_SUCCESS;
   GT_CALL(c->be->ops->event_record(c->be, x->ready, NULL));
-  if (!gt_coll_stage_direct(c, t, false) && x->own_len > 0) { /* only this member's block goes out */
+  /* staged: only this member's block goes out */
+  if (!gt_coll_stage_direct(c, t, false) && x->own_len > 0) {
     const size_t es = gt_dtype_size(t);
     GT_CALL(gt_coll_stage_out(c, x->ready, (char *)x->stage + x->own_off * es,
                               (char *)buf + x->own_off * es, x->own_len * es));

@@ -31,9 +31,11 @@ typedef struct gt_coll_transport {
    * carries everything. */
   bool (*carries)(const gt_coll *c, MPI_Comm comm, gt_coll_op op, gt_coll_use use,
                   size_t bytes, gt_coll_route *route);
-  /* Release the context's state of this transport (not collective). */
+  /* Release the context's state of this transport (the context owns it).
+   * Not collective. NULL: none. */
   int (*destroy)(gt_coll *c);
-  /* ---- blocking group operations (gt_group_*); NULL: not carried */
+  /* ---- blocking group operations (gt_group_*, device buffers; the
+   * context owns any staging). Collective on g. NULL: not carried. */
   int (*allreduce)(const gt_group *g, const gt_coll_route *r, void *buf, size_t n, gt_dtype t);
   int (*allgather)(const gt_group *g, const gt_coll_route *r, const void *send, void *recv,
                    size_t n, gt_dtype t);
@@ -48,8 +50,10 @@ typedef struct gt_coll_transport {
    * waits for it. NULL: requests go through the state machine. */
   int (*queue)(gt_xfer *x, const gt_coll_route *r, gt_coll_op op, float *buf, size_t n,
                const size_t *counts, int size);
-  /* post: start x's MPI phase on mbuf (x->buf, or its staging copy);
-   * test: move it along, *complete once done. */
+  /* post: start x's MPI phase on mbuf (x->buf, or its staging copy;
+   * untouched by anyone else until complete). Collective on x->comm for a
+   * collective kind (every member posts in the same issue order).
+   * test: move it along, *complete once done. Not collective. */
   int (*post)(gt_xfer *x, void *mbuf);
   int (*test)(gt_xfer *x, bool *complete);
 } gt_coll_transport;
@@ -70,7 +74,8 @@ int gt_coll_transport_destroy(gt_coll *c);
 
 /* ---- the MPI transport's pieces that others use (coll_mpi.c) */
 
-/* Create (free) the context's 16-bit MPI sums. */
+/* Create the context's 16-bit MPI sums (the MPI transport's destroy frees
+ * them). Not collective. */
 int gt_coll_mpi_create(gt_coll *c);
 
 #endif /* GT_COLL_TRANSPORT_H */

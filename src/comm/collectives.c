@@ -177,7 +177,8 @@ int gt_group_reduce_scatter_sum(const gt_group *g, const void *send, void *recv,
     return GT_SUCCESS;
   }
   const size_t all = n * gt_dtype_size(t) * (size_t)g->size;
-  const gt_group_call k = {.op = GT_COLL_REDUCE_SCATTER, .send = send, .recv = recv, .n = n, .t = t};
+  const gt_group_call k = {
+      .op = GT_COLL_REDUCE_SCATTER, .send = send, .recv = recv, .n = n, .t = t};
   GT_CALL(gt_group_run(g, GT_FL_REDUCE_SCATTER, all,
                        gt_algo_ring_bytes(GT_COLL_REDUCE_SCATTER, g->size, (double)all), &k));
   return GT_SUCCESS;
@@ -192,7 +193,8 @@ int gt_group_gather(const gt_group *g, const void *send, void *recv, size_t n, g
     return GT_SUCCESS;
   }
   const size_t bytes = n * gt_dtype_size(t);
-  const gt_group_call k = {.gather = true, .send = send, .recv = recv, .n = n, .t = t, .root = root};
+  const gt_group_call k = {
+      .gather = true, .send = send, .recv = recv, .n = n, .t = t, .root = root};
   GT_CALL(gt_group_run(g, GT_FL_GATHER, bytes, g->rank == root ? 0.0 : (double)bytes, &k));
   return GT_SUCCESS;
 }
