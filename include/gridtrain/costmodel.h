@@ -161,7 +161,7 @@ double gt_cost_kernel_time(const gt_cluster *c, gt_dtype dt, double flops, doubl
  * algorithms: all-reduce 2(n-1) alpha + 2(n-1)/n bytes beta / eff + (n-1)/n
  * bytes gamma; reduce-scatter (n-1) alpha + (n-1)/n bytes (beta / eff +
  * gamma); all-gather (n-1) alpha + (n-1)/n bytes beta / eff. Evaluated by
- * coll_algos.h's gt_algo_time (the ring, beta / eff), as the runtime's
+ * coll_algos.h's gt_algo_time (the ring, with eff), as the runtime's
  * auto choice is. */
 double gt_cost_allreduce(int n, double bytes, double alpha, double beta, double gamma,
                          double eff);

@@ -1105,11 +1105,11 @@ void gt_algo_cost(gt_algo a, gt_coll_op op, int p, double n, double seg_bytes, d
 }
 
 double gt_algo_time(gt_algo a, gt_coll_op op, int p, double n, double seg_bytes,
-                    const double abg[3])
+                    const double abg[3], double eff)
 {
   double c[3];
   gt_algo_cost(a, op, p, n, seg_bytes, c);
-  return abg[0] * c[0] + abg[1] * c[1] + abg[2] * c[2];
+  return c[0] * abg[0] + c[1] * abg[1] / eff + c[2] * abg[2];
 }
 
 int gt_algo_table_read(const char *path, gt_algo_table *table)
@@ -1176,7 +1176,7 @@ gt_algo gt_algo_pick(const gt_algo_table *table, gt_coll_op op, int p, double n,
     const gt_algo_row *r = &table->rows[i];
     if (r->op != op || r->np != near)
       continue;
-    const double t = gt_algo_time(r->algo, op, p, n, seg_bytes, r->abg);
+    const double t = gt_algo_time(r->algo, op, p, n, seg_bytes, r->abg, 1.0);
     if (t < best_t) {
       best_t = t;
       best = r->algo;

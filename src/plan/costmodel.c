@@ -160,7 +160,7 @@ double gt_cost_kernel_time(const gt_cluster *c, gt_dtype dt, double flops, doubl
 static double gt_cost_ring(gt_coll_op op, int n, double bytes, double alpha, double beta,
                            double gamma, double eff)
 {
-  return gt_algo_time(GT_ALGO_RING, op, n, bytes, 0, (const double[3]){alpha, beta / eff, gamma});
+  return gt_algo_time(GT_ALGO_RING, op, n, bytes, 0, (const double[3]){alpha, beta, gamma}, eff);
 }
 
 double gt_cost_allreduce(int n, double bytes, double alpha, double beta, double gamma,
