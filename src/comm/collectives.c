@@ -96,16 +96,22 @@ typedef struct {
   int root;
 } gt_group_call;
 
+/* The payload of the call in bytes: a member's buffer (all-reduce, the
+ * gather's send), else the whole buffer of the group. */
+static size_t gt_group_payload(const gt_group *g, const gt_group_call *k)
+{
+  const size_t bytes = k->n * gt_dtype_size(k->t);
+  return k->gather || k->op == GT_COLL_ALLREDUCE ? bytes : bytes * (size_t)g->size;
+}
+
 /* The transport's entry for the call: the first of the table that carries
  * it (the gather: always MPI's). */
 static int gt_group_dispatch(const gt_group *g, const gt_group_call *k)
 {
-  const size_t bytes = k->n * gt_dtype_size(k->t);
-  const size_t route_bytes = k->op == GT_COLL_ALLREDUCE ? bytes : bytes * (size_t)g->size;
   if (k->gather)
     return gt_coll_mpi_transport.gather(g, k->send, k->recv, k->n, k->t, k->root);
-  const gt_coll_route r =
-      gt_coll_transport_route(g->coll, g->comm, k->op, GT_COLL_USE_GROUP, route_bytes);
+  const gt_coll_route r = gt_coll_transport_route(g->coll, g->comm, k->op, GT_COLL_USE_GROUP,
+                                                  gt_group_payload(g, k));
   switch (k->op) {
   case GT_COLL_ALLREDUCE: return r.tr->allreduce(g, &r, k->recv, k->n, k->t);
   case GT_COLL_ALLGATHER: return r.tr->allgather(g, &r, k->send, k->recv, k->n, k->t);
@@ -113,13 +119,22 @@ static int gt_group_dispatch(const gt_group *g, const gt_group_call *k)
   }
 }
 
-/* The accounting of every group operation around its transport: the
- * bytes this member sends (`sent`), the flight record of `payload` bytes
+/* Every group operation of two or more members: the accounting around
+ * its transport. The bytes this member sends (as the ring sends them; a
+ * gather's members their block, its root nothing), the flight record
  * (skipped: nothing runs), the timer event of the group. */
-static int gt_group_run(const gt_group *g, gt_flight_op fop, size_t payload, double sent,
-                        const gt_group_call *k)
+static int gt_group_run(const gt_group *g, const gt_group_call *k)
 {
-  g->coll->bytes += sent;
+  GT_ASSERT(g->coll != NULL);
+  const size_t payload = gt_group_payload(g, k);
+  const gt_flight_op fop = k->gather                         ? GT_FL_GATHER
+                           : k->op == GT_COLL_ALLREDUCE      ? GT_FL_ALLREDUCE
+                           : k->op == GT_COLL_REDUCE_SCATTER ? GT_FL_REDUCE_SCATTER
+                                                             : GT_FL_ALLGATHER;
+  if (k->gather)
+    g->coll->bytes += g->rank == k->root ? 0.0 : (double)payload;
+  else
+    g->coll->bytes += gt_algo_ring_bytes(k->op, g->size, (double)payload);
   const long fl = gt_flight_begin(g->comm, fop, payload);
   if (fl == GT_FLIGHT_SKIP)
     return GT_SUCCESS;
@@ -146,11 +161,8 @@ int gt_group_allreduce_sum(const gt_group *g, void *buf, size_t n, gt_dtype t)
 {
   if (g->size == 1)
     return GT_SUCCESS;
-  GT_ASSERT(g->coll != NULL);
-  const size_t bytes = n * gt_dtype_size(t);
   const gt_group_call k = {.op = GT_COLL_ALLREDUCE, .send = buf, .recv = buf, .n = n, .t = t};
-  GT_CALL(gt_group_run(g, GT_FL_ALLREDUCE, bytes,
-                       gt_algo_ring_bytes(GT_COLL_ALLREDUCE, g->size, (double)bytes), &k));
+  GT_CALL(gt_group_run(g, &k));
   return GT_SUCCESS;
 }
 
@@ -160,11 +172,8 @@ int gt_group_allgather(const gt_group *g, const void *send, void *recv, size_t n
     GT_CALL(gt_group_copy(g, send, recv, n, t));
     return GT_SUCCESS;
   }
-  GT_ASSERT(g->coll != NULL);
-  const size_t all = n * gt_dtype_size(t) * (size_t)g->size;
   const gt_group_call k = {.op = GT_COLL_ALLGATHER, .send = send, .recv = recv, .n = n, .t = t};
-  GT_CALL(gt_group_run(g, GT_FL_ALLGATHER, all,
-                       gt_algo_ring_bytes(GT_COLL_ALLGATHER, g->size, (double)all), &k));
+  GT_CALL(gt_group_run(g, &k));
   return GT_SUCCESS;
 }
 
@@ -176,11 +185,9 @@ int gt_group_reduce_scatter_sum(const gt_group *g, const void *send, void *recv,
     GT_CALL(gt_group_copy(g, send, recv, n, t));
     return GT_SUCCESS;
   }
-  const size_t all = n * gt_dtype_size(t) * (size_t)g->size;
   const gt_group_call k = {
       .op = GT_COLL_REDUCE_SCATTER, .send = send, .recv = recv, .n = n, .t = t};
-  GT_CALL(gt_group_run(g, GT_FL_REDUCE_SCATTER, all,
-                       gt_algo_ring_bytes(GT_COLL_REDUCE_SCATTER, g->size, (double)all), &k));
+  GT_CALL(gt_group_run(g, &k));
   return GT_SUCCESS;
 }
 
@@ -192,9 +199,8 @@ int gt_group_gather(const gt_group *g, const void *send, void *recv, size_t n, g
     GT_CALL(gt_group_copy(g, send, recv, n, t));
     return GT_SUCCESS;
   }
-  const size_t bytes = n * gt_dtype_size(t);
   const gt_group_call k = {
       .gather = true, .send = send, .recv = recv, .n = n, .t = t, .root = root};
-  GT_CALL(gt_group_run(g, GT_FL_GATHER, bytes, g->rank == root ? 0.0 : (double)bytes, &k));
+  GT_CALL(gt_group_run(g, &k));
   return GT_SUCCESS;
 }
