@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "gridtrain/costmodel.h"
+#include "gridtrain/coll_algos.h"
 #include "gridtrain/error.h"
 #include "gridtrain/grad_shards.h"
 #include "gridtrain/grid.h"
@@ -154,30 +155,29 @@ double gt_cost_kernel_time(const gt_cluster *c, gt_dtype dt, double flops, doubl
   return gt_roofline(c, dt, flops, bytes, share, c->eff_matmul);
 }
 
+/* The ring's alpha-beta-gamma time (coll_algos.h: the model the runtime's
+ * auto choice evaluates too). */
+static double gt_cost_ring(gt_coll_op op, int n, double bytes, double alpha, double beta,
+                           double gamma, double eff)
+{
+  return gt_algo_time(GT_ALGO_RING, op, n, bytes, 0, (const double[3]){alpha, beta, gamma}, eff);
+}
+
 double gt_cost_allreduce(int n, double bytes, double alpha, double beta, double gamma,
                          double eff)
 {
-  if (n <= 1)
-    return 0;
-  const double f = (double)(n - 1) / n;
-  return 2.0 * (n - 1) * alpha + 2.0 * f * bytes * beta / eff + f * bytes * gamma;
+  return gt_cost_ring(GT_COLL_ALLREDUCE, n, bytes, alpha, beta, gamma, eff);
 }
 
 double gt_cost_reduce_scatter(int n, double bytes, double alpha, double beta, double gamma,
                               double eff)
 {
-  if (n <= 1)
-    return 0;
-  const double f = (double)(n - 1) / n;
-  return (n - 1) * alpha + f * bytes * (beta / eff + gamma);
+  return gt_cost_ring(GT_COLL_REDUCE_SCATTER, n, bytes, alpha, beta, gamma, eff);
 }
 
 double gt_cost_allgather(int n, double bytes, double alpha, double beta, double eff)
 {
-  if (n <= 1)
-    return 0;
-  const double f = (double)(n - 1) / n;
-  return (n - 1) * alpha + f * bytes * beta / eff;
+  return gt_cost_ring(GT_COLL_ALLGATHER, n, bytes, alpha, beta, 0.0, eff);
 }
 
 double gt_cost_bubble_fraction(gt_plan_schedule s, int pp, int micro, int chunks)
