@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gridtrain/coll_algos.h"
 #include "gridtrain/comm.h"
 #include "gridtrain/error.h"
 #include "gridtrain/half.h"
@@ -359,7 +360,7 @@ double gt_compressor_last_bytes(const gt_compressor *c) { return c->last; }
 /* What a bandwidth-optimal all-reduce of `bytes` sends per member. */
 static double gt_allreduce_share(const gt_compressor *c, double bytes)
 {
-  return 2.0 * (c->p - 1) / c->p * bytes;
+  return gt_algo_ring_bytes(GT_COLL_ALLREDUCE, c->p, bytes);
 }
 
 static int gt_allreduce_f32_start(gt_compressor *c, float *buf, size_t n)

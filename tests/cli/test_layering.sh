@@ -22,7 +22,6 @@
 # and after a '#' why it is allowed.
 allowed() {
   cat <<'EOF'
-src/comm/collectives.c ../backend/cuda/cuda_entry.h # removed by the collectives split
 EOF
 }
 
