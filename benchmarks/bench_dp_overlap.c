@@ -107,7 +107,7 @@ static int bench_create(const bench_opts *o, MPI_Comm world, double bucket_mb, b
   cfg.data.batch = (long)size * o->seqs;
   cfg.data.microbatches = o->microbatches;
   cfg.parallel.bucket_mb = bucket_mb;
-  snprintf(cfg.parallel.dp_overlap, sizeof cfg.parallel.dp_overlap, "%s", overlap ? "on" : "off");
+  cfg.parallel.dp_overlap = overlap;
   GT_CALL(gt_trainer_create(&cfg, world, true, tr));
   return GT_SUCCESS;
 }

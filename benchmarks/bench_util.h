@@ -323,7 +323,7 @@ static inline int bench_config_base(const bench_common *c, gt_config *cfg)
   cfg->run.eval_every = 0;
   cfg->run.metrics[0] = '\0';
   cfg->backend.threads = 1;
-  snprintf(cfg->parallel.wait, sizeof cfg->parallel.wait, "auto");
+  cfg->parallel.wait = GT_WAIT_SETTING_AUTO;
   return GT_SUCCESS;
 }
 

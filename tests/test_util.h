@@ -14,10 +14,22 @@
 #include <time.h>
 
 #include "gridtrain/backend.h"
+#include "gridtrain/config.h"
 #include "gridtrain/error.h"
 #include "gridtrain/ingest.h"
 #include "gridtrain/log.h"
 #include "tap.h"
+
+/* Set one configuration key from text, as on the command line
+ * (tu_config_set(&cfg, "backend.precision=%s", name)); a test's own values
+ * are valid, so a refusal ends the test. */
+#define tu_config_set(cfg, ...)                                                   \
+  do {                                                                            \
+    if (gt_config_set((cfg), __VA_ARGS__) != GT_SUCCESS) {                        \
+      fprintf(stderr, "%s:%d: %s\n", __FILE__, __LINE__, gt_error_message());    \
+      abort();                                                                    \
+    }                                                                             \
+  } while (0)
 
 /* Uniform in [lo, hi) from a tiny LCG (tests only). */
 static inline void tu_fill(float *x, size_t n, uint64_t seed, float lo, float hi)

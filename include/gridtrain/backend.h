@@ -80,6 +80,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "gridtrain/config_enums.h"
 #include "gridtrain/tensor.h"
 
 typedef struct gt_backend gt_backend;
@@ -251,14 +252,18 @@ typedef struct gt_backend_options {
   int threads;           /* CPU threads of the kernels (>= 1) */
   int local_rank;        /* node-local rank, picks the GPU; < 0: from the
                             launcher's environment (binding.h) */
-  const char *attention; /* cuda: "cudnn", "cudnn-fast" or "own"; NULL or
-                            "": the environment's GT_CUDA_ATTENTION, else
-                            cudnn */
+  gt_attention_kind attention; /* cuda: [backend] attention; GT_ATTENTION_DEFAULT:
+                                  the environment's GT_CUDA_ATTENTION, else cudnn */
 } gt_backend_options;
 
 /* gt_backend_create with options. For "cuda", GT_ERR_INPUT when the build
  * has no CUDA or no GPU is visible (the message says which). Not collective. */
 int gt_backend_create_with(const char *name, const gt_backend_options *opt, gt_backend **be);
+
+/* The same for the configuration's [backend] device (GT_CPU_MODE applies to
+ * GT_DEVICE_CPU as to "cpu"). Not collective. */
+int gt_backend_create_device(gt_device_kind device, const gt_backend_options *opt,
+                             gt_backend **be);
 
 /* Wait for all queued work, free the backend and set *be to NULL. */
 int gt_backend_destroy(gt_backend **be);
@@ -274,6 +279,12 @@ const char *gt_backend_device_name(gt_backend *be);
 /* Device bytes allocated through be (its alloc op; on the CPU backends too)
  * now and at most so far: the allocator's high-water mark. */
 void gt_backend_device_memory(gt_backend *be, size_t *in_use, size_t *peak);
+
+/* Lower that high-water mark back to peak (a value it had before), or to
+ * what is in use now where that is more: for a measurement whose buffers are
+ * freed again and are no part of the run's account (the CPU calibration of
+ * peak.h). Not collective. */
+void gt_backend_device_memory_rewind(gt_backend *be, size_t peak);
 
 /* A device clock for the named timers (timer.h) that marks be's compute
  * stream with events. Not collective. */

@@ -136,12 +136,14 @@ int gt_ckpt_selection_size(const gt_param *t, long long *file_points, long long 
  * writes the entries of its counted tensors that fall in its ranges; the
  * writers' ranges must hold every entry of every tensor exactly once (for
  * instance each data-parallel rank its ZeRO piece, or 1/dp of the flat
- * buffer when the replicas are whole). A failure on some
- * ranks only - an MPI-IO write error (inside HDF5 too: gt_comm_io_begin), a
- * failed copy to the host - does not take them out of the write: every
- * rank makes every collective call and closes the file, and the error
- * ("cannot write checkpoint PATH: CAUSE") is known to the ranks that met
- * it; agree on it (gt_error_agree). The file is then not a checkpoint. */
+ * buffer when the replicas are whole). A failure on some ranks only - an
+ * MPI-IO write error (inside HDF5 too: the write scope of
+ * src/io/write_scope.c), a failed copy to the host - does not take them
+ * out of the write: every rank makes every collective call and closes the
+ * file, and the error ("cannot write checkpoint PATH: CAUSE") is known to
+ * the ranks that met it; agree on it (gt_error_agree). The file is then not
+ * a checkpoint. The GT_FAULT hooks of the write (fault.h) take the rank in
+ * comm for the world rank. */
 int gt_ckpt_write(const char *path, const gt_ckpt_meta *meta, const gt_ckpt_state *st,
                   MPI_Comm comm);
 
@@ -200,7 +202,8 @@ int gt_ckpt_dir_prepare(const char *dir, MPI_Comm comm);
  * sub-communicator of comm holding rank 0 of comm and, between their
  * ranges, every entry of every tensor exactly once; MPI_COMM_NULL on the
  * other ranks, which only wait). The trainer passes comm itself: every
- * data-parallel rank writes its own part. The
+ * data-parallel rank writes its own part. The GT_FAULT hooks of the write
+ * (fault.h) take the rank in comm for the world rank. The
  * file name is returned in path. Errors collective. A write that fails on
  * any rank, or a failure while rank 0 makes it durable and names it (fsync,
  * rename, latest.tmp on a full disk), leaves dir as it was: the earlier

@@ -152,6 +152,20 @@ double gt_algo_req_sent(const gt_algo_req *r);
  * broadcast). */
 void gt_algo_cost(gt_algo a, gt_coll_op op, int p, double n, double seg_bytes, double c[3]);
 
+/* The alpha-beta-gamma time of that: abg[0] c[0] + abg[1] c[1] / eff +
+ * abg[2] c[2] with c from gt_algo_cost (0 for p <= 1); eff is the share
+ * of the link's bandwidth reached (1: as fitted). The one place the model
+ * is evaluated: gt_algo_pick at run time, the planner (costmodel.h) for
+ * its estimates. */
+double gt_algo_time(gt_algo a, gt_coll_op op, int p, double n, double seg_bytes,
+                    const double abg[3], double eff);
+
+/* The bytes a member sends for op on n bytes over p members under the
+ * bandwidth-optimal ring: all-reduce 2(p-1)/p n; reduce-scatter and
+ * all-gather (n the whole buffer) (p-1)/p n; broadcast (p-1)/p n on average
+ * (a chain: every member but the last sends all of it). 0 for p <= 1. */
+double gt_algo_ring_bytes(gt_coll_op op, int p, double n);
+
 /* A table of fitted alpha, beta, gamma per operation, algorithm and group
  * size, as the benchmark writes it: lines "OP ALGO NP ALPHA BETA GAMMA"
  * (seconds, seconds per byte), '#' comments. */

@@ -91,37 +91,28 @@ int gt_barrier(MPI_Comm comm);
 int gt_comm_foreign_begin(MPI_Comm comm);
 void gt_comm_foreign_end(void);
 
-/* A write scope: between begin and end, the MPI-IO calls that put data on
- * disk (MPI_File_write_at_all, MPI_File_write_at, MPI_File_set_size,
- * MPI_File_sync, MPI_File_close), whoever makes them, note the first error
- * on this rank - a failed call or a write of fewer bytes than asked - and
- * report success in full, so that a library such as parallel HDF5 makes the
- * same collective calls on every rank to the end instead of leaving them on
- * the rank that failed (src/comm/yield_pmpi.c says why). The data written
- * in the scope can then not be trusted on any rank until the error has been
- * agreed on. fail_writes makes every write of the scope on this rank fail
- * with an MPI_ERR_IO error (GT_FAULT=ckpt_write_fail, fault.h); a collective
- * write still takes part in the collective, with no data.
- * Not collective; scopes do not nest. Works in both wait modes. */
-void gt_comm_io_begin(bool fail_writes);
+/* A watch on the MPI-IO calls that change data on disk
+ * (MPI_File_write_at_all, MPI_File_write_at, MPI_File_set_size,
+ * MPI_File_sync, MPI_File_close), whoever makes them (parallel HDF5): the
+ * definitions of src/comm/yield_pmpi.c pass them through it. It is for a
+ * layer that must see those calls' errors itself (the checkpoint's write
+ * scope, src/io/write_scope.c). */
+typedef struct gt_file_watch {
+  /* true: this rank's writes are to fail (fault injection). A collective
+   * write then takes part in the collective with no data, an independent
+   * one is not made; either returns injected(call) as what MPI returned. */
+  bool (*failing)(void);
+  int (*injected)(const char *call);
+  /* What a call returns to its caller, given what MPI returned (rc) and,
+   * for writes, the status st of count items of type (else st NULL). */
+  int (*done)(int rc, const char *call, int count, MPI_Datatype type, MPI_Status *st);
+} gt_file_watch;
 
-/* End the write scope. GT_SUCCESS when no call failed; otherwise
- * GT_ERR_SYSTEM with the first error as the current one ("MPI_File_write_at_all
- * failed: No space left on device"). The error is this rank's alone: agree
- * on it (gt_error_agree) after the file is closed everywhere. */
-int gt_comm_io_end(void);
-
-/* Inside a write scope, for writes that do not go through MPI-IO (the
- * checkpoint writer's own pwrite of the tensor data, checkpoint.c): note a
- * failed one with its one-line description ("pwrite failed: No space left
- * on device (...)"); the first error noted in the scope, from MPI-IO or from
- * here, is the one gt_comm_io_end reports. Outside a scope, a no-op. Not
- * collective. */
-void gt_comm_io_note(const char *what);
-
-/* True inside a write scope whose writes are to fail (gt_comm_io_begin's
- * fail_writes): a writer outside MPI-IO then fails its writes too. */
-bool gt_comm_io_failing(void);
+/* Install watch (it must outlive its use), or remove it (NULL): the calls
+ * then return what MPI returns. A close that fails while a watch is
+ * installed sets the handle to MPI_FILE_NULL. Not collective; one watch at
+ * a time. */
+void gt_comm_watch_files(const gt_file_watch *watch);
 
 /* Agree on an error. Collective on comm: every rank passes its local status;
  * if any rank failed, the lowest failing rank's code and message become

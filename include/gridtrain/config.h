@@ -17,6 +17,8 @@
 #include <stddef.h>
 #include <stdio.h>
 
+#include "gridtrain/config_enums.h"
+
 #define GT_PATH_MAX 1024
 #define GT_NAME_MAX 32
 #define GT_CONFIG_MAX_KEYS 64
@@ -40,16 +42,16 @@ typedef struct gt_config {
     long dp, pp, tp; /* 0 means auto */
   } grid;
   struct {
-    char type[GT_NAME_MAX];
+    gt_model_type type;
     long layers, heads, dim, seq_len, vocab;
-    char recompute[GT_NAME_MAX]; /* none | attention | block */
+    gt_recompute recompute;
   } model;
   struct {
     char train[GT_PATH_MAX]; /* FILE.h5 or FILE.h5:/dataset */
     char val[GT_PATH_MAX];   /* "" for none */
     long batch;              /* global batch, sequences */
     long microbatches;       /* per DP rank and step */
-    char prefetch[GT_NAME_MAX]; /* on | off: read the next batch during the step */
+    bool prefetch;           /* read the next batch during the step */
   } data;
   struct {
     double lr, min_lr;
@@ -57,25 +59,25 @@ typedef struct gt_config {
     double weight_decay, beta1, beta2, eps, grad_clip;
   } optim;
   struct {
-    char device[GT_NAME_MAX];
+    gt_device_kind device;
     long threads;                 /* 0 means auto */
-    char precision[GT_NAME_MAX];  /* fp32 | bf16 | fp16 */
-    char mpi_device[GT_NAME_MAX]; /* auto | on | off */
-    char attention[GT_NAME_MAX];  /* cuda: cudnn | own */
+    gt_dtype precision;           /* GT_F32 | GT_BF16 | GT_F16 */
+    gt_tristate mpi_device;
+    gt_attention_kind attention;  /* cuda only */
     double loss_scale;            /* fp16: initial loss scale */
     long loss_scale_interval;     /* fp16: good steps before the scale grows */
     double loss_scale_factor;     /* fp16: growth and back-off factor */
     double loss_scale_min;        /* fp16: smallest scale before it is an error */
   } backend;
   struct {
-    char wait[GT_NAME_MAX];       /* auto | busy | yield */
+    gt_wait_setting wait;
     char schedule[GT_NAME_MAX];   /* gpipe | 1f1b | interleaved:V */
     char stages[GT_PATH_MAX];     /* "" or blocks per stage "3,5" */
     double bucket_mb;             /* DP bucket size, MiB (0: one bucket) */
-    char dp_overlap[GT_NAME_MAX]; /* on | off */
-    char sequence_parallel[GT_NAME_MAX]; /* on | off */
-    char collectives[GT_NAME_MAX]; /* mpi | nccl */
-    char allreduce[GT_NAME_MAX];  /* mpi | ring | tree | halving | auto */
+    bool dp_overlap;
+    bool sequence_parallel;
+    gt_collectives_kind collectives;
+    gt_allreduce_algo allreduce;
     char coll_table[GT_PATH_MAX]; /* auto: the fitted table */
     char compress[GT_NAME_MAX];   /* none | bf16 | fp16 | topk:R | powersgd:K */
     char sync[GT_NAME_MAX];       /* every_step | local:K | diloco:K | easgd:K,A | stale:S */
@@ -89,8 +91,8 @@ typedef struct gt_config {
     long every;               /* steps between checkpoints, 0: signal and end only */
     long keep;                /* files kept, 0: all */
     char resume[GT_PATH_MAX]; /* auto | never | PATH */
-    char direct_io[GT_NAME_MAX]; /* auto | on | off */
-    char on_error[GT_NAME_MAX];  /* stop | warn */
+    gt_tristate direct_io;
+    gt_on_error on_error;
   } checkpoint;
 
   char deck_path[GT_PATH_MAX];                 /* "" when no deck */
@@ -107,6 +109,12 @@ void gt_config_defaults(gt_config *cfg);
  * problem. */
 int gt_config_parse(gt_config *cfg, const char *text, const char *source,
                     int noverrides, char *const overrides[]);
+
+/* Set one key from the text "section.key=value" (printf format), as
+ * gt_config_parse does an override: for tests, benchmarks and tools that
+ * build a configuration in code. GT_ERR_INPUT as gt_config_parse. Not
+ * collective. */
+int gt_config_set(gt_config *cfg, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Values that are each in range but wrong: beta1/beta2 that round to 1 and
  * eps that rounds to 0 in fp32, min_lr above lr, more BLAS threads than

@@ -160,7 +160,9 @@ double gt_cost_kernel_time(const gt_cluster *c, gt_dtype dt, double flops, doubl
  * gamma in s per byte reduced, eff the bandwidth efficiency. Ring
  * algorithms: all-reduce 2(n-1) alpha + 2(n-1)/n bytes beta / eff + (n-1)/n
  * bytes gamma; reduce-scatter (n-1) alpha + (n-1)/n bytes (beta / eff +
- * gamma); all-gather (n-1) alpha + (n-1)/n bytes beta / eff. */
+ * gamma); all-gather (n-1) alpha + (n-1)/n bytes beta / eff. Evaluated by
+ * coll_algos.h's gt_algo_time (the ring, with eff), as the runtime's
+ * auto choice is. */
 double gt_cost_allreduce(int n, double bytes, double alpha, double beta, double gamma,
                          double eff);
 double gt_cost_reduce_scatter(int n, double bytes, double alpha, double beta, double gamma,

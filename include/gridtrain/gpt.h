@@ -34,6 +34,7 @@
 
 #include "gridtrain/backend.h"
 #include "gridtrain/collectives.h"
+#include "gridtrain/config_enums.h"
 #include "gridtrain/params.h"
 
 #define GT_GPT_MAX_CHUNKS 64 /* model chunks per rank (interleaved schedule) */
@@ -51,8 +52,9 @@ typedef struct gt_gpt gt_gpt;
  * group size). With pp > 1 the last stage keeps its own copy of wte for the
  * tied head (registered last, counted = false); the two copies' gradients
  * are summed over the embedding group (gt_gpt_tied_grad). */
-/* Activation recomputation ([model] recompute): what a micro-batch in flight
- * keeps of each block between its forward and its backward.
+/* Activation recomputation ([model] recompute, gt_recompute in config.h):
+ * what a micro-batch in flight keeps of each block between its forward and
+ * its backward.
  *   NONE       everything backward reads;
  *   ATTENTION  all but the attention core's output and softmax statistics,
  *              which backward recomputes from the kept q, k, v (selective
@@ -62,7 +64,6 @@ typedef struct gt_gpt gt_gpt;
  * The same kernels on the same inputs give the same bits, so every mode
  * trains bit for bit like NONE; the extra forwards are timed under
  * recompute_event. */
-typedef enum { GT_RECOMPUTE_NONE = 0, GT_RECOMPUTE_ATTENTION, GT_RECOMPUTE_BLOCK } gt_recompute;
 
 /* The name ("none", "attention", "block") and the mode of a name (-1 if
  * not one). */

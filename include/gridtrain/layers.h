@@ -141,13 +141,16 @@ int gt_embedding_backward(gt_backend *be, gt_dtype dt, float *dwte, float *dwpe,
 
 /* ---- language-model head: final LayerNorm, tied projection, loss --------
  *   logits = ln_f(x) wte^T;  loss_i = cross-entropy(logits_i, target_i)
- * Vocabulary-parallel: this rank's wte rows [v0, v0 + nv) (Vl rows with
- * padding) give logits (N, Vl); the softmax statistics of every rank are
- * all-gathered over tp (3 floats per row and rank), so no rank ever holds
- * the full logits, and padding rows never enter the loss. */
+ * Vocabulary-parallel: this rank's wte rows [vocab_first, vocab_first +
+ * vocab_real) (Vl = vocab_rows rows with padding) give logits (N, Vl);
+ * the softmax statistics of every rank are all-gathered over tp (3 floats
+ * per row and rank), so no rank ever holds the full logits, and padding
+ * rows never enter the loss. */
 typedef struct gt_head_dims {
   int64_t N, C;
-  int64_t Vl, v0, nv; /* local rows (with padding), first row, real rows */
+  int64_t vocab_rows;  /* local rows (Vl), with padding */
+  int64_t vocab_first; /* the first one's row in the whole vocabulary */
+  int64_t vocab_real;  /* real rows (the rest is padding) */
   gt_dtype dt;
   const gt_group *tp;
   const gt_seq_par *sp; /* sequence parallelism: x, dx, lnf are (N/P,C) rows */

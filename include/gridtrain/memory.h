@@ -59,6 +59,12 @@ double gt_mem_model_total(const gt_mem_account *a);
 double gt_mem_act_total(const gt_mem_account *a);
 double gt_mem_total(const gt_mem_account *a);
 
+/* Whether MPI stages device buffers through pinned host buffers, as `plan
+ * --memory` and the planner assume: [backend] mpi_device = off, or auto with
+ * memory that is not host-visible (cuda, cpu-guard); on says MPI is
+ * CUDA-aware. Pure. */
+bool gt_mem_staged(const gt_config *cfg);
+
 /* The account of every pipeline stage of cfg on `ranks` ranks, computed
  * without MPI or a device (what `gridtrain plan --memory` prints): stages
  * (at least pp entries; *pp set) and the resolved layout. Communication

@@ -13,7 +13,7 @@
  * (gt_xfer_allgather), in the compute type.
  *
  * The buffers hold a gathered unit only while it is held or in flight:
- * nothing is cached across an optimizer step (gt_pgather_drop). Every
+ * nothing is cached across an optimizer step (gt_param_gather_drop). Every
  * decision (which buffer, whether to prefetch) depends only on the sequence
  * of acquire / release calls, which is the same on every dp rank, so every
  * rank issues the same gathers in the same order.
@@ -32,18 +32,18 @@
 #include "gridtrain/collectives.h"
 #include "gridtrain/params.h"
 
-typedef struct gt_pgather gt_pgather;
+typedef struct gt_param_gather gt_param_gather;
 
 /* For params whose compute copy is sharded over dp (gt_params_shard stage
  * 3), with nbuf gather buffers of sizes[i] flat elements each (the model's
  * gt_gpt_gather_sizes). Allocates the buffers (compute type). The time
  * acquire waits for a gather is recorded under timer event `event` (-1:
  * not timed). Not collective. */
-int gt_pgather_create(gt_params *params, gt_coll *coll, MPI_Comm dp, const size_t *sizes,
-                      int nbuf, int event, gt_pgather **pg);
+int gt_param_gather_create(gt_params *params, gt_coll *coll, MPI_Comm dp, const size_t *sizes,
+                           int nbuf, int event, gt_param_gather **pg);
 
 /* Completes what is in flight, frees the buffers. */
-int gt_pgather_destroy(gt_pgather **pg);
+int gt_param_gather_destroy(gt_param_gather **pg);
 
 /* The weights of parameters [first, first + count): gathered (or waited for,
  * when prefetched) into a free buffer; *base is parameter first's compute
@@ -51,25 +51,25 @@ int gt_pgather_destroy(gt_pgather **pg);
  * a buffer is free, the gather of [next_first, next_first + next_count)
  * starts. Collective on dp (every rank makes the same calls in the same
  * order). The result is in order on the compute stream. */
-int gt_pgather_acquire(gt_pgather *pg, int first, int count, int next_first, int next_count,
-                       const void **base);
+int gt_param_gather_acquire(gt_param_gather *pg, int first, int count, int next_first,
+                            int next_count, const void **base);
 
 /* The unit is no longer read by work queued from now on: its buffer is free
  * (a later gather into it waits for the work queued before). Not
  * collective. */
-int gt_pgather_release(gt_pgather *pg, int first, int count);
+int gt_param_gather_release(gt_param_gather *pg, int first, int count);
 
 /* One pass of the progress engine (not collective). */
-int gt_pgather_progress(gt_pgather *pg);
+int gt_param_gather_progress(gt_param_gather *pg);
 
 /* Complete any gather in flight and forget every prefetched unit (before the
  * weights change: an optimizer step, a load). Units still held are an
  * internal error. Not collective (every rank's in-flight set is the same). */
-int gt_pgather_drop(gt_pgather *pg);
+int gt_param_gather_drop(gt_param_gather *pg);
 
-/* Device bytes of the buffers; the bytes gt_pgather_create allocates for
+/* Device bytes of the buffers; the bytes gt_param_gather_create allocates for
  * these sizes in type dt. */
-size_t gt_pgather_buffer_bytes(const gt_pgather *pg);
-size_t gt_pgather_plan_bytes(const size_t *sizes, int nbuf, gt_dtype dt);
+size_t gt_param_gather_buffer_bytes(const gt_param_gather *pg);
+size_t gt_param_gather_plan_bytes(const size_t *sizes, int nbuf, gt_dtype dt);
 
 #endif /* GRIDTRAIN_PARAM_GATHER_H */

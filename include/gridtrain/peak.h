@@ -29,10 +29,10 @@
 /* What the products multiply in. */
 typedef enum { GT_PEAK_FP32, GT_PEAK_TF32, GT_PEAK_BF16, GT_PEAK_FP16 } gt_peak_kind;
 
-/* The kind of the products of a [backend] precision ("fp32", "bf16",
- * "fp16"): fp32 is GT_PEAK_FP32, since the cuda backend multiplies fp32
+/* The kind of the products of a [backend] precision (GT_F32, GT_BF16,
+ * GT_F16): fp32 is GT_PEAK_FP32, since the cuda backend multiplies fp32
  * without TF32 (docs/cuda.md). */
-gt_peak_kind gt_peak_kind_of(const char *precision);
+gt_peak_kind gt_peak_kind_of(gt_dtype precision);
 
 /* The dense peak FLOP/s of the GPU called `name` (the CUDA runtime's
  * cudaDeviceProp.name, e.g. "NVIDIA H100 80GB HBM3") for products of kind;
@@ -43,7 +43,8 @@ double gt_peak_gpu(const char *name, gt_peak_kind kind);
 /* The best fp32 FLOP/s of be's linear_forward on square products (n = 256,
  * 512, ... 2048, as far as `seconds` allows) with be's threads. Allocates
  * and frees device memory of be and waits for it (be->ops->sync): call it
- * outside a training step. Not collective. */
+ * outside a training step. Its buffers stay out of be's high-water mark
+ * (gt_backend_device_memory_rewind). Not collective. */
 int gt_peak_cpu_measure(gt_backend *be, double seconds, double *flops);
 
 /* gt_peak_cpu_measure (one second at most) behind the cache file: this

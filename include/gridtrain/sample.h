@@ -1,7 +1,8 @@
 /*
  * gridtrain/sample.h - text generation: the choice of the next token from
  * the logits (greedy, or a seeded draw at a temperature from the top k),
- * and the generation loop over a GPT's key/value cache (gpt.h).
+ * and the generation loop over a GPT's key/value cache (gpt.h), on token
+ * ids (the text around them: prompt.h).
  *
  * A draw is a pure function of (logits, options, the index of the token in
  * the generation): u = gt_rng_uniform(gt_rng_stream(seed, "sample"), index)
@@ -15,12 +16,10 @@
 #ifndef GRIDTRAIN_SAMPLE_H
 #define GRIDTRAIN_SAMPLE_H
 
-#include <mpi.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "gridtrain/gpt.h"
-#include "gridtrain/tokenizer.h"
 
 typedef struct gt_sample_opts {
   double temperature; /* 0: greedy (the argmax, the lower id on ties); > 0 */
@@ -51,20 +50,5 @@ int gt_sample_pick(const float *logits, int n, const gt_sample_opts *o, uint64_t
 int gt_generate(gt_gpt *m, gt_gpt_cache *c, const int32_t *prompt, int np, int max_new,
                 int vocab_limit, const gt_sample_opts *o, int32_t *out, float *logits,
                 int *nout);
-
-/* ---- the text around the tokens ------------------------------------------ */
-
-/* Collective on comm: rank 0 reads the tokenizer of the dataset file
- * data_path (tokenizer.h) and encodes text; every rank gets the prompt
- * (*ids, *n >= 1 tokens, malloc'd) and *vocab_limit, the tokenizer's
- * vocabulary (the ids that can be decoded). Rank 0 keeps the tokenizer in
- * *tok (NULL elsewhere; free with gt_tokenizer_free). GT_ERR_INPUT, the
- * same on every rank, when the file has no usable tokenizer, its vocabulary
- * is larger than model_vocab, or the text encodes to no token. */
-int gt_sample_prompt(const char *data_path, const char *text, int model_vocab, MPI_Comm comm,
-                     gt_tokenizer **tok, int32_t **ids, int *n, int *vocab_limit);
-
-/* ids -> *text (*len bytes, malloc'd, NUL-terminated) with tok. */
-int gt_sample_decode(gt_tokenizer *tok, const int32_t *ids, int n, char **text, size_t *len);
 
 #endif /* GRIDTRAIN_SAMPLE_H */

@@ -40,17 +40,30 @@ gt_dtype gt_precision_dtype(const char *precision)
                                           : GT_F32;
 }
 
+/* The backends by name: the configuration's devices at their gt_device_kind,
+ * then "cpu-ref" (tests and benchmarks only). kernels NULL: cuda. */
+static const struct {
+  const char *name;
+  const gt_backend_ops *kernels;
+  gt_cpu_mode mode;
+} gt_backends[] = {[GT_DEVICE_CPU] = {"cpu", &gt_cpu_kernels, GT_CPU_SYNC},
+                   [GT_DEVICE_CPU_ASYNC] = {"cpu-async", &gt_cpu_kernels, GT_CPU_ASYNC},
+                   [GT_DEVICE_CPU_GUARD] = {"cpu-guard", &gt_cpu_kernels, GT_CPU_GUARD},
+                   [GT_DEVICE_CUDA] = {"cuda", NULL, GT_CPU_SYNC},
+                   [GT_DEVICE_CUDA + 1] = {"cpu-ref", &gt_ref_kernels, GT_CPU_SYNC}};
+#define GT_NBACKENDS ((int)(sizeof gt_backends / sizeof gt_backends[0]))
+
 /* GT_CPU_MODE=async|guard turns "cpu" into a test mode (tests run any suite
  * under it without changing their decks). */
-static int gt_cpu_mode_from_env(const char **name)
+static int gt_cpu_mode_from_env(int *which)
 {
   const char *mode = getenv("GT_CPU_MODE");
-  if (!mode || !mode[0] || strcmp(*name, "cpu") != 0)
+  if (!mode || !mode[0] || *which != GT_DEVICE_CPU)
     return GT_SUCCESS;
   if (strcmp(mode, "async") == 0)
-    *name = "cpu-async";
+    *which = GT_DEVICE_CPU_ASYNC;
   else if (strcmp(mode, "guard") == 0)
-    *name = "cpu-guard";
+    *which = GT_DEVICE_CPU_GUARD;
   else if (strcmp(mode, "sync") != 0)
     return GT_ERROR(GT_ERR_INPUT, "GT_CPU_MODE=%s: expected async, guard or sync", mode);
   return GT_SUCCESS;
@@ -72,7 +85,8 @@ static int gt_async_delay(double *us)
 
 int gt_backend_create(const char *name, int threads, gt_backend **be)
 {
-  gt_backend_options opt = {.threads = threads, .local_rank = -1};
+  gt_backend_options opt = {
+      .threads = threads, .local_rank = -1, .attention = GT_ATTENTION_DEFAULT};
   GT_CALL(gt_backend_create_with(name, &opt, be));
   return GT_SUCCESS;
 }
@@ -96,45 +110,50 @@ static int gt_backend_create_cuda(const gt_backend_options *opt, gt_backend **be
   return GT_SUCCESS;
 }
 
-int gt_backend_create_with(const char *name, const gt_backend_options *opt, gt_backend **be)
+/* Create gt_backends[which]. */
+static int gt_backend_create_at(int which, const gt_backend_options *opt, gt_backend **be)
 {
   int threads = opt->threads;
   GT_CHECK(threads >= 1, GT_ERR_INPUT, "backend threads must be >= 1 (got %d)", threads);
-  GT_CALL(gt_cpu_mode_from_env(&name));
-  static const struct {
-    const char *name;
-    const gt_backend_ops *kernels;
-    gt_cpu_mode mode;
-  } host[] = {{"cpu", &gt_cpu_kernels, GT_CPU_SYNC},
-              {"cpu-ref", &gt_ref_kernels, GT_CPU_SYNC},
-              {"cpu-async", &gt_cpu_kernels, GT_CPU_ASYNC},
-              {"cpu-guard", &gt_cpu_kernels, GT_CPU_GUARD}};
-  int which = -1;
-  for (int i = 0; i < (int)(sizeof host / sizeof host[0]); i++)
-    if (strcmp(name, host[i].name) == 0)
-      which = i;
-  if (which < 0 && strcmp(name, "cuda") == 0) {
+  GT_CALL(gt_cpu_mode_from_env(&which));
+  if (which == GT_DEVICE_CUDA) {
     GT_CALL(gt_backend_create_cuda(opt, be));
     return GT_SUCCESS;
   }
-  if (which < 0)
-    return GT_ERROR(GT_ERR_INPUT,
-                    "unknown backend '%s'; expected one of cpu, cpu-ref, cpu-async, cpu-guard, "
-                    "cuda",
-                    name);
   double delay = 0;
-  if (host[which].mode == GT_CPU_ASYNC)
+  if (gt_backends[which].mode == GT_CPU_ASYNC)
     GT_CALL(gt_async_delay(&delay));
   gt_backend *b = calloc(1, sizeof *b);
   GT_CHECK_ALLOC(b, sizeof *b);
-  b->name = host[which].name;
+  b->name = gt_backends[which].name;
   b->threads = threads;
-  int status = gt_cpu_backend_init(b, host[which].kernels, host[which].mode, delay);
+  int status = gt_cpu_backend_init(b, gt_backends[which].kernels, gt_backends[which].mode, delay);
   if (status != GT_SUCCESS) {
     free(b);
     return gt_error_push(status, __FILE__, __LINE__, __func__);
   }
   *be = b;
+  return GT_SUCCESS;
+}
+
+int gt_backend_create_with(const char *name, const gt_backend_options *opt, gt_backend **be)
+{
+  for (int i = 0; i < GT_NBACKENDS; i++)
+    if (strcmp(name, gt_backends[i].name) == 0) {
+      GT_CALL(gt_backend_create_at(i, opt, be));
+      return GT_SUCCESS;
+    }
+  return GT_ERROR(GT_ERR_INPUT,
+                  "unknown backend '%s'; expected one of cpu, cpu-ref, cpu-async, cpu-guard, "
+                  "cuda",
+                  name);
+}
+
+int gt_backend_create_device(gt_device_kind device, const gt_backend_options *opt,
+                             gt_backend **be)
+{
+  GT_ASSERT(device >= GT_DEVICE_CPU && device <= GT_DEVICE_CUDA);
+  GT_CALL(gt_backend_create_at((int)device, opt, be));
   return GT_SUCCESS;
 }
 
@@ -172,6 +191,14 @@ void gt_backend_device_memory(gt_backend *be, size_t *in_use, size_t *peak)
     gt_cuda_memory_stats(be, in_use, peak, &cached);
   else
     gt_cpu_memory_stats(be, in_use, peak);
+}
+
+void gt_backend_device_memory_rewind(gt_backend *be, size_t peak)
+{
+  if (be->device == GT_CUDA)
+    gt_cuda_memory_rewind(be, peak);
+  else
+    gt_cpu_memory_rewind(be, peak);
 }
 
 const char *gt_backend_blas_warning(void)

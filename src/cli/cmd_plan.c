@@ -67,13 +67,7 @@ static void gt_plan_usage(void)
 
 static int gt_plan_memory(const gt_config *cfg, long ranks)
 {
-  /* MPI stages through pinned buffers where it cannot take device pointers:
-   * cpu-guard, and cuda unless [backend] mpi_device = on says MPI is
-   * CUDA-aware. */
-  const bool device_memory = strcmp(cfg->backend.device, "cuda") == 0 ||
-                             strcmp(cfg->backend.device, "cpu-guard") == 0;
-  const bool staged = strcmp(cfg->backend.mpi_device, "off") == 0 ||
-                      (strcmp(cfg->backend.mpi_device, "auto") == 0 && device_memory);
+  const bool staged = gt_mem_staged(cfg);
   gt_mem_account *stages = calloc(GT_MEM_MAX_STAGES, sizeof *stages);
   GT_CHECK_ALLOC(stages, sizeof *stages * GT_MEM_MAX_STAGES);
   int sizes[3];
@@ -88,14 +82,13 @@ static int gt_plan_memory(const gt_config *cfg, long ranks)
     snprintf(what, sizeof what,
              "%s compute, zero %d over dp=%d, recompute %s, %s schedule%s; layout dp=%d x "
              "pp=%d x tp=%d on %ld ranks, %s; MPI %s",
-             cfg->backend.precision[0] ? cfg->backend.precision : "fp32", zero, sizes[0],
-             cfg->model.recompute, cfg->parallel.schedule,
-             sizes[2] > 1 && strcmp(cfg->parallel.sequence_parallel, "on") == 0
-                 ? ", sequence parallel over tp"
-                 : "",
-             sizes[0], sizes[1], sizes[2], ranks, cfg->backend.device,
+             gt_precision_names[cfg->backend.precision], zero, sizes[0],
+             gt_recompute_names[cfg->model.recompute], cfg->parallel.schedule,
+             sizes[2] > 1 && cfg->parallel.sequence_parallel ? ", sequence parallel over tp"
+                                                             : "",
+             sizes[0], sizes[1], sizes[2], ranks, gt_device_kind_names[cfg->backend.device],
              staged ? "staged" : "on device buffers");
-    gt_mem_print_header(stdout, what, gt_precision_dtype(cfg->backend.precision), "stage");
+    gt_mem_print_header(stdout, what, cfg->backend.precision, "stage");
     for (int s = 0; s < sizes[1]; s++) {
       char label[32];
       snprintf(label, sizeof label, "%d", s);

@@ -18,6 +18,7 @@
 #include "gridtrain/grid.h"
 #include "gridtrain/log.h"
 #include "gridtrain/path.h"
+#include "gridtrain/prompt.h"
 #include "gridtrain/sample.h"
 #include "gridtrain/timer.h"
 
@@ -289,10 +290,10 @@ static int gt_sample_load(const gt_sample_args *a, const gt_config *cfg, MPI_Com
   gt_comm_set_wait_mode((long)g->node_size * threads > g->node_cores ? GT_WAIT_YIELD
                                                                      : GT_WAIT_BUSY);
   const gt_backend_options opt = {threads, g->node_rank, cfg->backend.attention};
-  int status = gt_backend_create_with(cfg->backend.device, &opt, &r->be);
+  int status = gt_backend_create_device(cfg->backend.device, &opt, &r->be);
   if (status == GT_SUCCESS)
-    status = gt_coll_create(r->be, cfg->backend.mpi_device, &r->coll);
-  if (status == GT_SUCCESS && strcmp(cfg->parallel.collectives, "nccl") == 0)
+    status = gt_coll_create(r->be, gt_tristate_names[cfg->backend.mpi_device], &r->coll);
+  if (status == GT_SUCCESS && cfg->parallel.collectives == GT_COLLECTIVES_NCCL)
     status = gt_coll_use_nccl(r->coll, &g->tp, 1);
   GT_CALL(gt_error_agree(status, g->world));
   const gt_gpt_shape shape = {(int)cfg->model.layers, (int)cfg->model.heads,
@@ -300,7 +301,7 @@ static int gt_sample_load(const gt_sample_args *a, const gt_config *cfg, MPI_Com
                               (int)cfg->model.vocab};
   gt_gpt_part part = gt_gpt_whole(&shape);
   part.tp = (gt_group){g->tp, g->tp_rank, g->tp_size, -1, r->coll};
-  status = gt_gpt_create(r->be, &shape, &part, gt_precision_dtype(cfg->backend.precision), 1,
+  status = gt_gpt_create(r->be, &shape, &part, cfg->backend.precision, 1,
                          1, 1, &r->model);
   const int n = gt_gpt_logical_count(&shape);
   r->tensors = calloc((size_t)n, sizeof *r->tensors);
@@ -358,7 +359,7 @@ static int gt_sample_print(const gt_sample_args *a, gt_sample_run *r, int np, in
   } else {
     char *text = NULL;
     size_t len = 0;
-    GT_CALL(gt_sample_decode(r->tok, r->out, nout, &text, &len));
+    GT_CALL(gt_prompt_decode(r->tok, r->out, nout, &text, &len));
     fputs(a->prompt, stdout);
     fwrite(text, 1, len, stdout);
     printf("\n");
@@ -417,7 +418,7 @@ static int gt_sample_main(gt_sample_args *a, MPI_Comm world)
   int np = 0, limit = 0, nout = 0;
   status = gt_sample_load(a, &cfg, world, &r);
   if (status == GT_SUCCESS)
-    status = gt_sample_prompt(cfg.data.train, a->prompt, (int)cfg.model.vocab, world, &r.tok,
+    status = gt_prompt_encode(cfg.data.train, a->prompt, (int)cfg.model.vocab, world, &r.tok,
                               &r.prompt, &np, &limit);
   if (status == GT_SUCCESS) {
     r.vocab = (int)cfg.model.vocab;

@@ -31,9 +31,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../backend/cpu/cpu_convert.h"
 #include "gridtrain/comm.h"
 #include "gridtrain/error.h"
+#include "gridtrain/half.h"
 
 // ---- names ----------------------------------------------------------------------------
 
@@ -1034,6 +1034,12 @@ static double gt_log2c(int p)
   return l;
 }
 
+double gt_algo_ring_bytes(gt_coll_op op, int p, double n)
+{
+  const double f = p > 1 ? (double)(p - 1) / p : 0.0;
+  return op == GT_COLL_ALLREDUCE ? 2.0 * f * n : f * n;
+}
+
 void gt_algo_cost(gt_algo a, gt_coll_op op, int p, double n, double seg_bytes, double c[3])
 {
   c[0] = c[1] = c[2] = 0.0;
@@ -1049,11 +1055,11 @@ void gt_algo_cost(gt_algo a, gt_coll_op op, int p, double n, double seg_bytes, d
   case GT_ALGO_RING:
     if (op == GT_COLL_ALLREDUCE) {
       c[0] = 2.0 * (p - 1);
-      c[1] = 2.0 * f * n;
+      c[1] = gt_algo_ring_bytes(op, p, n);
       c[2] = f * n;
     } else if (op == GT_COLL_REDUCE_SCATTER || op == GT_COLL_ALLGATHER) {
       c[0] = p - 1;
-      c[1] = f * n;
+      c[1] = gt_algo_ring_bytes(op, p, n);
       c[2] = op == GT_COLL_REDUCE_SCATTER ? f * n : 0.0;
     } else { /* pipelined chain */
       c[0] = p - 2 + nseg;
@@ -1096,6 +1102,14 @@ void gt_algo_cost(gt_algo a, gt_coll_op op, int p, double n, double seg_bytes, d
   }
   default: return;
   }
+}
+
+double gt_algo_time(gt_algo a, gt_coll_op op, int p, double n, double seg_bytes,
+                    const double abg[3], double eff)
+{
+  double c[3];
+  gt_algo_cost(a, op, p, n, seg_bytes, c);
+  return c[0] * abg[0] + c[1] * abg[1] / eff + c[2] * abg[2];
 }
 
 int gt_algo_table_read(const char *path, gt_algo_table *table)
@@ -1162,9 +1176,7 @@ gt_algo gt_algo_pick(const gt_algo_table *table, gt_coll_op op, int p, double n,
     const gt_algo_row *r = &table->rows[i];
     if (r->op != op || r->np != near)
       continue;
-    double c[3];
-    gt_algo_cost(r->algo, op, p, n, seg_bytes, c);
-    const double t = r->abg[0] * c[0] + r->abg[1] * c[1] + r->abg[2] * c[2];
+    const double t = gt_algo_time(r->algo, op, p, n, seg_bytes, r->abg, 1.0);
     if (t < best_t) {
       best_t = t;
       best = r->algo;

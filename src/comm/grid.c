@@ -87,8 +87,7 @@ int gt_grid_check_model(const gt_config *cfg, const int sizes[3])
            "batch as a multiple of %ld",
            cfg->data.batch, dp, cfg->data.microbatches, per);
   const long tokens = cfg->data.batch / per * cfg->model.seq_len; /* per micro-batch */
-  GT_CHECK(strcmp(cfg->parallel.sequence_parallel, "on") != 0 || tokens % tp == 0,
-           GT_ERR_INPUT,
+  GT_CHECK(!cfg->parallel.sequence_parallel || tokens % tp == 0, GT_ERR_INPUT,
            "[parallel] sequence_parallel = on: a micro-batch's %ld tokens ([data] batch / "
            "(dp x microbatches) x [model] seq_len) do not split over tp=%d; choose a seq_len "
            "that is a multiple of %d",

@@ -1,7 +1,9 @@
 /*
  * yield_pmpi.c - the blocking MPI calls that other libraries (parallel HDF5)
- * make honour the wait mode (comm.h), and their file-write errors reach
- * gridtrain, through MPI's profiling interface.
+ * make honour the wait mode (comm.h), through MPI's profiling interface;
+ * and the file calls that change data pass through a watch that another
+ * layer may install (gt_comm_watch_files: the checkpoint's write scope,
+ * src/io/write_scope.c).
  *
  * Waiting: gridtrain's own communication goes through comm.c, which waits
  * by testing and sleeping when ranks outnumber cores (PLATFORM.md: MPICH's
@@ -16,8 +18,8 @@
  * ordering rules. A non-blocking collective cannot match a blocking one, so
  * a scope is entered by every rank of the communicator together, and they
  * agree on the mode. File calls are the exception: their ranks meet in a
- * yielding barrier and then make the blocking call (see "I/O error scopes"
- * below for why).
+ * yielding barrier and then make the blocking call (see "File calls that
+ * change data" below for why).
  */
 #include <mpi.h>
 #include <stdbool.h>
@@ -202,11 +204,12 @@ static void gt_yield_files_init(void)
 /* In yield mode, files are opened without ROMIO's collective buffering
  * (romio_cb_write/read = disable): a collective write is then each rank's
  * own pwrite, with no communication inside MPI to spin in. Collective
- * writes are blocking here (see "I/O error scopes"), and with collective
- * buffering their internal exchange spun on the oversubscribed cores: a
- * checkpoint of 4 ranks on 2 cores took ~40% longer; without it, as long as
- * with the non-blocking form. On one node the aggregation gains nothing;
- * busy mode (ranks <= cores, real clusters) keeps ROMIO's defaults. */
+ * writes are blocking here (see "File calls that change data"), and with
+ * collective buffering their internal exchange spun on the oversubscribed
+ * cores: a checkpoint of 4 ranks on 2 cores took ~40% longer; without it,
+ * as long as with the non-blocking form. On one node the aggregation gains
+ * nothing; busy mode (ranks <= cores, real clusters) keeps ROMIO's
+ * defaults. */
 static int gt_yield_open(MPI_Comm comm, const char *filename, int amode, MPI_Info info,
                          MPI_File *fh)
 {
@@ -251,26 +254,13 @@ static int gt_yield_meet(MPI_File fh)
   return MPI_SUCCESS;
 }
 
-// ---- I/O error scopes ---------------------------------------------------------------
+// ---- file calls that change data ----------------------------------------------------
 /*
- * Why the writes are wrapped. Parallel HDF5 1.10 stops on the rank where an
- * MPI-IO call fails, and the other ranks go on into the next collective
- * call of the same operation: after a failed MPI_File_write_at_all the
- * failing rank skips the MPI_File_set_view that resets the view, or goes
- * on to the MPI_Bcast of H5FD_truncate, while the others wait in the
- * set_view's all-reduce - the job hangs with no message (one rank of
- * pp=2 x tp=2 with EIO; a full disk). HDF5 offers no way to keep a failed
- * rank in step, and a rank cannot leave a collective HDF5 call half way.
- * So inside a write scope (gt_comm_io_begin/end, comm.h) the calls that put
- * data on disk note the first error on this rank and tell HDF5 that they
- * succeeded in full (MPI_Status_set_elements_x): every rank then makes the
- * same sequence of collective calls to the end, H5Fclose completes
- * everywhere (nothing is left for HDF5's close callbacks at MPI_Finalize,
- * which crashed on a file whose close had failed), and the caller collects
- * the noted error with gt_comm_io_end and agrees on it across the ranks
- * before it renames anything. The file is garbage by then and the caller
- * deletes it. Errors of reads and of calls that change no data are left to
- * HDF5.
+ * The data-changing calls (writes, set_size, sync, close) go through the
+ * file watch when one is installed (comm.h): it sees what MPI returned and
+ * says what the caller gets; the checkpoint's write scope
+ * (src/io/write_scope.c) keeps a failing rank in step with the others that
+ * way.
  *
  * Why the writes are blocking in yield mode too. MPICH 4.0.2's
  * MPI_File_iwrite_at_all completes with MPI_SUCCESS and the full element
@@ -281,96 +271,18 @@ static int gt_yield_meet(MPI_File fh)
  * first meet in a yielding barrier (as for set_view) and the file has no
  * collective buffering (gt_yield_open), so the blocking call has nothing to
  * spin on.
- *
- * A write is checked twice: its return code, and the bytes it reports
- * (MPICH keeps the byte count in the status, so MPI_Get_elements_x with
- * MPI_BYTE reads it) against count x the type's size; a short write is an
- * error too, which HDF5 1.10 itself accepts silently.
  */
-static struct {
-  int active; /* inside gt_comm_io_begin / gt_comm_io_end */
-  int fail;   /* GT_FAULT=ckpt_write_fail armed for this scope on this rank */
-  int code;   /* the first error noted (MPI_SUCCESS: none) */
-  char what[512];
-} gt_io;
+static const gt_file_watch *gt_watch; /* gt_comm_watch_files; NULL: none */
 
-void gt_comm_io_begin(bool fail_writes)
+void gt_comm_watch_files(const gt_file_watch *watch) { gt_watch = watch; }
+
+static bool gt_watch_failing(void) { return gt_watch && gt_watch->failing(); }
+
+/* What a data-changing call returns: rc as it is without a watch. */
+static int gt_watch_done(int rc, const char *call, int count, MPI_Datatype type,
+                         MPI_Status *st)
 {
-  gt_io.active = 1;
-  gt_io.fail = fail_writes;
-  gt_io.code = MPI_SUCCESS;
-  gt_io.what[0] = '\0';
-}
-
-int gt_comm_io_end(void)
-{
-  const int code = gt_io.code;
-  gt_io.active = gt_io.fail = 0;
-  gt_io.code = MPI_SUCCESS;
-  if (code == MPI_SUCCESS)
-    return GT_SUCCESS;
-  return gt_error_set(GT_ERR_SYSTEM, __FILE__, __LINE__, __func__, "%s", gt_io.what);
-}
-
-static void gt_io_note(int code, const char *what)
-{
-  if (gt_io.code != MPI_SUCCESS)
-    return; /* the first error is the cause; later ones follow from it */
-  gt_io.code = code;
-  snprintf(gt_io.what, sizeof gt_io.what, "%s", what);
-}
-
-void gt_comm_io_note(const char *what)
-{
-  if (gt_io.active)
-    gt_io_note(MPI_ERR_IO, what);
-}
-
-bool gt_comm_io_failing(void) { return gt_io.active && gt_io.fail; }
-
-/* An injected write failure (fail_writes): noted with a text that says
- * where it comes from, and returned as the MPI_ERR_IO a failing disk gives.
- * (A code of our own through MPI_Add_error_code would be neater, but
- * MPICH 4.0.2 answers MPI_Error_string for it with an unrelated text.) */
-static int gt_io_injected(const char *call)
-{
-  char what[sizeof gt_io.what];
-  snprintf(what, sizeof what,
-           "%s failed: Input/output error (injected by GT_FAULT=ckpt_write_fail)", call);
-  gt_io_note(MPI_ERR_IO, what);
-  return MPI_ERR_IO;
-}
-
-/* What a data-changing file call returned (rc; for writes, the status of
- * count items of type). Outside a scope rc as it is. Inside one, an error
- * is noted and the call reports success: a write in full. */
-static int gt_io_done(int rc, const char *call, int count, MPI_Datatype type, MPI_Status *st)
-{
-  if (!gt_io.active)
-    return rc;
-  char what[sizeof gt_io.what];
-  MPI_Count want = 0;
-  if (st && PMPI_Type_size_x(type, &want) == MPI_SUCCESS)
-    want *= count;
-  if (rc != MPI_SUCCESS) {
-    char text[384];
-    gt_error_mpi_text(rc, text, sizeof text);
-    snprintf(what, sizeof what, "%s failed: %s", call, text);
-    gt_io_note(rc, what);
-  } else if (st) {
-    MPI_Count got = 0;
-    if (PMPI_Get_elements_x(st, MPI_BYTE, &got) == MPI_SUCCESS && got != MPI_UNDEFINED &&
-        got < want) {
-      snprintf(what, sizeof what, "%s wrote %lld of %lld bytes (short write)", call,
-               (long long)got, (long long)want);
-      gt_io_note(MPI_ERR_IO, what);
-    } else {
-      return MPI_SUCCESS;
-    }
-  }
-  if (st)
-    PMPI_Status_set_elements_x(st, MPI_BYTE, want);
-  return MPI_SUCCESS;
+  return gt_watch ? gt_watch->done(rc, call, count, type, st) : rc;
 }
 
 int MPI_File_write_at_all(MPI_File fh, MPI_Offset offset, const void *buf, int count,
@@ -381,16 +293,16 @@ int MPI_File_write_at_all(MPI_File fh, MPI_Offset offset, const void *buf, int c
   int rc = gt_yield_meet(fh);
   if (rc != MPI_SUCCESS)
     return rc;
-  if (gt_io.active && gt_io.fail) {
+  if (gt_watch_failing()) {
     /* A failing disk: this rank still takes part in the collective, and
      * none of its data arrives. */
     rc = PMPI_File_write_at_all(fh, offset, buf, 0, type, st);
     if (rc == MPI_SUCCESS)
-      rc = gt_io_injected("MPI_File_write_at_all");
+      rc = gt_watch->injected("MPI_File_write_at_all");
   } else {
     rc = PMPI_File_write_at_all(fh, offset, buf, count, type, st);
   }
-  return gt_io_done(rc, "MPI_File_write_at_all", count, type, st);
+  return gt_watch_done(rc, "MPI_File_write_at_all", count, type, st);
 }
 
 int MPI_File_write_at(MPI_File fh, MPI_Offset offset, const void *buf, int count,
@@ -398,10 +310,10 @@ int MPI_File_write_at(MPI_File fh, MPI_Offset offset, const void *buf, int count
 {
   MPI_Status mine;
   MPI_Status *st = status == MPI_STATUS_IGNORE ? &mine : status;
-  const int rc = gt_io.active && gt_io.fail
-                     ? gt_io_injected("MPI_File_write_at")
+  const int rc = gt_watch_failing()
+                     ? gt_watch->injected("MPI_File_write_at")
                      : PMPI_File_write_at(fh, offset, buf, count, type, st);
-  return gt_io_done(rc, "MPI_File_write_at", count, type, st);
+  return gt_watch_done(rc, "MPI_File_write_at", count, type, st);
 }
 
 int MPI_File_read_at_all(MPI_File fh, MPI_Offset offset, void *buf, int count,
@@ -422,9 +334,9 @@ int MPI_File_close(MPI_File *fh)
     if (gt_yield_files[i].fh == old)
       gt_yield_files[i].fh = MPI_FILE_NULL;
   rc = PMPI_File_close(fh);
-  if (rc != MPI_SUCCESS && gt_io.active)
+  if (rc != MPI_SUCCESS && gt_watch)
     *fh = MPI_FILE_NULL; /* ROMIO has let go of it either way */
-  return gt_io_done(rc, "MPI_File_close", 0, MPI_BYTE, NULL);
+  return gt_watch_done(rc, "MPI_File_close", 0, MPI_BYTE, NULL);
 }
 
 int MPI_File_set_view(MPI_File fh, MPI_Offset disp, MPI_Datatype etype, MPI_Datatype filetype,
@@ -439,7 +351,7 @@ int MPI_File_set_size(MPI_File fh, MPI_Offset size)
   int rc = gt_yield_meet(fh);
   if (rc != MPI_SUCCESS)
     return rc;
-  return gt_io_done(PMPI_File_set_size(fh, size), "MPI_File_set_size", 0, MPI_BYTE, NULL);
+  return gt_watch_done(PMPI_File_set_size(fh, size), "MPI_File_set_size", 0, MPI_BYTE, NULL);
 }
 
 int MPI_File_sync(MPI_File fh)
@@ -447,5 +359,5 @@ int MPI_File_sync(MPI_File fh)
   int rc = gt_yield_meet(fh);
   if (rc != MPI_SUCCESS)
     return rc;
-  return gt_io_done(PMPI_File_sync(fh), "MPI_File_sync", 0, MPI_BYTE, NULL);
+  return gt_watch_done(PMPI_File_sync(fh), "MPI_File_sync", 0, MPI_BYTE, NULL);
 }

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <ini.h>
 #include <math.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -24,7 +25,8 @@ typedef enum {
   GT_KEY_U64,      /* unsigned long long */
   GT_KEY_REAL,     /* finite double in [min, max] */
   GT_KEY_STRING,   /* char[size] */
-  GT_KEY_ENUM      /* char[size], one of choices ("a|b|c") */
+  GT_KEY_ENUM,     /* an enum (int-sized): the index of its word in names */
+  GT_KEY_SWITCH    /* bool: "on" or "off" */
 } gt_key_type;
 
 typedef struct {
@@ -34,13 +36,29 @@ typedef struct {
   size_t offset;
   size_t size;
   double min, max;
-  const char *choices;
+  const char *const *names; /* GT_KEY_ENUM: the words, NULL-terminated */
   const char *defval; /* NULL: required */
   const char *help;
   bool min_open, max_open; /* GT_KEY_REAL: exclude the bound itself */
 } gt_key;
 
 #define GT_OFF(member) offsetof(gt_config, member), sizeof(((gt_config *)0)->member)
+
+const char *const gt_model_type_names[] = {"gpt", NULL};
+const char *const gt_recompute_names[] = {"none", "attention", "block", NULL};
+const char *const gt_device_kind_names[] = {"cpu", "cpu-async", "cpu-guard", "cuda", NULL};
+const char *const gt_precision_names[] = {"fp32", "bf16", "fp16", NULL};
+const char *const gt_tristate_names[] = {"auto", "on", "off", NULL};
+const char *const gt_attention_kind_names[] = {"cudnn", "cudnn-fast", "own", NULL};
+const char *const gt_wait_setting_names[] = {"auto", "busy", "yield", NULL};
+const char *const gt_collectives_kind_names[] = {"mpi", "nccl", NULL};
+const char *const gt_allreduce_algo_names[] = {"mpi", "ring", "tree", "halving", "auto", NULL};
+const char *const gt_on_error_names[] = {"stop", "warn", NULL};
+
+_Static_assert(GT_F32 == 0 && GT_BF16 == 1 && GT_F16 == 2, "gt_precision_names is by gt_dtype");
+_Static_assert(sizeof(gt_dtype) == sizeof(int) && sizeof(gt_recompute) == sizeof(int) &&
+                   sizeof(gt_attention_kind) == sizeof(int),
+               "an enum key is stored as an int");
 
 static const gt_key gt_keys[] = {
   {"run", "steps", GT_KEY_INT, GT_OFF(run.steps), 0, 1e12, NULL, "100",
@@ -74,7 +92,7 @@ static const gt_key gt_keys[] = {
   {"grid", "tp", GT_KEY_INT_AUTO, GT_OFF(grid.tp), 1, 1e6, NULL, "1",
    "tensor-parallel size", false, false},
 
-  {"model", "type", GT_KEY_ENUM, GT_OFF(model.type), 0, 0, "gpt", "gpt",
+  {"model", "type", GT_KEY_ENUM, GT_OFF(model.type), 0, 0, gt_model_type_names, "gpt",
    "model family", false, false},
   {"model", "layers", GT_KEY_INT, GT_OFF(model.layers), 1, 1024, NULL, "4",
    "transformer blocks", false, false},
@@ -86,7 +104,7 @@ static const gt_key gt_keys[] = {
    "tokens per sequence (context length)", false, false},
   {"model", "vocab", GT_KEY_INT, GT_OFF(model.vocab), 2, 16777216, NULL, "256",
    "vocabulary size (256 for byte-level data)", false, false},
-  {"model", "recompute", GT_KEY_ENUM, GT_OFF(model.recompute), 0, 0, "none|attention|block",
+  {"model", "recompute", GT_KEY_ENUM, GT_OFF(model.recompute), 0, 0, gt_recompute_names,
    "none", "activation recomputation: none keeps every activation for backward; attention "
    "recomputes each block's attention core from its q, k, v; block keeps only each block's "
    "input and reruns its forward before its backward (same results, bit for bit)",
@@ -102,7 +120,7 @@ static const gt_key gt_keys[] = {
    "global batch in sequences (split over dp ranks and micro-batches)", false, false},
   {"data", "microbatches", GT_KEY_INT, GT_OFF(data.microbatches), 1, 1e6, NULL, "1",
    "micro-batches per step on each dp rank (gradient accumulation)", false, false},
-  {"data", "prefetch", GT_KEY_ENUM, GT_OFF(data.prefetch), 0, 0, "on|off", "on",
+  {"data", "prefetch", GT_KEY_SWITCH, GT_OFF(data.prefetch), 0, 0, NULL, "on",
    "read the next batch's sequences on a reader thread while the current batch computes "
    "(on) or when they are needed (off); the same tokens either way", false, false},
 
@@ -123,21 +141,20 @@ static const gt_key gt_keys[] = {
   {"optim", "grad_clip", GT_KEY_REAL, GT_OFF(optim.grad_clip), 0, 1e9, NULL, "1.0",
    "clip the global gradient norm to this value; 0 turns clipping off", false, false},
 
-  {"backend", "device", GT_KEY_ENUM, GT_OFF(backend.device), 0, 0,
-   "cpu|cpu-async|cpu-guard|cuda", "cpu",
+  {"backend", "device", GT_KEY_ENUM, GT_OFF(backend.device), 0, 0, gt_device_kind_names, "cpu",
    "compute backend; cpu-async and cpu-guard are test modes of cpu (ops run later on a "
    "worker thread / device memory is unreachable from the host outside ops); cuda runs on "
    "the GPU that the node-local rank picks (docs/cuda.md)", false, false},
   {"backend", "threads", GT_KEY_INT_AUTO, GT_OFF(backend.threads), 1, 4096, NULL,
    "auto", "OpenMP/BLAS threads per rank; auto: OMP_NUM_THREADS, else cores "
    "per node / ranks per node", false, false},
-  {"backend", "precision", GT_KEY_ENUM, GT_OFF(backend.precision), 0, 0, "fp32|bf16|fp16",
+  {"backend", "precision", GT_KEY_ENUM, GT_OFF(backend.precision), 0, 0, gt_precision_names,
    "fp32", "type of the compute weights and activations; master weights, gradients and "
    "AdamW moments stay fp32 (docs/precision.md)", false, false},
-  {"backend", "mpi_device", GT_KEY_ENUM, GT_OFF(backend.mpi_device), 0, 0, "auto|on|off",
+  {"backend", "mpi_device", GT_KEY_ENUM, GT_OFF(backend.mpi_device), 0, 0, gt_tristate_names,
    "auto", "whether MPI takes device buffers (auto: when the memory is host-visible or MPI "
    "is CUDA-aware) or they are staged through pinned host buffers (off)", false, false},
-  {"backend", "attention", GT_KEY_ENUM, GT_OFF(backend.attention), 0, 0, "cudnn|cudnn-fast|own",
+  {"backend", "attention", GT_KEY_ENUM, GT_OFF(backend.attention), 0, 0, gt_attention_kind_names,
    "cudnn", "cuda: causal attention through cuDNN's graph API with its deterministic backward "
    "(our own kernels where cuDNN takes no plan for a shape, and in fp32), the same with "
    "cuDNN's faster backward that sums dQ with atomics (not bit for bit the same from run to "
@@ -154,8 +171,7 @@ static const gt_key gt_keys[] = {
    "1", "fp16: a loss scale below this is an error (the gradients overflow at any scale)",
    true, false},
 
-  {"parallel", "wait", GT_KEY_ENUM, GT_OFF(parallel.wait), 0, 0,
-   "auto|busy|yield", "auto",
+  {"parallel", "wait", GT_KEY_ENUM, GT_OFF(parallel.wait), 0, 0, gt_wait_setting_names, "auto",
    "how ranks wait for MPI: yield sleeps between tests (for more ranks than "
    "cores), busy spins in MPI, auto picks yield when oversubscribed", false, false},
   {"parallel", "schedule", GT_KEY_STRING, GT_OFF(parallel.schedule), 0, 0, NULL, "1f1b",
@@ -169,7 +185,7 @@ static const gt_key gt_keys[] = {
    "data-parallel gradient bucket size in MiB (MPI moves a bucket only inside MPI "
    "calls: small buckets overlap backward better); 0 puts every gradient in one bucket",
    false, false},
-  {"parallel", "dp_overlap", GT_KEY_ENUM, GT_OFF(parallel.dp_overlap), 0, 0, "on|off", "on",
+  {"parallel", "dp_overlap", GT_KEY_SWITCH, GT_OFF(parallel.dp_overlap), 0, 0, NULL, "on",
    "start each bucket's all-reduce during the last micro-batch's backward (on) or "
    "all of them after backward (off)", false, false},
   {"parallel", "zero", GT_KEY_INT, GT_OFF(parallel.zero), 0, 3, NULL, "0",
@@ -180,20 +196,21 @@ static const gt_key gt_keys[] = {
    "(each block, embedding and head all-gathered just before its forward and backward, "
    "the next one prefetched)",
    false, false},
-  {"parallel", "sequence_parallel", GT_KEY_ENUM, GT_OFF(parallel.sequence_parallel), 0, 0,
-   "on|off", "off",
+  {"parallel", "sequence_parallel", GT_KEY_SWITCH, GT_OFF(parallel.sequence_parallel), 0,
+   0, NULL, "off",
    "Megatron's sequence parallelism inside each tensor-parallel group: the residual "
    "stream, LayerNorms and embedding output keep 1/tp of the micro-batch's token rows, "
    "and each TP all-reduce becomes a reduce-scatter and an all-gather (needs "
    "seq_len x micro-batch a multiple of tp; nothing changes with tp = 1)",
    false, false},
-  {"parallel", "collectives", GT_KEY_ENUM, GT_OFF(parallel.collectives), 0, 0, "mpi|nccl",
-   "mpi", "who carries the tensor- and data-parallel collectives: MPI (device buffers "
+  {"parallel", "collectives", GT_KEY_ENUM, GT_OFF(parallel.collectives), 0, 0,
+   gt_collectives_kind_names, "mpi",
+   "who carries the tensor- and data-parallel collectives: MPI (device buffers "
    "direct or staged, see backend.mpi_device) or NCCL on the GPU's streams (device = cuda, "
    "a GPU per rank of a group); pipeline sends and receives are always MPI", false, false},
 
   {"parallel", "allreduce", GT_KEY_ENUM, GT_OFF(parallel.allreduce), 0, 0,
-   "mpi|ring|tree|halving|auto", "mpi",
+   gt_allreduce_algo_names, "mpi",
    "algorithm of the data-parallel all-reduces, reduce-scatters and all-gathers: MPI's "
    "own, or gridtrain's ring, binomial tree or recursive halving on MPI point to point "
    "(docs/communication.md); auto picks per operation and size from coll_table", false,
@@ -232,12 +249,13 @@ static const gt_key gt_keys[] = {
   {"checkpoint", "resume", GT_KEY_STRING, GT_OFF(checkpoint.resume), 0, 0, NULL, "auto",
    "auto: continue from dir's newest valid checkpoint if there is one; never: start "
    "fresh; or the path of a checkpoint file to start from (any layout)", false, false},
-  {"checkpoint", "direct_io", GT_KEY_ENUM, GT_OFF(checkpoint.direct_io), 0, 0, "auto|on|off",
+  {"checkpoint", "direct_io", GT_KEY_ENUM, GT_OFF(checkpoint.direct_io), 0, 0, gt_tristate_names,
    "auto",
    "how the tensor data reaches the file: with O_DIRECT (past the page cache) where the "
    "file system takes it (auto), always (on: an error where it does not), or through the "
    "page cache (off)", false, false},
-  {"checkpoint", "on_error", GT_KEY_ENUM, GT_OFF(checkpoint.on_error), 0, 0, "stop|warn", "stop",
+  {"checkpoint", "on_error", GT_KEY_ENUM, GT_OFF(checkpoint.on_error), 0, 0,
+   gt_on_error_names, "stop",
    "a periodic checkpoint that cannot be written (full disk, read-only directory, I/O "
    "error) stops the run (stop) or is reported and training goes on (warn); the last "
    "checkpoint and a signal's always stop", false, false},
@@ -312,28 +330,13 @@ static void gt_key_accepts(const gt_key *k, char *buf, size_t size)
   case GT_KEY_STRING:
     snprintf(buf, size, "a string of at most %zu characters", k->size - 1);
     break;
-  case GT_KEY_ENUM: {
-    char choices[256];
-    snprintf(choices, sizeof choices, "%s", k->choices);
-    for (char *p = choices; *p; p++)
-      if (*p == '|')
-        *p = ',';
-    char *out = buf;
-    size_t left = size;
-    int n = snprintf(out, left, "one of ");
-    out += n;
-    left -= (size_t)n;
-    for (const char *p = choices; *p && left > 2; p++) {
-      if (*p == ',') {
-        *out++ = ',';
-        *out++ = ' ';
-        left -= 2;
-      } else {
-        *out++ = *p;
-        left--;
-      }
-    }
-    *out = '\0';
+  case GT_KEY_ENUM:
+  case GT_KEY_SWITCH: {
+    static const char *const on_off[] = {"on", "off", NULL};
+    const char *const *names = k->type == GT_KEY_SWITCH ? on_off : k->names;
+    size_t len = (size_t)snprintf(buf, size, "one of ");
+    for (int i = 0; names[i] && len < size; i++)
+      len += (size_t)snprintf(buf + len, size - len, "%s%s", i ? ", " : "", names[i]);
     break;
   }
   }
@@ -393,19 +396,18 @@ static bool gt_key_store(const gt_key *k, gt_config *cfg, const char *value)
       return false;
     memcpy(dst, value, strlen(value) + 1);
     return true;
-  case GT_KEY_ENUM: {
-    size_t len = strlen(value);
-    for (const char *p = k->choices; *p;) {
-      const char *bar = strchr(p, '|');
-      size_t n = bar ? (size_t)(bar - p) : strlen(p);
-      if (n == len && strncmp(p, value, n) == 0) {
-        memcpy(dst, value, len + 1);
+  case GT_KEY_ENUM:
+    for (int i = 0; k->names[i]; i++)
+      if (strcmp(value, k->names[i]) == 0) {
+        *(int *)dst = i;
         return true;
       }
-      p += n + (bar ? 1 : 0);
-    }
     return false;
-  }
+  case GT_KEY_SWITCH:
+    if (strcmp(value, "on") != 0 && strcmp(value, "off") != 0)
+      return false;
+    *(bool *)dst = strcmp(value, "on") == 0;
+    return true;
   }
   return false;
 }
@@ -434,8 +436,9 @@ static void gt_key_format(const gt_key *k, const gt_config *cfg, char *buf, size
     }
     break;
   }
-  case GT_KEY_STRING:
-  case GT_KEY_ENUM: snprintf(buf, size, "%s", src); break;
+  case GT_KEY_STRING: snprintf(buf, size, "%s", src); break;
+  case GT_KEY_ENUM: snprintf(buf, size, "%s", k->names[*(const int *)src]); break;
+  case GT_KEY_SWITCH: snprintf(buf, size, "%s", *(const bool *)src ? "on" : "off"); break;
   }
 }
 
@@ -623,6 +626,20 @@ int gt_config_parse(gt_config *cfg, const char *text, const char *source,
     snprintf(where, sizeof where, "command line");
     GT_CALL(gt_apply(&ctx, section, name, eq + 1, where));
   }
+  return GT_SUCCESS;
+}
+
+int gt_config_set(gt_config *cfg, const char *fmt, ...)
+{
+  char assignment[GT_INI_LINE_MAX + 64];
+  va_list ap;
+  va_start(ap, fmt);
+  const int n = vsnprintf(assignment, sizeof assignment, fmt, ap);
+  va_end(ap);
+  GT_CHECK(n >= 0 && (size_t)n < sizeof assignment, GT_ERR_INPUT,
+           "gt_config_set: '%.60s...' is longer than a deck line", assignment);
+  char *const overrides[] = {assignment};
+  GT_CALL(gt_config_parse(cfg, NULL, NULL, 1, overrides));
   return GT_SUCCESS;
 }
 

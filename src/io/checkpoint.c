@@ -543,8 +543,9 @@ int gt_ckpt_save(const char *dir, int keep, const gt_ckpt_meta *meta, const gt_c
   GT_CALL(gt_ckpt_dir_prepare(dir, comm));
   char tmp[GT_PATH_MAX + 16];
   snprintf(tmp, sizeof tmp, "%s.tmp", path);
-  int status = writers != MPI_COMM_NULL ? gt_ckpt_write_file(tmp, path, meta, st, writers)
-                                        : GT_SUCCESS;
+  int status = writers != MPI_COMM_NULL
+                   ? gt_ckpt_write_file(tmp, path, meta, st, writers, rank)
+                   : GT_SUCCESS;
   /* Every writer has closed the file: agree, then publish or clean up. */
   status = gt_error_agree(status, comm);
   if (status != GT_SUCCESS) {

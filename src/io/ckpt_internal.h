@@ -152,9 +152,10 @@ int gt_ckpt_swap_post(MPI_Comm comm, int g, const float *send, const size_t *sco
 // ---- shared by the files ---------------------------------------------------------------
 
 /* gt_ckpt_write, naming the checkpoint `shown` in its error message
- * (ckpt_write.c). Collective on comm. */
+ * (ckpt_write.c); fault_rank: the rank the GT_FAULT hooks (fault.h) match,
+ * the caller's rank in the job. Collective on comm. */
 int gt_ckpt_write_file(const char *path, const char *shown, const gt_ckpt_meta *meta,
-                       const gt_ckpt_state *st, MPI_Comm comm);
+                       const gt_ckpt_state *st, MPI_Comm comm, int fault_rank);
 
 /* The format of an open checkpoint (1..GT_CKPT_FORMAT), checking the
  * checksum block size of format 3 (ckpt_read.c). */

@@ -21,6 +21,7 @@
 #include "gridtrain/fault.h"
 #include "ckpt_internal.h"
 #include "h5util.h"
+#include "write_scope.h"
 
 // ---- the file's attributes ------------------------------------------------------------------
 
@@ -58,10 +59,10 @@ static int gt_ckpt_write_meta(hid_t file, const gt_ckpt_meta *m)
  * collective calls that the other ranks go on making (H5Dcreate2, the
  * exchange inside the group, MPI_Allreduce, H5Acreate2, H5Fclose): the
  * first one is kept in `local`, message and all, and the rank writes
- * nothing more. Failed writes are noted in the write scope (comm.h), from
- * MPI-IO and from the data's own pwrite alike. Errors of the collective
- * HDF5 calls are the same on every rank and end the write everywhere
- * alike. */
+ * nothing more. Failed writes are noted in the write scope
+ * (write_scope.h), from MPI-IO and from the data's own pwrite alike.
+ * Errors of the collective HDF5 calls are the same on every rank and end
+ * the write everywhere alike. */
 typedef struct {
   const gt_ckpt_state *st;
   const char *path;        /* the file, for the data's own descriptors */
@@ -78,7 +79,7 @@ typedef struct {
   uint32_t *values;        /* nsums checksums */
   int fd, fd_direct;       /* the file through the page cache / O_DIRECT; -1 */
   gt_swap_plan plan;       /* the exchange inside the group */
-  int rank;  /* world rank, for the fault hooks */
+  int rank;  /* the caller's rank in the job, for the fault hooks */
   long step; /* the checkpoint's step, for the fault hooks */
   int local; /* first local failure, or GT_SUCCESS */
   char local_message[1024];
@@ -124,7 +125,7 @@ static void gt_ckpt_note_local(gt_ckpt_writer *w, int code)
 static int gt_ckpt_pwrite_fd(int fd, const char *src, size_t len, size_t off,
                              const char *what, bool refusable)
 {
-  const bool injected = gt_comm_io_failing();
+  const bool injected = gt_write_scope_failing();
   while (len > 0) {
     const size_t n = len < GT_PWRITE_MAX ? len : GT_PWRITE_MAX;
     const ssize_t got = injected ? -1 : pwrite(fd, src, n, (off_t)off);
@@ -138,7 +139,7 @@ static int gt_ckpt_pwrite_fd(int fd, const char *src, size_t len, size_t off,
       snprintf(text, sizeof text, "pwrite failed: %s (%s%s, %zu bytes at offset %zu)",
                got == 0 && !injected ? "wrote nothing" : strerror(err),
                injected ? "injected by GT_FAULT=ckpt_write_fail; " : "", what, n, off);
-      gt_comm_io_note(text);
+      gt_write_scope_note(text);
       return err;
     }
     src += got;
@@ -198,7 +199,7 @@ static void gt_ckpt_close_data(gt_ckpt_writer *w)
       if (close(*fds[i]) != 0) {
         char text[512];
         snprintf(text, sizeof text, "close failed: %s (%s)", strerror(errno), w->path);
-        gt_comm_io_note(text);
+        gt_write_scope_note(text);
       }
       *fds[i] = -1;
     }
@@ -657,11 +658,10 @@ static void gt_ckpt_writer_free(gt_ckpt_writer *w)
 
 /* gt_ckpt_write, naming the checkpoint `shown` in its error message. */
 int gt_ckpt_write_file(const char *path, const char *shown, const gt_ckpt_meta *meta,
-                              const gt_ckpt_state *st, MPI_Comm comm)
+                       const gt_ckpt_state *st, MPI_Comm comm, int fault_rank)
 {
-  gt_ckpt_writer w = {.st = st, .path = path, .step = meta->step, .local = GT_SUCCESS,
-                      .fd = -1, .fd_direct = -1, .plan = {.gsize = 1}};
-  MPI_Comm_rank(MPI_COMM_WORLD, &w.rank);
+  gt_ckpt_writer w = {.st = st, .path = path, .rank = fault_rank, .step = meta->step,
+                      .local = GT_SUCCESS, .fd = -1, .fd_direct = -1, .plan = {.gsize = 1}};
   int status = gt_comm_foreign_begin(comm);
   const bool in_scope = status == GT_SUCCESS;
   if (status == GT_SUCCESS)
@@ -675,14 +675,14 @@ int gt_ckpt_write_file(const char *path, const char *shown, const gt_ckpt_meta *
      * here (write scope, `local`), and closes the file; only then is the
      * outcome known. The first I/O error is the cause of whatever followed,
      * then a local failure, then HDF5's own error. */
-    gt_comm_io_begin(gt_fault_hit("ckpt_write_fail", w.rank, w.step));
+    gt_write_scope_begin(gt_fault_hit("ckpt_write_fail", w.rank, w.step));
     const char *base = strrchr(shown, '/');
     gt_bar_begin(base ? base + 1 : shown, st->ntensors, GT_BAR_ITEMS);
     status = gt_ckpt_write_in(path, meta, &w, comm, ids);
     gt_bar_end();
     status = gt_h5_close_all(status, st->ntensors * GT_NKINDS, w.dsets);
     status = gt_h5_close_all(status, GT_WF_N, ids);
-    const int io = gt_comm_io_end();
+    const int io = gt_write_scope_end();
     if (io != GT_SUCCESS) {
       status = io;
     } else if (w.local != GT_SUCCESS) {
@@ -701,6 +701,8 @@ int gt_ckpt_write_file(const char *path, const char *shown, const gt_ckpt_meta *
 int gt_ckpt_write(const char *path, const gt_ckpt_meta *meta, const gt_ckpt_state *st,
                   MPI_Comm comm)
 {
-  GT_CALL(gt_ckpt_write_file(path, path, meta, st, comm));
+  int rank;
+  GT_CALL_MPI(MPI_Comm_rank(comm, &rank));
+  GT_CALL(gt_ckpt_write_file(path, path, meta, st, comm, rank));
   return GT_SUCCESS;
 }

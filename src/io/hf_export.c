@@ -16,11 +16,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../backend/cpu/cpu_convert.h"
 #include "gridtrain/checkpoint.h"
 #include "gridtrain/data.h"
 #include "gridtrain/error.h"
 #include "gridtrain/gpt.h"
+#include "gridtrain/half.h"
 #include "gridtrain/path.h"
 #include "gridtrain/safetensors.h"
 #include "gridtrain/tokenizer.h"

@@ -19,7 +19,7 @@ int gt_lm_head_logits(gt_backend *be, const void *wte, const void *lnf_w, const 
     GT_CALL(gt_group_allgather(d.tp, a->lnf, d.sp->full, (size_t)(ns * d.C), d.dt));
     lnf = d.sp->full;
   }
-  GT_CALL(op->linear_forward(be, d.dt, a->logits, lnf, wte, NULL, NULL, d.N, d.C, d.Vl));
+  GT_CALL(op->linear_forward(be, d.dt, a->logits, lnf, wte, NULL, NULL, d.N, d.C, d.vocab_rows));
   return GT_SUCCESS;
 }
 
@@ -30,14 +30,15 @@ int gt_lm_head_forward(gt_backend *be, const void *wte, const void *lnf_w, const
   const gt_backend_ops *op = be->ops;
   const int P = d.tp ? d.tp->size : 1;
   GT_CALL(gt_lm_head_logits(be, wte, lnf_w, lnf_b, a, x, d));
-  GT_CALL(op->xent_partial(be, d.dt, a->stats, a->logits, targets, d.N, d.nv, d.Vl, d.v0));
+  GT_CALL(op->xent_partial(be, d.dt, a->stats, a->logits, targets, d.N, d.vocab_real, d.vocab_rows,
+                           d.vocab_first));
   const float *stats = a->stats;
   if (P > 1) { /* the statistics are fp32 whatever the compute type */
     GT_CALL(gt_group_allgather(d.tp, a->stats, stats_all, 3 * (size_t)d.N, GT_F32));
     stats = stats_all;
   }
-  GT_CALL(op->xent_finish(be, d.dt, a->losses, a->logits, stats, P, targets, d.N, d.nv, d.Vl,
-                          d.v0, dlogit_scale));
+  GT_CALL(op->xent_finish(be, d.dt, a->losses, a->logits, stats, P, targets, d.N, d.vocab_real,
+                          d.vocab_rows, d.vocab_first, dlogit_scale));
   return GT_SUCCESS;
 }
 
@@ -50,8 +51,8 @@ int gt_lm_head_backward(gt_backend *be, const void *wte, float *dwte, const void
   if (gt_sp_on(d.tp, d.sp, d.N, &r0, &ns)) {
     const size_t piece = (size_t)(ns * d.C);
     GT_CALL(gt_group_allgather(d.tp, a->lnf, d.sp->full, piece, d.dt));
-    GT_CALL(op->linear_backward(be, d.dt, dlnf, dwte, NULL, a->logits, d.sp->full, wte, d.N,
-                                d.C, d.Vl));
+    GT_CALL(op->linear_backward(be, d.dt, dlnf, dwte, NULL, a->logits, d.sp->full, wte, d.N, d.C,
+                                d.vocab_rows));
     GT_CALL(gt_group_reduce_scatter_sum(d.tp, dlnf, d.sp->piece, piece, d.dt));
     GT_CALL(op->zero(be, dx, gt_dtype_size(d.dt) * piece));
     GT_CALL(gt_ln_backward_rows(be, d.dt, d.tp, dx, dlnf_w, dlnf_b, d.sp->piece, x, lnf_w,
@@ -59,7 +60,7 @@ int gt_lm_head_backward(gt_backend *be, const void *wte, float *dwte, const void
     return GT_SUCCESS;
   }
   GT_CALL(op->linear_backward(be, d.dt, dlnf, dwte, NULL, a->logits, a->lnf, wte, d.N, d.C,
-                              d.Vl));
+                              d.vocab_rows));
   if (d.tp) /* each rank's dlnf covers its vocabulary rows only */
     GT_CALL(gt_group_allreduce_sum(d.tp, dlnf, (size_t)(d.N * d.C), d.dt));
   GT_CALL(op->zero(be, dx, gt_dtype_size(d.dt) * (size_t)(d.N * d.C)));

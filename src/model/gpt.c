@@ -140,12 +140,12 @@ void gt_gpt_part_place(gt_gpt_part *part, const int *vfirst, int p, int s, int c
   part->layer_end = part->chunk_end[part->chunks - 1];
 }
 
-int gt_gpt_chunks(const gt_gpt *m) { return m->nc; }
+int gt_gpt_chunks(const gt_gpt *m) { return m->chunks; }
 
 int gt_gpt_chunk_slot(const gt_gpt *m, int chunk, int mb)
 {
-  const int n = m->c_s0[chunk + 1] - m->c_s0[chunk];
-  return m->c_s0[chunk] + mb % n;
+  const int n = m->chunk_first_slot[chunk + 1] - m->chunk_first_slot[chunk];
+  return m->chunk_first_slot[chunk] + mb % n;
 }
 
 /* This rank's parameters, in the order backward finishes them last-first:
@@ -209,7 +209,7 @@ static int gt_gpt_bind(gt_gpt *m)
     m->wptr[m->p_wte] = &m->wte;
     m->wptr[m->p_wte + 1] = &m->wpe;
   }
-  for (int l = 0; l < m->nl; l++) {
+  for (int l = 0; l < m->local_blocks; l++) {
     gt_param *t = &p->list[m->p_block[l]];
     const void **wv[GT_BLOCK_PARAMS] = {
       &m->w[l].ln1_w, &m->w[l].ln1_b, &m->w[l].qkv_w, &m->w[l].qkv_b,
@@ -249,8 +249,8 @@ static int gt_gpt_bind(gt_gpt *m)
  * stage); backward the head's units, then the blocks from the last. */
 static int gt_gpt_chunk_passes(gt_gpt *m, int c)
 {
-  const int l0 = m->c_l0[c], l1 = m->c_l0[c + 1];
-  const bool embed = m->part.first && c == 0, head = m->part.last && c == m->nc - 1;
+  const int l0 = m->chunk_first_block[c], l1 = m->chunk_first_block[c + 1];
+  const bool embed = m->part.first && c == 0, head = m->part.last && c == m->chunks - 1;
   const size_t most = (size_t)(l1 - l0) + 3;
   gt_gpt_pass *ps[2] = {&m->fwd[c], &m->bwd[c]};
   for (int k = 0; k < 2; k++) {
@@ -286,7 +286,7 @@ static int gt_gpt_chunk_passes(gt_gpt *m, int c)
 
 static int gt_gpt_passes(gt_gpt *m)
 {
-  for (int c = 0; c < m->nc; c++)
+  for (int c = 0; c < m->chunks; c++)
     GT_CALL(gt_gpt_chunk_passes(m, c));
   return GT_SUCCESS;
 }
@@ -330,7 +330,7 @@ int gt_gpt_drop(gt_gpt *m, const gt_gpt_pass *ps, int k)
 void gt_gpt_gather_sizes(const gt_gpt *m, size_t sizes[GT_GPT_GATHER_BUFS])
 {
   size_t largest = 0, block = 0;
-  for (int c = 0; c < m->nc; c++)
+  for (int c = 0; c < m->chunks; c++)
     for (int k = 0; k < m->fwd[c].n; k++) {
       const gt_gpt_pass *ps = &m->fwd[c];
       const size_t len = gt_params_span(m->params, ps->first[k], ps->count[k]);
@@ -394,7 +394,7 @@ static void gt_gpt_layout_slot(gt_gpt *m, gt_gpt_slot *sl, gt_carver *c)
     sl->head.lnf = gt_carve(c, Ns * C * E);
     sl->head.lnf_mean = gt_carve(c, Ns * F);
     sl->head.lnf_rstd = gt_carve(c, Ns * F);
-    sl->head.logits = gt_carve(c, N * (size_t)m->Vl * E);
+    sl->head.logits = gt_carve(c, N * (size_t)m->vocab_rows * E);
     sl->head.losses = gt_carve(c, N * F);
     sl->head.stats = gt_carve(c, 3 * N * F);
   }
@@ -418,10 +418,10 @@ static void gt_gpt_layout(gt_gpt *m, gt_carver *c)
   m->scratch.dfc = gt_carve(c, N * F4 * E);
   memset(&m->re, 0, sizeof m->re);
   m->re_out = NULL;
-  if (m->part.recompute != GT_RECOMPUTE_NONE && m->nl > 0)
+  if (m->part.recompute != GT_RECOMPUTE_NONE && m->local_blocks > 0)
     gt_gpt_layout_acts(m, &m->re, c,
                        m->part.recompute == GT_RECOMPUTE_ATTENTION ? GT_ACTS_CORE : GT_ACTS_ALL);
-  if (m->part.recompute == GT_RECOMPUTE_BLOCK && m->nl > 0)
+  if (m->part.recompute == GT_RECOMPUTE_BLOCK && m->local_blocks > 0)
     m->re_out = gt_carve(c, (size_t)gt_gpt_stream_rows(m, m->batch, m->seq) * C * E);
   m->dlnf = gt_carve(c, N * C * E);
   m->stats_all = gt_carve(c, 3 * N * P * F);
@@ -433,8 +433,6 @@ static void gt_gpt_layout(gt_gpt *m, gt_carver *c)
 }
 
 // ---- life cycle ----------------------------------------------------------------------------
-
-static const char *const gt_recompute_names[] = {"none", "attention", "block"};
 
 const char *gt_recompute_name(gt_recompute r)
 {
@@ -477,39 +475,41 @@ static int gt_gpt_shell(gt_backend *be, const gt_gpt_shape *shape, const gt_gpt_
   m->dt = dtype;
   m->batch = batch;
   m->seq = seq;
-  m->nc = part->chunks > 1 ? part->chunks : 1;
-  m->c_l0[0] = m->c_s0[0] = 0;
-  for (int c = 0; c < m->nc; c++) {
-    const int b = m->nc > 1 ? part->chunk_begin[c] : part->layer_begin;
-    const int e = m->nc > 1 ? part->chunk_end[c] : part->layer_end;
+  m->chunks = part->chunks > 1 ? part->chunks : 1;
+  m->chunk_first_block[0] = m->chunk_first_slot[0] = 0;
+  for (int c = 0; c < m->chunks; c++) {
+    const int b = m->chunks > 1 ? part->chunk_begin[c] : part->layer_begin;
+    const int e = m->chunks > 1 ? part->chunk_end[c] : part->layer_end;
     GT_ASSERT(b >= 0 && e >= b && e <= shape->layers && (c == 0 || b >= part->chunk_end[c - 1]));
-    m->c_l0[c + 1] = m->c_l0[c] + (e - b);
-    m->c_s0[c + 1] = m->c_s0[c] + (m->nc > 1 ? part->chunk_slots[c] : slots);
-    GT_ASSERT(m->c_s0[c + 1] > m->c_s0[c]);
+    m->chunk_first_block[c + 1] = m->chunk_first_block[c] + (e - b);
+    m->chunk_first_slot[c + 1] =
+        m->chunk_first_slot[c] + (m->chunks > 1 ? part->chunk_slots[c] : slots);
+    GT_ASSERT(m->chunk_first_slot[c + 1] > m->chunk_first_slot[c]);
   }
-  GT_ASSERT(m->c_s0[m->nc] == slots);
-  m->nl = m->c_l0[m->nc];
+  GT_ASSERT(m->chunk_first_slot[m->chunks] == slots);
+  m->local_blocks = m->chunk_first_block[m->chunks];
   m->sp_on = part->seq_par && P > 1;
   GT_ASSERT(!m->sp_on || ((int64_t)batch * seq) % P == 0);
   m->H = shape->heads / P;
-  m->Vl = (shape->vocab + P - 1) / P;
-  m->v0 = part->tp.rank * m->Vl;
-  m->nv = shape->vocab - m->v0 < m->Vl ? shape->vocab - m->v0 : m->Vl;
-  GT_ASSERT(m->nv >= 1);
+  m->vocab_rows = (shape->vocab + P - 1) / P;
+  m->vocab_first = part->tp.rank * m->vocab_rows;
+  const int vocab_left = shape->vocab - m->vocab_first;
+  m->vocab_real = vocab_left < m->vocab_rows ? vocab_left : m->vocab_rows;
+  GT_ASSERT(m->vocab_real >= 1);
   m->nslots = slots;
-  const int nl = m->nl > 0 ? m->nl : 1;
+  const int nl = m->local_blocks > 0 ? m->local_blocks : 1;
   m->w = calloc((size_t)nl, sizeof *m->w);
   m->g = calloc((size_t)nl, sizeof *m->g);
   m->p_block = calloc((size_t)nl, sizeof *m->p_block);
   m->slots = calloc((size_t)slots, sizeof *m->slots);
   bool ok = m->w && m->g && m->p_block && m->slots;
-  for (int c = 0; c < m->nc; c++)
-    for (int s = m->c_s0[c]; ok && s < m->c_s0[c + 1]; s++) {
+  for (int c = 0; c < m->chunks; c++)
+    for (int s = m->chunk_first_slot[c]; ok && s < m->chunk_first_slot[c + 1]; s++) {
       gt_gpt_slot *sl = &m->slots[s];
       sl->chunk = c;
-      sl->l0 = m->c_l0[c];
-      sl->nb = m->c_l0[c + 1] - m->c_l0[c];
-      sl->head_here = part->last && c == m->nc - 1;
+      sl->l0 = m->chunk_first_block[c];
+      sl->nb = m->chunk_first_block[c + 1] - m->chunk_first_block[c];
+      sl->head_here = part->last && c == m->chunks - 1;
       sl->acts = calloc((size_t)(sl->nb > 0 ? sl->nb : 1), sizeof *sl->acts);
       sl->resid = calloc((size_t)sl->nb + 1, sizeof *sl->resid);
       ok = sl->acts && sl->resid;
@@ -726,8 +726,14 @@ void gt_gpt_tied_grad(gt_gpt *m, float **grad, size_t *n)
 
 static gt_head_dims gt_gpt_head_dims(const gt_gpt *m, int64_t N)
 {
-  return (gt_head_dims){N,     m->shape.dim, m->Vl, m->v0, m->nv, m->dt, &m->part.tp,
-                        m->sp_on ? &m->sp : NULL};
+  return (gt_head_dims){.N = N,
+                        .C = m->shape.dim,
+                        .vocab_rows = m->vocab_rows,
+                        .vocab_first = m->vocab_first,
+                        .vocab_real = m->vocab_real,
+                        .dt = m->dt,
+                        .tp = &m->part.tp,
+                        .sp = m->sp_on ? &m->sp : NULL};
 }
 
 /* Where block l of slot sl keeps its activations: the slot's own, with the
@@ -787,7 +793,7 @@ int gt_gpt_forward(gt_gpt *m, int slot, const int32_t *tokens, const int32_t *ta
   if (embed) {
     GT_CALL(gt_gpt_take(m, ps, k));
     GT_CALL(gt_embedding_forward(be, m->dt, sl->resid[0], sl->tokens, m->wte, m->wpe, B, T, C,
-                                 m->v0, m->nv, &m->part.tp, sp));
+                                 m->vocab_first, m->vocab_real, &m->part.tp, sp));
     GT_CALL(gt_gpt_drop(m, ps, k++));
   }
   for (int j = 0; j < sl->nb; j++) {
@@ -852,7 +858,7 @@ int gt_gpt_grad_units(const gt_gpt *m, int *first, int *count, int max)
     if (!m->part.first)
       GT_UNIT(m->p_head + 2, 1);
   }
-  for (int l = m->nl - 1; l >= 0; l--)
+  for (int l = m->local_blocks - 1; l >= 0; l--)
     GT_UNIT(m->p_block[l], GT_BLOCK_PARAMS);
   if (m->part.first) {
     GT_UNIT(m->p_wte + 1, 1);
@@ -932,7 +938,7 @@ int gt_gpt_backward(gt_gpt *m, int slot, const gt_grad_hook *hook)
     if (!m->part.last) /* with one stage the head's backward asked already */
       GT_CALL(gt_gpt_grads(m, hook, m->p_wte, 1));
     GT_CALL(gt_embedding_backward(be, m->dt, m->dwte, m->dwpe, sl->dgrad, sl->tokens, B, T, C,
-                                  m->v0, m->nv, &m->part.tp, sp));
+                                  m->vocab_first, m->vocab_real, &m->part.tp, sp));
     GT_CALL(gt_gpt_ready(hook, 0, m->p_emb_count));
   }
   sl->grad_ready = false;

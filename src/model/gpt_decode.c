@@ -36,9 +36,9 @@ static size_t gt_cache_layout(gt_gpt_cache *c)
   const gt_gpt *m = c->m;
   const size_t C = (size_t)m->shape.dim, P = (size_t)m->part.tp.size;
   const size_t Cl = C / P, F4 = 4 * C / P, E = gt_dtype_size(m->dt), F = sizeof(float);
-  const size_t Vl = (size_t)m->Vl;
+  const size_t Vl = (size_t)m->vocab_rows;
   gt_carver cv = {c->buf, 0};
-  for (int l = 0; l < m->nl; l++)
+  for (int l = 0; l < m->local_blocks; l++)
     c->qkv[l] = gt_carve(&cv, (size_t)c->len * 3 * Cl * E);
   gt_block_acts *a = &c->step;
   a->ln1 = gt_carve(&cv, C * E);
@@ -66,7 +66,7 @@ static size_t gt_cache_layout(gt_gpt_cache *c)
 int gt_gpt_cache_create(gt_gpt *m, int len, gt_gpt_cache **cache)
 {
   *cache = NULL;
-  GT_CHECK(m->part.first && m->part.last && m->nc == 1, GT_ERR_INPUT,
+  GT_CHECK(m->part.first && m->part.last && m->chunks == 1, GT_ERR_INPUT,
            "decoding needs the whole model on one pipeline stage (pp = 1); this rank holds "
            "blocks %d-%d%s",
            m->part.layer_begin, m->part.layer_end - 1,
@@ -79,7 +79,7 @@ int gt_gpt_cache_create(gt_gpt *m, int len, gt_gpt_cache **cache)
   GT_CHECK_ALLOC(c, sizeof *c);
   c->m = m;
   c->len = len;
-  c->qkv = calloc((size_t)(m->nl > 0 ? m->nl : 1), sizeof *c->qkv);
+  c->qkv = calloc((size_t)(m->local_blocks > 0 ? m->local_blocks : 1), sizeof *c->qkv);
   int status = c->qkv ? GT_SUCCESS : GT_ERROR(GT_ERR_SYSTEM, "out of memory for the cache");
   const size_t bytes = status == GT_SUCCESS ? gt_cache_layout(c) : 0;
   if (status == GT_SUCCESS)
@@ -91,8 +91,9 @@ int gt_gpt_cache_create(gt_gpt *m, int len, gt_gpt_cache **cache)
   if (status == GT_SUCCESS)
     status = be->ops->alloc_host(be, sizeof(int32_t), (void **)&c->host_token);
   if (status == GT_SUCCESS)
-    status = be->ops->alloc_host(be, sizeof(float) * (size_t)m->part.tp.size * (size_t)m->Vl,
-                                 (void **)&c->host_logits);
+    status =
+        be->ops->alloc_host(be, sizeof(float) * (size_t)m->part.tp.size * (size_t)m->vocab_rows,
+                            (void **)&c->host_logits);
   if (status == GT_SUCCESS)
     status = be->ops->event_create(be, &c->done);
   *cache = c;
@@ -136,7 +137,7 @@ void gt_gpt_cache_reset(gt_gpt_cache *c) { c->pos = 0; }
 static int gt_cache_logits(gt_gpt *m, gt_gpt_cache *c)
 {
   gt_backend *be = m->be;
-  const size_t Vl = (size_t)m->Vl, P = (size_t)m->part.tp.size;
+  const size_t Vl = (size_t)m->vocab_rows, P = (size_t)m->part.tp.size;
   float *mine = c->head.logits;
   if (m->dt != GT_F32) {
     GT_CALL(be->ops->cast(be, GT_F32, c->logits32, m->dt, c->head.logits, Vl));
@@ -171,11 +172,11 @@ int gt_gpt_decode(gt_gpt *m, gt_gpt_cache *c, int32_t token, float *logits)
   int k = 0; /* the weight unit of the pass (ZeRO 3) */
   GT_CALL(gt_gpt_take(m, ps, k));
   const void *wpe_t = (const char *)m->wpe + (size_t)(t * C) * gt_dtype_size(m->dt);
-  GT_CALL(gt_embedding_forward(be, m->dt, c->x[0], c->token, m->wte, wpe_t, 1, 1, C, m->v0,
-                               m->nv, &m->part.tp, NULL));
+  GT_CALL(gt_embedding_forward(be, m->dt, c->x[0], c->token, m->wte, wpe_t, 1, 1, C, m->vocab_first,
+                               m->vocab_real, &m->part.tp, NULL));
   GT_CALL(gt_gpt_drop(m, ps, k++));
   int cur = 0;
-  for (int l = 0; l < m->nl; l++) {
+  for (int l = 0; l < m->local_blocks; l++) {
     gt_block_acts a = c->step;
     a.qkv = c->qkv[l];
     GT_CALL(gt_gpt_take(m, ps, k));
@@ -185,7 +186,13 @@ int gt_gpt_decode(gt_gpt *m, gt_gpt_cache *c, int32_t token, float *logits)
   }
   GT_CALL(gt_gpt_take(m, ps, k)); /* ln_f */
   GT_CALL(gt_gpt_take(m, ps, k + 1)); /* wte for the tied head */
-  const gt_head_dims hd = {1, C, m->Vl, m->v0, m->nv, m->dt, &m->part.tp, NULL};
+  const gt_head_dims hd = {.N = 1,
+                           .C = C,
+                           .vocab_rows = m->vocab_rows,
+                           .vocab_first = m->vocab_first,
+                           .vocab_real = m->vocab_real,
+                           .dt = m->dt,
+                           .tp = &m->part.tp};
   GT_CALL(gt_lm_head_logits(be, m->wte, m->lnf_w, m->lnf_b, &c->head, c->x[cur], hd));
   GT_CALL(gt_gpt_drop(m, ps, k));
   GT_CALL(gt_gpt_drop(m, ps, k + 1));

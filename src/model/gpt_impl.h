@@ -40,12 +40,17 @@ struct gt_gpt {
   gt_gpt_part part;
   gt_dtype dt;    /* compute type */
   int batch, seq; /* largest micro-batch */
-  int nl;         /* blocks on this rank */
-  int nc;         /* model chunks (gpt.h): chunk c is local blocks [c_l0[c], c_l0[c+1])
-                     and slots [c_s0[c], c_s0[c+1]) */
-  int c_l0[GT_GPT_MAX_CHUNKS + 1], c_s0[GT_GPT_MAX_CHUNKS + 1];
-  int H;          /* heads on this rank */
-  int Vl, v0, nv; /* vocabulary rows here (with padding), first, real */
+  int local_blocks; /* blocks on this rank */
+  /* model chunks (gpt.h): chunk c is local blocks
+   * [chunk_first_block[c], chunk_first_block[c+1]) and activation slots
+   * [chunk_first_slot[c], chunk_first_slot[c+1]) */
+  int chunks;
+  int chunk_first_block[GT_GPT_MAX_CHUNKS + 1], chunk_first_slot[GT_GPT_MAX_CHUNKS + 1];
+  int H; /* heads on this rank */
+  /* this rank's vocabulary rows: vocab_rows with padding (Vl in shape
+   * notes), from row vocab_first of the whole vocabulary, of which
+   * vocab_real are real (the rest padding) */
+  int vocab_rows, vocab_first, vocab_real;
   gt_params *params;
 
   /* views into params (compute copy and gradients) */

@@ -18,7 +18,7 @@ typedef struct {
   size_t *counts;     /* ZeRO: elements of each dp rank's piece in the slice */
   gt_xfer *xfer;
   gt_compressor *comp; /* [parallel] compress */
-  gt_xfer_reducer red;
+  gt_xfer_reducer reducer; /* comp's reduction (gt_compressor_reducer) */
 } gt_bucket;
 
 struct gt_buckets {
@@ -161,7 +161,7 @@ int gt_buckets_compress(gt_buckets *b, const gt_compress_spec *spec, gt_algo alg
       status = gt_compressor_create(spec, b->dp, k->len, mats, nm, algo,
                                     seed ^ (0x9e3779b97f4a7c15ULL * (uint64_t)(i + 1)), &k->comp);
     if (status == GT_SUCCESS)
-      k->red = gt_compressor_reducer(k->comp);
+      k->reducer = gt_compressor_reducer(k->comp);
   }
   free(mats);
   GT_CALL(status);
@@ -215,7 +215,7 @@ static int gt_bucket_start(gt_buckets *b, gt_bucket *k)
   if (k->xfer && k->counts)
     GT_CALL(gt_xfer_reduce_scatter(k->xfer, slice, k->len, k->counts, b->dp));
   else if (k->xfer && k->comp)
-    GT_CALL(gt_xfer_allreduce_custom(k->xfer, slice, k->len, b->dp, &k->red));
+    GT_CALL(gt_xfer_allreduce_custom(k->xfer, slice, k->len, b->dp, &k->reducer));
   else if (k->xfer)
     GT_CALL(gt_xfer_allreduce(k->xfer, slice, k->len, b->dp));
   k->started = true;

@@ -21,9 +21,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../backend/cpu/cpu_convert.h"
+#include "gridtrain/coll_algos.h"
 #include "gridtrain/comm.h"
 #include "gridtrain/error.h"
+#include "gridtrain/half.h"
 #include "gridtrain/rng.h"
 
 int gt_compress_parse(const char *text, gt_compress_spec *spec)
@@ -172,8 +173,8 @@ struct gt_compressor {
   int p, me;
   size_t n;
   gt_algo algo;
-  gt_algo_comm *ac;
-  gt_algo_req *ar;
+  gt_algo_comm *algo_comm; /* bf16, fp16 on our algorithms (coll_algos.h): their communicator */
+  gt_algo_req *algo_req;   /* ... and request; NULL: MPI reduces */
   MPI_Op op16;
   /* state */
   float *state; /* residual (n), then powersgd's warm starts (nq) */
@@ -254,8 +255,8 @@ static int gt_compressor_create_in(gt_compressor *c, const gt_compress_spec *spe
     c->half = malloc(n * sizeof *c->half + 1);
     GT_CHECK_ALLOC(c->half, n * sizeof *c->half);
     if (algo != GT_ALGO_MPI) {
-      GT_CALL(gt_algo_comm_create(c->comm, &c->ac));
-      GT_CALL(gt_algo_req_create(0, 0, &c->ar));
+      GT_CALL(gt_algo_comm_create(c->comm, &c->algo_comm));
+      GT_CALL(gt_algo_req_create(0, 0, &c->algo_req));
     } else {
       GT_CALL_MPI(MPI_Op_create(spec->kind == GT_COMPRESS_BF16 ? gt_algo_sum_bf16
                                                                : gt_algo_sum_f16,
@@ -330,8 +331,8 @@ int gt_compressor_destroy(gt_compressor **cp)
     MPI_Cancel(&c->req);
     MPI_Request_free(&c->req);
   }
-  gt_algo_req_destroy(&c->ar);
-  gt_algo_comm_destroy(&c->ac);
+  gt_algo_req_destroy(&c->algo_req);
+  gt_algo_comm_destroy(&c->algo_comm);
   if (c->op16 != MPI_OP_NULL)
     MPI_Op_free(&c->op16);
   if (c->comm != MPI_COMM_NULL && MPI_Comm_free(&c->comm) != MPI_SUCCESS)
@@ -359,7 +360,7 @@ double gt_compressor_last_bytes(const gt_compressor *c) { return c->last; }
 /* What a bandwidth-optimal all-reduce of `bytes` sends per member. */
 static double gt_allreduce_share(const gt_compressor *c, double bytes)
 {
-  return 2.0 * (c->p - 1) / c->p * bytes;
+  return gt_algo_ring_bytes(GT_COLL_ALLREDUCE, c->p, bytes);
 }
 
 static int gt_allreduce_f32_start(gt_compressor *c, float *buf, size_t n)
@@ -472,9 +473,9 @@ int gt_compressor_start(gt_compressor *c, float *buf)
     const bool fp16 = c->spec.kind == GT_COMPRESS_FP16;
     for (size_t i = 0; i < c->n; i++)
       c->half[i] = fp16 ? gt_f32_to_f16(buf[i]) : gt_f32_to_bf16(buf[i]);
-    if (c->ar) {
-      c->sent_before = gt_algo_req_sent(c->ar);
-      GT_CALL(gt_algo_start(c->ar, c->ac, c->algo, GT_COLL_ALLREDUCE, c->half, c->n,
+    if (c->algo_req) {
+      c->sent_before = gt_algo_req_sent(c->algo_req);
+      GT_CALL(gt_algo_start(c->algo_req, c->algo_comm, c->algo, GT_COLL_ALLREDUCE, c->half, c->n,
                             fp16 ? GT_F16 : GT_BF16, NULL, 0));
     } else {
       c->last += gt_allreduce_share(c, (double)c->n * 2.0);
@@ -495,9 +496,9 @@ int gt_compressor_test(gt_compressor *c, bool *done)
   if (c->phase == 0)
     return GT_SUCCESS;
   int flag = 0;
-  if (c->ar && (c->spec.kind == GT_COMPRESS_BF16 || c->spec.kind == GT_COMPRESS_FP16)) {
+  if (c->algo_req && (c->spec.kind == GT_COMPRESS_BF16 || c->spec.kind == GT_COMPRESS_FP16)) {
     bool d = false;
-    GT_CALL(gt_algo_test(c->ar, &d));
+    GT_CALL(gt_algo_test(c->algo_req, &d));
     flag = d;
   } else {
     GT_CALL_MPI(MPI_Test(&c->req, &flag, MPI_STATUS_IGNORE));
@@ -510,8 +511,8 @@ int gt_compressor_test(gt_compressor *c, bool *done)
     const bool fp16 = c->spec.kind == GT_COMPRESS_FP16;
     for (size_t i = 0; i < c->n; i++)
       c->buf[i] = fp16 ? gt_f16_to_f32(c->half[i]) : gt_bf16_to_f32(c->half[i]);
-    if (c->ar)
-      c->last += gt_algo_req_sent(c->ar) - c->sent_before;
+    if (c->algo_req)
+      c->last += gt_algo_req_sent(c->algo_req) - c->sent_before;
     break;
   }
   case GT_COMPRESS_TOPK: gt_topk_done(c); break;

@@ -94,8 +94,8 @@ int gt_dp_destroy(gt_dp **dpp)
   gt_sync_destroy(&dp->sync);
   if (dp->replica != MPI_COMM_NULL)
     MPI_Comm_free(&dp->replica);
-  gt_gshard_destroy(&dp->gshard);
-  gt_pgather_destroy(&dp->pgather);
+  gt_grad_shards_destroy(&dp->gshard);
+  gt_param_gather_destroy(&dp->pgather);
   free(dp);
   *dpp = NULL;
   return GT_SUCCESS;
@@ -209,8 +209,8 @@ void gt_dp_describe(const gt_dp *dp, char *name, size_t name_size, char *value,
 
 void gt_dp_buffer_bytes(const gt_dp *dp, double *grad_bufs, double *gather_bufs)
 {
-  *grad_bufs = dp->gshard ? (double)gt_gshard_buffer_bytes(dp->gshard) : 0.0;
-  *gather_bufs = dp->pgather ? (double)gt_pgather_buffer_bytes(dp->pgather) : 0.0;
+  *grad_bufs = dp->gshard ? (double)gt_grad_shards_buffer_bytes(dp->gshard) : 0.0;
+  *gather_bufs = dp->pgather ? (double)gt_param_gather_buffer_bytes(dp->pgather) : 0.0;
 }
 
 // ---- each rank's state in checkpoints ---------------------------------------------------------

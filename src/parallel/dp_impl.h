@@ -40,8 +40,8 @@ struct gt_dp {
   int tied;               /* the tied parameter's index on this rank, else -1 */
   bool reduce;            /* this step's gradients are summed over dp */
   gt_buckets *buckets;    /* stages 0, 1 */
-  gt_gshard *gshard;      /* stages 2, 3 */
-  gt_pgather *pgather;    /* stage 3 */
+  gt_grad_shards *gshard;      /* stages 2, 3 */
+  gt_param_gather *pgather;    /* stage 3 */
   gt_grad_hook hook;      /* the stage's hook */
   gt_grad_hook poll_hook; /* stale: backward only moves the sums in flight along */
   gt_sync *sync;          /* [parallel] sync other than every_step; else NULL */

@@ -31,28 +31,28 @@ static int gt_dp_bucket_progress(void *ctx) { return gt_buckets_progress(((gt_dp
 
 static int gt_dp_gshard_ready(void *ctx, int first, int count)
 {
-  return gt_gshard_ready(((gt_dp *)ctx)->gshard, first, count);
+  return gt_grad_shards_ready(((gt_dp *)ctx)->gshard, first, count);
 }
 
-static int gt_dp_gshard_progress(void *ctx) { return gt_gshard_progress(((gt_dp *)ctx)->gshard); }
+static int gt_dp_gshard_progress(void *ctx) { return gt_grad_shards_progress(((gt_dp *)ctx)->gshard); }
 
 static int gt_dp_gshard_acquire(void *ctx, int first, int count, float **base)
 {
-  return gt_gshard_acquire(((gt_dp *)ctx)->gshard, first, count, base);
+  return gt_grad_shards_acquire(((gt_dp *)ctx)->gshard, first, count, base);
 }
 
 static int gt_dp_weights_acquire(void *ctx, int first, int count, int next_first,
                                  int next_count, const void **base)
 {
-  return gt_pgather_acquire(((gt_dp *)ctx)->pgather, first, count, next_first, next_count, base);
+  return gt_param_gather_acquire(((gt_dp *)ctx)->pgather, first, count, next_first, next_count, base);
 }
 
 static int gt_dp_weights_release(void *ctx, int first, int count)
 {
-  return gt_pgather_release(((gt_dp *)ctx)->pgather, first, count);
+  return gt_param_gather_release(((gt_dp *)ctx)->pgather, first, count);
 }
 
-static int gt_dp_weights_progress(void *ctx) { return gt_pgather_progress(((gt_dp *)ctx)->pgather); }
+static int gt_dp_weights_progress(void *ctx) { return gt_param_gather_progress(((gt_dp *)ctx)->pgather); }
 
 // ---- stages 0 and 1: buckets ------------------------------------------------------------------
 
@@ -129,8 +129,8 @@ static int gt_dp_gshard_create(gt_dp *dp)
       first && count ? GT_SUCCESS : GT_ERROR(GT_ERR_SYSTEM, "out of memory for gradient units");
   if (status == GT_SUCCESS) {
     const int n = gt_gpt_grad_units(dp->setup.model, first, count, params->count);
-    status = gt_gshard_create(params, dp->setup.coll, dp->group.comm, first, count, n, dp->tied,
-                              GT_GSHARD_POOL, &dp->gshard);
+    status = gt_grad_shards_create(params, dp->setup.coll, dp->group.comm, first, count, n, dp->tied,
+                              GT_GRAD_SHARDS_POOL, &dp->gshard);
   }
   free(first);
   free(count);
@@ -145,7 +145,7 @@ static int gt_dp_zero3_create(gt_dp *dp)
   GT_CALL(gt_dp_gshard_create(dp));
   size_t sizes[GT_GPT_GATHER_BUFS];
   gt_gpt_gather_sizes(dp->setup.model, sizes);
-  GT_CALL(gt_pgather_create(dp->params, dp->setup.coll, dp->group.comm, sizes,
+  GT_CALL(gt_param_gather_create(dp->params, dp->setup.coll, dp->group.comm, sizes,
                             GT_GPT_GATHER_BUFS, dp->setup.ev.param_gather, &dp->pgather));
   const gt_weight_hook wh = {gt_dp_weights_acquire, gt_dp_weights_release, dp,
                              {gt_dp_weights_progress, dp}};
@@ -155,7 +155,7 @@ static int gt_dp_zero3_create(gt_dp *dp)
 
 static int gt_dp_gshard_begin(gt_dp *dp)
 {
-  GT_CALL(gt_gshard_reset(dp->gshard));
+  GT_CALL(gt_grad_shards_reset(dp->gshard));
   return GT_SUCCESS;
 }
 
@@ -167,16 +167,16 @@ static const gt_grad_hook *gt_dp_gshard_hook(gt_dp *dp) { return &dp->hook; }
 static int gt_dp_zero2_finish(gt_dp *dp)
 {
   gt_event_begin(dp->setup.ev.exposed);
-  int status = gt_gshard_wait(dp->gshard);
+  int status = gt_grad_shards_wait(dp->gshard);
   gt_event_end(dp->setup.ev.exposed);
   GT_CALL(status);
   float *tied;
   size_t ntied;
   gt_gpt_tied_grad(dp->setup.model, &tied, &ntied);
-  gt_gshard_persistent(dp->gshard, &tied, &ntied);
+  gt_grad_shards_persistent(dp->gshard, &tied, &ntied);
   GT_CALL(gt_dp_sum_tied(dp, tied, ntied));
   gt_event_begin(dp->setup.ev.exposed);
-  status = gt_gshard_finish_persistent(dp->gshard);
+  status = gt_grad_shards_finish_persistent(dp->gshard);
   gt_event_end(dp->setup.ev.exposed);
   GT_CALL(status);
   return GT_SUCCESS;
@@ -185,7 +185,7 @@ static int gt_dp_zero2_finish(gt_dp *dp)
 /* No gathered weights outlive the passes. */
 static int gt_dp_zero3_finish(gt_dp *dp)
 {
-  GT_CALL(gt_pgather_drop(dp->pgather));
+  GT_CALL(gt_param_gather_drop(dp->pgather));
   GT_CALL(gt_dp_zero2_finish(dp));
   return GT_SUCCESS;
 }

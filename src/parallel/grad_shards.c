@@ -26,7 +26,7 @@ typedef struct {
   unsigned long long started;
 } gt_gslot;
 
-struct gt_gshard {
+struct gt_grad_shards {
   gt_params *params;
   gt_coll *coll;
   MPI_Comm dp;
@@ -43,37 +43,37 @@ struct gt_gshard {
   int persistent; /* its unit, -1: none */
 };
 
-size_t gt_gshard_plan_bytes(size_t largest, size_t second, size_t persistent, int pool)
+size_t gt_grad_shards_plan_bytes(size_t largest, size_t second, size_t persistent, int pool)
 {
   pool = pool < 3 ? 3 : pool;
   return (largest + (size_t)(pool - 1) * second + persistent) * sizeof(float);
 }
 
-size_t gt_gshard_buffer_bytes(const gt_gshard *gs)
+size_t gt_grad_shards_buffer_bytes(const gt_grad_shards *gs)
 {
   const size_t plen = gs->persistent >= 0 ? gs->units[gs->persistent].len : 0;
-  return gt_gshard_plan_bytes(gs->largest, gs->second, plen, gs->nslots);
+  return gt_grad_shards_plan_bytes(gs->largest, gs->second, plen, gs->nslots);
 }
 
 /* Is slot s the one kept for the largest unit (which alone does not fit
  * the others)? */
-static bool gt_gshard_reserved(const gt_gshard *gs, int s)
+static bool gt_grad_shards_reserved(const gt_grad_shards *gs, int s)
 {
   return s == 0 && gs->largest > gs->second;
 }
 
 /* The kept piece's address of flat element off. */
-static float *gt_gshard_piece(const gt_gshard *gs, size_t off)
+static float *gt_grad_shards_piece(const gt_grad_shards *gs, size_t off)
 {
   return gt_params_grad(gs->params, off);
 }
 
-int gt_gshard_create(gt_params *p, gt_coll *coll, MPI_Comm dp, const int *first,
-                     const int *count, int n, int persistent, int pool, gt_gshard **out)
+int gt_grad_shards_create(gt_params *p, gt_coll *coll, MPI_Comm dp, const int *first,
+                          const int *count, int n, int persistent, int pool, gt_grad_shards **out)
 {
   GT_CHECK(p->grads_sharded, GT_ERR_INTERNAL,
            "internal error: ZeRO 2 gradients for parameters that are not sharded");
-  gt_gshard *gs = calloc(1, sizeof *gs);
+  gt_grad_shards *gs = calloc(1, sizeof *gs);
   GT_CHECK_ALLOC(gs, sizeof *gs);
   *out = gs;
   gs->params = p;
@@ -142,15 +142,15 @@ int gt_gshard_create(gt_params *p, gt_coll *coll, MPI_Comm dp, const int *first,
       status = gt_xfer_create(coll, len * sizeof(float), &gs->px);
   }
   if (status != GT_SUCCESS) {
-    gt_gshard_destroy(out);
+    gt_grad_shards_destroy(out);
     return gt_error_push(status, __FILE__, __LINE__, __func__);
   }
   return GT_SUCCESS;
 }
 
-int gt_gshard_destroy(gt_gshard **out)
+int gt_grad_shards_destroy(gt_grad_shards **out)
 {
-  gt_gshard *gs = *out;
+  gt_grad_shards *gs = *out;
   if (!gs)
     return GT_SUCCESS;
   gt_backend *be = gs->params->be;
@@ -172,7 +172,7 @@ int gt_gshard_destroy(gt_gshard **out)
   return GT_SUCCESS;
 }
 
-int gt_gshard_reset(gt_gshard *gs)
+int gt_grad_shards_reset(gt_grad_shards *gs)
 {
   if (gs->pbuf)
     GT_CALL(gs->params->be->ops->zero(gs->params->be, gs->pbuf,
@@ -182,12 +182,12 @@ int gt_gshard_reset(gt_gshard *gs)
 
 /* The reduction of slot s is complete: its sums of this rank's block go
  * back into the piece (queued after the result, on the compute stream). */
-static int gt_gshard_retire(gt_gshard *gs, gt_gslot *sl)
+static int gt_grad_shards_retire(gt_grad_shards *gs, gt_gslot *sl)
 {
   gt_backend *be = gs->params->be;
   gt_gunit *u = &gs->units[sl->unit];
   if (u->own_len)
-    GT_CALL(be->ops->copy(be, gt_gshard_piece(gs, u->off + u->own_off), sl->buf + u->own_off,
+    GT_CALL(be->ops->copy(be, gt_grad_shards_piece(gs, u->off + u->own_off), sl->buf + u->own_off,
                           u->own_len * sizeof(float), NULL));
   u->slot = -1;
   sl->unit = -1;
@@ -195,13 +195,13 @@ static int gt_gshard_retire(gt_gshard *gs, gt_gslot *sl)
   return GT_SUCCESS;
 }
 
-int gt_gshard_progress(gt_gshard *gs)
+int gt_grad_shards_progress(gt_grad_shards *gs)
 {
   GT_CALL(gt_coll_progress(gs->coll));
   for (int s = 0; s < gs->nslots; s++) {
     gt_gslot *sl = &gs->slots[s];
     if (sl->reducing && !gt_xfer_busy(sl->x))
-      GT_CALL(gt_gshard_retire(gs, sl));
+      GT_CALL(gt_grad_shards_retire(gs, sl));
   }
   return GT_SUCCESS;
 }
@@ -211,28 +211,28 @@ int gt_gshard_progress(gt_gshard *gs)
  * slot 0 only; the others never use slot 0 when it is larger than the rest
  * (kept for the largest unit, so that the one-stage wte held through
  * backward always finds it). */
-static int gt_gshard_free_slot(gt_gshard *gs, size_t len, int *slot)
+static int gt_grad_shards_free_slot(gt_grad_shards *gs, size_t len, int *slot)
 {
   const bool big = len > gs->second;
   for (;;) {
     for (int s = 0; s < gs->nslots; s++)
-      if (gs->slots[s].unit < 0 && big == gt_gshard_reserved(gs, s)) {
+      if (gs->slots[s].unit < 0 && big == gt_grad_shards_reserved(gs, s)) {
         *slot = s;
         return GT_SUCCESS;
       }
     int oldest = -1;
     for (int s = 0; s < gs->nslots; s++)
-      if (gs->slots[s].reducing && big == gt_gshard_reserved(gs, s) &&
+      if (gs->slots[s].reducing && big == gt_grad_shards_reserved(gs, s) &&
           (oldest < 0 || gs->slots[s].started < gs->slots[oldest].started))
         oldest = s;
     GT_CHECK(oldest >= 0, GT_ERR_INTERNAL,
              "internal error: every ZeRO 2 gradient buffer is held by a unit being computed");
     GT_CALL(gt_xfer_wait(gs->slots[oldest].x));
-    GT_CALL(gt_gshard_retire(gs, &gs->slots[oldest]));
+    GT_CALL(gt_grad_shards_retire(gs, &gs->slots[oldest]));
   }
 }
 
-int gt_gshard_acquire(gt_gshard *gs, int first, int count, float **base)
+int gt_grad_shards_acquire(gt_grad_shards *gs, int first, int count, float **base)
 {
   GT_ASSERT(first >= 0 && first < gs->params->count);
   const int i = gs->unit_of[first];
@@ -248,21 +248,21 @@ int gt_gshard_acquire(gt_gshard *gs, int first, int count, float **base)
     /* the previous micro-batch's reduction of this unit: its sums must be in
      * the piece before this one's buffer starts from them */
     GT_CALL(gt_xfer_wait(gs->slots[u->slot].x));
-    GT_CALL(gt_gshard_retire(gs, &gs->slots[u->slot]));
+    GT_CALL(gt_grad_shards_retire(gs, &gs->slots[u->slot]));
   }
   if (u->slot >= 0) { /* held since an earlier part of this backward */
     *base = gs->slots[u->slot].buf;
     return GT_SUCCESS;
   }
   int s = -1;
-  GT_CALL(gt_gshard_free_slot(gs, u->len, &s));
+  GT_CALL(gt_grad_shards_free_slot(gs, u->len, &s));
   GT_ASSERT(gs->slots[s].cap >= u->len);
   gt_gslot *sl = &gs->slots[s];
   gt_backend *be = gs->params->be;
   /* zero, but for this rank's block: the piece's sums so far */
   GT_CALL(be->ops->zero(be, sl->buf, u->len * sizeof(float)));
   if (u->own_len)
-    GT_CALL(be->ops->copy(be, sl->buf + u->own_off, gt_gshard_piece(gs, u->off + u->own_off),
+    GT_CALL(be->ops->copy(be, sl->buf + u->own_off, gt_grad_shards_piece(gs, u->off + u->own_off),
                           u->own_len * sizeof(float), NULL));
   sl->unit = i;
   u->slot = s;
@@ -270,7 +270,7 @@ int gt_gshard_acquire(gt_gshard *gs, int first, int count, float **base)
   return GT_SUCCESS;
 }
 
-int gt_gshard_ready(gt_gshard *gs, int first, int count)
+int gt_grad_shards_ready(gt_grad_shards *gs, int first, int count)
 {
   for (int j = first; j < first + count; j++) {
     const int i = gs->unit_of[j];
@@ -286,11 +286,11 @@ int gt_gshard_ready(gt_gshard *gs, int first, int count)
     sl->reducing = true;
     sl->started = gs->issued++;
   }
-  GT_CALL(gt_gshard_progress(gs));
+  GT_CALL(gt_grad_shards_progress(gs));
   return GT_SUCCESS;
 }
 
-int gt_gshard_wait(gt_gshard *gs)
+int gt_grad_shards_wait(gt_grad_shards *gs)
 {
   for (int s = 0; s < gs->nslots; s++) {
     gt_gslot *sl = &gs->slots[s];
@@ -303,18 +303,18 @@ int gt_gshard_wait(gt_gshard *gs)
     if (!sl->reducing)
       continue;
     GT_CALL(gt_xfer_wait(sl->x));
-    GT_CALL(gt_gshard_retire(gs, sl));
+    GT_CALL(gt_grad_shards_retire(gs, sl));
   }
   return GT_SUCCESS;
 }
 
-void gt_gshard_persistent(gt_gshard *gs, float **buf, size_t *n)
+void gt_grad_shards_persistent(gt_grad_shards *gs, float **buf, size_t *n)
 {
   *buf = gs->pbuf;
   *n = gs->pbuf ? gs->units[gs->persistent].len : 0;
 }
 
-int gt_gshard_finish_persistent(gt_gshard *gs)
+int gt_grad_shards_finish_persistent(gt_grad_shards *gs)
 {
   if (!gs->pbuf)
     return GT_SUCCESS;
@@ -323,7 +323,7 @@ int gt_gshard_finish_persistent(gt_gshard *gs)
   GT_CALL(gt_xfer_wait(gs->px));
   /* only this unit writes its part of the piece, which is still zero */
   if (u->own_len)
-    GT_CALL(gs->params->be->ops->copy(gs->params->be, gt_gshard_piece(gs, u->off + u->own_off),
+    GT_CALL(gs->params->be->ops->copy(gs->params->be, gt_grad_shards_piece(gs, u->off + u->own_off),
                                       gs->pbuf + u->own_off, u->own_len * sizeof(float), NULL));
   return GT_SUCCESS;
 }

@@ -19,7 +19,7 @@ typedef struct {
                        in flight, not handed out) */
 } gt_pgbuf;
 
-struct gt_pgather {
+struct gt_param_gather {
   gt_params *params;
   gt_coll *coll;
   MPI_Comm dp;
@@ -30,7 +30,7 @@ struct gt_pgather {
   size_t *counts; /* dp_size: each rank's block of the unit being started */
 };
 
-size_t gt_pgather_plan_bytes(const size_t *sizes, int nbuf, gt_dtype dt)
+size_t gt_param_gather_plan_bytes(const size_t *sizes, int nbuf, gt_dtype dt)
 {
   size_t total = 0;
   for (int i = 0; i < nbuf; i++)
@@ -38,7 +38,7 @@ size_t gt_pgather_plan_bytes(const size_t *sizes, int nbuf, gt_dtype dt)
   return total * gt_dtype_size(dt);
 }
 
-size_t gt_pgather_buffer_bytes(const gt_pgather *pg)
+size_t gt_param_gather_buffer_bytes(const gt_param_gather *pg)
 {
   size_t total = 0;
   for (int i = 0; i < pg->nbuf; i++)
@@ -46,12 +46,12 @@ size_t gt_pgather_buffer_bytes(const gt_pgather *pg)
   return total * gt_dtype_size(pg->params->dtype);
 }
 
-int gt_pgather_create(gt_params *p, gt_coll *coll, MPI_Comm dp, const size_t *sizes, int nbuf,
-                      int event, gt_pgather **out)
+int gt_param_gather_create(gt_params *p, gt_coll *coll, MPI_Comm dp, const size_t *sizes, int nbuf,
+                           int event, gt_param_gather **out)
 {
   GT_CHECK(p->compute_sharded, GT_ERR_INTERNAL,
            "internal error: ZeRO 3 gathers for a compute copy that is not sharded");
-  gt_pgather *pg = calloc(1, sizeof *pg);
+  gt_param_gather *pg = calloc(1, sizeof *pg);
   GT_CHECK_ALLOC(pg, sizeof *pg);
   *out = pg;
   pg->params = p;
@@ -62,7 +62,7 @@ int gt_pgather_create(gt_params *p, gt_coll *coll, MPI_Comm dp, const size_t *si
   pg->bufs = calloc((size_t)nbuf, sizeof *pg->bufs);
   pg->counts = calloc((size_t)pg->dp_size, sizeof *pg->counts);
   if (!pg->bufs || !pg->counts) {
-    gt_pgather_destroy(out);
+    gt_param_gather_destroy(out);
     return GT_ERROR(GT_ERR_SYSTEM, "out of memory for the ZeRO 3 gather pool");
   }
   pg->nbuf = nbuf;
@@ -77,15 +77,15 @@ int gt_pgather_create(gt_params *p, gt_coll *coll, MPI_Comm dp, const size_t *si
       status = gt_xfer_create(coll, b->cap * es, &b->x);
   }
   if (status != GT_SUCCESS) {
-    gt_pgather_destroy(out);
+    gt_param_gather_destroy(out);
     return gt_error_push(status, __FILE__, __LINE__, __func__);
   }
   return GT_SUCCESS;
 }
 
-int gt_pgather_destroy(gt_pgather **out)
+int gt_param_gather_destroy(gt_param_gather **out)
 {
-  gt_pgather *pg = *out;
+  gt_param_gather *pg = *out;
   if (!pg)
     return GT_SUCCESS;
   int status = GT_SUCCESS;
@@ -110,7 +110,7 @@ int gt_pgather_destroy(gt_pgather **out)
 }
 
 /* The buffer holding or gathering unit (first, count) in state st, or NULL. */
-static gt_pgbuf *gt_pgather_find(gt_pgather *pg, int first, int count, gt_pgstate st)
+static gt_pgbuf *gt_param_gather_find(gt_param_gather *pg, int first, int count, gt_pgstate st)
 {
   for (int i = 0; i < pg->nbuf; i++) {
     gt_pgbuf *b = &pg->bufs[i];
@@ -121,7 +121,7 @@ static gt_pgbuf *gt_pgather_find(gt_pgather *pg, int first, int count, gt_pgstat
 }
 
 /* The smallest buffer in state st with room for n elements, or NULL. */
-static gt_pgbuf *gt_pgather_fit(gt_pgather *pg, size_t n, gt_pgstate st)
+static gt_pgbuf *gt_param_gather_fit(gt_param_gather *pg, size_t n, gt_pgstate st)
 {
   gt_pgbuf *best = NULL;
   for (int i = 0; i < pg->nbuf; i++) {
@@ -134,7 +134,7 @@ static gt_pgbuf *gt_pgather_fit(gt_pgather *pg, size_t n, gt_pgstate st)
 
 /* Start gathering unit (first, count) into buffer b: this rank's block is
  * copied from its piece, the others are broadcast by their owners. */
-static int gt_pgather_start(gt_pgather *pg, gt_pgbuf *b, int first, int count)
+static int gt_param_gather_start(gt_param_gather *pg, gt_pgbuf *b, int first, int count)
 {
   const gt_params *p = pg->params;
   const size_t a = p->list[first].offset, n = gt_params_span(p, first, count);
@@ -158,23 +158,23 @@ static int gt_pgather_start(gt_pgather *pg, gt_pgbuf *b, int first, int count)
   return GT_SUCCESS;
 }
 
-int gt_pgather_acquire(gt_pgather *pg, int first, int count, int next_first, int next_count,
-                       const void **base)
+int gt_param_gather_acquire(gt_param_gather *pg, int first, int count, int next_first,
+                            int next_count, const void **base)
 {
   const gt_params *p = pg->params;
-  gt_pgbuf *b = gt_pgather_find(pg, first, count, GT_PG_FLIGHT);
+  gt_pgbuf *b = gt_param_gather_find(pg, first, count, GT_PG_FLIGHT);
   if (!b) {
     const size_t n = gt_params_span(p, first, count);
-    b = gt_pgather_fit(pg, n, GT_PG_FREE);
+    b = gt_param_gather_fit(pg, n, GT_PG_FREE);
     if (!b) { /* a prefetch nobody asked for: complete it and take its buffer */
-      b = gt_pgather_fit(pg, n, GT_PG_FLIGHT);
+      b = gt_param_gather_fit(pg, n, GT_PG_FLIGHT);
       GT_CHECK(b != NULL, GT_ERR_INTERNAL,
                "internal error: no ZeRO 3 gather buffer for %zu elements (parameter %d)", n,
                first);
       GT_CALL(gt_xfer_wait(b->x));
       b->state = GT_PG_FREE;
     }
-    GT_CALL(gt_pgather_start(pg, b, first, count));
+    GT_CALL(gt_param_gather_start(pg, b, first, count));
   }
   if (pg->event >= 0)
     gt_event_begin(pg->event);
@@ -184,18 +184,18 @@ int gt_pgather_acquire(gt_pgather *pg, int first, int count, int next_first, int
   GT_CALL(status);
   b->state = GT_PG_HELD;
   *base = b->buf;
-  if (next_count > 0 && !gt_pgather_find(pg, next_first, next_count, GT_PG_FLIGHT) &&
-      !gt_pgather_find(pg, next_first, next_count, GT_PG_HELD)) {
-    gt_pgbuf *nb = gt_pgather_fit(pg, gt_params_span(p, next_first, next_count), GT_PG_FREE);
+  if (next_count > 0 && !gt_param_gather_find(pg, next_first, next_count, GT_PG_FLIGHT) &&
+      !gt_param_gather_find(pg, next_first, next_count, GT_PG_HELD)) {
+    gt_pgbuf *nb = gt_param_gather_fit(pg, gt_params_span(p, next_first, next_count), GT_PG_FREE);
     if (nb)
-      GT_CALL(gt_pgather_start(pg, nb, next_first, next_count));
+      GT_CALL(gt_param_gather_start(pg, nb, next_first, next_count));
   }
   return GT_SUCCESS;
 }
 
-int gt_pgather_release(gt_pgather *pg, int first, int count)
+int gt_param_gather_release(gt_param_gather *pg, int first, int count)
 {
-  gt_pgbuf *b = gt_pgather_find(pg, first, count, GT_PG_HELD);
+  gt_pgbuf *b = gt_param_gather_find(pg, first, count, GT_PG_HELD);
   GT_CHECK(b != NULL, GT_ERR_INTERNAL,
            "internal error: release of ZeRO 3 parameters %d..%d that are not held", first,
            first + count - 1);
@@ -203,13 +203,13 @@ int gt_pgather_release(gt_pgather *pg, int first, int count)
   return GT_SUCCESS;
 }
 
-int gt_pgather_progress(gt_pgather *pg)
+int gt_param_gather_progress(gt_param_gather *pg)
 {
   GT_CALL(gt_coll_progress(pg->coll));
   return GT_SUCCESS;
 }
 
-int gt_pgather_drop(gt_pgather *pg)
+int gt_param_gather_drop(gt_param_gather *pg)
 {
   for (int i = 0; i < pg->nbuf; i++) {
     gt_pgbuf *b = &pg->bufs[i];

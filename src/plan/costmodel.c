@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "gridtrain/costmodel.h"
+#include "gridtrain/coll_algos.h"
 #include "gridtrain/error.h"
 #include "gridtrain/grad_shards.h"
 #include "gridtrain/grid.h"
@@ -154,30 +155,29 @@ double gt_cost_kernel_time(const gt_cluster *c, gt_dtype dt, double flops, doubl
   return gt_roofline(c, dt, flops, bytes, share, c->eff_matmul);
 }
 
+/* The ring's alpha-beta-gamma time (coll_algos.h: the model the runtime's
+ * auto choice evaluates too). */
+static double gt_cost_ring(gt_coll_op op, int n, double bytes, double alpha, double beta,
+                           double gamma, double eff)
+{
+  return gt_algo_time(GT_ALGO_RING, op, n, bytes, 0, (const double[3]){alpha, beta, gamma}, eff);
+}
+
 double gt_cost_allreduce(int n, double bytes, double alpha, double beta, double gamma,
                          double eff)
 {
-  if (n <= 1)
-    return 0;
-  const double f = (double)(n - 1) / n;
-  return 2.0 * (n - 1) * alpha + 2.0 * f * bytes * beta / eff + f * bytes * gamma;
+  return gt_cost_ring(GT_COLL_ALLREDUCE, n, bytes, alpha, beta, gamma, eff);
 }
 
 double gt_cost_reduce_scatter(int n, double bytes, double alpha, double beta, double gamma,
                               double eff)
 {
-  if (n <= 1)
-    return 0;
-  const double f = (double)(n - 1) / n;
-  return (n - 1) * alpha + f * bytes * (beta / eff + gamma);
+  return gt_cost_ring(GT_COLL_REDUCE_SCATTER, n, bytes, alpha, beta, gamma, eff);
 }
 
 double gt_cost_allgather(int n, double bytes, double alpha, double beta, double eff)
 {
-  if (n <= 1)
-    return 0;
-  const double f = (double)(n - 1) / n;
-  return (n - 1) * alpha + f * bytes * beta / eff;
+  return gt_cost_ring(GT_COLL_ALLGATHER, n, bytes, alpha, beta, 0.0, eff);
 }
 
 double gt_cost_bubble_fraction(gt_plan_schedule s, int pp, int micro, int chunks)
@@ -228,27 +228,13 @@ void gt_cost_schedule_name(const gt_layout *l, char *buf, size_t size)
 
 int gt_cost_schedule_parse(const char *s, gt_layout *l)
 {
-  l->chunks = 1;
-  if (strcmp(s, "gpipe") == 0) {
-    l->schedule = GT_PLAN_GPIPE;
-    return GT_SUCCESS;
-  }
-  if (strcmp(s, "1f1b") == 0) {
-    l->schedule = GT_PLAN_1F1B;
-    return GT_SUCCESS;
-  }
-  char *end = NULL;
-  if (strncmp(s, "interleaved:", 12) == 0) {
-    long v = strtol(s + 12, &end, 10);
-    if (end && end != s + 12 && *end == '\0' && v >= 2 && v <= GT_SCHEDULE_MAX_CHUNKS) {
-      l->schedule = GT_PLAN_INTERLEAVED;
-      l->chunks = (int)v;
-      return GT_SUCCESS;
-    }
-  }
-  return GT_ERROR(GT_ERR_INPUT, "[parallel] schedule = '%s' is not one of gpipe, 1f1b, "
-                  "interleaved:V (2 <= V <= %d model chunks per stage)", s,
-                  GT_SCHEDULE_MAX_CHUNKS);
+  gt_schedule sched;
+  GT_CALL(gt_schedule_parse(s, &sched));
+  l->schedule = sched.kind == GT_SCHEDULE_GPIPE  ? GT_PLAN_GPIPE
+                : sched.kind == GT_SCHEDULE_1F1B ? GT_PLAN_1F1B
+                                                 : GT_PLAN_INTERLEAVED;
+  l->chunks = sched.chunks;
+  return GT_SUCCESS;
 }
 
 int gt_cost_layout_of(const gt_config *cfg, int ranks, gt_layout *l)
@@ -264,21 +250,11 @@ int gt_cost_layout_of(const gt_config *cfg, int ranks, gt_layout *l)
   l->mbs = (int)(cfg->data.batch / ((long)l->dp * l->micro));
   GT_CALL(gt_cost_schedule_parse(cfg->parallel.schedule, l));
   l->zero = l->dp > 1 ? (int)cfg->parallel.zero : 0;
-  l->recompute = (gt_recompute)gt_recompute_parse(cfg->model.recompute);
-  l->seq_par = l->tp > 1 && strcmp(cfg->parallel.sequence_parallel, "on") == 0;
-  l->dtype = gt_precision_dtype(cfg->backend.precision);
-  l->dp_overlap = strcmp(cfg->parallel.dp_overlap, "on") == 0;
+  l->recompute = cfg->model.recompute;
+  l->seq_par = l->tp > 1 && cfg->parallel.sequence_parallel;
+  l->dtype = cfg->backend.precision;
+  l->dp_overlap = cfg->parallel.dp_overlap;
   return GT_SUCCESS;
-}
-
-/* MPI stages through pinned buffers where it cannot take device pointers
- * (as `gridtrain plan --memory` assumes). */
-static bool gt_cost_staged(const gt_config *cfg)
-{
-  const bool device = strcmp(cfg->backend.device, "cuda") == 0 ||
-                      strcmp(cfg->backend.device, "cpu-guard") == 0;
-  return strcmp(cfg->backend.mpi_device, "off") == 0 ||
-         (strcmp(cfg->backend.mpi_device, "auto") == 0 && device);
 }
 
 // ---- memory -----------------------------------------------------------------------
@@ -376,13 +352,12 @@ static int gt_cost_memory(const gt_config *cfg, const gt_layout *l, int ranks,
   lc.data.batch = (long)l->dp * l->mbs * l->micro;
   gt_cost_schedule_name(l, lc.parallel.schedule, sizeof lc.parallel.schedule);
   lc.parallel.zero = l->zero;
-  snprintf(lc.model.recompute, sizeof lc.model.recompute, "%s", gt_recompute_name(l->recompute));
-  snprintf(lc.parallel.sequence_parallel, sizeof lc.parallel.sequence_parallel, "%s",
-           l->seq_par ? "on" : "off");
-  snprintf(lc.backend.precision, sizeof lc.backend.precision, "%s", gt_dtype_name(l->dtype));
+  lc.model.recompute = l->recompute;
+  lc.parallel.sequence_parallel = l->seq_par;
+  lc.backend.precision = l->dtype;
   int sizes[3];
   gt_psi_check_model(&lc);
-  GT_CALL(gt_mem_plan_cached(&lc, ranks, gt_cost_staged(cfg), acc, l->pp, sizes, gt_psi_find,
+  GT_CALL(gt_mem_plan_cached(&lc, ranks, gt_mem_staged(cfg), acc, l->pp, sizes, gt_psi_find,
                              NULL));
   *worst = 0, *psi_max = 0;
   for (int s = 0; s < l->pp; s++) {

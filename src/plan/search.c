@@ -72,10 +72,10 @@ int gt_plan_search(const gt_config *cfg, const gt_plan_pins *pins, int ranks,
   base.dp = (int)cfg->grid.dp, base.pp = (int)cfg->grid.pp, base.tp = (int)cfg->grid.tp;
   GT_CALL(gt_cost_schedule_parse(cfg->parallel.schedule, &base));
   base.zero = (int)cfg->parallel.zero;
-  base.recompute = (gt_recompute)gt_recompute_parse(cfg->model.recompute);
-  base.seq_par = strcmp(cfg->parallel.sequence_parallel, "on") == 0;
-  base.dtype = gt_precision_dtype(cfg->backend.precision);
-  base.dp_overlap = strcmp(cfg->parallel.dp_overlap, "on") == 0;
+  base.recompute = cfg->model.recompute;
+  base.seq_par = cfg->parallel.sequence_parallel;
+  base.dtype = cfg->backend.precision;
+  base.dp_overlap = cfg->parallel.dp_overlap;
   gt_config lc = *cfg;
   if (!pins->pp)
     lc.parallel.stages[0] = '\0'; /* a block list fits one pp only */
@@ -328,8 +328,8 @@ static int gt_pub_row(const char *tsv, int line, char *text, const gt_cluster *c
   cfg.model.layers = layers, cfg.model.heads = heads, cfg.model.dim = hidden;
   cfg.model.seq_len = seq, cfg.model.vocab = vocab;
   cfg.data.batch = batch;
-  snprintf(cfg.backend.device, sizeof cfg.backend.device, "cuda");
-  snprintf(cfg.backend.mpi_device, sizeof cfg.backend.mpi_device, "on");
+  cfg.backend.device = GT_DEVICE_CUDA;
+  cfg.backend.mpi_device = GT_TRI_ON;
   gt_layout l;
   memset(&l, 0, sizeof l);
   l.dp = dp, l.pp = pp, l.tp = tp, l.mbs = mbs, l.micro = (int)(batch / dp / mbs);

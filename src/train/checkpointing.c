@@ -57,10 +57,10 @@ static gt_ckpt_state gt_trainer_ckpt_state(gt_trainer *tr)
                       .moments_lo = sharded ? p->shard_lo : 0};
   gt_adamw_moments(tr->opt, &st.m, &st.v);
   st.group = &tr->grid->tp;
-  const char *dio = tr->cfg.checkpoint.direct_io;
-  st.direct = strcmp(dio, "on") == 0    ? GT_CKPT_DIRECT_ON
-              : strcmp(dio, "off") == 0 ? GT_CKPT_DIRECT_OFF
-                                        : GT_CKPT_DIRECT_AUTO;
+  const gt_tristate dio = tr->cfg.checkpoint.direct_io;
+  st.direct = dio == GT_TRI_ON    ? GT_CKPT_DIRECT_ON
+              : dio == GT_TRI_OFF ? GT_CKPT_DIRECT_OFF
+                                  : GT_CKPT_DIRECT_AUTO;
   return st;
 }
 

@@ -15,7 +15,7 @@ int gt_trainer_readers_create(gt_trainer *tr)
   const gt_grid *g = tr->grid;
   /* only the first and the last stage read tokens (pipeline.h) */
   const bool reads = g->pp_rank == 0 || g->pp_rank == g->pp_size - 1;
-  const bool ahead = reads && strcmp(cfg->data.prefetch, "on") == 0;
+  const bool ahead = reads && cfg->data.prefetch;
   GT_CALL(gt_reader_create(tr->train, tr->T, true, cfg->run.seed, cfg->model.vocab, tr->B_rank,
                            ahead, &tr->train_reader));
   if (tr->val)

@@ -75,10 +75,11 @@ int gt_pace_create(const gt_config *cfg, const gt_grid *g, gt_backend *be,
   } else if (be->device == GT_CUDA) {
     const char *name = gt_backend_device_name(be);
     per_rank = gt_peak_gpu(name, gt_peak_kind_of(cfg->backend.precision));
-    snprintf(source, sizeof source, "%s, dense %s", name, cfg->backend.precision);
+    const char *precision = gt_precision_names[cfg->backend.precision];
+    snprintf(source, sizeof source, "%s, dense %s", name, precision);
     if (per_rank <= 0)
       snprintf(why, sizeof why, "gridtrain's table has no dense %s peak for the GPU '%s'",
-               cfg->backend.precision, name);
+               precision, name);
     mine[0] = per_rank;
   } else {
     GT_CALL(gt_pace_calibrate(g, be, calib, why, sizeof why));

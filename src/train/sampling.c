@@ -15,6 +15,7 @@
 #include "gridtrain/comm.h"
 #include "gridtrain/error.h"
 #include "gridtrain/log.h"
+#include "gridtrain/prompt.h"
 
 #define GT_SAMPLE_TOKENS 64
 #define GT_SAMPLE_PROMPT "\n"
@@ -32,7 +33,7 @@ int gt_trainer_sample_setup(gt_trainer *tr, bool quiet)
               cfg->run.sample_every, g->pp_size);
     return GT_SUCCESS;
   }
-  GT_CALL(gt_sample_prompt(cfg->data.train, GT_SAMPLE_PROMPT, (int)cfg->model.vocab, g->world,
+  GT_CALL(gt_prompt_encode(cfg->data.train, GT_SAMPLE_PROMPT, (int)cfg->model.vocab, g->world,
                            &tr->sample.tok, &tr->sample.prompt, &tr->sample.np,
                            &tr->sample.vocab));
   tr->sample.out = malloc(sizeof(int32_t) * GT_SAMPLE_TOKENS);
@@ -48,7 +49,7 @@ static int gt_trainer_sample_print(gt_trainer *tr, int n)
 {
   char *text = NULL;
   size_t len = 0;
-  GT_CALL(gt_sample_decode(tr->sample.tok, tr->sample.out, n, &text, &len));
+  GT_CALL(gt_prompt_decode(tr->sample.tok, tr->sample.out, n, &text, &len));
   for (size_t i = 0; i < len; i++) {
     const unsigned char c = (unsigned char)text[i];
     if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7f)

@@ -352,7 +352,7 @@ int gt_trainer_run(gt_trainer *tr)
       /* [checkpoint] on_error = warn: a periodic write that every rank saw
        * fail (none of the earlier ones is lost) does not end the run */
       if (status != GT_SUCCESS && !signo && !last && gt_error_is_collective() &&
-          strcmp(cfg->checkpoint.on_error, "warn") == 0) {
+          cfg->checkpoint.on_error == GT_ON_ERROR_WARN) {
         gt_warn("%s; training goes on ([checkpoint] on_error = warn)", gt_error_message());
         gt_error_clear();
         continue;

@@ -1,7 +1,8 @@
 /*
  * trainer_impl.h - the trainer's state, shared by its parts (internal to
  * src/train):
- *   setup.c          create and destroy, the configuration and memory tables
+ *   setup.c          create and destroy
+ *   report.c         the tables: configuration, memory per rank, devices, placement
  *   checkpointing.c  checkpoint metadata, save, load and the resume policy
  *   trainer.c        one step, evaluation, the run loop and the reports
  *   feed.c           the data feed: readers, read-ahead, micro-batches
@@ -29,6 +30,7 @@
 #include "gridtrain/scaler.h"
 #include "gridtrain/schedule.h"
 #include "gridtrain/timer.h"
+#include "gridtrain/tokenizer.h"
 #include "gridtrain/trainer.h"
 
 /* Device scalars of a step: reduced over the world at its end. */
@@ -100,6 +102,11 @@ struct gt_trainer {
         norm, optimizer, zero_gather, param_gather, eval, checkpoint;
   } ev;
 };
+
+/* Rank 0 prints the tables of a trainer just set up: the configuration and
+ * what was resolved, the expected memory per rank, the devices and where the
+ * ranks run (report.c). Collective on the trainer's world. */
+int gt_trainer_report_setup(gt_trainer *tr, FILE *out);
 
 /* setup.c: the checkpoint policy's start-up part, run by gt_trainer_create. */
 int gt_trainer_resume(gt_trainer *tr, bool quiet);

@@ -166,9 +166,9 @@ int main(int argc, char **argv)
         c.grid.pp = layouts[l][1];
         c.grid.tp = layouts[l][2];
         c.parallel.zero = z;
-        snprintf(c.backend.precision, sizeof c.backend.precision, "%s", precisions[p]);
+        tu_config_set(&c, "backend.precision=%s", precisions[p]);
         const int r = (l + p + z) % 3; /* every mode in every layout */
-        snprintf(c.model.recompute, sizeof c.model.recompute, "%s", recompute[r]);
+        tu_config_set(&c, "model.recompute=%s", recompute[r]);
         char what[128];
         snprintf(what, sizeof what, "(dp,pp,tp)=(%d,%d,%d) %s zero %d recompute %s",
                  layouts[l][0], layouts[l][1], layouts[l][2], precisions[p], z, recompute[r]);

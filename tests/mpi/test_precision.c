@@ -173,7 +173,7 @@ static double loss_err(const double *a, const double *b, int n, int *at)
 static gt_config with(const gt_config *base, const char *precision, int dp, int pp, int tp)
 {
   gt_config c = *base;
-  snprintf(c.backend.precision, sizeof c.backend.precision, "%s", precision);
+  tu_config_set(&c, "backend.precision=%s", precision);
   c.grid.dp = dp;
   c.grid.pp = pp;
   c.grid.tp = tp;

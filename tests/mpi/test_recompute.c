@@ -74,8 +74,8 @@ int main(int argc, char **argv)
       c.grid.tp = r->tp;
       c.data.microbatches = r->mb;
       snprintf(c.parallel.schedule, sizeof c.parallel.schedule, "%s", r->schedule);
-      snprintf(c.backend.precision, sizeof c.backend.precision, "%s", r->precision);
-      snprintf(c.model.recompute, sizeof c.model.recompute, "%s", modes[k]);
+      tu_config_set(&c, "backend.precision=%s", r->precision);
+      tu_config_set(&c, "model.recompute=%s", modes[k]);
       memset(&got[k], 0, sizeof got[k]);
       st[k] = GT_SUCCESS;
       if (comm != MPI_COMM_NULL) {

@@ -329,7 +329,7 @@ int main(int argc, char **argv)
     w.grid.pp = rewrite[l].pp;
     w.grid.tp = rewrite[l].tp;
     w.parallel.zero = rewrite[l].zero;
-    snprintf(w.checkpoint.direct_io, sizeof w.checkpoint.direct_io, "%s", rewrite[l].direct);
+    tu_config_set(&w, "checkpoint.direct_io=%s", rewrite[l].direct);
     snprintf(w.checkpoint.resume, sizeof w.checkpoint.resume, "%s", path);
     char wdir[1000];
     snprintf(wdir, sizeof wdir, "%s/rewrite%zu", dir, l);

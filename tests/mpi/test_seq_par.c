@@ -89,10 +89,9 @@ int main(int argc, char **argv)
       c.data.microbatches = z->mb;
       c.parallel.zero = z->zero;
       snprintf(c.parallel.schedule, sizeof c.parallel.schedule, "%s", z->schedule);
-      snprintf(c.model.recompute, sizeof c.model.recompute, "%s", z->recompute);
-      snprintf(c.backend.precision, sizeof c.backend.precision, "%s", z->precision);
-      snprintf(c.parallel.sequence_parallel, sizeof c.parallel.sequence_parallel, "%s",
-               on ? "on" : "off");
+      tu_config_set(&c, "model.recompute=%s", z->recompute);
+      tu_config_set(&c, "backend.precision=%s", z->precision);
+      tu_config_set(&c, "parallel.sequence_parallel=%s", on ? "on" : "off");
       memset(&got[on], 0, sizeof got[on]);
       if (comm != MPI_COMM_NULL)
         st[on] = tu_train(&c, comm, STEPS, NULL, numel, &got[on]);

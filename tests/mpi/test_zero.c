@@ -85,8 +85,8 @@ static void parity(const gt_config *cfg, size_t numel)
       c.data.microbatches = z->mb;
       c.parallel.bucket_mb = z->bucket_mb;
       snprintf(c.parallel.schedule, sizeof c.parallel.schedule, "%s", z->schedule);
-      snprintf(c.parallel.dp_overlap, sizeof c.parallel.dp_overlap, "%s", z->overlap);
-      snprintf(c.backend.precision, sizeof c.backend.precision, "%s", z->precision);
+      tu_config_set(&c, "parallel.dp_overlap=%s", z->overlap);
+      tu_config_set(&c, "backend.precision=%s", z->precision);
       memset(&got[zero], 0, sizeof got[zero]);
       if (comm != MPI_COMM_NULL)
         st[zero] = tu_train(&c, comm, STEPS, NULL, numel, &got[zero]);
@@ -138,7 +138,7 @@ static void checkpoints(const gt_config *base, const char *precision, const int 
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   gt_config cfg = *base;
   cfg.run.steps = 2 * N;
-  snprintf(cfg.backend.precision, sizeof cfg.backend.precision, "%s", precision);
+  tu_config_set(&cfg, "backend.precision=%s", precision);
   const int size = home[0] * home[1] * home[2];
   char home_what[64];
   snprintf(home_what, sizeof home_what, "%s zero %d (%d,%d,%d) checkpoints", precision, home[3],

@@ -81,7 +81,7 @@ static void test_backend_refusal(void)
   tap_ok(status == GT_ERR_INPUT && be == NULL && strstr(gt_error_message(), want) != NULL,
          "device = cuda here is an input error naming why (%s): %s", want, gt_error_message());
   gt_error_clear();
-  opt.attention = "flash";
+  opt.attention = (gt_attention_kind)7; /* not a kind */
   status = gt_backend_create_with("cuda", &opt, &be);
   tap_ok(status == GT_ERR_INPUT && be == NULL, "a bad attention kind is refused too: %s",
          gt_error_message());

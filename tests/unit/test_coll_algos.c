@@ -20,10 +20,10 @@
 #include <stdio.h>
 #include <unistd.h>
 
-#include "../../src/backend/cpu/cpu_convert.h"
 #include "../test_util.h"
 #include "gridtrain/coll_algos.h"
 #include "gridtrain/comm.h"
+#include "gridtrain/half.h"
 
 enum { SEG_BYTES = 256, WINDOW = 3 }; /* small segments: many of them, all slots busy */
 

@@ -58,7 +58,7 @@ int main(int argc, char **argv)
   // ---- defaults and values
   tap_ok(parse(NULL, 0, NULL, &cfg) == GT_SUCCESS, "defaults parse");
   tap_ok(cfg.model.layers == 4 && cfg.model.dim == 128 && cfg.grid.dp == 0 && cfg.grid.tp == 1 &&
-             strcmp(cfg.backend.device, "cpu") == 0,
+             cfg.backend.device == GT_DEVICE_CPU,
          "defaults: layers 4, dim 128, dp auto, tp 1, device cpu");
   tap_ok(gt_config_check_required(&cfg) == GT_ERR_INPUT && strstr(gt_error_message(), "[data] train"),
          "data.train is required");
@@ -92,6 +92,29 @@ int main(int argc, char **argv)
               again.run.seed == cfg.run.seed && strcmp(again.data.train, cfg.data.train) == 0 &&
               again.grid.dp == cfg.grid.dp && again.optim.weight_decay == cfg.optim.weight_decay;
   tap_ok(same, "resolved INI text parses back to the same values");
+
+  // ---- enum keys: each word is its C enum value, printed back as the word
+  gt_config typed;
+  gt_config_defaults(&typed);
+  bool typed_ok = gt_config_set(&typed, "backend.precision=%s", "bf16") == GT_SUCCESS &&
+                  gt_config_set(&typed, "model.recompute=block") == GT_SUCCESS &&
+                  gt_config_set(&typed, "backend.device=cpu-guard") == GT_SUCCESS &&
+                  gt_config_set(&typed, "parallel.allreduce=halving") == GT_SUCCESS &&
+                  gt_config_set(&typed, "parallel.dp_overlap=off") == GT_SUCCESS &&
+                  gt_config_set(&typed, "checkpoint.direct_io=on") == GT_SUCCESS;
+  typed_ok = typed_ok && typed.backend.precision == GT_BF16 &&
+             typed.model.recompute == GT_RECOMPUTE_BLOCK &&
+             typed.backend.device == GT_DEVICE_CPU_GUARD &&
+             typed.parallel.allreduce == GT_ALLREDUCE_HALVING && !typed.parallel.dp_overlap &&
+             typed.data.prefetch && typed.checkpoint.direct_io == GT_TRI_ON &&
+             typed.parallel.wait == GT_WAIT_SETTING_AUTO;
+  len = gt_config_to_ini(&typed, text, sizeof text);
+  typed_ok = typed_ok && len > 0 && (size_t)len < sizeof text &&
+             strstr(text, "\nprecision = bf16\n") && strstr(text, "\nrecompute = block\n") &&
+             strstr(text, "\ndevice = cpu-guard\n") && strstr(text, "\nallreduce = halving\n") &&
+             strstr(text, "\ndp_overlap = off\n") && strstr(text, "\nprefetch = on\n") &&
+             strstr(text, "\ndirect_io = on\n");
+  tap_ok(typed_ok, "enum keys are C enums (on|off a bool) and print back as their words");
 
   // ---- every kind of mistake
   expect_error("unknown section", "[modle]\nlayers = 2\n", NULL, "unknown section [modle]",

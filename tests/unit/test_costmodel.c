@@ -157,7 +157,7 @@ static void test_memory_and_search(void)
   const char *zeros[] = {"0", "1", "2", "3"};
   for (int z = 0; z < 4; z++) {
     cfg.parallel.zero = z;
-    snprintf(cfg.model.recompute, sizeof cfg.model.recompute, "%s", z == 2 ? "block" : "none");
+    cfg.model.recompute = z == 2 ? GT_RECOMPUTE_BLOCK : GT_RECOMPUTE_NONE;
     gt_layout l;
     gt_cost cost;
     int st = gt_cost_layout_of(&cfg, 8, &l);
@@ -203,11 +203,9 @@ static void test_memory_and_search(void)
     lc.data.microbatches = l->micro;
     gt_cost_schedule_name(l, lc.parallel.schedule, sizeof lc.parallel.schedule);
     lc.parallel.zero = l->zero;
-    snprintf(lc.model.recompute, sizeof lc.model.recompute, "%s",
-             gt_recompute_name(l->recompute));
-    snprintf(lc.parallel.sequence_parallel, sizeof lc.parallel.sequence_parallel, "%s",
-             l->seq_par ? "on" : "off");
-    snprintf(lc.backend.precision, sizeof lc.backend.precision, "%s", gt_dtype_name(l->dtype));
+    lc.model.recompute = l->recompute;
+    lc.parallel.sequence_parallel = l->seq_par;
+    lc.backend.precision = l->dtype;
     gt_mem_account acc[8];
     int sizes[3];
     double worst = 0;

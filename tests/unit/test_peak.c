@@ -54,8 +54,8 @@ static void test_table(void)
     tap_ok(got == cases[i].tflops * 1e12, "'%s' kind %d: %g TFLOP/s (expected %g)",
            cases[i].name, (int)cases[i].kind, got / 1e12, cases[i].tflops);
   }
-  tap_ok(gt_peak_kind_of("bf16") == GT_PEAK_BF16 && gt_peak_kind_of("fp16") == GT_PEAK_FP16 &&
-             gt_peak_kind_of("fp32") == GT_PEAK_FP32,
+  tap_ok(gt_peak_kind_of(GT_BF16) == GT_PEAK_BF16 && gt_peak_kind_of(GT_F16) == GT_PEAK_FP16 &&
+             gt_peak_kind_of(GT_F32) == GT_PEAK_FP32,
          "precisions map to the kinds of their products (fp32 without TF32)");
 }
 

@@ -4,7 +4,7 @@
  * for the rest. Memory, streams and events come from cpu_stream.c.
  *
  * Precisions: each kernel body is written once over typed loads and stores
- * (cpu_convert.h) and instantiated for fp32, bf16 and fp16 with the type a
+ * (gridtrain/half.h) and instantiated for fp32, bf16 and fp16 with the type a
  * constant (GT_BY_DT), so the 16-bit paths do the fp32 arithmetic on the
  * values they read and round each output once; the fp32 instantiation is
  * plain fp32 code. Matrix products convert 16-bit operands to fp32 scratch,
@@ -25,9 +25,9 @@
 #include <string.h>
 
 #include "cpu_backends.h"
-#include "cpu_convert.h"
 #include "cpu_simd.h"
 #include "gridtrain/error.h"
+#include "gridtrain/half.h"
 
 #define GT_LN_EPS 1e-5f
 #define GT_GELU_K 0.7978845608028654f /* sqrt(2/pi) */

@@ -34,9 +34,9 @@
 #include <string.h>
 
 #include "cpu_backends.h"
-#include "cpu_convert.h"
 #include "cpu_simd.h"
 #include "gridtrain/error.h"
+#include "gridtrain/half.h"
 
 #define GT_W 16  /* floats per vector, keys per panel */
 #define GT_QB 64 /* query rows per block */

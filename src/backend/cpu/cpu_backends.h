@@ -61,6 +61,7 @@ int gt_cpu_backend_init(gt_backend *be, const gt_backend_ops *kernels, gt_cpu_mo
 
 /* Bytes of device memory (the backend's alloc) allocated now and at most. */
 void gt_cpu_memory_stats(gt_backend *be, size_t *in_use, size_t *peak);
+void gt_cpu_memory_rewind(gt_backend *be, size_t peak); /* gt_backend_device_memory_rewind */
 
 /* Wait for all work and release what gt_cpu_backend_init made. */
 int gt_cpu_backend_fini(gt_backend *be);

@@ -12,8 +12,8 @@
 #include <string.h>
 
 #include "cpu_backends.h"
-#include "cpu_convert.h"
 #include "gridtrain/error.h"
+#include "gridtrain/half.h"
 
 #define GT_LN_EPS 1e-5
 #define GT_GELU_K 0.7978845608028654 /* sqrt(2/pi) */

@@ -15,8 +15,8 @@
 #include <string.h>
 
 #include "cpu_backends.h"
-#include "cpu_convert.h"
 #include "gridtrain/error.h"
+#include "gridtrain/half.h"
 
 /* Element i of an array of dt, as double. */
 static inline double gt_ref_in(gt_dtype dt, const void *p, int64_t i)

@@ -438,6 +438,12 @@ void gt_cpu_memory_stats(gt_backend *be, size_t *in_use, size_t *peak)
   *peak = st->peak;
 }
 
+void gt_cpu_memory_rewind(gt_backend *be, size_t peak)
+{
+  gt_cpu_state *st = gt_state(be);
+  st->peak = peak > st->in_use ? peak : st->in_use;
+}
+
 static int cpu_alloc(gt_backend *be, size_t bytes, void **ptr)
 {
   gt_cpu_state *st = gt_state(be);

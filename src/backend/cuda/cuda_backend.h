@@ -44,10 +44,6 @@ typedef struct gt_cuda_event {
   cudaEvent_t e;
 } gt_cuda_event;
 
-/* backend.attention: cuDNN (deterministic backward), ours, cuDNN with the
- * atomics backward. */
-typedef enum { GT_ATTN_CUDNN = 0, GT_ATTN_OWN, GT_ATTN_CUDNN_FAST } gt_cuda_attention_kind;
-
 typedef struct gt_cuda_alloc gt_cuda_alloc; /* cuda_core.c: the caching allocator */
 typedef struct gt_cuda_gemm gt_cuda_gemm;   /* cuda_gemm.c: cuBLASLt handle, workspace */
 typedef struct gt_cuda_cudnn gt_cuda_cudnn; /* cuda_attention_cudnn.c: handle, graphs */
@@ -62,7 +58,7 @@ typedef struct gt_cuda {
   size_t scratch_bytes;
   gt_cuda_gemm *gemm;
   gt_cuda_cudnn *cudnn;       /* NULL: cuDNN attention unavailable */
-  gt_cuda_attention_kind attention;
+  gt_attention_kind attention; /* [backend] attention (config_enums.h) */
   long attn_calls[2][2];      /* [cuDNN, ours][forward, backward]: calls so far */
   /* streams made by stream_create (the collectives' copy streams): a freed
    * block waits for work on each of them too */

@@ -187,6 +187,12 @@ void gt_cuda_memory_stats(gt_backend *be, size_t *in_use, size_t *peak, size_t *
   *cached = a->cached_bytes;
 }
 
+void gt_cuda_memory_rewind(gt_backend *be, size_t peak)
+{
+  gt_cuda_alloc *a = gt_cuda_of(be)->alloc;
+  a->peak_bytes = peak > a->in_use_bytes ? peak : a->in_use_bytes;
+}
+
 static int cuda_alloc_host(gt_backend *be, size_t bytes, void **ptr)
 {
   (void)be;
@@ -387,7 +393,7 @@ static int cuda_zero(gt_backend *be, void *ptr, size_t bytes)
  * so forward and backward may differ in who ran them. */
 static bool gt_cuda_wants_cudnn(const gt_cuda *c)
 {
-  return c->cudnn && (c->attention == GT_ATTN_CUDNN || c->attention == GT_ATTN_CUDNN_FAST);
+  return c->cudnn && (c->attention == GT_ATTENTION_CUDNN || c->attention == GT_ATTENTION_CUDNN_FAST);
 }
 
 static int cuda_attention_forward(gt_backend *be, gt_dtype dt, void *out, float *lse,
@@ -507,23 +513,30 @@ static int gt_cuda_pick_device(gt_cuda *c, int local_rank)
   return GT_SUCCESS;
 }
 
-static int gt_cuda_attention_choice(const char *want, gt_cuda_attention_kind *kind)
+/* The configuration's attention kind; GT_ATTENTION_DEFAULT: the environment's
+ * GT_CUDA_ATTENTION (tests), else cudnn. */
+static int gt_cuda_attention_choice(gt_attention_kind want, gt_attention_kind *kind)
 {
-  if (!want || !want[0])
-    want = getenv("GT_CUDA_ATTENTION");
-  if (!want || !want[0] || strcmp(want, "cudnn") == 0)
-    *kind = GT_ATTN_CUDNN;
-  else if (strcmp(want, "own") == 0)
-    *kind = GT_ATTN_OWN;
-  else if (strcmp(want, "cudnn-fast") == 0)
-    *kind = GT_ATTN_CUDNN_FAST;
+  *kind = want;
+  if (want != GT_ATTENTION_DEFAULT) {
+    GT_CHECK(want >= GT_ATTENTION_CUDNN && want <= GT_ATTENTION_OWN, GT_ERR_INPUT,
+             "[backend] attention = %d: expected cudnn, cudnn-fast or own", (int)want);
+    return GT_SUCCESS;
+  }
+  const char *env = getenv("GT_CUDA_ATTENTION");
+  if (!env || !env[0] || strcmp(env, "cudnn") == 0)
+    *kind = GT_ATTENTION_CUDNN;
+  else if (strcmp(env, "own") == 0)
+    *kind = GT_ATTENTION_OWN;
+  else if (strcmp(env, "cudnn-fast") == 0)
+    *kind = GT_ATTENTION_CUDNN_FAST;
   else
-    return GT_ERROR(GT_ERR_INPUT,
-                    "[backend] attention = %s: expected cudnn, cudnn-fast or own", want);
+    return GT_ERROR(GT_ERR_INPUT, "GT_CUDA_ATTENTION=%s: expected cudnn, cudnn-fast or own",
+                    env);
   return GT_SUCCESS;
 }
 
-int gt_cuda_backend_init(gt_backend *be, int local_rank, const char *attention)
+int gt_cuda_backend_init(gt_backend *be, int local_rank, gt_attention_kind attention)
 {
   gt_cuda *c = calloc(1, sizeof *c);
   GT_CHECK_ALLOC(c, sizeof *c);
@@ -542,8 +555,8 @@ int gt_cuda_backend_init(gt_backend *be, int local_rank, const char *attention)
   GT_CALL_CUDA(cudaStreamCreateWithFlags(&c->compute.s, cudaStreamNonBlocking));
   be->compute = (gt_stream *)(void *)&c->compute;
   GT_CALL(gt_cuda_gemm_init(be));
-  if (c->attention != GT_ATTN_OWN &&
-      gt_cuda_cudnn_init(be, c->attention == GT_ATTN_CUDNN_FAST) != GT_SUCCESS) {
+  if (c->attention != GT_ATTENTION_OWN &&
+      gt_cuda_cudnn_init(be, c->attention == GT_ATTENTION_CUDNN_FAST) != GT_SUCCESS) {
     /* fp32 and our own attention need no cuDNN: run on without it */
     gt_warn("cuDNN cannot start (%s); gridtrain's own attention kernels run instead",
             gt_error_message());

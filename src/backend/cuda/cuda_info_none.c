@@ -18,7 +18,7 @@ void gt_cuda_describe(char *buf, size_t size)
 #include "gridtrain/error.h"
 #include "cuda_entry.h"
 
-int gt_cuda_backend_init(gt_backend *be, int local_rank, const char *attention)
+int gt_cuda_backend_init(gt_backend *be, int local_rank, gt_attention_kind attention)
 {
   (void)be;
   (void)local_rank;
@@ -55,4 +55,10 @@ void gt_cuda_memory_stats(gt_backend *be, size_t *in_use, size_t *peak, size_t *
 {
   (void)be;
   *in_use = *peak = *cached = 0;
+}
+
+void gt_cuda_memory_rewind(gt_backend *be, size_t peak)
+{
+  (void)be;
+  (void)peak;
 }

@@ -60,7 +60,7 @@ const char *gt_nccl_describe(void)
 
 int gt_nccl_unique_id(void *id)
 {
-  GT_CALL(gt_nccl_load()); /* loaded already where collectives.c calls this */
+  GT_CALL(gt_nccl_load()); /* loaded already where coll_nccl.c calls this */
   ncclUniqueId u;
   GT_CALL_NCCL(ncclGetUniqueId(&u));
   memcpy(id, &u, sizeof u);

@@ -1,5 +1,8 @@
 /*
- * memory.c - the memory account (see memory.h).
+ * memory.c - the memory account (see memory.h): arithmetic on a resolved
+ * layout, without MPI or a device. It lives with the planner, below the
+ * trainer: the cost model ranks layouts by it, `plan --memory` prints it,
+ * and the trainer's start-up table uses its formulas and rows.
  */
 #include "gridtrain/memory.h"
 
@@ -51,13 +54,14 @@ static int gt_mem_stage_params(const gt_gpt_shape *shape, const gt_gpt_part *par
   size_t psi = 0, largest = 0, second = 0, tied = 0;
   GT_CALL(gt_gpt_plan_params(shape, part, dt, &psi, &largest, &second, &tied));
   p->psi = (double)psi;
-  p->grad_bufs = zero >= 2 ? (double)gt_gshard_plan_bytes(largest, second, tied, GT_GSHARD_POOL)
-                           : 0.0;
+  p->grad_bufs = zero >= 2
+                     ? (double)gt_grad_shards_plan_bytes(largest, second, tied, GT_GRAD_SHARDS_POOL)
+                     : 0.0;
   p->gather_bufs = 0.0;
   if (zero >= 3) {
     size_t bufs[GT_GPT_GATHER_BUFS];
     GT_CALL(gt_gpt_plan_gather(shape, part, dt, bufs));
-    p->gather_bufs = (double)gt_pgather_plan_bytes(bufs, GT_GPT_GATHER_BUFS, dt);
+    p->gather_bufs = (double)gt_param_gather_plan_bytes(bufs, GT_GPT_GATHER_BUFS, dt);
   }
   return GT_SUCCESS;
 }
@@ -69,16 +73,16 @@ static int gt_mem_plan_stage(const gt_config *cfg, const gt_gpt_shape *shape,
                              void *ctx, gt_mem_account *a)
 {
   const int dp = sizes[0], pp = sizes[1], tp = sizes[2];
-  const gt_dtype dt = gt_precision_dtype(cfg->backend.precision);
+  const gt_dtype dt = cfg->backend.precision;
   const int M = (int)cfg->data.microbatches, T = (int)cfg->model.seq_len;
   const int B_micro = (int)cfg->data.batch / dp / M;
   const int zero = dp > 1 ? (int)cfg->parallel.zero : 0;
   gt_gpt_part part = {.tp = {MPI_COMM_NULL, 0, tp, -1, NULL},
                       .zero_size = zero >= 1 ? dp : 1,
-                      .recompute = (gt_recompute)gt_recompute_parse(cfg->model.recompute),
+                      .recompute = cfg->model.recompute,
                       .recompute_event = -1,
                       .zero_stage = zero,
-                      .seq_par = strcmp(cfg->parallel.sequence_parallel, "on") == 0};
+                      .seq_par = cfg->parallel.sequence_parallel};
   memset(a, 0, sizeof *a);
   int cslots[GT_SCHEDULE_MAX_CHUNKS];
   const int slots = gt_schedule_chunk_slots(sched, pp, s, M, cslots);
@@ -106,6 +110,14 @@ static int gt_mem_plan_stage(const gt_config *cfg, const gt_gpt_shape *shape,
                       : 0.0) +
               a->gather_bufs; /* each gather buffer's staging room */
   return GT_SUCCESS;
+}
+
+bool gt_mem_staged(const gt_config *cfg)
+{
+  const bool device_memory =
+      cfg->backend.device == GT_DEVICE_CUDA || cfg->backend.device == GT_DEVICE_CPU_GUARD;
+  return cfg->backend.mpi_device == GT_TRI_OFF ||
+         (cfg->backend.mpi_device == GT_TRI_AUTO && device_memory);
 }
 
 int gt_mem_plan_cached(const gt_config *cfg, int ranks, bool staged, gt_mem_account *stages,

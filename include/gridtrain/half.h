@@ -1,14 +1,17 @@
 /*
- * cpu_convert.h - fp32 <-> bf16 / fp16 conversions for the host backends
- * (for host code: the CPU backends, and the sums of src/comm/coll_algos.c).
+ * gridtrain/half.h - fp32 <-> bf16 / fp16 conversions in host code (core,
+ * header-only: inline so that the array forms vectorise where they are
+ * used). Used by the CPU backends, the host sums of src/comm/coll_algos.c,
+ * gradient compression (src/parallel/compress.c) and the Hugging Face
+ * export (src/io/hf_export.c).
  *
  * Rounding is to nearest, ties to even, in both formats; NaN stays NaN (a
  * quiet NaN), infinities stay infinite, fp32 values past a format's range
  * become infinity (fp16: |x| >= 65520). The array forms are written so that
  * GCC vectorises them (no branches in the loop bodies).
  */
-#ifndef GT_CPU_CONVERT_H
-#define GT_CPU_CONVERT_H
+#ifndef GT_HALF_H
+#define GT_HALF_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -143,4 +146,4 @@ static inline void gt_from_f32(gt_dtype t, void *restrict dst, const float *rest
   }
 }
 
-#endif /* GT_CPU_CONVERT_H */
+#endif /* GT_HALF_H */
