@@ -13,7 +13,7 @@
 #include <sys/stat.h>
 
 #include "../../src/train/trainer_impl.h" /* the collectives context, to see our algorithms ran */
-#include "../test_util.h"
+#include "train_run.h"
 #include "gridtrain/ingest.h"
 #include "gridtrain/trainer.h"
 
@@ -79,26 +79,10 @@ static void check_replicas(MPI_Comm comm, int dp, int steps, int microbatches, c
 
 int main(int argc, char **argv)
 {
-  int rank = tu_mpi_init(&argc, &argv);
-  const char *src = getenv("GT_SRCDIR"), *build = getenv("GT_BUILDDIR");
-  if (!src || !build)
-    return tap_bail("run through make check (GT_SRCDIR, GT_BUILDDIR unset)");
-  char dir[900], text[1024];
-  tu_tmp_dir("test_dp_replicas", dir, sizeof dir);
-  snprintf(dataset, sizeof dataset, "%s/genesis.h5", dir);
-  snprintf(text, sizeof text, "%s/tests/data/genesis.txt", src);
-  int st = GT_SUCCESS;
-  if (rank == 0) {
-    char cmd[1100];
-    snprintf(cmd, sizeof cmd, "mkdir -p '%s'", dir);
-    if (system(cmd) != 0)
-      return tap_bail("cannot create %s", dir);
-    char *files[1] = {text};
-    st = gt_ingest_text(1, files, dataset, 0.0, NULL);
-  }
-  MPI_Bcast(&st, 1, MPI_INT, 0, MPI_COMM_WORLD);
-  if (st != GT_SUCCESS)
-    return tap_bail("ingest failed: %s", gt_error_message());
+  tu_scratch scratch;
+  if (tu_mpi_start(&argc, &argv, "test_dp_replicas", 4, &scratch) < 0)
+    return 1;
+  snprintf(dataset, sizeof dataset, "%s", scratch.dataset);
 
   check_replicas(MPI_COMM_WORLD, 4, 6, 1, "");
   check_replicas(MPI_COMM_WORLD, 4, 3, 3, "");

@@ -48,7 +48,7 @@
 #include <stdio.h>
 #include <time.h>
 
-#include "../test_util.h"
+#include "train_run.h"
 #include "gridtrain/gpt.h"
 #include "gridtrain/schedule.h"
 #include "gridtrain/trainer.h"
@@ -151,10 +151,16 @@ static double param_err(const gt_gpt_shape *shape, const float *a, const float *
 
 int main(int argc, char **argv)
 {
-  int rank = tu_mpi_init(&argc, &argv), nranks;
-  MPI_Comm_size(MPI_COMM_WORLD, &nranks);
-  if (!getenv("GT_SRCDIR") || !getenv("GT_BUILDDIR"))
-    return tap_bail("run through make check (GT_SRCDIR, GT_BUILDDIR unset)");
+#ifndef LAYOUTS_RANKS
+#define LAYOUTS_RANKS 8 /* test_layouts6.c: 6 */
+#endif
+  const int nranks = tu_test_ranks(LAYOUTS_RANKS);
+  char name[32];
+  snprintf(name, sizeof name, "test_layouts%d", nranks);
+  tu_scratch scratch;
+  const int rank = tu_mpi_start(&argc, &argv, name, nranks, &scratch);
+  if (rank < 0)
+    return 1;
   const layout *set = nranks == 8 ? set8 : nranks == 6 ? set6 : nranks == 4 ? set4 : NULL;
   const int nlayouts = nranks == 8   ? (int)(sizeof set8 / sizeof *set8)
                        : nranks == 6 ? (int)(sizeof set6 / sizeof *set6)
@@ -165,9 +171,7 @@ int main(int argc, char **argv)
     MPI_Finalize();
     return 1;
   }
-  char dataset[1200], dir[1024], name[32];
-  snprintf(name, sizeof name, "test_layouts%d", nranks);
-  tu_genesis_dataset(name, dir, sizeof dir, dataset, sizeof dataset);
+  const char *dataset = scratch.dataset;
 
   /* batch: divisible by dp x microbatches of every layout in the set */
   char deck[1800];

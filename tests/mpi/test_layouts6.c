@@ -5,4 +5,5 @@
  *
  * gt-test: ranks=6 tier=full
  */
+#define LAYOUTS_RANKS 6
 #include "test_layouts.c"

@@ -43,7 +43,7 @@
 #include <stdio.h>
 #include <time.h>
 
-#include "../test_util.h"
+#include "train_run.h"
 #include "gridtrain/gpt.h"
 #include "gridtrain/trainer.h"
 
@@ -371,17 +371,11 @@ static void test_cross(const gt_config *base, int rank, const char *dir)
 
 int main(int argc, char **argv)
 {
-  int rank = tu_mpi_init(&argc, &argv), nranks;
-  MPI_Comm_size(MPI_COMM_WORLD, &nranks);
-  if (!getenv("GT_SRCDIR") || !getenv("GT_BUILDDIR"))
-    return tap_bail("run through make check (GT_SRCDIR, GT_BUILDDIR unset)");
-  if (nranks != 8) {
-    tap_bail("run on 8 ranks, not %d", nranks);
-    MPI_Finalize();
+  tu_scratch scratch;
+  const int rank = tu_mpi_start(&argc, &argv, "test_precision", 8, &scratch);
+  if (rank < 0)
     return 1;
-  }
-  char dataset[1200], dir[1100];
-  tu_genesis_dataset("test_precision", dir, sizeof dir, dataset, sizeof dataset);
+  const char *dataset = scratch.dataset, *dir = scratch.dir;
   char deck[1600];
   snprintf(deck, sizeof deck,
            "[run]\nsteps = %d\nseed = 11\n"

@@ -29,7 +29,7 @@
  */
 #include <stdio.h>
 
-#include "../test_util.h"
+#include "train_run.h"
 #include "gridtrain/trainer.h"
 
 #define STEPS 200
@@ -40,19 +40,13 @@
 
 int main(int argc, char **argv)
 {
-  int rank = tu_mpi_init(&argc, &argv), nranks;
-  MPI_Comm_size(MPI_COMM_WORLD, &nranks);
-  const char *src = getenv("GT_SRCDIR"), *build = getenv("GT_BUILDDIR");
-  if (!src || !build)
-    return tap_bail("run through make check (GT_SRCDIR, GT_BUILDDIR unset)");
-  if (nranks != 3) {
-    tap_bail("run on 3 ranks, not %d", nranks);
-    MPI_Finalize();
+  tu_scratch scratch;
+  const int rank = tu_mpi_start(&argc, &argv, "test_precision_curve", 3, &scratch);
+  if (rank < 0)
     return 1;
-  }
+  const char *src = getenv("GT_SRCDIR");
   static const char *precisions[3] = {"fp32", "bf16", "fp16"};
-  char dir[1024], data[1200];
-  tu_genesis_dataset("test_precision_curve", dir, sizeof dir, data, sizeof data);
+  const char *data = scratch.dataset;
 
   /* the default deck's model and optimizer */
   char deck[1200], kv[3][80];

@@ -29,7 +29,7 @@
 #include <stdio.h>
 #include <time.h>
 
-#include "../test_util.h"
+#include "train_run.h"
 #include "gridtrain/gpt.h"
 #include "gridtrain/trainer.h"
 
@@ -175,17 +175,11 @@ static bool same_datasets(const char *a, const char *b, int *n, char *bad, size_
 
 int main(int argc, char **argv)
 {
-  int rank = tu_mpi_init(&argc, &argv), nranks;
-  MPI_Comm_size(MPI_COMM_WORLD, &nranks);
-  if (!getenv("GT_SRCDIR") || !getenv("GT_BUILDDIR"))
-    return tap_bail("run through make check (GT_SRCDIR, GT_BUILDDIR unset)");
-  if (nranks != 8) {
-    tap_bail("run on 8 ranks, not %d", nranks);
-    MPI_Finalize();
+  tu_scratch scratch;
+  const int rank = tu_mpi_start(&argc, &argv, "test_restart", 8, &scratch);
+  if (rank < 0)
     return 1;
-  }
-  char dataset[800], dir[700];
-  tu_genesis_dataset("test_restart", dir, sizeof dir, dataset, sizeof dataset);
+  const char *dataset = scratch.dataset, *dir = scratch.dir;
   char deck[2000];
   snprintf(deck, sizeof deck,
            "[run]\nsteps = %d\nseed = 11\n"

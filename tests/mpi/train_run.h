@@ -1,7 +1,8 @@
 /*
- * tests/mpi/train_run.h - training runs for the MPI tests that compare runs
- * (test_zero.c, test_recompute.c, test_memory.c): the start-up of such a test
- * (MPI, its scratch dataset, its deck), a trainer created from a deck, some
+ * tests/mpi/train_run.h - the start-up of every C test of tests/mpi (MPI,
+ * the environment of make check, the rank count, its scratch dataset), and
+ * training runs for those that compare runs (test_zero.c, test_recompute.c,
+ * test_memory.c): its deck, a trainer created from a deck, some
  * steps, the losses, the full parameters before and after, the dp replicas'
  * agreement, an optional checkpoint; and the comparisons.
  */
