@@ -80,7 +80,8 @@ static void check_replicas(MPI_Comm comm, int dp, int steps, int microbatches, c
 int main(int argc, char **argv)
 {
   tu_scratch scratch;
-  if (tu_mpi_start(&argc, &argv, "test_dp_replicas", 4, &scratch) < 0)
+  const int rank = tu_mpi_start(&argc, &argv, "test_dp_replicas", 4, &scratch);
+  if (rank < 0)
     return 1;
   snprintf(dataset, sizeof dataset, "%s", scratch.dataset);
 
