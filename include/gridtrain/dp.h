@@ -57,8 +57,7 @@ typedef struct gt_dp_setup {
   const gt_grid *grid; /* dp, embedding and world communicators */
   int stage;           /* ZeRO stage in effect */
   bool overlap;        /* [parallel] dp_overlap: buckets start during backward */
-  size_t bucket_bytes; /* [parallel] bucket_mb */
-  double bucket_mb;    /* the same, as the deck says it (checkpoint tags) */
+  double bucket_mb;    /* [parallel] bucket_mb (0: one bucket) */
   gt_compress_spec compress; /* [parallel] compress */
   const char *compress_text; /* as the deck says it, for errors */
   gt_algo compress_algo;     /* how 16-bit payloads are reduced */
@@ -148,9 +147,7 @@ void gt_dp_state_tag(const gt_dp *dp, char *tag, size_t size);
 size_t gt_dp_state_len(const gt_dp *dp);
 /* The compression part's length (0: no compression state). */
 size_t gt_dp_compress_state_len(const gt_dp *dp);
-/* Whether a sync mode other than every_step runs. */
-bool gt_dp_has_sync(const gt_dp *dp);
-/* Its spec; NULL for every_step. */
+/* The sync mode's spec; NULL for every_step. */
 const gt_sync_spec *gt_dp_sync_spec(const gt_dp *dp);
 /* Whether the replicas' weights may differ after step (the sync mode). */
 bool gt_dp_diverged(const gt_dp *dp, long step);

@@ -234,8 +234,6 @@ size_t gt_dp_state_len(const gt_dp *dp)
   return gt_dp_compress_state_len(dp) + (dp->sync ? gt_sync_state_len(dp->sync) : 0);
 }
 
-bool gt_dp_has_sync(const gt_dp *dp) { return dp->sync != NULL; }
-
 const gt_sync_spec *gt_dp_sync_spec(const gt_dp *dp)
 {
   return dp->sync ? gt_sync_get_spec(dp->sync) : NULL;

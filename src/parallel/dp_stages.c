@@ -58,7 +58,8 @@ static int gt_dp_weights_progress(void *ctx) { return gt_param_gather_progress((
 
 static int gt_dp_buckets_create(gt_dp *dp)
 {
-  GT_CALL(gt_buckets_create(dp->params, dp->setup.coll, dp->group.comm, dp->setup.bucket_bytes,
+  const size_t bucket_bytes = (size_t)(dp->setup.bucket_mb * 1024.0 * 1024.0);
+  GT_CALL(gt_buckets_create(dp->params, dp->setup.coll, dp->group.comm, bucket_bytes,
                             &dp->buckets));
   if (dp->setup.stage >= 1 && dp->tied >= 0)
     gt_buckets_hold(dp->buckets, dp->tied);

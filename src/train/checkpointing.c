@@ -194,7 +194,7 @@ int gt_trainer_load(gt_trainer *tr, const char *path)
     status = gt_params_refresh_compute(gt_gpt_params(tr->model));
   status = gt_error_agree(status, g->world);
   if (status == GT_SUCCESS) /* zero: the other pieces of the compute copy */
-    status = gt_error_agree(gt_trainer_gather_compute(tr), g->world);
+    status = gt_error_agree(gt_dp_gather_compute(tr->dp), g->world);
   if (status == GT_SUCCESS) {
     tr->step = meta.step;
     tr->samples = meta.samples;
@@ -205,7 +205,7 @@ int gt_trainer_load(gt_trainer *tr, const char *path)
               "another [parallel] compress, bucket size or layout): the error-feedback "
               "residuals start at zero and PowerSGD's warm starts afresh",
               path);
-    if (gt_dp_has_sync(tr->dp) && !rank_loaded && g->world_rank == 0)
+    if (gt_dp_sync_spec(tr->dp) && !rank_loaded && g->world_rank == 0)
       gt_warn("checkpoint %s holds no [parallel] sync state for this run (another sync "
               "mode or layout): every replica starts from the file's weights (replica 0's) "
               "and the mode afresh",

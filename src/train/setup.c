@@ -134,7 +134,6 @@ static int gt_trainer_data_parallel(gt_trainer *tr)
                     .grid = g,
                     .stage = tr->zero,
                     .overlap = cfg->parallel.dp_overlap,
-                    .bucket_bytes = (size_t)(cfg->parallel.bucket_mb * 1024.0 * 1024.0),
                     .bucket_mb = cfg->parallel.bucket_mb,
                     .compress_text = cfg->parallel.compress,
                     .compress_algo = GT_ALGO_MPI,
@@ -314,7 +313,7 @@ int gt_trainer_create(const gt_config *cfg, MPI_Comm world, bool quiet, gt_train
                                   cfg->optim.grad_clip};
   GT_AGREE(comm, gt_adamw_create(params, &tr->opt_cfg, &tr->opt));
   GT_CALL(gt_trainer_data_parallel(tr));
-  GT_CALL(gt_trainer_gather_compute(tr)); /* bf16/fp16: the rest of the compute copy */
+  GT_CALL(gt_dp_gather_compute(tr->dp)); /* bf16/fp16: the rest of the compute copy */
 
   size_t n = (size_t)tr->B_micro * (size_t)tr->T;
   tr->tokens = malloc(sizeof(int32_t) * n);

@@ -1,8 +1,7 @@
 /*
- * sharding.c - the trainer's ZeRO state moves (see trainer_impl.h): the
- * compute weights gathered after an initialisation or a load (the data-
- * parallel path, dp.h, does it after each update), and the whole
- * (unsharded) model state that parameter gathers see.
+ * sharding.c - the whole (unsharded) model state that parameter gathers
+ * see (see trainer_impl.h); the compute weights' all-gather is the data-
+ * parallel path's (gt_dp_gather_compute, dp.h).
  *
  * Checkpoints need no whole state: every data-parallel rank writes and
  * loads its own piece (checkpointing.c). The gather here serves the
@@ -13,8 +12,6 @@
 #include <string.h>
 
 #include "gridtrain/error.h"
-
-int gt_trainer_gather_compute(gt_trainer *tr) { return gt_dp_gather_compute(tr->dp); }
 
 /* A whole buffer of numel floats (device), zeroed. */
 static int gt_full_alloc(gt_backend *be, size_t numel, float **buf)

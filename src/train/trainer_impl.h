@@ -6,7 +6,7 @@
  *   checkpointing.c  checkpoint metadata, save, load and the resume policy
  *   trainer.c        one step, evaluation, the run loop and the reports
  *   feed.c           the data feed: readers, read-ahead, micro-batches
- *   sharding.c       ZeRO: the compute all-gather and the whole model state
+ *   sharding.c       ZeRO: the whole model state for parameter gathers
  *   nonfinite.c      a step with non-finite numbers: which rank, which parameter
  *   step_faults.c    the test-only faults of a step (GT_FAULT)
  *   sampling.c       [run] sample_every: text samples during training
@@ -162,10 +162,6 @@ void gt_trainer_sample_free(gt_trainer *tr);
  * onto the NaN). A no-op unless such a fault names this rank and step. */
 int gt_trainer_step_faults(gt_trainer *tr, long step);
 
-/* sharding.c: with the parameters in ZeRO pieces, the compute copy outside
- * this rank's piece from the other dp ranks (after an initialisation or a
- * load; gt_dp_gather_compute). Collective on dp. */
-int gt_trainer_gather_compute(gt_trainer *tr);
 
 /* The whole fp32 master values and AdamW moments, flat and parallel to the
  * parameters (device). Not sharded: the trainer's own buffers. Sharded:
