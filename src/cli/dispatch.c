@@ -7,10 +7,43 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "build_config.h"
 #include "cli.h"
+#include "gridtrain/backend.h"
+#include "gridtrain/cuda_info.h"
 #include "gridtrain/error.h"
 #include "gridtrain/log.h"
 #include "gridtrain/version.h"
+
+/* The build, for --version: the MPI library, HDF5, BLAS, CUDA and the
+ * tokenizers, a line each. */
+static void gt_build_info(char *buf, unsigned long size)
+{
+  char mpi[MPI_MAX_LIBRARY_VERSION_STRING] = "";
+  int len = 0;
+  if (MPI_Get_library_version(mpi, &len) != MPI_SUCCESS)
+    snprintf(mpi, sizeof mpi, "unknown (MPI_Get_library_version failed)");
+  char *nl = strchr(mpi, '\n');
+  if (nl)
+    *nl = '\0';
+  for (char *p = mpi; *p; p++)
+    if (*p == '\t')
+      *p = ' ';
+  char cuda[256];
+  gt_cuda_describe(cuda, sizeof cuda);
+#ifdef GT_HAVE_SENTENCEPIECE
+  const char *tokens = "bytes, SentencePiece " GT_BUILD_SPM " (BPE, unigram)";
+#else
+  const char *tokens = "bytes (built without SentencePiece)";
+#endif
+  snprintf(buf, size,
+           "  MPI   : %s\n"
+           "  HDF5  : %s (parallel)\n"
+           "  BLAS  : %s\n"
+           "  CUDA  : %s\n"
+           "  TOKENS: %s\n",
+           mpi, GT_BUILD_HDF5, gt_backend_blas_info(), cuda, tokens);
+}
 
 static void gt_usage(void)
 {

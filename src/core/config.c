@@ -14,7 +14,6 @@
 #include <float.h>
 #include <string.h>
 
-#include "gridtrain/comm.h"
 #include "gridtrain/error.h"
 
 #define GT_INI_LINE_MAX 200 /* inih's default INI_MAX_LINE */
@@ -739,21 +738,33 @@ int gt_config_load(gt_config *cfg, const char *deck_path, int noverrides,
   GT_CALL_MPI(MPI_Comm_rank(comm, &rank));
   gt_config_defaults(cfg);
   char *text = NULL;
-  long long len = 0;
   int status = GT_SUCCESS;
   if (deck_path) {
+    /* rank 0 reads; its verdict (and the deck's length) goes to every rank */
+    struct {
+      long long len;
+      int status;
+      char message[1024];
+    } head = {0, GT_SUCCESS, ""};
     if (rank == 0) {
-      status = gt_read_text_file(deck_path, &text);
-      if (status == GT_SUCCESS)
-        len = (long long)strlen(text);
+      head.status = gt_read_text_file(deck_path, &text);
+      if (head.status == GT_SUCCESS)
+        head.len = (long long)strlen(text);
+      else
+        snprintf(head.message, sizeof head.message, "%s", gt_error_message());
     }
-    GT_CALL(gt_error_agree(status, comm));
-    GT_CALL_MPI(MPI_Bcast(&len, 1, MPI_LONG_LONG, 0, comm));
+    GT_CALL_MPI(MPI_Bcast(&head, (int)sizeof head, MPI_BYTE, 0, comm));
+    if (head.status != GT_SUCCESS) {
+      if (rank != 0)
+        gt_error_set(head.status, __FILE__, __LINE__, __func__, "%s", head.message);
+      gt_error_set_collective(true);
+      return head.status;
+    }
     if (rank != 0) {
-      text = malloc((size_t)len + 1);
-      GT_CHECK_ALLOC(text, len + 1);
+      text = malloc((size_t)head.len + 1);
+      GT_CHECK_ALLOC(text, head.len + 1);
     }
-    GT_CALL_MPI(MPI_Bcast(text, (int)len + 1, MPI_CHAR, 0, comm));
+    GT_CALL_MPI(MPI_Bcast(text, (int)head.len + 1, MPI_CHAR, 0, comm));
     snprintf(cfg->deck_path, sizeof cfg->deck_path, "%s", deck_path);
   }
   /* Every rank parses the same bytes, so every rank reaches the same verdict. */

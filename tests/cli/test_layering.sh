@@ -14,7 +14,11 @@
 # 2. Every header of include/gridtrain/ has one row in its README.md table,
 #    every row names a header and sources that exist, and each source lies in
 #    its row's layer.
-# Both checks first run on a small synthetic tree with known faults, so that
+# 3. No source file includes a public header of a higher layer: each
+#    `#include "gridtrain/X.h"` in src/LAYER/ names a header whose row's
+#    layer is LAYER or one below it, in the order of docs/architecture.md
+#    ("Layering"), LAYERS below.
+# The checks first run on small synthetic trees with known faults, so that
 # a check that finds nothing has been seen to find something.
 . "$GT_SRCDIR/tests/lib.sh"
 
@@ -23,6 +27,40 @@
 allowed() {
   cat <<'EOF'
 EOF
+}
+
+# The layers from the bottom (docs/architecture.md, "Layering").
+LAYERS="core backend comm layers model parallel optim io plan train cli"
+
+# upward_includes ROOT LAYERS: one line "FILE LINE HEADER FROM TO" for each
+# include of a gridtrain/ header whose layer (ROOT/include/gridtrain/
+# README.md) comes after the including file's layer in LAYERS, or is not in
+# the table ("?").
+upward_includes() {
+  readme="$1/include/gridtrain/README.md"
+  find "$1/src" -type f \( -name '*.c' -o -name '*.h' -o -name '*.cc' -o -name '*.cu' \
+    -o -name '*.cuh' \) | LC_ALL=C sort | while IFS= read -r f; do
+    grep -n '^[[:space:]]*#[[:space:]]*include[[:space:]]*"gridtrain/' "$f" |
+      awk -v file="${f#"$1"/}" -v layers="$2" -v readme="$readme" '
+        BEGIN {
+          n = split(layers, l, " ")
+          for (i = 1; i <= n; i++) rank[l[i]] = i
+          while ((getline row < readme) > 0) {
+            if (row !~ /^\| `/) continue
+            split(row, c, "|")
+            h = c[2]; gsub(/[` ]/, "", h)
+            y = c[4]; gsub(/ /, "", y)
+            layer_of[h] = y
+          }
+        }
+        {
+          line = $0; sub(/:.*/, "", line)
+          h = $0; sub(/^[^"]*"gridtrain\//, "", h); sub(/".*/, "", h)
+          split(file, d, "/")
+          to = (h in layer_of) ? layer_of[h] : "?"
+          if (to == "?" || rank[to] > rank[d[2]]) print file, line, h, d[2], to
+        }'
+  done
 }
 
 # cross_includes ROOT: one line "FILE LINE TARGET FROM TO" for each relative
@@ -111,6 +149,21 @@ r=$?
 ok $r "the header check finds the faults of a synthetic table"
 [ $r -eq 0 ] || diff "$GT_TMP/fake-want.txt" "$GT_TMP/fake-headers.txt" | sed 's/^/#   /'
 
+fake2="$GT_TMP/fake2"
+mkdir -p "$fake2/src/lo" "$fake2/src/hi" "$fake2/include/gridtrain" || bail "cannot make $fake2"
+printf '#include "gridtrain/hi.h"\n#include "gridtrain/lo.h"\n' >"$fake2/src/lo/a.c" # lo -> hi
+printf '#include "gridtrain/lo.h"\n#include "gridtrain/nowhere.h"\n' >"$fake2/src/hi/b.c"
+cat >"$fake2/include/gridtrain/README.md" <<'EOF'
+| `lo.h` | `src/lo/a.c` | lo |
+| `hi.h` | `src/hi/b.c` | hi |
+EOF
+upward_includes "$fake2" "lo hi" >"$GT_TMP/fake-up.txt"
+printf '%s\n' "src/hi/b.c 2 nowhere.h hi ?" "src/lo/a.c 1 hi.h lo hi" |
+  cmp -s - "$GT_TMP/fake-up.txt"
+r=$?
+ok $r "the direction check finds an include of a higher layer's header in a synthetic tree"
+[ $r -eq 0 ] || sed 's/^/#   /' "$GT_TMP/fake-up.txt"
+
 # ---- the tree ----------------------------------------------------------------------------
 cross_includes "$GT_SRCDIR" >"$GT_TMP/cross.txt"
 allowed | sed 's/ *#.*//' >"$GT_TMP/allowed.txt"
@@ -134,6 +187,13 @@ while read -r file target; do
     echo "not ok $gt_tap_n - allow-list: $file no longer includes $target # TODO delete the entry"
   fi
 done <"$GT_TMP/allowed.txt"
+
+upward_includes "$GT_SRCDIR" "$LAYERS" >"$GT_TMP/up.txt"
+[ ! -s "$GT_TMP/up.txt" ]
+ok $? "no source includes a public header of a layer above its own ($LAYERS)"
+while read -r file line header from to; do
+  diag "$file:$line: #include \"gridtrain/$header\" goes from layer $from up to layer $to"
+done <"$GT_TMP/up.txt"
 
 header_problems "$GT_SRCDIR" >"$GT_TMP/headers.txt"
 [ ! -s "$GT_TMP/headers.txt" ]
