@@ -28,6 +28,7 @@
 
 #include "gridtrain/config.h"
 #include "gridtrain/gpt.h"
+#include "gridtrain/layout.h"
 #include "gridtrain/tensor.h"
 
 // ---- the cluster description (src/plan/cluster.c) ---------------------------
@@ -103,21 +104,6 @@ int gt_cluster_check(const gt_cluster *c);
 
 // ---- a layout and its cost (src/plan/costmodel.c) ---------------------------
 
-typedef enum { GT_PLAN_GPIPE = 0, GT_PLAN_1F1B, GT_PLAN_INTERLEAVED } gt_plan_schedule;
-
-typedef struct gt_layout {
-  int dp, pp, tp;
-  int mbs;      /* sequences per micro-batch */
-  int micro;    /* micro-batches per step and dp rank (m) */
-  gt_plan_schedule schedule;
-  int chunks;   /* model chunks per stage (V): interleaved only, else 1 */
-  int zero;     /* 0..3 (0 when dp = 1) */
-  gt_recompute recompute;
-  bool seq_par; /* sequence parallelism (tp > 1) */
-  gt_dtype dtype;
-  bool dp_overlap; /* the gradient reduction overlaps the last backward */
-} gt_layout;
-
 /* One kernel at a rank's local shape, per micro-batch: forward FLOPs and
  * bytes, and the backward as nbwd kernels of bwd_flops / nbwd FLOPs and
  * bwd_bytes / nbwd bytes each (a product's data and weight gradients are two
@@ -171,7 +157,7 @@ double gt_cost_allgather(int n, double bytes, double alpha, double beta, double 
 
 /* Bubble fraction of the compute of a step: (pp - 1) / (V m) (V = chunks,
  * 1 for gpipe and 1f1b). */
-double gt_cost_bubble_fraction(gt_plan_schedule s, int pp, int micro, int chunks);
+double gt_cost_bubble_fraction(gt_schedule_kind s, int pp, int micro, int chunks);
 
 /* The predicted step, per rank of the slowest stage (seconds; the parts
  * add up to step). */
@@ -193,25 +179,14 @@ typedef struct gt_cost {
   double stage_max, stage_mean; /* a micro-batch on the slowest / a mean stage */
 } gt_cost;
 
-/* The step of layout l for the model of cfg ([model] shape, [data] batch =
- * dp x mbs x micro, [model] seq_len) on `ranks` ranks of cluster c.
- * Memory comes from gt_mem_plan on cfg with the layout's keys (the same
- * bytes as `gridtrain plan --memory`). GT_ERR_INPUT for a layout that is not
- * valid for the model (gt_mem_plan's messages) or the cluster. Not
- * collective. */
+/* The step of layout l (gt_layout_resolve's, layout.h) for the model of
+ * cfg ([model] shape, [parallel] stages) on `ranks` ranks of cluster c.
+ * Memory is gt_mem_plan's account of l (the same bytes as `gridtrain plan
+ * --memory`). GT_ERR_INPUT for a layout the cluster cannot run (no peak
+ * for its precision; with stage_split = uniform, an interleaved schedule
+ * whose virtual stages do not divide the layers). Not collective. */
 int gt_cost_evaluate(const gt_config *cfg, const gt_layout *l, int ranks, const gt_cluster *c,
                      gt_cost *out);
-
-/* The layout the keys of cfg describe ([grid], [data] microbatches,
- * [parallel] schedule / zero / sequence_parallel / dp_overlap, [model]
- * recompute, [backend] precision) on `ranks` ranks. GT_ERR_INPUT for an
- * auto size that does not resolve. */
-int gt_cost_layout_of(const gt_config *cfg, int ranks, gt_layout *l);
-
-/* "1f1b", "gpipe", "interleaved:4" (the deck's [parallel] schedule); parse
- * accepts the same (2 <= V <= GT_SCHEDULE_MAX_CHUNKS). */
-void gt_cost_schedule_name(const gt_layout *l, char *buf, size_t size);
-int gt_cost_schedule_parse(const char *s, gt_layout *l);
 
 // ---- the search (src/plan/search.c) -----------------------------------------
 
@@ -226,14 +201,15 @@ typedef struct gt_plan_row {
   gt_cost cost;
 } gt_plan_row;
 
-/* Enumerate every valid layout of cfg's model and global batch on `ranks`
- * ranks of c (tp divides the heads and the ranks per node; pp <= layers;
- * dp x mbs x m = batch; schedules gpipe, 1f1b and interleaved:V with layers
- * a multiple of pp V and m of pp; zero 0-3 when dp > 1; recompute none,
- * attention, block; sequence parallelism when tp > 1; the precisions c has
- * a peak for, fp16 only where it is faster than bf16), evaluate each, and
- * sort: layouts that fit first, by tokens/s, highest first. *rows is
- * allocated (free() it), *n set. Not collective. */
+/* Enumerate every layout of cfg's model and global batch on `ranks` ranks
+ * of c (tp divides the heads and the ranks per node; pp <= layers; dp x mbs
+ * x m = batch; schedules gpipe, 1f1b and interleaved:V; zero 0-3 when dp >
+ * 1; recompute none, attention, block; sequence parallelism when tp > 1;
+ * the precisions c has a peak for, fp16 only where it is faster than
+ * bf16), keep those gt_layout_resolve accepts (a candidate's keys resolve
+ * to the candidate: the trainer would run it), evaluate each, and sort:
+ * layouts that fit first, by tokens/s, highest first. *rows is allocated
+ * (free() it), *n set. Not collective. */
 int gt_plan_search(const gt_config *cfg, const gt_plan_pins *pins, int ranks,
                    const gt_cluster *c, gt_plan_row **rows, int *n);
 

@@ -47,9 +47,15 @@
 
 typedef struct gt_dp gt_dp;
 
+/* The split of the parameters that ZeRO stage `stage` over dp_size ranks
+ * needs on rank dp_rank (params.h): none for stage 0 or one rank, else
+ * dp_size pieces of what the stage splits. The model is created with it
+ * (gt_gpt_create), before the gt_dp that reduces its gradients. Pure. */
+gt_params_split gt_dp_params_split(int stage, int dp_rank, int dp_size);
+
 /* What a gt_dp is made from. The stage is the one in effect (0 when the
  * group has one rank); the model's parameters must have been split for it
- * (gt_gpt_part's zero fields). */
+ * (gt_dp_params_split). */
 typedef struct gt_dp_setup {
   gt_gpt *model;  /* its parameters, gradient units, tied parameter, weight hook */
   gt_adamw *opt;  /* the moments the sync modes read */

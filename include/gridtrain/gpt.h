@@ -74,13 +74,8 @@ typedef struct gt_gpt_part {
   int layer_begin, layer_end;
   bool first, last;
   gt_group tp;
-  int zero_rank, zero_size; /* ZeRO: the parameter buffers in zero_size pieces
-                               over dp, this rank owning zero_rank (params.h);
-                               zero_size 0 or 1: not split */
   gt_recompute recompute;   /* what a slot keeps (above) */
   int recompute_event;      /* timer event of the recomputation (-1: none) */
-  int zero_stage;           /* ZeRO stage (1..3) when zero_size > 1: what is in
-                               pieces (gt_params_shard) */
   bool seq_par;             /* sequence parallelism over tp (layers.h): the
                                residual stream in N/tp-row pieces; needs
                                B*T a multiple of the tp size */
@@ -173,9 +168,13 @@ int gt_gpt_grad_units(const gt_gpt *m, int *first, int *count, int max);
 
 /* Create this rank's part with weights and activations in the compute type
  * dtype and activations for `slots` micro-batches in flight, each of up to
- * batch sequences of up to seq tokens (seq <= max_seq). Not collective. */
+ * batch sequences of up to seq tokens (seq <= max_seq). split: how the
+ * parameters are split over the data-parallel ranks (ZeRO; params.h, the
+ * data-parallel path's choice: gt_dp_params_split), NULL for whole. Not
+ * collective. */
 int gt_gpt_create(gt_backend *be, const gt_gpt_shape *shape, const gt_gpt_part *part,
-                  gt_dtype dtype, int batch, int seq, int slots, gt_gpt **model);
+                  const gt_params_split *split, gt_dtype dtype, int batch, int seq, int slots,
+                  gt_gpt **model);
 
 int gt_gpt_destroy(gt_gpt **model);
 
@@ -273,13 +272,14 @@ int gt_gpt_plan(const gt_gpt_shape *shape, const gt_gpt_part *part, gt_dtype dty
  * largest of the other units (the second largest, equal to the largest on
  * a tie), and of that tied unit (0 if none) (ZeRO 2's buffers,
  * grad_shards.h). Not collective. */
-int gt_gpt_plan_params(const gt_gpt_shape *shape, const gt_gpt_part *part, gt_dtype dtype,
-                       size_t *numel, size_t *largest_unit, size_t *second_unit,
-                       size_t *tied_unit);
+int gt_gpt_plan_params(const gt_gpt_shape *shape, const gt_gpt_part *part,
+                       const gt_params_split *split, gt_dtype dtype, size_t *numel,
+                       size_t *largest_unit, size_t *second_unit, size_t *tied_unit);
 
 /* gt_gpt_gather_sizes of the part gt_gpt_create would make, without
  * allocating. Not collective. */
-int gt_gpt_plan_gather(const gt_gpt_shape *shape, const gt_gpt_part *part, gt_dtype dtype,
+int gt_gpt_plan_gather(const gt_gpt_shape *shape, const gt_gpt_part *part,
+                       const gt_params_split *split, gt_dtype dtype,
                        size_t sizes[GT_GPT_GATHER_BUFS]);
 
 /* The parameter index of the wte copy whose gradient the embedding group

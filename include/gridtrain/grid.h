@@ -19,8 +19,6 @@
 
 #include <mpi.h>
 
-#include "gridtrain/config.h"
-
 typedef struct gt_grid {
   MPI_Comm world, dp, pp, tp, embed, node;
   int world_rank, world_size;
@@ -31,22 +29,11 @@ typedef struct gt_grid {
   int node_cores; /* CPUs the ranks of this node may run on, together */
 } gt_grid;
 
-/* Resolve the layout sizes (0 = auto) against world_size into sizes[3] =
- * {dp, pp, tp}. The product of the fixed sizes must divide world_size; the
- * remainder goes to the first auto size in the order dp, pp, tp and any
- * other auto size becomes 1. Not collective; GT_ERR_INPUT on mismatch. */
-int gt_grid_resolve(long dp, long pp, long tp, int world_size, int sizes[3]);
-
-/* Check a resolved layout against the model and the batch: heads divisible
- * by tp (and every vocabulary piece non-empty), layers >= pp, batch divisible
- * by dp x microbatches. Not collective;
- * GT_ERR_INPUT with what to change. */
-int gt_grid_check_model(const gt_config *cfg, const int sizes[3]);
-
-/* Collective on world: resolve and check the layout from cfg, then split the
- * communicators. Errors are reported identically on every rank (collective).
+/* Collective on world: split the communicators of the layout sizes[3] =
+ * {dp, pp, tp} (gt_layout_resolve's, layout.h), whose product must be the
+ * size of world (else the same GT_ERR_INPUT on every rank, collective).
  * The grid owns its communicators; gt_grid_destroy frees them. */
-int gt_grid_create(const gt_config *cfg, MPI_Comm world, gt_grid **grid);
+int gt_grid_create(MPI_Comm world, const int sizes[3], gt_grid **grid);
 
 /* Collective on the grid's world: free the communicators and the grid and set
  * *grid to NULL. */

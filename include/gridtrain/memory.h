@@ -32,6 +32,7 @@
 #include <stdio.h>
 
 #include "gridtrain/config.h"
+#include "gridtrain/layout.h"
 #include "gridtrain/tensor.h"
 
 #define GT_MEM_MAX_STAGES 4096 /* pipeline stages gt_mem_plan handles */
@@ -65,14 +66,15 @@ double gt_mem_total(const gt_mem_account *a);
  * CUDA-aware. Pure. */
 bool gt_mem_staged(const gt_config *cfg);
 
-/* The account of every pipeline stage of cfg on `ranks` ranks, computed
- * without MPI or a device (what `gridtrain plan --memory` prints): stages
- * (at least pp entries; *pp set) and the resolved layout. Communication
+/* The account of every pipeline stage of layout l (gt_layout_resolve's,
+ * layout.h) of cfg's model ([model] shape, [parallel] stages), computed
+ * without MPI or a device (what `gridtrain plan --memory` prints) into
+ * stages (at least l->pp entries, at most max_stages). Communication
  * buffers are counted when staged (a backend whose memory MPI cannot take
- * directly). Configuration errors are GT_ERR_INPUT with the trainer's
- * messages. Not collective. */
-int gt_mem_plan(const gt_config *cfg, int ranks, bool staged, gt_mem_account *stages,
-                int max_stages, int sizes[3]);
+ * directly). GT_ERR_INPUT for a [parallel] stages list that does not fit.
+ * Not collective. */
+int gt_mem_plan(const gt_config *cfg, const gt_layout *l, bool staged, gt_mem_account *stages,
+                int max_stages);
 
 /* A stage's parameter terms, which depend only on the model, the layer
  * split and (dp, tp, ZeRO stage, precision), not on the batch,
@@ -95,8 +97,9 @@ typedef gt_mem_params *(*gt_mem_params_find)(void *ctx, const int sizes[3], int 
  * ctx; NULL: computed every time), for a planner that accounts many
  * layouts of one model: laying out every named parameter is most of the
  * account's cost. The same bytes as gt_mem_plan. Not collective. */
-int gt_mem_plan_cached(const gt_config *cfg, int ranks, bool staged, gt_mem_account *stages,
-                       int max_stages, int sizes[3], gt_mem_params_find find, void *ctx);
+int gt_mem_plan_cached(const gt_config *cfg, const gt_layout *l, bool staged,
+                       gt_mem_account *stages, int max_stages, gt_mem_params_find find,
+                       void *ctx);
 
 /* The table: a header naming the settings (what) and the compute type,
  * then one row per rank or stage (label, account). */

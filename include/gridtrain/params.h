@@ -116,6 +116,15 @@ void gt_param_insert(const gt_param *t, const float *local, float *full);
 /* Elements of the logical tensor. */
 size_t gt_param_full_numel(const gt_param *t);
 
+/* How the flat buffers are split over the data-parallel ranks: `size`
+ * pieces, this rank owning piece `rank`, of what ZeRO stage `stage` (1..3)
+ * splits; size 1 is no split. The data-parallel path decides it
+ * (gt_dp_params_split, dp.h); the model applies it when it lays out its
+ * parameters (gt_gpt_create). */
+typedef struct gt_params_split {
+  int rank, size, stage;
+} gt_params_split;
+
 /* ZeRO stage `stage` (1..3): split the flat buffers into `size` equal
  * pieces over the data-parallel ranks, this rank owning piece `rank` (see
  * above). Stage 1: the optimizer state (and a bf16/fp16 master); stage 2:

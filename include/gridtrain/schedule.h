@@ -58,6 +58,11 @@ typedef struct gt_pipe_op {
 int gt_schedule_parse(const char *name, gt_schedule *sched);
 const char *gt_schedule_name(const gt_schedule *sched);
 
+/* The schedule of a kind with `chunks` model chunks per rank (interleaved;
+ * 1 otherwise), with its deck name: what gt_schedule_parse of that name
+ * gives. */
+gt_schedule gt_schedule_of(gt_schedule_kind kind, int chunks);
+
 /* Whether sched fits p stages, m micro-batches and `layers` blocks
  * (interleaved: p >= 2, m a multiple of p, layers >= p V); GT_ERR_INPUT
  * with the deck keys to change otherwise. */
@@ -101,12 +106,12 @@ int gt_schedule_peak_units(const gt_schedule *sched, int p, int s, int m);
 int gt_pipeline_split(int layers, int p, double block_cost, double head_cost,
                       const char *spec, int *first);
 
-/* The schedule `name` ([parallel] schedule) checked against p stages, m
- * micro-batches and `layers` blocks (gt_schedule_check), and the split of
- * the blocks into its p V virtual stages by gt_pipeline_split (cost and
- * spec as there) into *vfirst (p V + 1 entries, malloc'd: the caller frees
- * it, also after an error). Not collective. */
-int gt_schedule_plan(const char *name, const char *spec, int layers, int p, int m,
-                     double block_cost, double head_cost, gt_schedule *sched, int **vfirst);
+/* The split of `layers` blocks into the p V virtual stages of sched (a
+ * layout's schedule, layout.h: already checked against p, m and the layers)
+ * by gt_pipeline_split (cost and spec as there) into *vfirst (p V + 1
+ * entries, malloc'd: the caller frees it, also after an error). Not
+ * collective. */
+int gt_schedule_plan(const gt_schedule *sched, const char *spec, int layers, int p,
+                     double block_cost, double head_cost, int **vfirst);
 
 #endif /* GRIDTRAIN_SCHEDULE_H */

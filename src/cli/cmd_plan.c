@@ -11,6 +11,7 @@
 #include "gridtrain/config.h"
 #include "gridtrain/costmodel.h"
 #include "gridtrain/error.h"
+#include "gridtrain/layout.h"
 #include "gridtrain/log.h"
 #include "gridtrain/memory.h"
 
@@ -68,28 +69,23 @@ static void gt_plan_usage(void)
 static int gt_plan_memory(const gt_config *cfg, long ranks)
 {
   const bool staged = gt_mem_staged(cfg);
-  gt_mem_account *stages = calloc(GT_MEM_MAX_STAGES, sizeof *stages);
-  GT_CHECK_ALLOC(stages, sizeof *stages * GT_MEM_MAX_STAGES);
-  int sizes[3];
-  int status = gt_mem_plan(cfg, (int)ranks, staged, stages, GT_MEM_MAX_STAGES, sizes);
+  gt_layout l;
+  GT_CALL(gt_layout_resolve(cfg, (int)ranks, &l));
+  gt_mem_account *stages = calloc((size_t)l.pp, sizeof *stages);
+  GT_CHECK_ALLOC(stages, sizeof *stages * (size_t)l.pp);
+  int status = gt_mem_plan(cfg, &l, staged, stages, l.pp);
   if (status != GT_SUCCESS) {
     free(stages);
     return gt_error_push(status, __FILE__, __LINE__, __func__);
   }
   if (gt_log_rank() == 0) {
-    char what[320];
-    const int zero = sizes[0] > 1 ? (int)cfg->parallel.zero : 0;
-    snprintf(what, sizeof what,
-             "%s compute, zero %d over dp=%d, recompute %s, %s schedule%s; layout dp=%d x "
-             "pp=%d x tp=%d on %ld ranks, %s; MPI %s",
-             gt_precision_names[cfg->backend.precision], zero, sizes[0],
-             gt_recompute_names[cfg->model.recompute], cfg->parallel.schedule,
-             sizes[2] > 1 && cfg->parallel.sequence_parallel ? ", sequence parallel over tp"
-                                                             : "",
-             sizes[0], sizes[1], sizes[2], ranks, gt_device_kind_names[cfg->backend.device],
+    char desc[256], what[400];
+    gt_layout_describe(&l, desc, sizeof desc);
+    snprintf(what, sizeof what, "%s; layout dp=%d x pp=%d x tp=%d on %ld ranks, %s; MPI %s",
+             desc, l.dp, l.pp, l.tp, ranks, gt_device_kind_names[cfg->backend.device],
              staged ? "staged" : "on device buffers");
-    gt_mem_print_header(stdout, what, cfg->backend.precision, "stage");
-    for (int s = 0; s < sizes[1]; s++) {
+    gt_mem_print_header(stdout, what, l.dtype, "stage");
+    for (int s = 0; s < l.pp; s++) {
       char label[32];
       snprintf(label, sizeof label, "%d", s);
       gt_mem_print_row(stdout, label, &stages[s]);
@@ -217,7 +213,7 @@ static int gt_plan_run(const gt_plan_args *a, const gt_config *cfg_in, const gt_
   const bool root = gt_log_rank() == 0;
   if (a->evaluate) {
     gt_plan_row row;
-    GT_CALL(gt_cost_layout_of(&cfg, (int)ranks, &row.layout));
+    GT_CALL(gt_layout_resolve(&cfg, (int)ranks, &row.layout));
     GT_CALL(gt_cost_evaluate(&cfg, &row.layout, (int)ranks, &c, &row.cost));
     if (root) {
       gt_plan_print_one(stdout, &row, &c, (int)ranks);

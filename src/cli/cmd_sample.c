@@ -16,6 +16,7 @@
 #include "gridtrain/config.h"
 #include "gridtrain/error.h"
 #include "gridtrain/grid.h"
+#include "gridtrain/layout.h"
 #include "gridtrain/log.h"
 #include "gridtrain/path.h"
 #include "gridtrain/prompt.h"
@@ -219,6 +220,11 @@ static int gt_sample_config(const gt_sample_args *a, const gt_ckpt_meta *meta, i
            tp, ranks, ranks == 1 ? "" : "s", tp);
   cfg->grid.dp = cfg->grid.pp = 1;
   cfg->grid.tp = ranks;
+  /* one sequence at a time through the whole model: no pipeline schedule,
+   * no micro-batches, no sequence parallelism */
+  snprintf(cfg->parallel.schedule, sizeof cfg->parallel.schedule, "1f1b");
+  cfg->parallel.sequence_parallel = false;
+  cfg->data.batch = cfg->data.microbatches = 1;
   const long have[5] = {meta->layers, meta->heads, meta->dim, meta->seq_len, meta->vocab};
   const long want[5] = {cfg->model.layers, cfg->model.heads, cfg->model.dim,
                         cfg->model.seq_len, cfg->model.vocab};
@@ -280,7 +286,16 @@ static int gt_sample_ckpt_error(int status, const char *path)
 static int gt_sample_load(const gt_sample_args *a, const gt_config *cfg, MPI_Comm world,
                           gt_sample_run *r)
 {
-  GT_CALL(gt_grid_create(cfg, world, &r->grid));
+  int ranks;
+  GT_CALL_MPI(MPI_Comm_size(world, &ranks));
+  gt_layout l;
+  int status = gt_layout_resolve(cfg, ranks, &l); /* the same on every rank */
+  if (status != GT_SUCCESS) {
+    gt_error_set_collective(true);
+    return gt_error_push(status, __FILE__, __LINE__, __func__);
+  }
+  const int sizes[3] = {l.dp, l.pp, l.tp};
+  GT_CALL(gt_grid_create(world, sizes, &r->grid));
   const gt_grid *g = r->grid;
   const char *env = getenv("OMP_NUM_THREADS");
   int threads = cfg->backend.threads > 0 ? (int)cfg->backend.threads
@@ -290,7 +305,7 @@ static int gt_sample_load(const gt_sample_args *a, const gt_config *cfg, MPI_Com
   gt_comm_set_wait_mode((long)g->node_size * threads > g->node_cores ? GT_WAIT_YIELD
                                                                      : GT_WAIT_BUSY);
   const gt_backend_options opt = {threads, g->node_rank, cfg->backend.attention};
-  int status = gt_backend_create_device(cfg->backend.device, &opt, &r->be);
+  status = gt_backend_create_device(cfg->backend.device, &opt, &r->be);
   if (status == GT_SUCCESS)
     status = gt_coll_create(r->be, gt_tristate_names[cfg->backend.mpi_device], &r->coll);
   if (status == GT_SUCCESS && cfg->parallel.collectives == GT_COLLECTIVES_NCCL)
@@ -301,8 +316,7 @@ static int gt_sample_load(const gt_sample_args *a, const gt_config *cfg, MPI_Com
                               (int)cfg->model.vocab};
   gt_gpt_part part = gt_gpt_whole(&shape);
   part.tp = (gt_group){g->tp, g->tp_rank, g->tp_size, -1, r->coll};
-  status = gt_gpt_create(r->be, &shape, &part, cfg->backend.precision, 1,
-                         1, 1, &r->model);
+  status = gt_gpt_create(r->be, &shape, &part, NULL, l.dtype, 1, 1, 1, &r->model);
   const int n = gt_gpt_logical_count(&shape);
   r->tensors = calloc((size_t)n, sizeof *r->tensors);
   if (status == GT_SUCCESS && !r->tensors)

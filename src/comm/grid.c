@@ -1,5 +1,5 @@
 /*
- * grid.c - layout resolution and validation, and the communicator split.
+ * grid.c - the communicator split of a resolved layout (layout.h).
  */
 #define _GNU_SOURCE
 #include "gridtrain/grid.h"
@@ -12,95 +12,6 @@
 #include "gridtrain/comm.h"
 #include "gridtrain/error.h"
 #include "gridtrain/flight.h"
-
-int gt_grid_resolve(long dp, long pp, long tp, int world_size, int sizes[3])
-{
-  long req[3] = {dp, pp, tp};
-  static const char *names[3] = {"dp", "pp", "tp"};
-  long fixed = 1;
-  int first_auto = -1;
-  for (int i = 0; i < 3; i++) {
-    if (req[i] == 0) {
-      if (first_auto < 0)
-        first_auto = i;
-    } else {
-      fixed *= req[i];
-    }
-  }
-  char layout[96];
-  char *p = layout;
-  for (int i = 0; i < 3; i++) {
-    int n = req[i] ? snprintf(p, 32, "%s%s=%ld", i ? " x " : "", names[i], req[i])
-                   : snprintf(p, 32, "%s%s=auto", i ? " x " : "", names[i]);
-    p += n;
-  }
-  if (first_auto < 0) {
-    GT_CHECK(fixed == world_size, GT_ERR_INPUT,
-             "layout %s needs %ld ranks but the job has %d; launch %ld ranks "
-             "or set one of [grid] dp, pp, tp to auto",
-             layout, fixed, world_size, fixed);
-  } else {
-    GT_CHECK(world_size % fixed == 0, GT_ERR_INPUT,
-             "layout %s: the fixed sizes multiply to %ld, which does not divide "
-             "the %d ranks of the job",
-             layout, fixed, world_size);
-  }
-  for (int i = 0; i < 3; i++)
-    sizes[i] = req[i] ? (int)req[i] : (i == first_auto ? (int)(world_size / fixed) : 1);
-  return GT_SUCCESS;
-}
-
-/* "{1, 2, 4}": the divisors of n, for messages. */
-static void gt_divisors(long n, char *buf, size_t size)
-{
-  size_t len = 0;
-  buf[0] = '\0';
-  for (long d = 1; d <= n && len + 16 < size; d++)
-    if (n % d == 0)
-      len += (size_t)snprintf(buf + len, size - len, "%s%ld", len ? ", " : "{", d);
-  snprintf(buf + len, size - len, "}");
-}
-
-int gt_grid_check_model(const gt_config *cfg, const int sizes[3])
-{
-  const int dp = sizes[0], pp = sizes[1], tp = sizes[2];
-  char divs[256];
-  if (cfg->model.dim % cfg->model.heads != 0) {
-    gt_divisors(cfg->model.dim, divs, sizeof divs);
-    return GT_ERROR(GT_ERR_INPUT,
-                    "[model] heads=%ld does not divide dim=%ld; choose heads in %s",
-                    cfg->model.heads, cfg->model.dim, divs);
-  }
-  if (cfg->model.heads % tp != 0) {
-    gt_divisors(cfg->model.heads, divs, sizeof divs);
-    return GT_ERROR(GT_ERR_INPUT,
-                    "tp=%d does not divide [model] heads=%ld; choose tp in %s", tp,
-                    cfg->model.heads, divs);
-  }
-  GT_CHECK(cfg->model.layers >= pp, GT_ERR_INPUT,
-           "pp=%d pipeline stages need at least %d layers but [model] layers=%ld; "
-           "choose pp <= %ld",
-           pp, pp, cfg->model.layers, cfg->model.layers);
-  long per = (long)dp * cfg->data.microbatches;
-  GT_CHECK(cfg->data.batch % per == 0, GT_ERR_INPUT,
-           "[data] batch=%ld does not split over dp=%d x microbatches=%ld; choose "
-           "batch as a multiple of %ld",
-           cfg->data.batch, dp, cfg->data.microbatches, per);
-  const long tokens = cfg->data.batch / per * cfg->model.seq_len; /* per micro-batch */
-  GT_CHECK(!cfg->parallel.sequence_parallel || tokens % tp == 0, GT_ERR_INPUT,
-           "[parallel] sequence_parallel = on: a micro-batch's %ld tokens ([data] batch / "
-           "(dp x microbatches) x [model] seq_len) do not split over tp=%d; choose a seq_len "
-           "that is a multiple of %d",
-           tokens, tp, tp);
-  /* The vocabulary is split into tp pieces of ceil(vocab / tp) rows (the
-   * last padded); every piece must hold at least one real row. */
-  long piece = (cfg->model.vocab + tp - 1) / tp;
-  GT_CHECK((long)(tp - 1) * piece < cfg->model.vocab, GT_ERR_INPUT,
-           "tp=%d leaves a tensor-parallel rank without vocabulary rows ([model] vocab=%ld); "
-           "choose a smaller tp",
-           tp, cfg->model.vocab);
-  return GT_SUCCESS;
-}
 
 // ---- communicators ----------------------------------------------------------
 
@@ -178,23 +89,23 @@ static int gt_grid_split(gt_grid *g, MPI_Comm world, const int sizes[3])
   return GT_SUCCESS;
 }
 
-int gt_grid_create(const gt_config *cfg, MPI_Comm world, gt_grid **grid)
+int gt_grid_create(MPI_Comm world, const int sizes[3], gt_grid **grid)
 {
   int world_size;
   GT_CALL_MPI(MPI_Comm_size(world, &world_size));
-  int sizes[3];
-  /* Every rank evaluates the same checks on the same configuration. */
-  int status = gt_grid_resolve(cfg->grid.dp, cfg->grid.pp, cfg->grid.tp, world_size, sizes);
-  if (status == GT_SUCCESS)
-    status = gt_grid_check_model(cfg, sizes);
-  if (status != GT_SUCCESS) {
+  /* Every rank evaluates the same check on the same sizes. */
+  if ((long)sizes[0] * sizes[1] * sizes[2] != world_size || sizes[0] < 1 || sizes[1] < 1 ||
+      sizes[2] < 1) {
+    const int status = GT_ERROR(GT_ERR_INPUT, "layout dp=%d x pp=%d x tp=%d does not make "
+                                "the %d ranks of the job", sizes[0], sizes[1], sizes[2],
+                                world_size);
     gt_error_set_collective(true);
     return status;
   }
   gt_grid *g = calloc(1, sizeof *g);
   GT_CHECK_ALLOC(g, sizeof *g);
   g->world = g->dp = g->pp = g->tp = g->embed = g->node = MPI_COMM_NULL;
-  status = gt_grid_split(g, world, sizes);
+  int status = gt_grid_split(g, world, sizes);
   if (status != GT_SUCCESS) {
     gt_grid_destroy(&g);
     return status;

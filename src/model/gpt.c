@@ -449,8 +449,13 @@ int gt_recompute_parse(const char *name)
 
 gt_gpt_part gt_gpt_whole(const gt_gpt_shape *shape)
 {
-  gt_gpt_part p = {0,    shape->layers, true, true, {MPI_COMM_NULL, 0, 1, -1, NULL},
-                   0,    1,             GT_RECOMPUTE_NONE, -1, 0, false, 1, {0}, {0}, {0}};
+  gt_gpt_part p = {.layer_end = shape->layers,
+                   .first = true,
+                   .last = true,
+                   .tp = {MPI_COMM_NULL, 0, 1, -1, NULL},
+                   .recompute = GT_RECOMPUTE_NONE,
+                   .recompute_event = -1,
+                   .chunks = 1};
   p.chunk_end[0] = shape->layers;
   return p;
 }
@@ -544,8 +549,8 @@ int gt_gpt_tied_param(const gt_gpt *m)
 
 /* A part with its parameters laid out but nothing allocated (for the
  * plans); destroy it with gt_gpt_destroy (also after a failure). */
-static int gt_gpt_described(const gt_gpt_shape *shape, const gt_gpt_part *part, gt_dtype dtype,
-                            gt_gpt **model)
+static int gt_gpt_described(const gt_gpt_shape *shape, const gt_gpt_part *part,
+                            const gt_params_split *split, gt_dtype dtype, gt_gpt **model)
 {
   gt_gpt_part params_only = *part; /* no activations: their split does not matter */
   params_only.seq_par = false;
@@ -559,19 +564,18 @@ static int gt_gpt_described(const gt_gpt_shape *shape, const gt_gpt_part *part, 
   gt_gpt *m = *model;
   GT_CALL(gt_params_create(NULL, dtype, &m->params));
   GT_CALL(gt_gpt_register(m));
-  if (part->zero_size > 1)
-    GT_CALL(gt_params_shard(m->params, part->zero_rank, part->zero_size,
-                            part->zero_stage > 0 ? part->zero_stage : 1));
+  if (split && split->size > 1)
+    GT_CALL(gt_params_shard(m->params, split->rank, split->size, split->stage));
   GT_CALL(gt_params_layout(m->params));
   return GT_SUCCESS;
 }
 
-int gt_gpt_plan_params(const gt_gpt_shape *shape, const gt_gpt_part *part, gt_dtype dtype,
-                       size_t *numel, size_t *largest_unit, size_t *second_unit,
-                       size_t *tied_unit)
+int gt_gpt_plan_params(const gt_gpt_shape *shape, const gt_gpt_part *part,
+                       const gt_params_split *split, gt_dtype dtype, size_t *numel,
+                       size_t *largest_unit, size_t *second_unit, size_t *tied_unit)
 {
   gt_gpt *m = NULL;
-  int status = gt_gpt_described(shape, part, dtype, &m);
+  int status = gt_gpt_described(shape, part, split, dtype, &m);
   if (status == GT_SUCCESS) {
     *numel = m->params->numel;
     *largest_unit = *second_unit = *tied_unit = 0;
@@ -596,11 +600,12 @@ int gt_gpt_plan_params(const gt_gpt_shape *shape, const gt_gpt_part *part, gt_dt
   return GT_SUCCESS;
 }
 
-int gt_gpt_plan_gather(const gt_gpt_shape *shape, const gt_gpt_part *part, gt_dtype dtype,
+int gt_gpt_plan_gather(const gt_gpt_shape *shape, const gt_gpt_part *part,
+                       const gt_params_split *split, gt_dtype dtype,
                        size_t sizes[GT_GPT_GATHER_BUFS])
 {
   gt_gpt *m = NULL;
-  int status = gt_gpt_described(shape, part, dtype, &m);
+  int status = gt_gpt_described(shape, part, split, dtype, &m);
   if (status == GT_SUCCESS)
     status = gt_gpt_passes(m);
   if (status == GT_SUCCESS)
@@ -611,7 +616,8 @@ int gt_gpt_plan_gather(const gt_gpt_shape *shape, const gt_gpt_part *part, gt_dt
 }
 
 int gt_gpt_create(gt_backend *be, const gt_gpt_shape *shape, const gt_gpt_part *part,
-                  gt_dtype dtype, int batch, int seq, int slots, gt_gpt **model)
+                  const gt_params_split *split, gt_dtype dtype, int batch, int seq, int slots,
+                  gt_gpt **model)
 {
   GT_CALL(gt_gpt_shell(be, shape, part, dtype, batch, seq, slots, model));
   gt_gpt *m = *model;
@@ -629,9 +635,8 @@ int gt_gpt_create(gt_backend *be, const gt_gpt_shape *shape, const gt_gpt_part *
     status = gt_params_create(be, dtype, &m->params);
   if (status == GT_SUCCESS)
     status = gt_gpt_register(m);
-  if (status == GT_SUCCESS && part->zero_size > 1)
-    status = gt_params_shard(m->params, part->zero_rank, part->zero_size,
-                             part->zero_stage > 0 ? part->zero_stage : 1);
+  if (status == GT_SUCCESS && split && split->size > 1)
+    status = gt_params_shard(m->params, split->rank, split->size, split->stage);
   if (status == GT_SUCCESS)
     status = gt_params_finalize(m->params);
   if (status == GT_SUCCESS)

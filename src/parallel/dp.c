@@ -48,6 +48,13 @@ static int gt_dp_sync_create(gt_dp *dp)
   return GT_SUCCESS;
 }
 
+gt_params_split gt_dp_params_split(int stage, int dp_rank, int dp_size)
+{
+  if (stage < 1 || dp_size < 2)
+    return (gt_params_split){0, 1, 0};
+  return (gt_params_split){dp_rank, dp_size, stage};
+}
+
 int gt_dp_create(const gt_dp_setup *setup, gt_dp **out)
 {
   *out = NULL;

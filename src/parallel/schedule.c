@@ -45,6 +45,19 @@ int gt_schedule_parse(const char *name, gt_schedule *sched)
 
 const char *gt_schedule_name(const gt_schedule *sched) { return sched->name; }
 
+gt_schedule gt_schedule_of(gt_schedule_kind kind, int chunks)
+{
+  gt_schedule s;
+  memset(&s, 0, sizeof s);
+  s.kind = kind;
+  s.chunks = kind == GT_SCHEDULE_INTERLEAVED ? chunks : 1;
+  if (kind == GT_SCHEDULE_INTERLEAVED)
+    snprintf(s.name, sizeof s.name, "interleaved:%d", chunks);
+  else
+    snprintf(s.name, sizeof s.name, "%s", kind == GT_SCHEDULE_GPIPE ? "gpipe" : "1f1b");
+  return s;
+}
+
 int gt_schedule_check(const gt_schedule *sched, int p, int m, int layers)
 {
   if (sched->kind != GT_SCHEDULE_INTERLEAVED)
@@ -230,12 +243,9 @@ int gt_pipeline_split(int layers, int p, double block_cost, double head_cost,
   return GT_SUCCESS;
 }
 
-int gt_schedule_plan(const char *name, const char *spec, int layers, int p, int m,
-                     double block_cost, double head_cost, gt_schedule *sched, int **vfirst)
+int gt_schedule_plan(const gt_schedule *sched, const char *spec, int layers, int p,
+                     double block_cost, double head_cost, int **vfirst)
 {
-  *vfirst = NULL;
-  GT_CALL(gt_schedule_parse(name, sched));
-  GT_CALL(gt_schedule_check(sched, p, m, layers));
   const int nv = p * sched->chunks;
   *vfirst = malloc(sizeof(int) * (size_t)(nv + 1));
   GT_CHECK_ALLOC(*vfirst, sizeof(int) * (size_t)(nv + 1));

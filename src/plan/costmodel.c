@@ -13,7 +13,6 @@
 #include "gridtrain/coll_algos.h"
 #include "gridtrain/error.h"
 #include "gridtrain/grad_shards.h"
-#include "gridtrain/grid.h"
 #include "gridtrain/memory.h"
 #include "gridtrain/param_gather.h"
 #include "gridtrain/schedule.h"
@@ -180,11 +179,11 @@ double gt_cost_allgather(int n, double bytes, double alpha, double beta, double 
   return gt_cost_ring(GT_COLL_ALLGATHER, n, bytes, alpha, beta, 0.0, eff);
 }
 
-double gt_cost_bubble_fraction(gt_plan_schedule s, int pp, int micro, int chunks)
+double gt_cost_bubble_fraction(gt_schedule_kind s, int pp, int micro, int chunks)
 {
   if (pp <= 1 || micro <= 0)
     return 0;
-  return (double)(pp - 1) / ((s == GT_PLAN_INTERLEAVED ? chunks : 1) * (double)micro);
+  return (double)(pp - 1) / ((s == GT_SCHEDULE_INTERLEAVED ? chunks : 1) * (double)micro);
 }
 
 /* The link of a group of n members `stride` ranks apart (rank order TP
@@ -214,47 +213,6 @@ static gt_link gt_group_link(const gt_cluster *c, int ranks, int stride, int n)
     l.beta *= (double)R / P, l.gamma *= (double)R / P;
   }
   return l;
-}
-
-// ---- a layout -------------------------------------------------------------------
-
-void gt_cost_schedule_name(const gt_layout *l, char *buf, size_t size)
-{
-  if (l->schedule == GT_PLAN_INTERLEAVED)
-    snprintf(buf, size, "interleaved:%d", l->chunks);
-  else
-    snprintf(buf, size, "%s", l->schedule == GT_PLAN_GPIPE ? "gpipe" : "1f1b");
-}
-
-int gt_cost_schedule_parse(const char *s, gt_layout *l)
-{
-  gt_schedule sched;
-  GT_CALL(gt_schedule_parse(s, &sched));
-  l->schedule = sched.kind == GT_SCHEDULE_GPIPE  ? GT_PLAN_GPIPE
-                : sched.kind == GT_SCHEDULE_1F1B ? GT_PLAN_1F1B
-                                                 : GT_PLAN_INTERLEAVED;
-  l->chunks = sched.chunks;
-  return GT_SUCCESS;
-}
-
-int gt_cost_layout_of(const gt_config *cfg, int ranks, gt_layout *l)
-{
-  int sizes[3];
-  GT_CALL(gt_grid_resolve(cfg->grid.dp, cfg->grid.pp, cfg->grid.tp, ranks, sizes));
-  memset(l, 0, sizeof *l);
-  l->dp = sizes[0], l->pp = sizes[1], l->tp = sizes[2];
-  l->micro = (int)cfg->data.microbatches;
-  GT_CHECK(cfg->data.batch % ((long)l->dp * l->micro) == 0, GT_ERR_INPUT,
-           "[data] batch=%ld does not split over dp=%d x microbatches=%d", cfg->data.batch,
-           l->dp, l->micro);
-  l->mbs = (int)(cfg->data.batch / ((long)l->dp * l->micro));
-  GT_CALL(gt_cost_schedule_parse(cfg->parallel.schedule, l));
-  l->zero = l->dp > 1 ? (int)cfg->parallel.zero : 0;
-  l->recompute = cfg->model.recompute;
-  l->seq_par = l->tp > 1 && cfg->parallel.sequence_parallel;
-  l->dtype = cfg->backend.precision;
-  l->dp_overlap = cfg->parallel.dp_overlap;
-  return GT_SUCCESS;
 }
 
 // ---- memory -----------------------------------------------------------------------
@@ -342,23 +300,12 @@ static void gt_psi_check_model(const gt_config *cfg)
   }
 }
 
-/* The memory account of the layout: gt_mem_plan's on cfg with its keys. */
-static int gt_cost_memory(const gt_config *cfg, const gt_layout *l, int ranks,
-                          gt_mem_account *acc, double *worst, double *psi_max)
+/* The memory account of the layout: gt_mem_plan's (acc: l->pp entries). */
+static int gt_cost_memory(const gt_config *cfg, const gt_layout *l, gt_mem_account *acc,
+                          double *worst, double *psi_max)
 {
-  gt_config lc = *cfg;
-  lc.grid.dp = l->dp, lc.grid.pp = l->pp, lc.grid.tp = l->tp;
-  lc.data.microbatches = l->micro;
-  lc.data.batch = (long)l->dp * l->mbs * l->micro;
-  gt_cost_schedule_name(l, lc.parallel.schedule, sizeof lc.parallel.schedule);
-  lc.parallel.zero = l->zero;
-  lc.model.recompute = l->recompute;
-  lc.parallel.sequence_parallel = l->seq_par;
-  lc.backend.precision = l->dtype;
-  int sizes[3];
-  gt_psi_check_model(&lc);
-  GT_CALL(gt_mem_plan_cached(&lc, ranks, gt_mem_staged(cfg), acc, l->pp, sizes, gt_psi_find,
-                             NULL));
+  gt_psi_check_model(cfg);
+  GT_CALL(gt_mem_plan_cached(cfg, l, gt_mem_staged(cfg), acc, l->pp, gt_psi_find, NULL));
   *worst = 0, *psi_max = 0;
   for (int s = 0; s < l->pp; s++) {
     const double t = gt_mem_total(&acc[s]);
@@ -378,7 +325,7 @@ static int gt_cost_memory(const gt_config *cfg, const gt_layout *l, int ranks,
 static int gt_cost_blocks(const gt_config *cfg, const gt_gpt_shape *shape, const gt_layout *l,
                           const gt_cluster *c, int *blocks)
 {
-  const int pp = l->pp, V = l->schedule == GT_PLAN_INTERLEAVED ? l->chunks : 1;
+  const int pp = l->pp, V = l->schedule.chunks;
   const int nv = pp * V, L = shape->layers;
   int *first = malloc(sizeof *first * ((size_t)nv + 1));
   GT_CHECK_ALLOC(first, sizeof *first * ((size_t)nv + 1));
@@ -434,7 +381,7 @@ static int gt_cost_timing(const gt_config *cfg, const gt_layout *l, int ranks,
                               (int)cfg->model.dim, (int)cfg->model.seq_len,
                               (int)cfg->model.vocab};
   const int dp = l->dp, pp = l->pp, tp = l->tp, m = l->micro, T = shape.max_seq;
-  const int V = l->schedule == GT_PLAN_INTERLEAVED ? l->chunks : 1;
+  const int V = l->schedule.chunks;
   const int R = ranks < c->ranks_per_node ? ranks : c->ranks_per_node;
   const int P = c->cores_per_node;
   int status = GT_SUCCESS;
@@ -579,8 +526,8 @@ int gt_cost_evaluate(const gt_config *cfg, const gt_layout *l, int ranks, const 
   const gt_gpt_shape shape = {(int)cfg->model.layers, (int)cfg->model.heads,
                               (int)cfg->model.dim, (int)cfg->model.seq_len,
                               (int)cfg->model.vocab};
-  const int dp = l->dp, pp = l->pp, tp = l->tp, m = l->micro, T = shape.max_seq;
-  const int V = l->schedule == GT_PLAN_INTERLEAVED ? l->chunks : 1;
+  const int dp = l->dp, pp = l->pp, tp = l->tp, m = l->micro;
+  const int V = l->schedule.chunks;
   GT_CHECK(dp >= 1 && pp >= 1 && tp >= 1 && (long)dp * pp * tp == ranks, GT_ERR_INPUT,
            "layout dp=%d x pp=%d x tp=%d does not make %d ranks", dp, pp, tp, ranks);
   GT_CHECK(l->mbs >= 1 && m >= 1, GT_ERR_INPUT, "micro-batch size %d and count %d must be >= 1",
@@ -588,21 +535,16 @@ int gt_cost_evaluate(const gt_config *cfg, const gt_layout *l, int ranks, const 
   GT_CHECK(gt_peak_of(c, l->dtype) > 0, GT_ERR_INPUT,
            "%s: the cluster has no peak for %s products ([compute] peak_%s)", c->source,
            gt_dtype_name(l->dtype), l->dtype == GT_F32 ? "fp32" : gt_dtype_name(l->dtype));
-  GT_CHECK(l->schedule != GT_PLAN_INTERLEAVED ||
-               (pp > 1 && shape.layers >= pp * V && m % pp == 0 &&
-                (!c->uniform_split || shape.layers % (pp * V) == 0)),
+  GT_CHECK(l->schedule.kind != GT_SCHEDULE_INTERLEAVED || !c->uniform_split ||
+               shape.layers % (pp * V) == 0,
            GT_ERR_INPUT,
-           "interleaved:%d needs pp > 1 (pp=%d), layers=%d >= pp x %d (a multiple with "
-           "stage_split = uniform) and micro-batches=%d a multiple of pp", V, pp, shape.layers,
-           V, m);
-  GT_CHECK(!l->seq_par || ((long)l->mbs * T) % tp == 0, GT_ERR_INPUT,
-           "sequence parallelism: %ld tokens per micro-batch do not split over tp=%d",
-           (long)l->mbs * T, tp);
-  /* memory first: it also checks the layout against the model */
-  gt_mem_account *acc = malloc(sizeof *acc * GT_MEM_MAX_STAGES);
-  GT_CHECK_ALLOC(acc, sizeof *acc * GT_MEM_MAX_STAGES);
+           "%s: stage_split = uniform with interleaved:%d needs layers=%d a multiple of pp x "
+           "V = %d x %d",
+           c->source, V, shape.layers, pp, V);
+  gt_mem_account *acc = malloc(sizeof *acc * (size_t)pp);
+  GT_CHECK_ALLOC(acc, sizeof *acc * (size_t)pp);
   double psi = 0;
-  int status = gt_cost_memory(cfg, l, ranks, acc, &out->memory, &psi);
+  int status = gt_cost_memory(cfg, l, acc, &out->memory, &psi);
   free(acc);
   GT_CALL(status);
   const int R = ranks < c->ranks_per_node ? ranks : c->ranks_per_node; /* ranks on a node */

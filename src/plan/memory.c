@@ -10,10 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "gridtrain/dp.h"
 #include "gridtrain/error.h"
 #include "gridtrain/gpt.h"
 #include "gridtrain/grad_shards.h"
-#include "gridtrain/grid.h"
 #include "gridtrain/log.h"
 #include "gridtrain/param_gather.h"
 #include "gridtrain/schedule.h"
@@ -48,11 +48,12 @@ double gt_mem_total(const gt_mem_account *a)
 
 /* The parameter terms of stage s: its parameter elements and ZeRO's
  * reduction and gather buffers. */
-static int gt_mem_stage_params(const gt_gpt_shape *shape, const gt_gpt_part *part, gt_dtype dt,
-                               int zero, gt_mem_params *p)
+static int gt_mem_stage_params(const gt_gpt_shape *shape, const gt_gpt_part *part,
+                               const gt_params_split *split, gt_dtype dt, int zero,
+                               gt_mem_params *p)
 {
   size_t psi = 0, largest = 0, second = 0, tied = 0;
-  GT_CALL(gt_gpt_plan_params(shape, part, dt, &psi, &largest, &second, &tied));
+  GT_CALL(gt_gpt_plan_params(shape, part, split, dt, &psi, &largest, &second, &tied));
   p->psi = (double)psi;
   p->grad_bufs = zero >= 2
                      ? (double)gt_grad_shards_plan_bytes(largest, second, tied, GT_GRAD_SHARDS_POOL)
@@ -60,44 +61,40 @@ static int gt_mem_stage_params(const gt_gpt_shape *shape, const gt_gpt_part *par
   p->gather_bufs = 0.0;
   if (zero >= 3) {
     size_t bufs[GT_GPT_GATHER_BUFS];
-    GT_CALL(gt_gpt_plan_gather(shape, part, dt, bufs));
+    GT_CALL(gt_gpt_plan_gather(shape, part, split, dt, bufs));
     p->gather_bufs = (double)gt_param_gather_plan_bytes(bufs, GT_GPT_GATHER_BUFS, dt);
   }
   return GT_SUCCESS;
 }
 
 /* The account of stage s (gt_mem_plan). */
-static int gt_mem_plan_stage(const gt_config *cfg, const gt_gpt_shape *shape,
-                             const gt_schedule *sched, const int *first, int s,
-                             const int sizes[3], bool staged, gt_mem_params_find find,
-                             void *ctx, gt_mem_account *a)
+static int gt_mem_plan_stage(const gt_gpt_shape *shape, const gt_layout *l, const int *first,
+                             int s, bool staged, gt_mem_params_find find, void *ctx,
+                             gt_mem_account *a)
 {
-  const int dp = sizes[0], pp = sizes[1], tp = sizes[2];
-  const gt_dtype dt = cfg->backend.precision;
-  const int M = (int)cfg->data.microbatches, T = (int)cfg->model.seq_len;
-  const int B_micro = (int)cfg->data.batch / dp / M;
-  const int zero = dp > 1 ? (int)cfg->parallel.zero : 0;
+  const int dp = l->dp, pp = l->pp, tp = l->tp, T = shape->max_seq;
+  const gt_dtype dt = l->dtype;
   gt_gpt_part part = {.tp = {MPI_COMM_NULL, 0, tp, -1, NULL},
-                      .zero_size = zero >= 1 ? dp : 1,
-                      .recompute = cfg->model.recompute,
+                      .recompute = l->recompute,
                       .recompute_event = -1,
-                      .zero_stage = zero,
-                      .seq_par = cfg->parallel.sequence_parallel};
+                      .seq_par = l->seq_par};
+  const gt_params_split split = gt_dp_params_split(l->zero, 0, dp);
   memset(a, 0, sizeof *a);
   int cslots[GT_SCHEDULE_MAX_CHUNKS];
-  const int slots = gt_schedule_chunk_slots(sched, pp, s, M, cslots);
-  gt_gpt_part_place(&part, first, pp, s, sched->chunks, cslots);
+  const int slots = gt_schedule_chunk_slots(&l->schedule, pp, s, l->micro, cslots);
+  gt_gpt_part_place(&part, first, pp, s, l->schedule.chunks, cslots);
   gt_mem_params own, *p = &own;
   bool found = false;
   if (find) {
-    p = find(ctx, sizes, sched->chunks, zero, dt, s, &found);
+    const int sizes[3] = {dp, pp, tp};
+    p = find(ctx, sizes, l->schedule.chunks, l->zero, dt, s, &found);
     GT_CHECK_ALLOC(p, sizeof *p);
   }
   if (!found)
-    GT_CALL(gt_mem_stage_params(shape, &part, dt, zero, p));
+    GT_CALL(gt_mem_stage_params(shape, &part, &split, dt, l->zero, p));
   size_t act = 0, slot = 0;
-  GT_CALL(gt_gpt_plan(shape, &part, dt, B_micro, T, slots, &act, &slot));
-  gt_mem_model_state(p->psi, dt, zero, dp, a);
+  GT_CALL(gt_gpt_plan(shape, &part, dt, l->mbs, T, slots, &act, &slot));
+  gt_mem_model_state(p->psi, dt, l->zero, dp, a);
   a->grad_bufs = p->grad_bufs, a->gather_bufs = p->gather_bufs;
   a->act_slot = (double)slot;
   a->in_flight = slots;
@@ -106,7 +103,7 @@ static int gt_mem_plan_stage(const gt_config *cfg, const gt_gpt_shape *shape,
    * when dp > 1, and the pipeline's activation and gradient slots */
   if (staged)
     a->comm = (dp > 1 ? a->grads : 0.0) +
-              (pp > 1 ? 2.0 * slots * (double)B_micro * T * shape->dim * gt_dtype_size(dt)
+              (pp > 1 ? 2.0 * slots * (double)l->mbs * T * shape->dim * gt_dtype_size(dt)
                       : 0.0) +
               a->gather_bufs; /* each gather buffer's staging room */
   return GT_SUCCESS;
@@ -120,37 +117,31 @@ bool gt_mem_staged(const gt_config *cfg)
          (cfg->backend.mpi_device == GT_TRI_AUTO && device_memory);
 }
 
-int gt_mem_plan_cached(const gt_config *cfg, int ranks, bool staged, gt_mem_account *stages,
-                       int max_stages, int sizes[3], gt_mem_params_find find, void *ctx)
+int gt_mem_plan_cached(const gt_config *cfg, const gt_layout *l, bool staged,
+                       gt_mem_account *stages, int max_stages, gt_mem_params_find find,
+                       void *ctx)
 {
-  GT_CALL(gt_grid_resolve(cfg->grid.dp, cfg->grid.pp, cfg->grid.tp, ranks, sizes));
-  GT_CALL(gt_grid_check_model(cfg, sizes));
-  const int pp = sizes[1];
+  const int pp = l->pp;
   GT_CHECK(pp <= max_stages, GT_ERR_INPUT, "pp = %d: more stages than %d", pp, max_stages);
   const gt_gpt_shape shape = {(int)cfg->model.layers, (int)cfg->model.heads,
                               (int)cfg->model.dim, (int)cfg->model.seq_len,
                               (int)cfg->model.vocab};
-  const int M = (int)cfg->data.microbatches, T = (int)cfg->model.seq_len;
-  GT_CHECK(pp <= GT_MEM_MAX_STAGES, GT_ERR_INPUT, "pp = %d: more than %d stages to plan", pp,
-           GT_MEM_MAX_STAGES);
   double block_cost, head_cost;
-  gt_gpt_stage_costs(&shape, T, &block_cost, &head_cost);
-  gt_schedule sched;
+  gt_gpt_stage_costs(&shape, shape.max_seq, &block_cost, &head_cost);
   int *first = NULL;
-  int status = gt_schedule_plan(cfg->parallel.schedule, cfg->parallel.stages, shape.layers, pp,
-                                M, block_cost, head_cost, &sched, &first);
+  int status = gt_schedule_plan(&l->schedule, cfg->parallel.stages, shape.layers, pp,
+                                block_cost, head_cost, &first);
   for (int s = 0; s < pp && status == GT_SUCCESS; s++)
-    status = gt_mem_plan_stage(cfg, &shape, &sched, first, s, sizes, staged, find, ctx,
-                               &stages[s]);
+    status = gt_mem_plan_stage(&shape, l, first, s, staged, find, ctx, &stages[s]);
   free(first);
   GT_CALL(status);
   return GT_SUCCESS;
 }
 
-int gt_mem_plan(const gt_config *cfg, int ranks, bool staged, gt_mem_account *stages,
-                int max_stages, int sizes[3])
+int gt_mem_plan(const gt_config *cfg, const gt_layout *l, bool staged, gt_mem_account *stages,
+                int max_stages)
 {
-  return gt_mem_plan_cached(cfg, ranks, staged, stages, max_stages, sizes, NULL, NULL);
+  return gt_mem_plan_cached(cfg, l, staged, stages, max_stages, NULL, NULL);
 }
 
 static const char *const gt_mem_heads[] = {"compute w", "master w", "gradients", "moments",

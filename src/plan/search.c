@@ -65,18 +65,18 @@ int gt_plan_search(const gt_config *cfg, const gt_plan_pins *pins, int ranks,
 {
   *rows = NULL, *n = 0;
   const long B = cfg->data.batch;
-  const int L = (int)cfg->model.layers, H = (int)cfg->model.heads, T = (int)cfg->model.seq_len;
+  const int L = (int)cfg->model.layers, H = (int)cfg->model.heads;
   gt_layout base;
   memset(&base, 0, sizeof base);
   /* the deck's own values of the pinned dimensions (sizes may be auto) */
   base.dp = (int)cfg->grid.dp, base.pp = (int)cfg->grid.pp, base.tp = (int)cfg->grid.tp;
-  GT_CALL(gt_cost_schedule_parse(cfg->parallel.schedule, &base));
+  GT_CALL(gt_schedule_parse(cfg->parallel.schedule, &base.schedule));
   base.zero = (int)cfg->parallel.zero;
   base.recompute = cfg->model.recompute;
   base.seq_par = cfg->parallel.sequence_parallel;
   base.dtype = cfg->backend.precision;
   base.dp_overlap = cfg->parallel.dp_overlap;
-  gt_config lc = *cfg;
+  gt_config lc = *cfg; /* a candidate's keys */
   if (!pins->pp)
     lc.parallel.stages[0] = '\0'; /* a block list fits one pp only */
   const gt_dtype dts[3] = {GT_F32, GT_BF16, GT_F16};
@@ -104,19 +104,20 @@ int gt_plan_search(const gt_config *cfg, const gt_plan_pins *pins, int ranks,
           gt_layout l = base;
           l.dp = dp, l.pp = pp, l.tp = tp, l.mbs = (int)mbs, l.micro = m;
           if (sch < 2) {
-            l.schedule = sch == 0 ? GT_PLAN_GPIPE : GT_PLAN_1F1B, l.chunks = 1;
+            l.schedule = gt_schedule_of(sch == 0 ? GT_SCHEDULE_GPIPE : GT_SCHEDULE_1F1B, 1);
             if (pp == 1 && sch == 0)
               continue; /* one stage: the schedules are the same */
           } else {
             const int V = sch; /* 2 .. 64, the trainer's GT_SCHEDULE_MAX_CHUNKS */
-            if (pp == 1 || L < pp * V || m % pp || (c->uniform_split && L % (pp * V)))
-              continue;
-            l.schedule = GT_PLAN_INTERLEAVED, l.chunks = V;
+            if (pp == 1 || L < pp * V || (c->uniform_split && L % (pp * V)))
+              continue; /* (bounds of the enumeration; the resolver checks) */
+            l.schedule = gt_schedule_of(GT_SCHEDULE_INTERLEAVED, V);
           }
-          if (pins->schedule && (l.schedule != base.schedule || l.chunks != base.chunks))
+          if (pins->schedule && (l.schedule.kind != base.schedule.kind ||
+                                 l.schedule.chunks != base.schedule.chunks))
             continue;
           for (int z = 0; z <= 3 && status == GT_SUCCESS; z++) {
-            if ((dp == 1 && z > 0) || (pins->zero && dp > 1 && z != base.zero))
+            if (pins->zero && dp > 1 && z != base.zero)
               continue;
             l.zero = z;
             for (int r = 0; r < 3 && status == GT_SUCCESS; r++) {
@@ -124,23 +125,30 @@ int gt_plan_search(const gt_config *cfg, const gt_plan_pins *pins, int ranks,
                 continue;
               l.recompute = (gt_recompute)r;
               for (int sp = 0; sp < 2 && status == GT_SUCCESS; sp++) {
-                if ((sp && (tp == 1 || (mbs * T) % tp)) ||
-                    (pins->seq_par && tp > 1 && sp != (int)base.seq_par))
+                if (pins->seq_par && tp > 1 && sp != (int)base.seq_par)
                   continue;
                 l.seq_par = sp;
                 for (int d = 0; d < 3 && status == GT_SUCCESS; d++) {
                   if (pins->precision ? dts[d] != base.dtype : !gt_plan_precision(c, dts[d]))
                     continue;
                   l.dtype = dts[d];
+                  /* the trainer runs what the candidate's keys resolve to */
+                  gt_layout_to_config(&l, &lc);
+                  gt_layout res;
+                  if (gt_layout_resolve(&lc, ranks, &res) != GT_SUCCESS ||
+                      !gt_layout_equal(&res, &l)) {
+                    gt_error_clear();
+                    continue;
+                  }
                   gt_cost cost;
-                  if (gt_cost_evaluate(&lc, &l, ranks, c, &cost) != GT_SUCCESS) {
+                  if (gt_cost_evaluate(&lc, &res, ranks, c, &cost) != GT_SUCCESS) {
                     if (gt_error_message()[0] && strstr(gt_error_message(), "out of memory"))
                       status = GT_ERR_SYSTEM;
                     else
                       gt_error_clear(); /* not a layout of this model */
                     continue;
                   }
-                  status = gt_rows_push(&v, &l, &cost);
+                  status = gt_rows_push(&v, &res, &cost);
                 }
               }
             }
@@ -206,8 +214,8 @@ static void gt_plan_line(FILE *out, int rank, const gt_plan_row *r)
 {
   const gt_layout *l = &r->layout;
   const gt_cost *c = &r->cost;
-  char sch[32], t[8][24], rate[24], mem[24];
-  gt_cost_schedule_name(l, sch, sizeof sch);
+  char t[8][24], rate[24], mem[24];
+  const char *sch = gt_schedule_name(&l->schedule);
   const double v[8] = {c->step, c->compute, c->tp_comm, c->pp_comm, c->bubble, c->dp_comm,
                        c->optimizer, 0};
   for (int i = 0; i < 7; i++)
@@ -266,8 +274,7 @@ int gt_plan_write_csv(const char *path, const gt_plan_row *rows, int n)
   for (int i = 0; i < n; i++) {
     const gt_layout *l = &rows[i].layout;
     const gt_cost *c = &rows[i].cost;
-    char sch[32];
-    gt_cost_schedule_name(l, sch, sizeof sch);
+    const char *sch = gt_schedule_name(&l->schedule);
     fprintf(f, "%d,%d,%d,%d,%d,%d,%s,%d,%s,%s,%s,%s,%.6g,%.6g,%.4f,%.6g,%.6g,%.6g,%.6g,%.6g,"
             "%.6g,%.6g,%.6g,%.0f,%s\n",
             i + 1, l->dp, l->pp, l->tp, l->mbs, l->micro, sch, l->zero,
@@ -330,35 +337,38 @@ static int gt_pub_row(const char *tsv, int line, char *text, const gt_cluster *c
   cfg.data.batch = batch;
   cfg.backend.device = GT_DEVICE_CUDA;
   cfg.backend.mpi_device = GT_TRI_ON;
-  gt_layout l;
-  memset(&l, 0, sizeof l);
-  l.dp = dp, l.pp = pp, l.tp = tp, l.mbs = mbs, l.micro = (int)(batch / dp / mbs);
+  cfg.grid.dp = dp, cfg.grid.pp = pp, cfg.grid.tp = tp;
+  cfg.data.microbatches = batch / dp / mbs;
   const int rc = gt_recompute_parse(f[12]);
   GT_CHECK(rc >= 0, GT_ERR_INPUT, "%s:%d: recompute '%s': expected none, attention or block",
            tsv, line, f[12]);
-  l.recompute = (gt_recompute)rc;
-  l.seq_par = strcmp(f[13], "on") == 0;
-  l.dtype = gt_precision_dtype(f[15]);
-  l.dp_overlap = strcmp(f[16], "on") == 0;
+  cfg.model.recompute = (gt_recompute)rc;
+  cfg.parallel.sequence_parallel = strcmp(f[13], "on") == 0;
+  cfg.backend.precision = gt_precision_dtype(f[15]);
+  cfg.parallel.dp_overlap = strcmp(f[16], "on") == 0;
   /* "interleaved:*": the best predicted of 1f1b and every interleaved:V the
    * model allows (the papers do not give V) */
   const bool any_v = strcmp(f[14], "interleaved:*") == 0;
-  if (!any_v)
-    GT_CALL(gt_cost_schedule_parse(f[14], &l));
   gt_cost best;
   int best_v = 0;
   memset(&best, 0, sizeof best);
   for (int V = 1; V <= (any_v ? layers : 1); V++) {
-    if (any_v) {
-      if (V > 1 && (pp == 1 || layers < pp * V || l.micro % pp ||
-                    (c->uniform_split && layers % (pp * V))))
-        continue;
-      l.schedule = V > 1 ? GT_PLAN_INTERLEAVED : GT_PLAN_1F1B, l.chunks = V;
+    const gt_schedule sched = gt_schedule_of(V > 1 ? GT_SCHEDULE_INTERLEAVED : GT_SCHEDULE_1F1B, V);
+    snprintf(cfg.parallel.schedule, sizeof cfg.parallel.schedule, "%s",
+             any_v ? gt_schedule_name(&sched) : f[14]);
+    gt_layout l;
+    int status = gt_layout_resolve(&cfg, gpus, &l);
+    if (status == GT_SUCCESS && any_v && V > 1 && c->uniform_split && layers % (pp * V))
+      continue; /* not a split this cluster's software makes */
+    if (status != GT_SUCCESS && any_v && V > 1) {
+      gt_error_clear(); /* not an interleaving of this model */
+      continue;
     }
+    GT_CALL(status);
     gt_cost cost;
     GT_CALL(gt_cost_evaluate(&cfg, &l, gpus, c, &cost));
     if (best_v == 0 || cost.step < best.step)
-      best = cost, best_v = l.chunks;
+      best = cost, best_v = l.schedule.chunks;
   }
   double predicted;
   const double h = hidden, s = seq, Lh = (double)layers * h;

@@ -20,7 +20,7 @@
  * bf16 checkpoint has scale 1, which means nothing to fp16). */
 static void gt_trainer_restore_scaler(gt_trainer *tr, const char *path, const gt_ckpt_meta *m)
 {
-  if (strcmp(m->precision, gt_dtype_name(tr->dtype)) == 0) {
+  if (strcmp(m->precision, gt_dtype_name(tr->layout.dtype)) == 0) {
     tr->scaler.scale = tr->scaler.dynamic ? m->loss_scale : 1.0;
     tr->scaler.good = (long)m->scale_good_steps;
     tr->scaler.skipped = (long)m->skipped_steps;
@@ -29,7 +29,7 @@ static void gt_trainer_restore_scaler(gt_trainer *tr, const char *path, const gt
   if (tr->grid->world_rank == 0)
     gt_info("gridtrain: checkpoint %s was written in %s; continuing in %s from its fp32 master "
             "weights%s\n",
-            path, m->precision, gt_dtype_name(tr->dtype),
+            path, m->precision, gt_dtype_name(tr->layout.dtype),
             tr->scaler.dynamic ? " with the deck's initial loss scale" : "");
 }
 
@@ -112,7 +112,7 @@ int gt_trainer_save(gt_trainer *tr, const char *dir, char *path, size_t size)
     .batch = tr->B,
   };
   snprintf(meta.code_version, sizeof meta.code_version, "%s", gt_version());
-  snprintf(meta.precision, sizeof meta.precision, "%s", gt_dtype_name(tr->dtype));
+  snprintf(meta.precision, sizeof meta.precision, "%s", gt_dtype_name(tr->layout.dtype));
   /* Rank 0's clock names the time, so every rank writes the same attribute. */
   double now = (double)time(NULL);
   GT_CALL(gt_allreduce_f64(&now, 1, MPI_MAX, g->world));

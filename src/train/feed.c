@@ -35,8 +35,8 @@ static int gt_feed_microbatch(gt_trainer *tr, int mb)
   if (mb == 0 && tr->feed_more)
     GT_CALL(gt_reader_ahead(tr->feed_reader, first + tr->B));
   const size_t len = (size_t)tr->T + 1;
-  for (int b = 0; b < tr->B_micro; b++) {
-    const int32_t *w = rows + ((size_t)mb * (size_t)tr->B_micro + (size_t)b) * len;
+  for (int b = 0; b < tr->layout.mbs; b++) {
+    const int32_t *w = rows + ((size_t)mb * (size_t)tr->layout.mbs + (size_t)b) * len;
     memcpy(tr->tokens + (size_t)b * tr->T, w, sizeof(int32_t) * (size_t)tr->T);
     memcpy(tr->targets + (size_t)b * tr->T, w + 1, sizeof(int32_t) * (size_t)tr->T);
   }

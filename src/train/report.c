@@ -31,7 +31,7 @@ static void gt_print_setup(const gt_trainer *tr, size_t params_max, size_t act_m
   /* compute copy, gradients, master and two moments by the ZeRO formulas
    * (memory.h) */
   gt_mem_account one;
-  gt_mem_model_state(1.0, tr->dtype, tr->zero, g->dp_size, &one);
+  gt_mem_model_state(1.0, tr->layout.dtype, tr->layout.zero, g->dp_size, &one);
   gt_format_bytes(gt_mem_model_total(&one) * (double)params_max, par, sizeof par);
   fprintf(out, "gridtrain %s: configuration (%s) and layout\n", PACKAGE_VERSION,
           cfg->deck_path[0] ? cfg->deck_path : "defaults");
@@ -40,13 +40,13 @@ static void gt_print_setup(const gt_trainer *tr, size_t params_max, size_t act_m
   gt_config_print_row(out, "layout", v, "resolved");
   if (g->pp_size > 1) {
     /* interleaved: a stage's chunks joined by '+' ("0-1+4-5") */
-    const int p = g->pp_size, V = tr->schedule.chunks;
+    const int p = g->pp_size, V = tr->layout.schedule.chunks;
     int n = snprintf(v, sizeof v, "blocks");
     for (int s = 0; s < p && n < (int)sizeof v - 24; s++)
       for (int c = 0; c < V && n < (int)sizeof v - 24; c++)
         n += snprintf(v + n, sizeof v - (size_t)n, "%s%d-%d", c ? "+" : s ? ", " : " ",
                       tr->stage_first[c * p + s], tr->stage_first[c * p + s + 1] - 1);
-    snprintf(v + n, sizeof v - (size_t)n, "; %s schedule", gt_schedule_name(&tr->schedule));
+    snprintf(v + n, sizeof v - (size_t)n, "; %s schedule", gt_schedule_name(&tr->layout.schedule));
     gt_config_print_row(out, "pipeline stages", v, "resolved");
   }
   snprintf(v, sizeof v, "%d (%d per node, %d cores per node)", g->world_size, g->node_size,
@@ -71,20 +71,21 @@ static void gt_print_setup(const gt_trainer *tr, size_t params_max, size_t act_m
                tr->cfg.parallel.coll_segment_kb, tr->cfg.parallel.coll_window);
     gt_config_print_row(out, "dp collectives", v, "resolved");
   }
-  if (tr->dtype == GT_F16)
+  if (tr->layout.dtype == GT_F16)
     snprintf(v, sizeof v, "fp16 compute, fp32 master; dynamic loss scale from %g",
              tr->scaler.scale);
   else
-    snprintf(v, sizeof v, "%s compute%s", gt_dtype_name(tr->dtype),
-             tr->dtype == GT_F32 ? "" : ", fp32 master; loss scale 1");
+    snprintf(v, sizeof v, "%s compute%s", gt_dtype_name(tr->layout.dtype),
+             tr->layout.dtype == GT_F32 ? "" : ", fp32 master; loss scale 1");
   gt_config_print_row(out, "precision", v, "resolved");
   snprintf(v, sizeof v, "%.2fM; at most %.2fM on a rank (%s with grads and AdamW)",
            (double)gt_gpt_param_count(&tr->shape) / 1e6, (double)params_max / 1e6, par);
   gt_config_print_row(out, "parameters", v, "resolved");
-  snprintf(v, sizeof v, "%s at most on a rank (micro-batch %d x %d)", act, tr->B_micro, tr->T);
+  snprintf(v, sizeof v, "%s at most on a rank (micro-batch %d x %d)", act, tr->layout.mbs, tr->T);
   gt_config_print_row(out, "activations", v, "resolved");
   snprintf(v, sizeof v, "%d tokens = %d x %d; %d seq per dp rank in %d micro-batch%s",
-           tr->B * tr->T, tr->B, tr->T, tr->B_rank, tr->M, tr->M == 1 ? "" : "es");
+           tr->B * tr->T, tr->B, tr->T, tr->B_rank, tr->layout.micro,
+           tr->layout.micro == 1 ? "" : "es");
   gt_config_print_row(out, "step", v, "resolved");
   char dp_row[32];
   gt_dp_describe(tr->dp, dp_row, sizeof dp_row, v, sizeof v);
@@ -111,10 +112,10 @@ void gt_trainer_memory(const gt_trainer *tr, gt_mem_account *a)
 {
   const gt_params *p = gt_gpt_params(tr->model);
   memset(a, 0, sizeof *a);
-  gt_mem_model_state((double)p->numel, tr->dtype, tr->zero, tr->grid->dp_size, a);
+  gt_mem_model_state((double)p->numel, tr->layout.dtype, tr->layout.zero, tr->grid->dp_size, a);
   a->act_slot = (double)gt_gpt_slot_bytes(tr->model);
-  a->in_flight = gt_schedule_in_flight(&tr->schedule, tr->grid->pp_size, tr->grid->pp_rank,
-                                       tr->M);
+  a->in_flight = gt_schedule_in_flight(&tr->layout.schedule, tr->grid->pp_size, tr->grid->pp_rank,
+                                       tr->layout.micro);
   a->act_shared = (double)gt_gpt_activation_bytes(tr->model) - a->act_slot * a->in_flight;
   a->comm = (double)gt_coll_staging_bytes(tr->coll);
   gt_dp_buffer_bytes(tr->dp, &a->grad_bufs, &a->gather_bufs);
@@ -181,12 +182,8 @@ static int gt_report_memory(const gt_trainer *tr, FILE *out)
   if (g->world_rank != 0)
     return GT_SUCCESS;
   char what[256];
-  snprintf(what, sizeof what, "%s compute, zero %d over dp=%d, recompute %s, %s schedule%s",
-           gt_dtype_name(tr->dtype), tr->zero, g->dp_size,
-           gt_recompute_names[tr->cfg.model.recompute], gt_schedule_name(&tr->schedule),
-           g->tp_size > 1 && tr->cfg.parallel.sequence_parallel ? ", sequence parallel over tp"
-                                                                : "");
-  gt_mem_print_header(out, what, tr->dtype, g->world_size > 32 ? "stage (max)" : "rank");
+  gt_layout_describe(&tr->layout, what, sizeof what);
+  gt_mem_print_header(out, what, tr->layout.dtype, g->world_size > 32 ? "stage (max)" : "rank");
   for (int r = 0; r < gt_mem_rows(g); r++) {
     double row[GT_MEM_FIELDS];
     gt_mem_row_of(g, all, GT_MEM_FIELDS, r, row);

@@ -54,15 +54,14 @@ static int gt_check_data(const gt_trainer *tr, const gt_dataset *ds, long needed
 
 // ---- set-up ------------------------------------------------------------------------------
 
-/* The stage split and schedule; errors are the same on every rank. */
+/* The stage split of the layout's schedule; errors are the same on every
+ * rank. */
 static int gt_trainer_plan(gt_trainer *tr)
 {
   double block_cost, head_cost;
   gt_gpt_stage_costs(&tr->shape, tr->T, &block_cost, &head_cost);
-  GT_CALL(gt_schedule_plan(tr->cfg.parallel.schedule, tr->cfg.parallel.stages,
-                           tr->shape.layers, tr->grid->pp_size, tr->M, block_cost, head_cost,
-                           &tr->schedule, &tr->stage_first));
-  tr->zero = tr->grid->dp_size > 1 ? (int)tr->cfg.parallel.zero : 0;
+  GT_CALL(gt_schedule_plan(&tr->layout.schedule, tr->cfg.parallel.stages, tr->shape.layers,
+                           tr->layout.pp, block_cost, head_cost, &tr->stage_first));
   return GT_SUCCESS;
 }
 
@@ -132,8 +131,8 @@ static int gt_trainer_data_parallel(gt_trainer *tr)
                     .opt = tr->opt,
                     .coll = tr->coll,
                     .grid = g,
-                    .stage = tr->zero,
-                    .overlap = cfg->parallel.dp_overlap,
+                    .stage = tr->layout.zero,
+                    .overlap = tr->layout.dp_overlap,
                     .bucket_mb = cfg->parallel.bucket_mb,
                     .compress_text = cfg->parallel.compress,
                     .compress_algo = GT_ALGO_MPI,
@@ -225,7 +224,17 @@ int gt_trainer_create(const gt_config *cfg, MPI_Comm world, bool quiet, gt_train
   *trainer = tr;
   tr->writers = MPI_COMM_NULL;
   tr->cfg = *cfg;
-  GT_CALL(gt_grid_create(cfg, world, &tr->grid));
+  { /* every rank resolves the same deck alike: the same error everywhere */
+    int ranks;
+    GT_CALL_MPI(MPI_Comm_size(world, &ranks));
+    const int status = gt_layout_resolve(cfg, ranks, &tr->layout);
+    if (status != GT_SUCCESS) {
+      gt_error_set_collective(true);
+      return gt_error_push(status, __FILE__, __LINE__, __func__);
+    }
+  }
+  const int sizes[3] = {tr->layout.dp, tr->layout.pp, tr->layout.tp};
+  GT_CALL(gt_grid_create(world, sizes, &tr->grid));
   const gt_grid *g = tr->grid;
   MPI_Comm comm = g->world;
   /* Before anything is written: no output may be an input, and one job
@@ -244,14 +253,11 @@ int gt_trainer_create(const gt_config *cfg, MPI_Comm world, bool quiet, gt_train
 
   tr->T = (int)cfg->model.seq_len;
   tr->B = (int)cfg->data.batch;
-  tr->M = (int)cfg->data.microbatches;
-  tr->B_rank = tr->B / g->dp_size;
-  tr->B_micro = tr->B_rank / tr->M;
+  tr->B_rank = tr->layout.mbs * tr->layout.micro;
   tr->shape = (gt_gpt_shape){(int)cfg->model.layers, (int)cfg->model.heads,
                              (int)cfg->model.dim, (int)cfg->model.seq_len,
                              (int)cfg->model.vocab};
-  tr->dtype = cfg->backend.precision;
-  gt_scaler_init(&tr->scaler, tr->dtype == GT_F16, cfg->backend.loss_scale,
+  gt_scaler_init(&tr->scaler, tr->layout.dtype == GT_F16, cfg->backend.loss_scale,
                  cfg->backend.loss_scale_factor, cfg->backend.loss_scale_min,
                  cfg->backend.loss_scale_interval);
   tr->threads = gt_resolve_threads(cfg, g);
@@ -279,32 +285,31 @@ int gt_trainer_create(const gt_config *cfg, MPI_Comm world, bool quiet, gt_train
   GT_AGREE(comm, gt_check_data(tr, tr->train, tr->B));
   if (cfg->data.val[0]) {
     GT_CALL(gt_dataset_open(cfg->data.val, "/val/tokens", comm, &tr->val));
-    GT_AGREE(comm, gt_check_data(tr, tr->val, tr->B_micro));
+    GT_AGREE(comm, gt_check_data(tr, tr->val, tr->layout.mbs));
   }
 
   gt_trainer_events(tr);
   const int s = g->pp_rank;
-  gt_gpt_part part = {
-    .tp = {g->tp, g->tp_rank, g->tp_size, tr->ev.tp_comm, tr->coll},
-    .zero_rank = g->dp_rank,
-    .zero_size = tr->zero >= 1 ? g->dp_size : 1,
-    .recompute = cfg->model.recompute,
-    .recompute_event = tr->ev.recompute,
-    .zero_stage = tr->zero,
-    .seq_par = cfg->parallel.sequence_parallel};
+  gt_gpt_part part = {.tp = {g->tp, g->tp_rank, g->tp_size, tr->ev.tp_comm, tr->coll},
+                      .recompute = tr->layout.recompute,
+                      .recompute_event = tr->ev.recompute,
+                      .seq_par = tr->layout.seq_par};
+  /* the parameters split as the data-parallel path of the stage needs them */
+  const gt_params_split split = gt_dp_params_split(tr->layout.zero, g->dp_rank, g->dp_size);
   if (g->world_rank == 0 && cfg->parallel.zero >= 1 && g->dp_size == 1 && !quiet)
     gt_info("gridtrain: [parallel] zero = %ld does nothing with dp = 1: the one data-parallel "
             "rank holds all of the optimizer state\n",
             cfg->parallel.zero);
   int cslots[GT_SCHEDULE_MAX_CHUNKS];
-  const int slots = gt_schedule_chunk_slots(&tr->schedule, g->pp_size, s, tr->M, cslots);
-  gt_gpt_part_place(&part, tr->stage_first, g->pp_size, s, tr->schedule.chunks, cslots);
-  GT_AGREE(comm, gt_gpt_create(tr->be, &tr->shape, &part, tr->dtype, tr->B_micro, tr->T, slots,
-                               &tr->model));
+  const int slots =
+      gt_schedule_chunk_slots(&tr->layout.schedule, g->pp_size, s, tr->layout.micro, cslots);
+  gt_gpt_part_place(&part, tr->stage_first, g->pp_size, s, tr->layout.schedule.chunks, cslots);
+  GT_AGREE(comm, gt_gpt_create(tr->be, &tr->shape, &part, &split, tr->layout.dtype,
+                               tr->layout.mbs, tr->T, slots, &tr->model));
   GT_AGREE(comm, gt_gpt_init(tr->model, cfg->run.seed));
   const gt_pipe_events pev = {tr->ev.forward, tr->ev.backward, tr->ev.pp_comm, tr->ev.bubble};
-  GT_AGREE(comm, gt_pipe_create(tr->model, tr->coll, g, &tr->schedule, tr->M, tr->B_micro,
-                                tr->T, pev, &tr->pipe));
+  GT_AGREE(comm, gt_pipe_create(tr->model, tr->coll, g, &tr->layout.schedule, tr->layout.micro,
+                                tr->layout.mbs, tr->T, pev, &tr->pipe));
   gt_params *params = gt_gpt_params(tr->model);
   tr->opt_cfg = (gt_adamw_config){cfg->optim.lr,        cfg->optim.min_lr,
                                   cfg->optim.warmup,    cfg->run.steps,
@@ -315,7 +320,7 @@ int gt_trainer_create(const gt_config *cfg, MPI_Comm world, bool quiet, gt_train
   GT_CALL(gt_trainer_data_parallel(tr));
   GT_CALL(gt_dp_gather_compute(tr->dp)); /* bf16/fp16: the rest of the compute copy */
 
-  size_t n = (size_t)tr->B_micro * (size_t)tr->T;
+  size_t n = (size_t)tr->layout.mbs * (size_t)tr->T;
   tr->tokens = malloc(sizeof(int32_t) * n);
   tr->targets = malloc(sizeof(int32_t) * n);
   GT_AGREE(comm, tr->tokens && tr->targets

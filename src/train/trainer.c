@@ -201,7 +201,7 @@ int gt_trainer_report_activations(gt_trainer *tr, FILE *out)
   }
   if (status == GT_SUCCESS && g->world_rank == 0) {
     fprintf(out, "# peak activations per pipeline stage (%s, %d micro-batches)\n",
-            gt_schedule_name(&tr->schedule), tr->M);
+            gt_schedule_name(&tr->layout.schedule), tr->layout.micro);
     for (int s = 0; s < p; s++) {
       char b[32];
       gt_format_bytes(most[2 * s + 1], b, sizeof b);

@@ -22,6 +22,7 @@
 #include "gridtrain/dir_lock.h"
 #include "gridtrain/dp.h"
 #include "gridtrain/gpt.h"
+#include "gridtrain/layout.h"
 #include "gridtrain/optim.h"
 #include "gridtrain/pace.h"
 #include "gridtrain/reader.h"
@@ -46,7 +47,7 @@ struct gt_trainer {
   double *sig_val;           /* their values: 2 per slot (mine, agreed) */
   long sig_count;            /* agreements started by this process */
   gt_timer_clock *clock;
-  gt_dtype dtype;
+  gt_layout layout;          /* the configuration on this job's ranks (layout.h) */
   gt_gpt *model;
   gt_adamw *opt;
   gt_adamw_config opt_cfg;
@@ -58,8 +59,6 @@ struct gt_trainer {
   int T;          /* tokens per sequence */
   int B;          /* global batch, sequences */
   int B_rank;     /* sequences per DP rank and step */
-  int B_micro;    /* sequences per micro-batch */
-  int M;          /* micro-batches */
   int threads;
   long step;      /* next step to run */
   long long samples; /* data-stream position: sequences consumed before step */
@@ -80,10 +79,7 @@ struct gt_trainer {
 
   gt_gpt_shape shape;
   int *stage_first;       /* pp V + 1: first block of every (virtual) stage */
-  gt_schedule schedule;
   gt_pipe *pipe;
-
-  int zero;               /* ZeRO stage in effect (0 when dp = 1) */
 
   double *scalars;        /* device: GT_NSCALARS doubles */
   double *host_scalars;   /* pinned */

@@ -53,11 +53,21 @@ static void gt_fuzz_evaluate(const gt_cluster *c)
   for (int dp = 1; dp <= ranks; dp *= 2)
     for (int pp = 1; dp * pp <= ranks; pp *= 2)
       for (int zero = 0; zero <= 3; zero += 3)
-        for (int sched = GT_PLAN_GPIPE; sched <= GT_PLAN_1F1B; sched++) {
-          const gt_layout l = {.dp = dp, .pp = pp, .tp = ranks / dp / pp, .mbs = 1,
-                               .micro = 4, .schedule = (gt_plan_schedule)sched, .chunks = 1,
-                               .zero = dp > 1 ? zero : 0, .recompute = GT_RECOMPUTE_NONE,
-                               .dtype = GT_F32, .dp_overlap = true};
+        for (int sched = 0; sched < 2; sched++) {
+          /* the layout as the trainer resolves it (layout.h); one the model
+           * does not allow (tp beyond the heads) is no case */
+          cfg.grid.dp = dp, cfg.grid.pp = pp, cfg.grid.tp = ranks / dp / pp;
+          cfg.data.batch = 4L * dp, cfg.data.microbatches = 4;
+          snprintf(cfg.parallel.schedule, sizeof cfg.parallel.schedule, "%s",
+                   sched ? "1f1b" : "gpipe");
+          cfg.parallel.zero = zero;
+          cfg.backend.precision = GT_F32;
+          cfg.parallel.dp_overlap = true;
+          gt_layout l;
+          if (gt_layout_resolve(&cfg, ranks, &l) != GT_SUCCESS) {
+            gt_error_clear();
+            continue;
+          }
           gt_cost out;
           const int status = gt_cost_evaluate(&cfg, &l, ranks, c, &out);
           gt_fuzz_expect_input("evaluate", status);

@@ -106,8 +106,9 @@ static void check_run(const gt_config *cfg, MPI_Comm comm, const char *what)
     bad[2] = !(ratio >= 1.0 && ratio <= 1.001);
     /* 4. the plan of the same configuration */
     gt_mem_account *stages = calloc((size_t)g->pp_size, sizeof *stages);
-    int sizes[3];
-    if (!stages || gt_mem_plan(cfg, size, false, stages, g->pp_size, sizes) != GT_SUCCESS) {
+    gt_layout l;
+    if (!stages || gt_layout_resolve(cfg, size, &l) != GT_SUCCESS ||
+        gt_mem_plan(cfg, &l, false, stages, g->pp_size) != GT_SUCCESS) {
       bad[3] = 1;
       tap_diag("%s: gt_mem_plan: %s", what, gt_error_message());
     } else {

@@ -116,7 +116,7 @@ static void check_backend(const char *backend, const char *ref_path, const float
   gt_gpt *m;
   double *acc = NULL; /* device: loss sum, sum of squares */
   if (gt_backend_create(backend, 2, &be) ||
-      gt_gpt_create(be, &shape, &whole, GT_F32, B, T, 1, &m) ||
+      gt_gpt_create(be, &shape, &whole, NULL, GT_F32, B, T, 1, &m) ||
       be->ops->alloc(be, 2 * sizeof(double), (void **)&acc)) {
     tap_ok(false, "[%s] set-up: %s", backend, gt_error_message());
     return;
@@ -235,7 +235,7 @@ int main(int argc, char **argv)
   gt_backend *be;
   gt_gpt *m;
   if (gt_backend_create("cpu", 2, &be) ||
-      gt_gpt_create(be, &shape, &whole, GT_F32, B, T, 1, &m))
+      gt_gpt_create(be, &shape, &whole, NULL, GT_F32, B, T, 1, &m))
     return tap_bail("%s", gt_error_message());
   gt_gpt_init(m, 2024);
   gt_params *p = gt_gpt_params(m);

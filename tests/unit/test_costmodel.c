@@ -110,12 +110,12 @@ static void test_kernels(void)
 
 static void test_formulas(void)
 {
-  tap_ok(gt_cost_bubble_fraction(GT_PLAN_GPIPE, 4, 8, 1) == 3.0 / 8,
+  tap_ok(gt_cost_bubble_fraction(GT_SCHEDULE_GPIPE, 4, 8, 1) == 3.0 / 8,
          "gpipe p=4 m=8: bubble 3/8 of the compute");
-  tap_ok(gt_cost_bubble_fraction(GT_PLAN_1F1B, 4, 8, 1) == 3.0 / 8, "1f1b: the same");
-  tap_ok(gt_cost_bubble_fraction(GT_PLAN_INTERLEAVED, 4, 8, 2) == 3.0 / 16,
+  tap_ok(gt_cost_bubble_fraction(GT_SCHEDULE_1F1B, 4, 8, 1) == 3.0 / 8, "1f1b: the same");
+  tap_ok(gt_cost_bubble_fraction(GT_SCHEDULE_INTERLEAVED, 4, 8, 2) == 3.0 / 16,
          "interleaved:2: (p-1)/(V m) = 3/16");
-  tap_ok(gt_cost_bubble_fraction(GT_PLAN_1F1B, 1, 8, 1) == 0, "one stage: no bubble");
+  tap_ok(gt_cost_bubble_fraction(GT_SCHEDULE_1F1B, 1, 8, 1) == 0, "one stage: no bubble");
   /* ring all-reduce: 2(n-1) alpha + 2 (n-1)/n bytes beta */
   const double ar = gt_cost_allreduce(4, 1e6, 1e-6, 1e-9, 0, 1);
   tap_ok(fabs(ar - (6e-6 + 1.5e-3)) < 1e-15, "ring all-reduce n=4, 1 MB: %.9g s", ar);
@@ -160,15 +160,14 @@ static void test_memory_and_search(void)
     cfg.model.recompute = z == 2 ? GT_RECOMPUTE_BLOCK : GT_RECOMPUTE_NONE;
     gt_layout l;
     gt_cost cost;
-    int st = gt_cost_layout_of(&cfg, 8, &l);
+    int st = gt_layout_resolve(&cfg, 8, &l);
     if (st == GT_SUCCESS)
       st = gt_cost_evaluate(&cfg, &l, 8, &c, &cost);
     gt_mem_account acc[8];
-    int sizes[3];
     double worst = 0;
     if (st == GT_SUCCESS)
-      st = gt_mem_plan(&cfg, 8, false, acc, 8, sizes);
-    for (int s = 0; st == GT_SUCCESS && s < sizes[1]; s++)
+      st = gt_mem_plan(&cfg, &l, false, acc, 8);
+    for (int s = 0; st == GT_SUCCESS && s < l.pp; s++)
       worst = fmax(worst, gt_mem_total(&acc[s]));
     tap_ok(st == GT_SUCCESS && cost.memory == worst,
            "zero %s: the cost model's memory equals gt_mem_plan's (%.0f vs %.0f bytes)",
@@ -194,32 +193,43 @@ static void test_memory_and_search(void)
       sorted &= !(rows[i].cost.fits && !rows[i - 1].cost.fits);
   }
   tap_ok(valid, "every layout: dp x pp x tp = 8, dp x mbs x m = 32, tp divides the heads");
-  /* every layout's memory is gt_mem_plan's for the deck keys of the layout */
-  int same = 0, checked = 0;
+  /* every layout of the search is what its deck keys resolve to (what the
+   * trainer would run), and its memory is gt_mem_plan's */
+  int same = 0, resolved = 0, checked = 0;
   for (int i = 0; st == GT_SUCCESS && i < n; i += 1 + i % 3) {
     const gt_layout *l = &rows[i].layout;
     gt_config lc = cfg;
-    lc.grid.dp = l->dp, lc.grid.pp = l->pp, lc.grid.tp = l->tp;
-    lc.data.microbatches = l->micro;
-    gt_cost_schedule_name(l, lc.parallel.schedule, sizeof lc.parallel.schedule);
-    lc.parallel.zero = l->zero;
-    lc.model.recompute = l->recompute;
-    lc.parallel.sequence_parallel = l->seq_par;
-    lc.backend.precision = l->dtype;
+    gt_layout_to_config(l, &lc);
+    gt_layout r;
     gt_mem_account acc[8];
-    int sizes[3];
     double worst = 0;
     checked++;
-    if (gt_mem_plan(&lc, 8, false, acc, 8, sizes) != GT_SUCCESS) {
+    if (gt_layout_resolve(&lc, 8, &r) != GT_SUCCESS || !gt_layout_equal(&r, l)) {
       gt_error_clear();
       continue;
     }
-    for (int s = 0; s < sizes[1]; s++)
+    resolved++;
+    if (gt_mem_plan(&lc, &r, false, acc, 8) != GT_SUCCESS) {
+      gt_error_clear();
+      continue;
+    }
+    for (int s = 0; s < r.pp; s++)
       worst = fmax(worst, gt_mem_total(&acc[s]));
     same += worst == rows[i].cost.memory;
   }
+  tap_ok(checked > 100 && resolved == checked,
+         "%d of %d layouts of the search are what their deck keys resolve to", resolved,
+         checked);
   tap_ok(checked > 100 && same == checked,
          "the memory of %d of %d layouts of the search equals gt_mem_plan's", same, checked);
+  /* what does not apply is not searched: no ZeRO stage at dp = 1, no sequence
+   * parallelism at tp = 1 */
+  bool applies = true;
+  for (int i = 0; st == GT_SUCCESS && i < n; i++)
+    applies &= (rows[i].layout.dp > 1 || rows[i].layout.zero == 0) &&
+               (rows[i].layout.tp > 1 || !rows[i].layout.seq_par);
+  tap_ok(applies, "no layout of the search has zero > 0 at dp = 1 or sequence parallelism at "
+                  "tp = 1");
   tap_ok(sorted, "sorted: fitting layouts first, by predicted tokens/s");
   double parts = 0;
   if (n > 0) {
@@ -246,12 +256,12 @@ static void test_memory_and_search(void)
   gt_layout l2, l8;
   gt_cost c2, c8;
   d.grid.dp = 2;
-  st = gt_cost_layout_of(&d, 2, &l2);
+  st = gt_layout_resolve(&d, 2, &l2);
   if (st == GT_SUCCESS)
     st = gt_cost_evaluate(&d, &l2, 2, &cpu, &c2);
   d.grid.dp = 8;
   if (st == GT_SUCCESS)
-    st = gt_cost_layout_of(&d, 8, &l8);
+    st = gt_layout_resolve(&d, 8, &l8);
   if (st == GT_SUCCESS)
     st = gt_cost_evaluate(&d, &l8, 8, &cpu, &c8);
   tap_ok(st == GT_SUCCESS && c8.step >= 0.95 * c2.step,

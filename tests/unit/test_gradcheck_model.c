@@ -160,8 +160,8 @@ static void test_gpt(gt_backend *be)
   const gt_gpt_part whole = gt_gpt_whole(&shape);
   gt_gpt *fwd = NULL, *model = NULL; /* cpu-ref model perturbed for FD; the one under test */
   double *acc_f = NULL, *acc_m = NULL;
-  if (gt_gpt_create(ref, &shape, &whole, GT_F32, B, T, 1, &fwd) ||
-      gt_gpt_create(be, &shape, &whole, GT_F32, B, T, 1, &model) ||
+  if (gt_gpt_create(ref, &shape, &whole, NULL, GT_F32, B, T, 1, &fwd) ||
+      gt_gpt_create(be, &shape, &whole, NULL, GT_F32, B, T, 1, &model) ||
       ref->ops->alloc(ref, sizeof(double), (void **)&acc_f) ||
       be->ops->alloc(be, sizeof(double), (void **)&acc_m)) {
     tap_ok(false, "gpt create: %s", gt_error_message());
