@@ -95,9 +95,7 @@ static void test_sizes(void)
 static void test_model_checks(void)
 {
   gt_config cfg;
-  gt_config_defaults(&cfg);
-  cfg.model.heads = 4;
-  cfg.model.dim = 128;
+  small_config(&cfg);
   cfg.model.layers = 2;
   cfg.data.batch = 12;
   cfg.data.microbatches = 2;
