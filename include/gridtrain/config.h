@@ -91,6 +91,8 @@ typedef struct gt_config {
     long every;               /* steps between checkpoints, 0: signal and end only */
     long keep;                /* files kept, 0: all */
     char resume[GT_PATH_MAX]; /* auto | never | PATH */
+    char init[GT_PATH_MAX];   /* "" | PATH: the weights a run that does not
+                                 resume starts from (fine-tuning) */
     gt_tristate direct_io;
     gt_on_error on_error;
   } checkpoint;

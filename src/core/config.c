@@ -248,6 +248,10 @@ static const gt_key gt_keys[] = {
   {"checkpoint", "resume", GT_KEY_STRING, GT_OFF(checkpoint.resume), 0, 0, NULL, "auto",
    "auto: continue from dir's newest valid checkpoint if there is one; never: start "
    "fresh; or the path of a checkpoint file to start from (any layout)", false, false},
+  {"checkpoint", "init", GT_KEY_STRING, GT_OFF(checkpoint.init), 0, 0, NULL, "",
+   "a checkpoint file whose weights a run starts from when it does not resume (step 0, "
+   "a fresh optimizer and data order, any layout and precision: fine-tuning); empty: "
+   "the seed's random weights", false, false},
   {"checkpoint", "direct_io", GT_KEY_ENUM, GT_OFF(checkpoint.direct_io), 0, 0, gt_tristate_names,
    "auto",
    "how the tensor data reaches the file: with O_DIRECT (past the page cache) where the "

@@ -1,13 +1,14 @@
 /*
  * checkpointing.c - the trainer's checkpoints: what a file records of the
  * run (step, data position, loss-scaler state, precision, the deck), saving
- * and loading it, and the resume policy at start-up (see trainer.h and
- * docs/checkpoints.md).
+ * and loading it, and the start-up policy: resume, or else the initial
+ * weights of [checkpoint] init (see trainer.h and docs/checkpoints.md).
  */
 #include "trainer_impl.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "gridtrain/comm.h"
@@ -162,32 +163,44 @@ static int gt_check_ckpt_model(const gt_trainer *tr, const char *path, const gt_
   return GT_SUCCESS;
 }
 
-int gt_trainer_load(gt_trainer *tr, const char *path)
+/* Read the checkpoint path into this rank's parameters: the fp32 master
+ * weights it holds (its piece under ZeRO) and, with_state, its optimizer
+ * moments and the data-parallel path's rank state (*rank_loaded says
+ * whether the file had a fitting one); then the compute copy. *meta is the
+ * file's (free it with gt_ckpt_meta_free, also after an error). Collective
+ * on the world. */
+static int gt_trainer_read(gt_trainer *tr, const char *path, bool with_state,
+                           gt_ckpt_meta *meta, bool *rank_loaded)
 {
   const gt_grid *g = tr->grid;
-  gt_ckpt_meta meta;
-  GT_CALL(gt_error_agree(gt_ckpt_read_meta(path, g->world, &meta), g->world));
-  bool rank_loaded = false;
-  int status = gt_check_ckpt_model(tr, path, &meta);
+  memset(meta, 0, sizeof *meta);
+  *rank_loaded = false;
+  GT_CALL(gt_error_agree(gt_ckpt_read_meta(path, g->world, meta), g->world));
+  int status = gt_check_ckpt_model(tr, path, meta);
   if (status == GT_SUCCESS) {
-    /* each rank loads what it holds: with ZeRO its piece of the moments
-     * (and of a sharded master) */
     gt_ckpt_state st = gt_trainer_ckpt_state(tr);
+    /* each rank loads what it holds: with ZeRO its piece of the master
+     * (below fp32) and of the moments */
     if (st.params->shard_size > 1) {
       gt_params_master_range(st.params, &st.lo, &st.hi);
       st.mlo = st.params->shard_lo;
       st.mhi = st.params->shard_lo + st.params->shard_n;
     }
     char tag[256];
-    gt_trainer_rank_tag(tr, tag, sizeof tag);
-    st.rank_n = gt_dp_state_len(tr->dp);
-    st.rank_tag = tag;
-    st.rank_state = malloc((st.rank_n + 1) * sizeof(float));
-    st.rank_loaded = &rank_loaded;
-    status = st.rank_state ? gt_ckpt_read(path, &st, g->world)
-                           : GT_ERROR(GT_ERR_SYSTEM, "out of memory for the rank state");
-    if (status == GT_SUCCESS) /* after the tensors: the mode's state goes on top */
-      status = gt_dp_state_restore(tr->dp, meta.step, st.rank_state, rank_loaded);
+    if (with_state) {
+      gt_trainer_rank_tag(tr, tag, sizeof tag);
+      st.rank_n = gt_dp_state_len(tr->dp);
+      st.rank_tag = tag;
+      st.rank_state = malloc((st.rank_n + 1) * sizeof(float));
+      st.rank_loaded = rank_loaded;
+    } else {
+      st.mlo = st.mhi = st.params->numel; /* no moments: an empty range */
+    }
+    status = !with_state || st.rank_state
+                 ? gt_ckpt_read(path, &st, g->world)
+                 : GT_ERROR(GT_ERR_SYSTEM, "out of memory for the rank state");
+    if (status == GT_SUCCESS && with_state) /* after the tensors: the mode's state on top */
+      status = gt_dp_state_restore(tr->dp, meta->step, st.rank_state, *rank_loaded);
     free(st.rank_state);
   }
   if (status == GT_SUCCESS) /* the compute copy follows the master just read */
@@ -195,6 +208,16 @@ int gt_trainer_load(gt_trainer *tr, const char *path)
   status = gt_error_agree(status, g->world);
   if (status == GT_SUCCESS) /* zero: the other pieces of the compute copy */
     status = gt_error_agree(gt_dp_gather_compute(tr->dp), g->world);
+  GT_CALL(status);
+  return GT_SUCCESS;
+}
+
+int gt_trainer_load(gt_trainer *tr, const char *path)
+{
+  const gt_grid *g = tr->grid;
+  gt_ckpt_meta meta;
+  bool rank_loaded = false;
+  const int status = gt_trainer_read(tr, path, true, &meta, &rank_loaded);
   if (status == GT_SUCCESS) {
     tr->step = meta.step;
     tr->samples = meta.samples;
@@ -220,16 +243,66 @@ int gt_trainer_load(gt_trainer *tr, const char *path)
   return GT_SUCCESS;
 }
 
+/* [checkpoint] init: the weights of a checkpoint, nothing else of its run
+ * (step 0, the deck's data order, fresh moments and loss scale). */
+static int gt_trainer_init_weights(gt_trainer *tr, const char *path, bool quiet)
+{
+  const gt_grid *g = tr->grid;
+  struct stat sb;
+  if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+    const int status = GT_ERROR(GT_ERR_INPUT,
+                                "[checkpoint] init = %s is a directory; it takes a gridtrain "
+                                "checkpoint file (step_NNNNNNNN.h5)",
+                                path);
+    gt_error_set_collective(true); /* every rank sees the same file system entry */
+    return status;
+  }
+  gt_ckpt_meta meta;
+  bool rank_loaded = false;
+  int status = gt_trainer_read(tr, path, false, &meta, &rank_loaded);
+  if (status == GT_ERR_INPUT) { /* the file's fault: name the key (agreed: the same everywhere) */
+    const bool collective = gt_error_is_collective();
+    status = gt_error_wrap(status, __FILE__, __LINE__, __func__, "[checkpoint] init");
+    gt_error_set_collective(collective);
+  }
+  if (status == GT_SUCCESS && !quiet && g->world_rank == 0)
+    gt_info("gridtrain: initial weights from %s (step %ld of the run that wrote it, %s); "
+            "training starts at step 0 with a fresh optimizer\n",
+            path, meta.step, meta.precision);
+  gt_ckpt_meta_free(&meta);
+  GT_CALL(status);
+  return GT_SUCCESS;
+}
+
 /* [checkpoint] resume at start-up (see gt_trainer_create). */
+static int gt_trainer_resume_from(gt_trainer *tr, bool quiet, bool *resumed);
+
 int gt_trainer_resume(gt_trainer *tr, bool quiet)
+{
+  bool resumed = false;
+  GT_CALL(gt_trainer_resume_from(tr, quiet, &resumed));
+  const char *init = tr->cfg.checkpoint.init;
+  if (!resumed && init[0])
+    GT_CALL(gt_trainer_init_weights(tr, init, quiet));
+  else if (resumed && init[0] && !quiet && tr->grid->world_rank == 0)
+    gt_info("gridtrain: [checkpoint] init = %s not used: the run continues from its own "
+            "checkpoint\n",
+            init);
+  return GT_SUCCESS;
+}
+
+/* [checkpoint] resume: *resumed says whether a checkpoint was loaded. */
+static int gt_trainer_resume_from(gt_trainer *tr, bool quiet, bool *resumed)
 {
   const gt_config *cfg = &tr->cfg;
   const gt_grid *g = tr->grid;
   const char *resume = cfg->checkpoint.resume;
+  *resumed = false;
   if (strcmp(resume, "never") == 0)
     return GT_SUCCESS;
   if (strcmp(resume, "auto") != 0) { /* an explicit file: it must load */
     GT_CALL(gt_trainer_load(tr, resume));
+    *resumed = true;
     if (!quiet)
       gt_info("gridtrain: resumed from %s at step %ld\n", resume, tr->step);
     return GT_SUCCESS;
@@ -264,6 +337,7 @@ int gt_trainer_resume(gt_trainer *tr, bool quiet)
   for (int i = 0; i < n; i++) {
     status = gt_trainer_load(tr, list[i]);
     if (status == GT_SUCCESS) {
+      *resumed = true;
       if (!quiet)
         gt_info("gridtrain: resumed from %s at step %ld\n", list[i], tr->step);
       free(list);

@@ -197,9 +197,10 @@ static int gt_check_outputs(const gt_config *cfg)
     if (colon)
       *colon = '\0';
   }
-  const char *in[] = {train, val, cfg->deck_path, cfg->checkpoint.resume};
-  const char *what[] = {"[data] train", "[data] val", "the input deck", "[checkpoint] resume"};
-  GT_CALL(gt_path_refuse_clobber(cfg->run.metrics, "[run] metrics", 4, in, what));
+  const char *in[] = {train, val, cfg->deck_path, cfg->checkpoint.resume, cfg->checkpoint.init};
+  const char *what[] = {"[data] train", "[data] val", "the input deck", "[checkpoint] resume",
+                        "[checkpoint] init"};
+  GT_CALL(gt_path_refuse_clobber(cfg->run.metrics, "[run] metrics", 5, in, what));
   return GT_SUCCESS;
 }
 

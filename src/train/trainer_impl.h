@@ -104,7 +104,9 @@ struct gt_trainer {
  * ranks run (report.c). Collective on the trainer's world. */
 int gt_trainer_report_setup(gt_trainer *tr, FILE *out);
 
-/* setup.c: the checkpoint policy's start-up part, run by gt_trainer_create. */
+/* checkpointing.c: the checkpoint policy's start-up part, run by
+ * gt_trainer_create: [checkpoint] resume, and when nothing was resumed the
+ * weights of [checkpoint] init. */
 int gt_trainer_resume(gt_trainer *tr, bool quiet);
 
 /* feed.c: the readers of the training and validation data, with a reader
