@@ -206,13 +206,17 @@ static inline void tu_call_counted(int *failures, gt_backend *be, int status, co
   }
 }
 
-/* An attention problem (batch, tokens, heads, head size) and the element
- * counts of qkv (B,T,3,H,hs), out (B,T,H*hs) and lse (B,H,T). */
+/* An attention problem (batch, tokens, query heads, head size, key/value
+ * heads: 0 for as many as query heads) and the element counts of qkv
+ * (B,T,H+2Hkv,hs), out (B,T,H*hs) and lse (B,H,T). */
 typedef struct {
-  int64_t B, T, H, hs;
+  int64_t B, T, H, hs, Hkv;
 } tu_attn_shape;
 
-static inline size_t tu_attn_n_qkv(tu_attn_shape s) { return (size_t)(s.B * s.T * 3 * s.H * s.hs); }
+static inline int64_t tu_attn_kv(tu_attn_shape s) { return s.Hkv ? s.Hkv : s.H; }
+/* Elements of a token's row of qkv. */
+static inline int64_t tu_attn_row(tu_attn_shape s) { return (s.H + 2 * tu_attn_kv(s)) * s.hs; }
+static inline size_t tu_attn_n_qkv(tu_attn_shape s) { return (size_t)(s.B * s.T * tu_attn_row(s)); }
 static inline size_t tu_attn_n_out(tu_attn_shape s) { return (size_t)(s.B * s.T * s.H * s.hs); }
 static inline size_t tu_attn_n_lse(tu_attn_shape s) { return (size_t)(s.B * s.H * s.T); }
 

@@ -78,10 +78,10 @@ static int run_at(const job *j0, int r)
     return op->gelu_backward(j->be, GT_F32, j->b, j->a, j->c, (size_t)(j->N * j->C));
   case K_ATT:
     return op->attention_forward(j->be, GT_F32, j->c, j->mean, j->a, j->N / j->T, j->T, j->H,
-                                 j->C / j->H);
+                                 j->H, j->C / j->H);
   case K_ATTB:
     return op->attention_backward(j->be, GT_F32, j->b, j->d, j->a, j->c, j->mean, j->N / j->T,
-                                  j->T, j->H, j->C / j->H);
+                                  j->T, j->H, j->H, j->C / j->H);
   case K_COPY:
     return op->copy(j->be, j->c, j->a, (size_t)(j->N * j->C) * sizeof(float), NULL);
   }

@@ -148,27 +148,34 @@ typedef struct gt_backend_ops {
                        const void *dout, size_t n);
 
   /* ---- attention: the flash-attention / cuDNN SDPA contract ----
-   * Causal self-attention over H heads of size hs, scores scaled by
-   * 1/sqrt(hs). qkv (B,T,3,H,hs) holds q, k, v; out (B,T,H*hs) "=", dt;
-   * lse (B,H,T) fp32 "=": per query row, the log-sum-exp of its scaled
-   * scores (m + log sum exp(s - m)). No (B,H,T,T) buffer outlives a call:
-   * backward recomputes the probabilities tile by tile from q, k and lse. */
+   * Causal self-attention with H query heads and Hkv key/value heads of
+   * size hs (grouped-query attention: H a multiple of Hkv, and query head h
+   * attends with key/value head h / (H / Hkv), as Hugging Face's repeat_kv;
+   * Hkv = H is multi-head attention, Hkv = 1 multi-query), scores scaled by
+   * 1/sqrt(hs). qkv (B,T,H+2Hkv,hs) holds per token the H query heads, then
+   * the Hkv key heads, then the Hkv value heads ((B,T,3,H,hs) when Hkv = H);
+   * out (B,T,H*hs) "=", dt; lse (B,H,T) fp32 "=": per query row, the
+   * log-sum-exp of its scaled scores (m + log sum exp(s - m)). No (B,H,T,T)
+   * buffer outlives a call: backward recomputes the probabilities tile by
+   * tile from q, k and lse. */
   int (*attention_forward)(gt_backend *be, gt_dtype dt, void *out, float *lse,
-                           const void *qkv, int64_t B, int64_t T, int64_t H, int64_t hs);
-  /* dqkv (B,T,3,H,hs) "=", dt, from dout (B,T,H*hs) and what forward gave
-   * (out and lse for the same qkv). The same inputs give the same bits,
-   * except on "cuda" with attention = cudnn-fast, whose dQ sums with
-   * floating-point atomics (docs/cuda.md). */
+                           const void *qkv, int64_t B, int64_t T, int64_t H, int64_t Hkv,
+                           int64_t hs);
+  /* dqkv (B,T,H+2Hkv,hs) "=", dt, from dout (B,T,H*hs) and what forward
+   * gave (out and lse for the same qkv); a key/value head's gradient sums
+   * over the query heads of its group, in ascending head order. The same
+   * inputs give the same bits, except on "cuda" with attention = cudnn-fast,
+   * whose dQ sums with floating-point atomics (docs/cuda.md). */
   int (*attention_backward)(gt_backend *be, gt_dtype dt, void *dqkv, const void *dout,
                             const void *qkv, const void *out, const float *lse, int64_t B,
-                            int64_t T, int64_t H, int64_t hs);
-  /* One step of incremental decoding over a key/value cache: qkv (T,3,H,hs)
-   * holds the q, k, v rows of positions 0..T-1 of one sequence (T >= 1);
-   * out (H*hs) "=", dt: the attention output of the last position, T-1,
-   * over keys and values 0..T-1 (only its q is read) - what
+                            int64_t T, int64_t H, int64_t Hkv, int64_t hs);
+  /* One step of incremental decoding over a key/value cache: qkv
+   * (T,H+2Hkv,hs) holds the q, k, v rows of positions 0..T-1 of one
+   * sequence (T >= 1); out (H*hs) "=", dt: the attention output of the last
+   * position, T-1, over keys and values 0..T-1 (only its q is read) - what
    * attention_forward with B = 1 gives for row T-1. No lse. */
   int (*attention_decode)(gt_backend *be, gt_dtype dt, void *out, const void *qkv, int64_t T,
-                          int64_t H, int64_t hs);
+                          int64_t H, int64_t Hkv, int64_t hs);
 
   /* ---- embeddings and loss (vocabulary-parallel) ----
    * A rank may hold only the rows [v0, v0 + nv) of the token embedding

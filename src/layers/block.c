@@ -85,7 +85,8 @@ static int gt_block_after_attention(gt_backend *be, const gt_block_weights *w,
 int gt_block_attention_forward(gt_backend *be, const gt_block_acts *a, gt_layer_dims d)
 {
   const gt_block_sizes z = gt_block_sizes_of(d);
-  GT_CALL(be->ops->attention_forward(be, d.dt, a->atty, a->lse, a->qkv, d.B, d.T, d.H, z.hs));
+  GT_CALL(be->ops->attention_forward(be, d.dt, a->atty, a->lse, a->qkv, d.B, d.T, d.H, d.H,
+                                     z.hs));
   return GT_SUCCESS;
 }
 
@@ -158,7 +159,7 @@ int gt_block_decode(gt_backend *be, const gt_block_weights *w, const gt_block_ac
                                 w->ln1_b, 1, z.C));
   GT_CALL(op->linear_forward(be, dt, row, a->ln1, w->qkv_w, w->qkv_b, NULL, 1, z.C, 3 * z.Cl));
   GT_CALL(gt_progress_poll(d.progress));
-  GT_CALL(op->attention_decode(be, dt, a->atty, a->qkv, t + 1, d.H, z.hs));
+  GT_CALL(op->attention_decode(be, dt, a->atty, a->qkv, t + 1, d.H, d.H, z.hs));
   GT_CALL(gt_block_after_attention(be, w, a, x, out, z, d));
   return GT_SUCCESS;
 }
@@ -196,7 +197,7 @@ static int gt_block_backward_sp(gt_backend *be, const gt_block_weights *w,
                               w->proj_w, z.N, z.Cl, z.C));
   GT_CALL(gt_progress_poll(d.progress));
   GT_CALL(op->attention_backward(be, dt, s->dqkv, s->datty, a->qkv, a->atty, a->lse, d.B, d.T,
-                                 d.H, z.hs));
+                                 d.H, d.H, z.hs));
   GT_CALL(gt_group_allgather(d.tp, a->ln1, full, piece, dt));
   GT_CALL(gt_progress_poll(d.progress));
   GT_CALL(op->linear_backward(be, dt, s->dln, g->qkv_w, g->qkv_b, s->dqkv, full, w->qkv_w,
@@ -239,7 +240,7 @@ int gt_block_backward(gt_backend *be, const gt_block_weights *w, const gt_block_
                               w->proj_w, z.N, z.Cl, z.C));
   GT_CALL(gt_progress_poll(d.progress));
   GT_CALL(op->attention_backward(be, dt, s->dqkv, s->datty, a->qkv, a->atty, a->lse, d.B, d.T,
-                                 d.H, z.hs));
+                                 d.H, d.H, z.hs));
   GT_CALL(gt_progress_poll(d.progress));
   GT_CALL(op->linear_backward(be, dt, s->dln, g->qkv_w, g->qkv_b, s->dqkv, a->ln1, w->qkv_w,
                               z.N, z.C, 3 * z.Cl));

@@ -714,7 +714,8 @@ typedef struct {
 static attn_case attn_make(gt_dtype dt, shape s)
 {
   attn_case c = {.s = s, .dt = dt};
-  const uint64_t sd = (uint64_t)(s.B * 1000003 + s.T * 1009 + s.H * 31 + s.hs) + 7 * (uint64_t)dt;
+  const uint64_t sd =
+      (uint64_t)(s.B * 1000003 + s.T * 1009 + s.H * 31 + s.hs + 131 * s.Hkv) + 7 * (uint64_t)dt;
   c.qkv = rand_dt(dt, tu_attn_n_qkv(s), sd, -2, 2);
   c.dout = rand_dt(dt, tu_attn_n_out(s), sd + 1, -1, 1);
   const size_t e = es(dt);
@@ -723,8 +724,8 @@ static attn_case attn_make(gt_dtype dt, shape s)
   float *l = dev_alloc(ref, tu_attn_n_lse(s) * 4);
   dev_put(ref, q, c.qkv, tu_attn_n_qkv(s) * e);
   dev_put(ref, dy, c.dout, tu_attn_n_out(s) * e);
-  c.ok = RUN(ref, attention_forward, dt, o, l, q, s.B, s.T, s.H, s.hs) &&
-         RUN(ref, attention_backward, dt, dq, dy, q, o, l, s.B, s.T, s.H, s.hs);
+  c.ok = RUN(ref, attention_forward, dt, o, l, q, s.B, s.T, s.H, tu_attn_kv(s), s.hs) &&
+         RUN(ref, attention_backward, dt, dq, dy, q, o, l, s.B, s.T, s.H, tu_attn_kv(s), s.hs);
   c.out = dev_fetch(ref, o, tu_attn_n_out(s) * e);
   c.dqkv = dev_fetch(ref, dq, tu_attn_n_qkv(s) * e);
   c.lse = dev_fetch(ref, l, tu_attn_n_lse(s) * 4);
@@ -833,8 +834,9 @@ static void attn_run(gt_backend *be, const char *variant, attn_case *cs, int nca
     const gt_dtype dt = c->dt;
     const size_t e = es(dt), bq = tu_attn_n_qkv(s) * e, bo = tu_attn_n_out(s) * e, bl = tu_attn_n_lse(s) * 4;
     char tag[128], what[192];
-    snprintf(tag, sizeof tag, "B=%lld T=%lld H=%lld hs=%lld [%s] (%s)", (long long)s.B,
-             (long long)s.T, (long long)s.H, (long long)s.hs, gt_dtype_name(dt), variant);
+    snprintf(tag, sizeof tag, "B=%lld T=%lld H=%lld Hkv=%lld hs=%lld [%s] (%s)",
+             (long long)s.B, (long long)s.T, (long long)s.H, (long long)tu_attn_kv(s),
+             (long long)s.hs, gt_dtype_name(dt), variant);
     void *q = dev_alloc(be, bq), *o = dev_alloc(be, bo), *dy = dev_alloc(be, bo);
     void *o_ref = dev_alloc(be, bo), *dq = dev_alloc(be, bq);
     float *l = dev_alloc(be, bl), *l_ref = dev_alloc(be, bl);
@@ -849,8 +851,9 @@ static void attn_run(gt_backend *be, const char *variant, attn_case *cs, int nca
       dev_poison(be, o, bo);
       dev_poison(be, l, bl);
       dev_poison(be, dq, bq);
-      RUN(be, attention_forward, dt, o, l, q, s.B, s.T, s.H, s.hs);
-      RUN(be, attention_backward, dt, dq, dy, q, o_ref, l_ref, s.B, s.T, s.H, s.hs);
+      RUN(be, attention_forward, dt, o, l, q, s.B, s.T, s.H, tu_attn_kv(s), s.hs);
+      RUN(be, attention_backward, dt, dq, dy, q, o_ref, l_ref, s.B, s.T, s.H, tu_attn_kv(s),
+          s.hs);
       h_o[rep] = dev_fetch(be, o, bo);
       h_l[rep] = dev_fetch(be, l, bl);
       h_d[rep] = dev_fetch(be, dq, bq);
@@ -909,13 +912,13 @@ static void attn_decode_run(gt_backend *be, attn_case *cs, int ncases)
       void *got[2];
       for (int rep = 0; rep < 2; rep++) {
         dev_poison(be, o, C * e);
-        RUN(be, attention_decode, dt, o, q, n, s.H, s.hs);
+        RUN(be, attention_decode, dt, o, q, n, s.H, tu_attn_kv(s), s.hs);
         got[rep] = dev_fetch(be, o, C * e);
       }
       char what[192];
       snprintf(what, sizeof what, "attention decode of %lld rows = forward row %lld, T=%lld "
-               "H=%lld hs=%lld [%s]", (long long)n, (long long)(n - 1), (long long)s.T,
-               (long long)s.H, (long long)s.hs, gt_dtype_name(dt));
+               "H=%lld Hkv=%lld hs=%lld [%s]", (long long)n, (long long)(n - 1), (long long)s.T,
+               (long long)s.H, (long long)tu_attn_kv(s), (long long)s.hs, gt_dtype_name(dt));
       check_attn(dt, what, got[0], (const char *)c->out + (size_t)(n - 1) * C * e, C);
       tap_ok(!memcmp(got[0], got[1], C * e), "%s: twice, the same bits", what);
       free(got[0]), free(got[1]);
@@ -1537,7 +1540,7 @@ static int smoke(void)
     test_linear(all_dt[k], 257, 96, 200);
   attn_case cases[3];
   for (int k = 0; k < 3; k++)
-    cases[k] = attn_make(all_dt[k], (shape){2, 130, 3, 64});
+    cases[k] = attn_make(all_dt[k], (shape){2, 130, 3, 64, 3});
   attn_run(gpu, "default", cases, 3);
   for (int k = 0; k < 3; k++)
     attn_free(&cases[k]);
@@ -1608,9 +1611,12 @@ int main(int argc, char **argv)
   /* attention: cpu-ref once, then the default backend and both variants;
    * the long case is T = 1024 on a GPU, and T = 300 under the emulator (it
    * still spans many tiles each way, at a tenth of the host's work) */
-  const shape shapes[] = {{2, 1, 3, 16},  {2, 1, 3, 64},  {2, 17, 3, 16}, {2, 17, 3, 64},
-                          {2, 64, 3, 16}, {2, 64, 3, 64}, {2, 130, 3, 16}, {2, 130, 3, 64},
-                          {1, emulated() ? 300 : 1024, 3, 64}};
+  /* grouped-query shapes: 2 query heads per key/value head, and one
+   * key/value head for all (multi-query), over several key tiles */
+  const shape shapes[] = {{2, 1, 3, 16, 3},     {2, 1, 3, 64, 3},  {2, 17, 3, 16, 3},
+                          {2, 17, 3, 64, 3},    {2, 64, 3, 16, 3}, {2, 64, 3, 64, 3},
+                          {2, 130, 3, 16, 3},   {2, 130, 3, 64, 3}, {2, 70, 4, 32, 2},
+                          {1, 130, 3, 64, 1},   {1, emulated() ? 300 : 1024, 3, 64, 3}};
   const int nsh = (int)(sizeof shapes / sizeof *shapes);
   attn_case cases[3 * sizeof shapes / sizeof *shapes];
   int nc = 0;

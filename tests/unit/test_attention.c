@@ -10,7 +10,8 @@
  * the compute type; every "=" output is filled with NaN before the call.
  * Decoding (attention_decode: the last row of one sequence over its rows)
  * of every prefix of a sequence, both backends, against the reference
- * forward's rows, with the tolerances of out below.
+ * forward's rows, with the tolerances of out below. Grouped-query shapes
+ * (fewer key/value heads than query heads, down to one) in each part.
  *
  * Tolerances:
  *   out, dqkv in fp32: norm-wise relative error ||fast - ref|| / ||ref||
@@ -172,8 +173,10 @@ static bool forward(gt_backend *be, gt_dtype dt, shape s, const void *qkv, void 
   const size_t es = dt_size(dt);
   void *dq = dev_put(be, qkv, tu_attn_n_qkv(s) * es), *dout = dev_put(be, NULL, tu_attn_n_out(s) * es);
   float *dlse = dev_put(be, NULL, tu_attn_n_lse(s) * sizeof(float));
-  bool ok = tu_call_ok(be, be->ops->attention_forward(be, dt, dout, dlse, dq, s.B, s.T, s.H, s.hs),
-                    "attention_forward");
+  bool ok = tu_call_ok(be,
+                       be->ops->attention_forward(be, dt, dout, dlse, dq, s.B, s.T, s.H,
+                                                  tu_attn_kv(s), s.hs),
+                       "attention_forward");
   dev_get(be, out, dout, tu_attn_n_out(s) * es);
   dev_get(be, lse, dlse, tu_attn_n_lse(s) * sizeof(float));
   dev_free(be, dq), dev_free(be, dout), dev_free(be, dlse);
@@ -191,7 +194,7 @@ static bool backward(gt_backend *be, gt_dtype dt, shape s, const void *qkv, cons
   void *dd = dev_put(be, NULL, tu_attn_n_qkv(s) * es);
   bool ok = tu_call_ok(be,
                     be->ops->attention_backward(be, dt, dd, dy, dq, dy_fwd, dlse, s.B, s.T, s.H,
-                                                s.hs),
+                                                tu_attn_kv(s), s.hs),
                     "attention_backward");
   dev_get(be, dqkv, dd, tu_attn_n_qkv(s) * es);
   dev_free(be, dq), dev_free(be, dy), dev_free(be, dy_fwd), dev_free(be, dlse);
@@ -207,16 +210,17 @@ static bool check(gt_dtype t, const char *what, const float *a, const float *b, 
   return tu_check_close(t, what, a, b, n, false);
 }
 
-/* lse of row t, head h, batch b in double from the decoded qkv. */
+/* lse of row t, query head h, batch b in double from the decoded qkv (key
+ * head h / (H / Hkv), after the H query heads of a row). */
 static double lse_double(const float *qkv, shape s, int64_t b, int64_t h, int64_t t)
 {
-  const int64_t C = s.H * s.hs;
-  const float *q = qkv + (b * s.T + t) * 3 * C + h * s.hs;
+  const int64_t R = tu_attn_row(s), kh = s.H + h / (s.H / tu_attn_kv(s));
+  const float *q = qkv + (b * s.T + t) * R + h * s.hs;
   double m = -INFINITY, *sc = malloc(sizeof(double) * (size_t)(t + 1)), z = 0;
   if (!sc)
     abort();
   for (int64_t u = 0; u <= t; u++) {
-    const float *k = qkv + (b * s.T + u) * 3 * C + C + h * s.hs;
+    const float *k = qkv + (b * s.T + u) * R + kh * s.hs;
     double d = 0;
     for (int64_t i = 0; i < s.hs; i++)
       d += (double)q[i] * k[i];
@@ -266,8 +270,9 @@ static void test_against_ref(gt_dtype dt, shape s)
   if (!o1 || !o2 || !d1 || !d2)
     abort();
   char what[128], tag[80];
-  snprintf(tag, sizeof tag, "B=%lld T=%lld H=%lld hs=%lld [%s]", (long long)s.B,
-           (long long)s.T, (long long)s.H, (long long)s.hs, gt_dtype_name(dt));
+  snprintf(tag, sizeof tag, "B=%lld T=%lld H=%lld Hkv=%lld hs=%lld [%s]", (long long)s.B,
+           (long long)s.T, (long long)s.H, (long long)tu_attn_kv(s), (long long)s.hs,
+           gt_dtype_name(dt));
   if (forward(fast, dt, s, qkv, o1, l1) && forward(ref, dt, s, qkv, o2, l2)) {
     float *a = dt_read(dt, o1, no), *b = dt_read(dt, o2, no);
     snprintf(what, sizeof what, "attention forward out %s", tag);
@@ -314,7 +319,10 @@ static void test_gradcheck(gt_backend *be, shape s)
   /* analytic: be's forward, then its backward with dout = r */
   if (!forward(be, GT_F32, s, qkv, out, lse) || !backward(be, GT_F32, s, qkv, out, lse, r, grad))
     goto done;
-  const int64_t C = s.H * s.hs;
+  /* the columns of a row of qkv that hold q, k and v */
+  const int64_t kv = tu_attn_kv(s), R = tu_attn_row(s);
+  const int64_t first[3] = {0, s.H * s.hs, (s.H + kv) * s.hs};
+  const int64_t width[3] = {s.H * s.hs, kv * s.hs, kv * s.hs};
   const char *part[3] = {"q", "k", "v"};
   for (int p = 0; p < 3; p++) {
     double num = 0, den = 0;
@@ -322,8 +330,8 @@ static void test_gradcheck(gt_backend *be, shape s)
     for (int j = 0; j < FD_SAMPLES; j++) {
       seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
       const int64_t row = (int64_t)((seed >> 33) % (uint64_t)(s.B * s.T));
-      const int64_t col = (int64_t)((seed >> 13) % (uint64_t)C);
-      const size_t i = (size_t)(row * 3 * C + p * C + col);
+      const int64_t col = (int64_t)((seed >> 13) % (uint64_t)width[p]);
+      const size_t i = (size_t)(row * R + first[p] + col);
       const float x0 = qkv[i], xp = (float)(x0 + FD_H), xm = (float)(x0 - FD_H);
       qkv[i] = xp;
       const double lp = fd_loss(s, qkv, r, out2, lse2);
@@ -337,9 +345,9 @@ static void test_gradcheck(gt_backend *be, shape s)
     const double err = sqrt(num) / fmax(sqrt(den), 1e-4);
     if (!tap_ok(err <= FD_TOL,
                 "attention backward [%s] d/d%s vs finite differences B=%lld T=%lld H=%lld "
-                "hs=%lld (err %.2e)",
+                "Hkv=%lld hs=%lld (err %.2e)",
                 be->name, part[p], (long long)s.B, (long long)s.T, (long long)s.H,
-                (long long)s.hs, err))
+                (long long)kv, (long long)s.hs, err))
       tap_diag("d/d%s: error %.3e > %.1e", part[p], err, FD_TOL);
   }
 done:
@@ -403,8 +411,8 @@ static void test_determinism(gt_dtype dt, shape s)
 static bool decode(gt_backend *be, gt_dtype dt, shape s, const void *qkv, int64_t n, void *out)
 {
   const size_t es = dt_size(dt), C = (size_t)(s.H * s.hs);
-  void *dq = dev_put(be, qkv, (size_t)n * 3 * C * es), *dout = dev_put(be, NULL, C * es);
-  bool ok = tu_call_ok(be, be->ops->attention_decode(be, dt, dout, dq, n, s.H, s.hs),
+  void *dq = dev_put(be, qkv, (size_t)(n * tu_attn_row(s)) * es), *dout = dev_put(be, NULL, C * es);
+  bool ok = tu_call_ok(be, be->ops->attention_decode(be, dt, dout, dq, n, s.H, tu_attn_kv(s), s.hs),
                        "attention_decode");
   dev_get(be, out, dout, C * es);
   dev_free(be, dq), dev_free(be, dout);
@@ -462,7 +470,7 @@ static void test_bad_type(void)
   }
   void *q = dev_put(be, NULL, 3 * 16 * sizeof(float)), *o = dev_put(be, NULL, 16 * sizeof(float));
   float *l = dev_put(be, NULL, sizeof(float));
-  int status = be->ops->attention_forward(be, GT_I32, o, l, q, 1, 1, 1, 16);
+  int status = be->ops->attention_forward(be, GT_I32, o, l, q, 1, 1, 1, 1, 16);
   if (status == GT_SUCCESS)
     status = be->ops->sync(be);
   tap_ok(status == GT_ERR_INPUT && strstr(gt_error_message(), "int32"),
@@ -480,26 +488,36 @@ int main(int argc, char **argv)
     return tap_bail("cannot create the backends: %s", gt_error_message());
   tap_diag("fast backend: %s", fast->name);
   const shape shapes[] = {
-    {2, 1, 3, 16},   /* T = 1: out is v */
-    {2, 13, 3, 20},  /* T and hs not multiples of 16 */
-    {3, 17, 4, 16},  /* one key past a panel; 12 heads over 2 threads */
-    {2, 64, 2, 64},  /* exactly one query block */
-    {1, 150, 2, 72}, /* three query blocks, the last ragged; hs past a 64-wide block */
-    {1, 200, 1, 33}, /* four blocks, hs = 33 */
+    {2, 1, 3, 16, 3},   /* T = 1: out is v */
+    {2, 13, 3, 20, 3},  /* T and hs not multiples of 16 */
+    {3, 17, 4, 16, 4},  /* one key past a panel; 12 heads over 2 threads */
+    {2, 64, 2, 64, 2},  /* exactly one query block */
+    {1, 150, 2, 72, 2}, /* three query blocks, the last ragged; hs past a 64-wide block */
+    {1, 200, 1, 33, 1}, /* four blocks, hs = 33 */
+    /* grouped-query attention: 2 and 3 query heads per key/value head, and
+     * multi-query (one key/value head for all) past a query block */
+    {2, 13, 4, 20, 2},
+    {1, 70, 6, 24, 2},
+    {2, 90, 3, 16, 1},
   };
   for (int k = 0; k < 3; k++)
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
       test_against_ref(all_dt[k], shapes[i]);
   gt_backend *both[2] = {ref, fast};
   for (int k = 0; k < 2; k++) {
-    test_gradcheck(both[k], (shape){2, 21, 2, 20});
-    test_gradcheck(both[k], (shape){1, 70, 1, 24}); /* two query blocks */
+    test_gradcheck(both[k], (shape){2, 21, 2, 20, 2});
+    test_gradcheck(both[k], (shape){1, 70, 1, 24, 1}); /* two query blocks */
+    /* key/value gradients summed over the query heads of a group */
+    test_gradcheck(both[k], (shape){2, 21, 4, 20, 2});
+    test_gradcheck(both[k], (shape){1, 70, 3, 24, 1});
   }
-  test_determinism(GT_F32, (shape){2, 300, 3, 40});
-  test_determinism(GT_BF16, (shape){2, 300, 3, 40});
+  test_determinism(GT_F32, (shape){2, 300, 3, 40, 3});
+  test_determinism(GT_BF16, (shape){2, 300, 3, 40, 3});
+  test_determinism(GT_F32, (shape){2, 150, 4, 40, 2});
   for (int k = 0; k < 3; k++) {
-    test_decode(all_dt[k], (shape){1, 37, 3, 20});
-    test_decode(all_dt[k], (shape){1, 5, 2, 72});
+    test_decode(all_dt[k], (shape){1, 37, 3, 20, 3});
+    test_decode(all_dt[k], (shape){1, 5, 2, 72, 2});
+    test_decode(all_dt[k], (shape){1, 19, 4, 20, 2});
   }
   test_bad_type();
   gt_backend_destroy(&fast);

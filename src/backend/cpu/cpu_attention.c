@@ -2,7 +2,9 @@
  * cpu_attention.c - causal self-attention for the fast CPU backend, in the
  * flash-attention form of backend.h: no T x T matrix exists at any time.
  *
- * One (batch, head) pair per OpenMP task. A task packs its head's k and v
+ * One (batch, head) pair per OpenMP task (in backward, one (batch,
+ * key/value head) pair, whose query heads it takes in turn: grouped-query
+ * attention's dk and dv sum over them in one fixed order). A task packs its head's k and v
  * (converted from dt to fp32) into zero-padded tiles in thread-private
  * scratch, then walks the query rows in blocks of R (GT_QB): it packs the
  * block's q (and in backward dout), computes the block's scores against the
@@ -371,7 +373,8 @@ static float *gt_scratch(size_t n)
 /* One call's problem, shared by its (batch, head) tasks. */
 typedef struct {
   gt_pack_fmt f;
-  int64_t T, H, Tp, C, C3; /* C, C3: row strides (elements) of out and qkv */
+  int64_t T, H, Hkv, Tp, C, C3; /* C, C3: row strides (elements) of out and qkv */
+  int64_t group;                /* query heads per key/value head: H / Hkv */
   int64_t ldS;             /* row stride of the score blocks: Tp + 16 */
   float scale;             /* 1 / sqrt(hs) */
   void *out, *dqkv;
@@ -380,13 +383,30 @@ typedef struct {
   const float *lse_in;
 } gt_att_job;
 
-static gt_att_job gt_att_job_of(gt_dtype dt, int64_t T, int64_t H, int64_t hs)
+static gt_att_job gt_att_job_of(gt_dtype dt, int64_t T, int64_t H, int64_t Hkv, int64_t hs)
 {
   const int64_t hsp = gt_up(hs, GT_W);
   const int64_t Tp = gt_up(T, GT_W);
-  return (gt_att_job){.f = {dt, gt_dtype_size(dt), hs, hsp}, .T = T, .H = H, .Tp = Tp,
-                      .C = H * hs, .C3 = 3 * H * hs, .ldS = Tp + GT_W,
-                      .scale = 1.0f / sqrtf((float)hs)};
+  return (gt_att_job){.f = {dt, gt_dtype_size(dt), hs, hsp}, .T = T, .H = H, .Hkv = Hkv,
+                      .Tp = Tp, .C = H * hs, .C3 = (H + 2 * Hkv) * hs, .group = H / Hkv,
+                      .ldS = Tp + GT_W, .scale = 1.0f / sqrtf((float)hs)};
+}
+
+/* Row 0 of batch b's query head h, and of key/value head j's keys and
+ * values, in qkv (stride C3 between rows). */
+static const void *gt_att_q(const gt_att_job *j, const void *qkv, int64_t b, int64_t h)
+{
+  return gt_elem(&j->f, qkv, b * j->T * j->C3 + h * j->f.hs);
+}
+
+static const void *gt_att_k(const gt_att_job *j, const void *qkv, int64_t b, int64_t kv)
+{
+  return gt_elem(&j->f, qkv, b * j->T * j->C3 + (j->H + kv) * j->f.hs);
+}
+
+static const void *gt_att_v(const gt_att_job *j, const void *qkv, int64_t b, int64_t kv)
+{
+  return gt_elem(&j->f, qkv, b * j->T * j->C3 + (j->H + j->Hkv + kv) * j->f.hs);
 }
 
 static size_t gt_att_forward_floats(const gt_att_job *j)
@@ -407,9 +427,10 @@ static void gt_attention_forward_head(const gt_att_job *j, int64_t b, int64_t h,
   const int64_t T = j->T, Tp = j->Tp, ldS = j->ldS, hsp = f->hsp, C = j->C, C3 = j->C3;
   float *kp = ws, *vr = kp + Tp * hsp, *qb = vr + Tp * hsp, *S = qb + GT_QB * hsp;
   float *ob = S + GT_QB * ldS, *rz = ob + GT_QB * hsp;
-  const void *q = gt_elem(f, j->qkv, b * T * C3 + h * f->hs);
-  gt_pack_panels(f, kp, Tp, gt_elem(f, q, C), T, C3, qb); /* qb: 16 x hsp of room */
-  gt_pack_rows(f, vr, Tp, gt_elem(f, q, 2 * C), T, C3);
+  const void *q = gt_att_q(j, j->qkv, b, h);
+  const int64_t kv = h / j->group;
+  gt_pack_panels(f, kp, Tp, gt_att_k(j, j->qkv, b, kv), T, C3, qb); /* qb: 16 x hsp of room */
+  gt_pack_rows(f, vr, Tp, gt_att_v(j, j->qkv, b, kv), T, C3);
   float *lse = j->lse + (b * j->H + h) * T;
   for (int64_t t0 = 0; t0 < T; t0 += GT_QB) {
     const int64_t R = gt_min64(GT_QB, T - t0), Rp = gt_up(R, GT_RS);
@@ -437,7 +458,10 @@ static void gt_attention_forward_head(const gt_att_job *j, int64_t b, int64_t h,
   }
 }
 
-static void gt_attention_backward_head(const gt_att_job *j, int64_t b, int64_t h, float *ws)
+/* Backward of key/value head kv of batch b: the query heads of its group in
+ * ascending order, each writing its dq; dk and dv sum over all of them in
+ * fp32 and are rounded once at the end. */
+static void gt_attention_backward_head(const gt_att_job *j, int64_t b, int64_t kv, float *ws)
 {
   const gt_pack_fmt *f = &j->f;
   const int64_t T = j->T, Tp = j->Tp, ldS = j->ldS, hsp = f->hsp, hs = f->hs;
@@ -446,48 +470,52 @@ static void gt_attention_backward_head(const gt_att_job *j, int64_t b, int64_t h
   float *dv = dk + Tp * hsp, *qb = dv + Tp * hsp, *db = qb + GT_QB * hsp;
   float *ob = db + GT_QB * hsp, *P = ob + GT_QB * hsp, *dS = P + GT_QB * ldS;
   float *qi = dS + GT_QB * ldS, *di = qi + GT_QB * hsp, *Dr = di + GT_QB * hsp;
-  const size_t head = (size_t)(h * hs);
-  const void *q = gt_elem(f, j->qkv, b * T * C3 + h * hs);
-  const void *dy = gt_elem(f, j->dout, b * T * C + h * hs);
-  const void *y = gt_elem(f, j->fwd_out, b * T * C + h * hs);
-  const float *lse = j->lse_in + (b * j->H + h) * T;
-  gt_pack_panels(f, kp, Tp, gt_elem(f, q, C), T, C3, qb);
-  gt_pack_rows(f, kr, Tp, gt_elem(f, q, C), T, C3);
-  gt_pack_panels(f, vp, Tp, gt_elem(f, q, 2 * C), T, C3, qb);
+  const void *k = gt_att_k(j, j->qkv, b, kv), *v = gt_att_v(j, j->qkv, b, kv);
+  gt_pack_panels(f, kp, Tp, k, T, C3, qb);
+  gt_pack_rows(f, kr, Tp, k, T, C3);
+  gt_pack_panels(f, vp, Tp, v, T, C3, qb);
   memset(dk, 0, sizeof(float) * (size_t)(2 * Tp * hsp)); /* dk and dv */
-  for (int64_t t0 = 0; t0 < T; t0 += GT_QB) {
-    const int64_t R = gt_min64(GT_QB, T - t0), Rp = gt_up(R, GT_RS);
-    const int64_t n = gt_up(t0 + R, GT_W);
-    gt_pack_rows(f, qb, Rp, gt_elem(f, q, t0 * C3), R, C3);
-    gt_pack_rows(f, db, Rp, gt_elem(f, dy, t0 * C), R, C);
-    gt_pack_rows(f, ob, R, gt_elem(f, y, t0 * C), R, C); /* the forward's out rows */
-    for (int64_t r = 0; r < R; r++) { /* D = rowsum(dO o O) */
-      gt_v16 acc = {0};
-      for (int64_t i = 0; i < hsp; i += GT_W)
-        acc += gt_load(db + r * hsp + i) * gt_load(ob + r * hsp + i);
-      Dr[r] = gt_v16_sum(acc);
+  for (int64_t h = kv * j->group; h < (kv + 1) * j->group; h++) {
+    const void *q = gt_att_q(j, j->qkv, b, h);
+    const size_t dq_at = (size_t)(b * T * C3 + h * hs); /* dq's row 0 in dqkv */
+    const void *dy = gt_elem(f, j->dout, b * T * C + h * hs);
+    const void *y = gt_elem(f, j->fwd_out, b * T * C + h * hs);
+    const float *lse = j->lse_in + (b * j->H + h) * T;
+    for (int64_t t0 = 0; t0 < T; t0 += GT_QB) {
+      const int64_t R = gt_min64(GT_QB, T - t0), Rp = gt_up(R, GT_RS);
+      const int64_t n = gt_up(t0 + R, GT_W);
+      gt_pack_rows(f, qb, Rp, gt_elem(f, q, t0 * C3), R, C3);
+      gt_pack_rows(f, db, Rp, gt_elem(f, dy, t0 * C), R, C);
+      gt_pack_rows(f, ob, R, gt_elem(f, y, t0 * C), R, C); /* the forward's out rows */
+      for (int64_t r = 0; r < R; r++) { /* D = rowsum(dO o O) */
+        gt_v16 acc = {0};
+        for (int64_t i = 0; i < hsp; i += GT_W)
+          acc += gt_load(db + r * hsp + i) * gt_load(ob + r * hsp + i);
+        Dr[r] = gt_v16_sum(acc);
+      }
+      gt_pack_interleave(qi, qb, Rp, hsp);
+      gt_pack_interleave(di, db, Rp, hsp);
+      gt_scores(P, ldS, qi, kp, hsp, t0, R, j->scale);
+      gt_scores(dS, ldS, di, vp, hsp, t0, R, 1.0f);
+      for (int64_t r = 0; r < R; r++)
+        gt_dsoftmax_row(P + r * ldS, dS + r * ldS, t0 + r, n, lse[t0 + r], Dr[r], j->scale);
+      for (int64_t r = R; r < Rp; r++) {
+        memset(P + r * ldS, 0, sizeof(float) * (size_t)n);
+        memset(dS + r * ldS, 0, sizeof(float) * (size_t)n);
+      }
+      gt_mix(ob, dS, ldS, kr, hsp, t0, R); /* dq = dS k */
+      for (int64_t r = 0; r < R; r++)
+        gt_unpack_row(f, (char *)j->dqkv + (dq_at + (size_t)((t0 + r) * C3)) * f->esz,
+                      ob + r * hsp);
+      gt_mix_t(dk, dS, ldS, qb, hsp, t0, R); /* dk += dS^T q */
+      gt_mix_t(dv, P, ldS, db, hsp, t0, R);  /* dv += P^T dO */
     }
-    gt_pack_interleave(qi, qb, Rp, hsp);
-    gt_pack_interleave(di, db, Rp, hsp);
-    gt_scores(P, ldS, qi, kp, hsp, t0, R, j->scale);
-    gt_scores(dS, ldS, di, vp, hsp, t0, R, 1.0f);
-    for (int64_t r = 0; r < R; r++)
-      gt_dsoftmax_row(P + r * ldS, dS + r * ldS, t0 + r, n, lse[t0 + r], Dr[r], j->scale);
-    for (int64_t r = R; r < Rp; r++) {
-      memset(P + r * ldS, 0, sizeof(float) * (size_t)n);
-      memset(dS + r * ldS, 0, sizeof(float) * (size_t)n);
-    }
-    gt_mix(ob, dS, ldS, kr, hsp, t0, R); /* dq = dS k */
-    for (int64_t r = 0; r < R; r++)
-      gt_unpack_row(f, (char *)j->dqkv + ((size_t)((b * T + t0 + r) * C3) + head) * f->esz,
-                    ob + r * hsp);
-    gt_mix_t(dk, dS, ldS, qb, hsp, t0, R); /* dk += dS^T q */
-    gt_mix_t(dv, P, ldS, db, hsp, t0, R);  /* dv += P^T dO */
   }
+  const size_t dk_at = (size_t)(b * T * C3 + (j->H + kv) * hs);
+  const size_t dv_at = dk_at + (size_t)(j->Hkv * hs);
   for (int64_t t = 0; t < T; t++) {
-    char *d = (char *)j->dqkv + ((size_t)((b * T + t) * C3) + head) * f->esz;
-    gt_unpack_row(f, d + (size_t)C * f->esz, dk + t * hsp);
-    gt_unpack_row(f, d + (size_t)(2 * C) * f->esz, dv + t * hsp);
+    gt_unpack_row(f, (char *)j->dqkv + (dk_at + (size_t)(t * C3)) * f->esz, dk + t * hsp);
+    gt_unpack_row(f, (char *)j->dqkv + (dv_at + (size_t)(t * C3)) * f->esz, dv + t * hsp);
   }
 }
 
@@ -498,13 +526,13 @@ static void gt_attention_decode_head(const gt_att_job *j, int64_t b, int64_t h, 
 {
   (void)b;
   const gt_pack_fmt *f = &j->f;
-  const int64_t T = j->T, hs = f->hs, C = j->C, C3 = j->C3;
+  const int64_t T = j->T, hs = f->hs, C3 = j->C3;
   float *s = ws, *q = s + T, *row = q + hs;
-  const void *base = gt_elem(f, j->qkv, h * hs);
-  gt_to_f32(f->dt, q, gt_elem(f, base, (T - 1) * C3), (size_t)hs);
+  const void *k = gt_att_k(j, j->qkv, 0, h / j->group), *v = gt_att_v(j, j->qkv, 0, h / j->group);
+  gt_to_f32(f->dt, q, gt_elem(f, gt_att_q(j, j->qkv, 0, h), (T - 1) * C3), (size_t)hs);
   float m = -INFINITY;
   for (int64_t u = 0; u < T; u++) {
-    gt_to_f32(f->dt, row, gt_elem(f, base, u * C3 + C), (size_t)hs);
+    gt_to_f32(f->dt, row, gt_elem(f, k, u * C3), (size_t)hs);
     float d = 0;
     for (int64_t i = 0; i < hs; i++)
       d += q[i] * row[i];
@@ -518,7 +546,7 @@ static void gt_attention_decode_head(const gt_att_job *j, int64_t b, int64_t h, 
   }
   memset(q, 0, sizeof(float) * (size_t)hs); /* q becomes the output accumulator */
   for (int64_t u = 0; u < T; u++) {
-    gt_to_f32(f->dt, row, gt_elem(f, base, u * C3 + 2 * C), (size_t)hs);
+    gt_to_f32(f->dt, row, gt_elem(f, v, u * C3), (size_t)hs);
     for (int64_t i = 0; i < hs; i++)
       q[i] += s[u] * row[i];
   }
@@ -528,18 +556,20 @@ static void gt_attention_decode_head(const gt_att_job *j, int64_t b, int64_t h, 
   gt_unpack_row(f, (char *)j->out + (size_t)(h * hs) * f->esz, q);
 }
 
-/* Run task(job, b, h, scratch) for every (batch, head) pair on the
- * backend's threads, each with nfloats of thread-private scratch. */
-static int gt_for_each_head(gt_backend *be, const gt_att_job *job, int64_t B, size_t nfloats,
+/* Run task(job, b, h, scratch) for every (batch, head) pair, of `heads`
+ * heads a batch, on the backend's threads, each with nfloats of
+ * thread-private scratch. */
+static int gt_for_each_head(gt_backend *be, const gt_att_job *job, int64_t B, int64_t heads,
+                            size_t nfloats,
                             void (*task)(const gt_att_job *, int64_t, int64_t, float *))
 {
   int failed = 0;
-  const int64_t n = B * job->H;
+  const int64_t n = B * heads;
 #pragma omp parallel for num_threads(be->threads) schedule(dynamic, 1) reduction(| : failed)
   for (int64_t bh = 0; bh < n; bh++) {
     float *scratch = gt_scratch(nfloats);
     if (scratch)
-      task(job, bh / job->H, bh % job->H, scratch);
+      task(job, bh / heads, bh % heads, scratch);
     else
       failed = 1;
   }
@@ -549,58 +579,60 @@ static int gt_for_each_head(gt_backend *be, const gt_att_job *job, int64_t B, si
   return GT_SUCCESS;
 }
 
-static int gt_att_check(gt_dtype dt, int64_t B, int64_t T, int64_t H, int64_t hs)
+static int gt_att_check(gt_dtype dt, int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t hs)
 {
   GT_CHECK(dt == GT_F32 || dt == GT_BF16 || dt == GT_F16, GT_ERR_INPUT,
            "attention: compute type %s; expected fp32, bf16 or fp16", gt_dtype_name(dt));
-  GT_CHECK(B >= 0 && T >= 0 && H >= 1 && hs >= 1, GT_ERR_INPUT,
-           "attention: shape B=%lld T=%lld H=%lld hs=%lld; expected B, T >= 0 and H, hs >= 1",
-           (long long)B, (long long)T, (long long)H, (long long)hs);
+  GT_CHECK(B >= 0 && T >= 0 && H >= 1 && hs >= 1 && Hkv >= 1 && H % Hkv == 0, GT_ERR_INPUT,
+           "attention: shape B=%lld T=%lld H=%lld Hkv=%lld hs=%lld; expected B, T >= 0, H, "
+           "hs >= 1 and H a multiple of Hkv >= 1",
+           (long long)B, (long long)T, (long long)H, (long long)Hkv, (long long)hs);
   return GT_SUCCESS;
 }
 
 int gt_cpu_attention_forward(gt_backend *be, gt_dtype dt, void *out, float *lse,
-                             const void *qkv, int64_t B, int64_t T, int64_t H, int64_t hs)
+                             const void *qkv, int64_t B, int64_t T, int64_t H, int64_t Hkv,
+                             int64_t hs)
 {
-  GT_CALL(gt_att_check(dt, B, T, H, hs));
+  GT_CALL(gt_att_check(dt, B, T, H, Hkv, hs));
   if (B == 0 || T == 0)
     return GT_SUCCESS;
-  gt_att_job job = gt_att_job_of(dt, T, H, hs);
+  gt_att_job job = gt_att_job_of(dt, T, H, Hkv, hs);
   job.out = out;
   job.lse = lse;
   job.qkv = qkv;
-  GT_CALL(gt_for_each_head(be, &job, B, gt_att_forward_floats(&job),
+  GT_CALL(gt_for_each_head(be, &job, B, H, gt_att_forward_floats(&job),
                            gt_attention_forward_head));
   return GT_SUCCESS;
 }
 
 int gt_cpu_attention_backward(gt_backend *be, gt_dtype dt, void *dqkv, const void *dout,
                               const void *qkv, const void *out, const float *lse, int64_t B,
-                              int64_t T, int64_t H, int64_t hs)
+                              int64_t T, int64_t H, int64_t Hkv, int64_t hs)
 {
-  GT_CALL(gt_att_check(dt, B, T, H, hs));
+  GT_CALL(gt_att_check(dt, B, T, H, Hkv, hs));
   if (B == 0 || T == 0)
     return GT_SUCCESS;
-  gt_att_job job = gt_att_job_of(dt, T, H, hs);
+  gt_att_job job = gt_att_job_of(dt, T, H, Hkv, hs);
   job.dqkv = dqkv;
   job.dout = dout;
   job.qkv = qkv;
   job.fwd_out = out;
   job.lse_in = lse;
-  GT_CALL(gt_for_each_head(be, &job, B, gt_att_backward_floats(&job),
+  GT_CALL(gt_for_each_head(be, &job, B, Hkv, gt_att_backward_floats(&job),
                            gt_attention_backward_head));
   return GT_SUCCESS;
 }
 
 int gt_cpu_attention_decode(gt_backend *be, gt_dtype dt, void *out, const void *qkv, int64_t T,
-                            int64_t H, int64_t hs)
+                            int64_t H, int64_t Hkv, int64_t hs)
 {
-  GT_CALL(gt_att_check(dt, 1, T, H, hs));
+  GT_CALL(gt_att_check(dt, 1, T, H, Hkv, hs));
   GT_CHECK(T >= 1, GT_ERR_INPUT, "attention decode: T = %lld; expected at least 1 position",
            (long long)T);
-  gt_att_job job = gt_att_job_of(dt, T, H, hs);
+  gt_att_job job = gt_att_job_of(dt, T, H, Hkv, hs);
   job.out = out;
   job.qkv = qkv;
-  GT_CALL(gt_for_each_head(be, &job, 1, (size_t)(T + 2 * hs), gt_attention_decode_head));
+  GT_CALL(gt_for_each_head(be, &job, 1, H, (size_t)(T + 2 * hs), gt_attention_decode_head));
   return GT_SUCCESS;
 }

@@ -22,19 +22,21 @@ extern const gt_backend_ops gt_ref_kernels; /* cpu_ref.c: plain loops */
 /* Causal attention of the fast backend (cpu_attention.c) and of the
  * reference (cpu_ref_attention.c); contract in backend.h. */
 int gt_cpu_attention_forward(gt_backend *be, gt_dtype dt, void *out, float *lse,
-                             const void *qkv, int64_t B, int64_t T, int64_t H, int64_t hs);
+                             const void *qkv, int64_t B, int64_t T, int64_t H, int64_t Hkv,
+                             int64_t hs);
 int gt_cpu_attention_backward(gt_backend *be, gt_dtype dt, void *dqkv, const void *dout,
                               const void *qkv, const void *out, const float *lse, int64_t B,
-                              int64_t T, int64_t H, int64_t hs);
+                              int64_t T, int64_t H, int64_t Hkv, int64_t hs);
 int gt_cpu_attention_decode(gt_backend *be, gt_dtype dt, void *out, const void *qkv, int64_t T,
-                            int64_t H, int64_t hs);
+                            int64_t H, int64_t Hkv, int64_t hs);
 int gt_ref_attention_forward(gt_backend *be, gt_dtype dt, void *out, float *lse,
-                             const void *qkv, int64_t B, int64_t T, int64_t H, int64_t hs);
+                             const void *qkv, int64_t B, int64_t T, int64_t H, int64_t Hkv,
+                             int64_t hs);
 int gt_ref_attention_backward(gt_backend *be, gt_dtype dt, void *dqkv, const void *dout,
                               const void *qkv, const void *out, const float *lse, int64_t B,
-                              int64_t T, int64_t H, int64_t hs);
+                              int64_t T, int64_t H, int64_t Hkv, int64_t hs);
 int gt_ref_attention_decode(gt_backend *be, gt_dtype dt, void *out, const void *qkv, int64_t T,
-                            int64_t H, int64_t hs);
+                            int64_t H, int64_t Hkv, int64_t hs);
 
 /* bf16 matrix products through oneDNN (cpu_dnnl.c): C(M,N) = op(A) op(B)
  * (+ bias(N)) (+ C when accumulate), row-major, A, B and bias bf16, C bf16

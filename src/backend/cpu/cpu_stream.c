@@ -893,18 +893,19 @@ typedef struct {
   float *lse;
   const void *qkv, *dout, *fwd_out;
   const float *lse_in;
-  int64_t B, T, H, hs;
+  int64_t B, T, H, Hkv, hs;
 } gt_att_args;
 static int gt_run_attf(gt_backend *be, const void *p)
 {
   const gt_att_args *a = p;
   return GT_KERNELS(be)->attention_forward(be, a->dt, a->out, a->lse, a->qkv, a->B, a->T, a->H,
-                                           a->hs);
+                                           a->Hkv, a->hs);
 }
 static int cpu_attention_forward(gt_backend *be, gt_dtype dt, void *out, float *lse,
-                                 const void *qkv, int64_t B, int64_t T, int64_t H, int64_t hs)
+                                 const void *qkv, int64_t B, int64_t T, int64_t H, int64_t Hkv,
+                                 int64_t hs)
 {
-  gt_att_args a = {be, dt, out, lse, qkv, NULL, NULL, NULL, B, T, H, hs};
+  gt_att_args a = {be, dt, out, lse, qkv, NULL, NULL, NULL, B, T, H, Hkv, hs};
   gt_cmd c;
   GT_PACK(c, gt_run_attf, a);
   return gt_submit(be, NULL, &c);
@@ -913,13 +914,13 @@ static int gt_run_attb(gt_backend *be, const void *p)
 {
   const gt_att_args *a = p;
   return GT_KERNELS(be)->attention_backward(be, a->dt, a->out, a->dout, a->qkv, a->fwd_out,
-                                            a->lse_in, a->B, a->T, a->H, a->hs);
+                                            a->lse_in, a->B, a->T, a->H, a->Hkv, a->hs);
 }
 static int cpu_attention_backward(gt_backend *be, gt_dtype dt, void *dqkv, const void *dout,
                                   const void *qkv, const void *out, const float *lse,
-                                  int64_t B, int64_t T, int64_t H, int64_t hs)
+                                  int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t hs)
 {
-  gt_att_args a = {be, dt, dqkv, NULL, qkv, dout, out, lse, B, T, H, hs};
+  gt_att_args a = {be, dt, dqkv, NULL, qkv, dout, out, lse, B, T, H, Hkv, hs};
   gt_cmd c;
   GT_PACK(c, gt_run_attb, a);
   return gt_submit(be, NULL, &c);
@@ -928,12 +929,13 @@ static int cpu_attention_backward(gt_backend *be, gt_dtype dt, void *dqkv, const
 static int gt_run_attd(gt_backend *be, const void *p)
 {
   const gt_att_args *a = p;
-  return GT_KERNELS(be)->attention_decode(be, a->dt, a->out, a->qkv, a->T, a->H, a->hs);
+  return GT_KERNELS(be)->attention_decode(be, a->dt, a->out, a->qkv, a->T, a->H, a->Hkv,
+                                          a->hs);
 }
 static int cpu_attention_decode(gt_backend *be, gt_dtype dt, void *out, const void *qkv,
-                                int64_t T, int64_t H, int64_t hs)
+                                int64_t T, int64_t H, int64_t Hkv, int64_t hs)
 {
-  gt_att_args a = {be, dt, out, NULL, qkv, NULL, NULL, NULL, 1, T, H, hs};
+  gt_att_args a = {be, dt, out, NULL, qkv, NULL, NULL, NULL, 1, T, H, Hkv, hs};
   gt_cmd c;
   GT_PACK(c, gt_run_attd, a);
   return gt_submit(be, NULL, &c);

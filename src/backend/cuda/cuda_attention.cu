@@ -3,11 +3,13 @@
  * contract of backend.h), FlashAttention-2 style on fp32 FMA units: no
  * T x T matrix exists at any time, and no floating-point atomics are used.
  *
- * Shapes: qkv (B,T,3,H,hs) dt; out, dout (B,T,H*hs) dt; lse and the scratch
- * D (B,H,T) fp32. Blocks read tiles of rows of one (batch, head) as dt,
- * widen them to fp32 in shared memory (row stride HS + 1, so that walks
- * down a column hit distinct banks; zero past T and past hs), compute in
- * fp32 FMA, and round each output to dt once.
+ * Shapes: qkv (B,T,H+2Hkv,hs) dt (H query heads, then Hkv key heads, then
+ * Hkv value heads; query head h reads key/value head h / (H / Hkv)); out,
+ * dout (B,T,H*hs) dt; lse and the scratch D (B,H,T) fp32. Blocks read
+ * tiles of rows of one (batch, head) as dt, widen them to fp32 in shared
+ * memory (row stride HS + 1, so that walks down a column hit distinct
+ * banks; zero past T and past hs), compute in fp32 FMA, and round each
+ * output to dt once.
  *
  * Forward, one block per (query tile of BR rows, batch x head): for the
  * key/value tiles of BC rows up to the one holding the block's last row,
@@ -17,7 +19,8 @@
  * Backward: D = rowsum(dO o O); then, recomputing P = e^(S - lse),
  * dP = dO V^T and dS = P o (dP - D) scale tile by tile,
  *   one block per key tile:   dV = P^T dO, dK = dS^T Q over the query tiles
- *                             from the tile's first key to T;
+ *                             from the tile's first key to T (of every
+ *                             query head of a key/value head's group);
  *   one block per query tile: dQ = dS K over the key tiles up to its last
  *                             row.
  * Every output element has one owner thread that sums in ascending key
@@ -76,8 +79,10 @@ template <> struct att_bwd_cfg<256> { static constexpr int BA = 8, BB = 8, TY = 
 
 /* What every kernel needs to know of the problem. */
 struct att_dims {
-  int64_t T, H, BH; /* tokens, heads, B * H */
-  int64_t C, C3;    /* row strides (elements) of out / dout and of qkv */
+  int64_t T, H, BH;  /* tokens, query heads, B * H */
+  int64_t Hkv, BHkv; /* key/value heads, B * Hkv */
+  int64_t group;     /* query heads per key/value head: H / Hkv */
+  int64_t C, C3;     /* row strides (elements) of out / dout and of qkv */
   int64_t ntiles;   /* tiles of the rows a block owns, per (batch, head) */
   int hs, hs4;      /* head size, rounded up to a multiple of 4 */
   float scale;      /* 1 / sqrt(hs) */
@@ -98,6 +103,27 @@ static __device__ __forceinline__ void att_st(__nv_bfloat16 *p, float v)
   *p = __float2bfloat16_rn(v);
 }
 static __device__ __forceinline__ void att_st(__half *p, float v) { *p = __float2half_rn(v); }
+
+/* Row 0 of batch b's query head h and of key/value head j's keys and
+ * values in qkv (row stride C3). */
+template <typename T>
+static __device__ __forceinline__ const T *att_q(const T *qkv, const att_dims &a, int64_t b,
+                                                 int64_t h)
+{
+  return qkv + b * a.T * a.C3 + h * a.hs;
+}
+template <typename T>
+static __device__ __forceinline__ const T *att_k(const T *qkv, const att_dims &a, int64_t b,
+                                                 int64_t j)
+{
+  return qkv + b * a.T * a.C3 + (a.H + j) * a.hs;
+}
+template <typename T>
+static __device__ __forceinline__ const T *att_v(const T *qkv, const att_dims &a, int64_t b,
+                                                 int64_t j)
+{
+  return qkv + b * a.T * a.C3 + (a.H + a.Hkv + j) * a.hs;
+}
 
 /* Max and sum over the 8 lanes of a row (xor butterfly: every lane gets the
  * same bits). */
@@ -185,7 +211,7 @@ static __device__ __forceinline__ void att_tile_ab(float (&acc)[M][N], const flo
 
 // ---- forward -----------------------------------------------------------------------
 
-/* out (B,T,H*hs) dt, lse (B,H,T) fp32 from qkv (B,T,3,H,hs) dt. Block x:
+/* out (B,T,H*hs) dt, lse (B,H,T) fp32 from qkv (B,T,H+2Hkv,hs) dt. Block x:
  * query tile ntiles - 1 - x / BH (the longest first), batch x head x % BH;
  * NT = 8 TY threads. */
 template <typename T, int HS>
@@ -209,8 +235,9 @@ static __global__ void __launch_bounds__(ATT_TX * att_fwd_cfg<HS>::TY)
   const int64_t blk = blockIdx.x, bh = blk % a.BH, b = bh / a.H, h = bh % a.H;
   const int64_t q0 = (a.ntiles - 1 - blk / a.BH) * BR;
   const int64_t qend = q0 + BR < a.T ? q0 + BR : a.T;
-  const T *base = qkv + b * a.T * a.C3 + h * a.hs; /* q of token 0; k at + C, v at + 2C */
-  att_load_tile<T, HS, BR, NT>(qs, base + q0 * a.C3, a.C3, (int)(qend - q0), a.hs);
+  const T *qb = att_q(qkv, a, b, h), *kb = att_k(qkv, a, b, h / a.group);
+  const T *vb = att_v(qkv, a, b, h / a.group);
+  att_load_tile<T, HS, BR, NT>(qs, qb + q0 * a.C3, a.C3, (int)(qend - q0), a.hs);
 
   float o[RM][OC] = {}, m[RM], l[RM];
 #pragma unroll
@@ -220,9 +247,9 @@ static __global__ void __launch_bounds__(ATT_TX * att_fwd_cfg<HS>::TY)
   }
   for (int64_t k0 = 0; k0 < qend; k0 += BC) {
     const int nk = (int)(a.T - k0 < BC ? a.T - k0 : BC);
-    att_load_tile<T, HS, BC, NT>(ks, base + k0 * a.C3 + a.C, a.C3, nk, a.hs);
+    att_load_tile<T, HS, BC, NT>(ks, kb + k0 * a.C3, a.C3, nk, a.hs);
     if (!cfg::SHARE_KV)
-      att_load_tile<T, HS, BC, NT>(vs, base + k0 * a.C3 + 2 * a.C, a.C3, nk, a.hs);
+      att_load_tile<T, HS, BC, NT>(vs, vb + k0 * a.C3, a.C3, nk, a.hs);
     __syncthreads();
 
     float s[RM][CN] = {};
@@ -261,7 +288,7 @@ static __global__ void __launch_bounds__(ATT_TX * att_fwd_cfg<HS>::TY)
     }
     if (cfg::SHARE_KV) { /* every thread is done with K: V takes its place */
       __syncthreads();
-      att_load_tile<T, HS, BC, NT>(vs, base + k0 * a.C3 + 2 * a.C, a.C3, nk, a.hs);
+      att_load_tile<T, HS, BC, NT>(vs, vb + k0 * a.C3, a.C3, nk, a.hs);
       __syncthreads();
     } else {
       __syncwarp(); /* this warp's rows of P */
@@ -315,10 +342,12 @@ static __global__ void __launch_bounds__(256)
   }
 }
 
-/* dK, dV of dqkv (B,T,3,H,hs) dt from dout (B,T,H*hs), qkv, lse and D
- * (B,H,T). Block x: key tile x / BH (the longest first), batch x head
- * x % BH; NT = 8 TY threads. A thread owns key rows ty RM + i and columns
- * tx + 8 j (queries of the score tile) / tx + 8 k (head dimension). */
+/* dK, dV of dqkv (B,T,H+2Hkv,hs) dt from dout (B,T,H*hs), qkv, lse and D
+ * (B,H,T). Block x: key tile x / BHkv (the longest first), batch x
+ * key/value head x % BHkv, whose query heads it takes in ascending order
+ * (their sums go on in the same registers); NT = 8 TY threads. A thread
+ * owns key rows ty RM + i and columns tx + 8 j (queries of the score tile)
+ * / tx + 8 k (head dimension). */
 template <typename T, int HS>
 static __global__ void __launch_bounds__(ATT_TX * att_bwd_cfg<HS>::TY)
     att_bwd_kv_kernel(T *__restrict__ dqkv, const T *__restrict__ dout,
@@ -337,17 +366,21 @@ static __global__ void __launch_bounds__(ATT_TX * att_bwd_cfg<HS>::TY)
   __shared__ float lse_s[BB], d_s[BB];
 
   const int tid = (int)threadIdx.x, tx = tid % ATT_TX, ty = tid / ATT_TX;
-  const int64_t blk = blockIdx.x, bh = blk % a.BH, b = bh / a.H, h = bh % a.H;
-  const int64_t k0 = blk / a.BH * BA;
+  const int64_t blk = blockIdx.x, bkv = blk % a.BHkv, b = bkv / a.Hkv, kv = bkv % a.Hkv;
+  const int64_t k0 = blk / a.BHkv * BA;
   const int nk = (int)(a.T - k0 < BA ? a.T - k0 : BA);
-  const T *base = qkv + b * a.T * a.C3 + h * a.hs;
-  const T *dybase = dout + b * a.T * a.C + h * a.hs;
-  const float *lse_h = lse + bh * a.T, *d_h = D + bh * a.T;
-  att_load_tile<T, HS, BA, NT>(ks, base + k0 * a.C3 + a.C, a.C3, nk, a.hs);
-  att_load_tile<T, HS, BA, NT>(vs, base + k0 * a.C3 + 2 * a.C, a.C3, nk, a.hs);
+  att_load_tile<T, HS, BA, NT>(ks, att_k(qkv, a, b, kv) + k0 * a.C3, a.C3, nk, a.hs);
+  att_load_tile<T, HS, BA, NT>(vs, att_v(qkv, a, b, kv) + k0 * a.C3, a.C3, nk, a.hs);
 
   float dk[RM][OC] = {}, dv[RM][OC] = {};
-  for (int64_t q0 = k0; q0 < a.T; q0 += BB) { /* queries before k0 see none of these keys */
+  /* the query tiles from k0 on (queries before k0 see none of these keys) of
+   * each query head of the group in turn */
+  const int64_t nqt = (a.T - k0 + BB - 1) / BB;
+  for (int64_t u = 0; u < a.group * nqt; u++) {
+    const int64_t h = kv * a.group + u / nqt, q0 = k0 + u % nqt * BB;
+    const T *base = att_q(qkv, a, b, h);
+    const T *dybase = dout + b * a.T * a.C + h * a.hs;
+    const float *lse_h = lse + (b * a.H + h) * a.T, *d_h = D + (b * a.H + h) * a.T;
     const int nq = (int)(a.T - q0 < BB ? a.T - q0 : BB);
     att_load_tile<T, HS, BB, NT>(qs, base + q0 * a.C3, a.C3, nq, a.hs);
     att_load_tile<T, HS, BB, NT>(dos, dybase + q0 * a.C, a.C, nq, a.hs);
@@ -390,19 +423,19 @@ static __global__ void __launch_bounds__(ATT_TX * att_bwd_cfg<HS>::TY)
     const int64_t kc = k0 + ty * RM + i;
     if (kc >= a.T)
       continue;
-    T *row = dqkv + (b * a.T + kc) * a.C3 + h * a.hs;
+    T *row = dqkv + (b * a.T + kc) * a.C3 + (a.H + kv) * a.hs; /* key head kv's row */
 #pragma unroll
     for (int k = 0; k < OC; k++) {
       const int d = tx + ATT_TX * k;
       if (d < a.hs) {
-        att_st(row + a.C + d, dk[i][k]);
-        att_st(row + 2 * a.C + d, dv[i][k]);
+        att_st(row + d, dk[i][k]);
+        att_st(row + a.Hkv * a.hs + d, dv[i][k]);
       }
     }
   }
 }
 
-/* dQ of dqkv (B,T,3,H,hs) dt from dout, qkv, lse and D. Block x: query
+/* dQ of dqkv (B,T,H+2Hkv,hs) dt from dout, qkv, lse and D. Block x: query
  * tile ntiles - 1 - x / BH (the longest first), batch x head x % BH;
  * NT = 8 TY threads. A thread owns query rows ty RM + i and columns
  * tx + 8 j (keys of the score tile) / tx + 8 k (head dimension). */
@@ -426,7 +459,8 @@ static __global__ void __launch_bounds__(ATT_TX * att_bwd_cfg<HS>::TY)
   const int64_t blk = blockIdx.x, bh = blk % a.BH, b = bh / a.H, h = bh % a.H;
   const int64_t q0 = (a.ntiles - 1 - blk / a.BH) * BA;
   const int64_t qend = q0 + BA < a.T ? q0 + BA : a.T;
-  const T *base = qkv + b * a.T * a.C3 + h * a.hs;
+  const T *base = att_q(qkv, a, b, h), *kb = att_k(qkv, a, b, h / a.group);
+  const T *vb = att_v(qkv, a, b, h / a.group);
   att_load_tile<T, HS, BA, NT>(qs, base + q0 * a.C3, a.C3, (int)(qend - q0), a.hs);
   att_load_tile<T, HS, BA, NT>(dos, dout + (b * a.T + q0) * a.C + h * a.hs, a.C,
                                (int)(qend - q0), a.hs);
@@ -441,8 +475,8 @@ static __global__ void __launch_bounds__(ATT_TX * att_bwd_cfg<HS>::TY)
   float dq[RM][OC] = {};
   for (int64_t k0 = 0; k0 < qend; k0 += BB) {
     const int nk = (int)(a.T - k0 < BB ? a.T - k0 : BB);
-    att_load_tile<T, HS, BB, NT>(ks, base + k0 * a.C3 + a.C, a.C3, nk, a.hs);
-    att_load_tile<T, HS, BB, NT>(vs, base + k0 * a.C3 + 2 * a.C, a.C3, nk, a.hs);
+    att_load_tile<T, HS, BB, NT>(ks, kb + k0 * a.C3, a.C3, nk, a.hs);
+    att_load_tile<T, HS, BB, NT>(vs, vb + k0 * a.C3, a.C3, nk, a.hs);
     __syncthreads();
 
     float s[RM][CN] = {}, dp[RM][CN] = {};
@@ -482,14 +516,17 @@ static __global__ void __launch_bounds__(ATT_TX * att_bwd_cfg<HS>::TY)
 
 // ---- launches ----------------------------------------------------------------------
 
-static att_dims att_dims_of(int64_t B, int64_t T, int64_t H, int64_t hs)
+static att_dims att_dims_of(int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t hs)
 {
   att_dims a;
   a.T = T;
   a.H = H;
   a.BH = B * H;
+  a.Hkv = Hkv;
+  a.BHkv = B * Hkv;
+  a.group = H / Hkv;
   a.C = H * hs;
-  a.C3 = 3 * H * hs;
+  a.C3 = (H + 2 * Hkv) * hs;
   a.ntiles = 0;
   a.hs = (int)hs;
   a.hs4 = (int)((hs + 3) / 4 * 4);
@@ -497,12 +534,13 @@ static att_dims att_dims_of(int64_t B, int64_t T, int64_t H, int64_t hs)
   return a;
 }
 
-/* Blocks for tiles of `rows` rows of every (batch, head): one grid of at
- * most INT_MAX blocks. */
-static int att_grid(att_dims *a, int rows, unsigned *blocks)
+/* Blocks for tiles of `rows` rows of every (batch, head) of bh of them
+ * (query heads B H, or key/value heads B Hkv): one grid of at most INT_MAX
+ * blocks. */
+static int att_grid(att_dims *a, int rows, int64_t bh, unsigned *blocks)
 {
   a->ntiles = (a->T + rows - 1) / rows;
-  const int64_t n = a->ntiles * a->BH;
+  const int64_t n = a->ntiles * bh;
   GT_CHECK(n <= INT_MAX, GT_ERR_INPUT,
            "attention: B*H*ceil(T/%d) = %lld thread blocks exceed the CUDA grid limit "
            "(%d); use a smaller batch or sequence",
@@ -516,7 +554,7 @@ static int att_forward_hs(gt_backend *be, void *out, float *lse, const void *qkv
 {
   using cfg = att_fwd_cfg<HS>;
   unsigned blocks = 0;
-  GT_CALL(att_grid(&a, cfg::BR, &blocks));
+  GT_CALL(att_grid(&a, cfg::BR, a.BH, &blocks));
   gt_cuda_launch(att_fwd_kernel<T, HS>, blocks, ATT_TX * cfg::TY, 0, gt_cuda_compute(be),
                  (T *)out, lse, (const T *)qkv, a);
   GT_CUDA_LAUNCHED("attention forward");
@@ -537,10 +575,11 @@ static int att_backward_hs(gt_backend *be, void *dqkv, const void *dout, const v
                  D, (const T *)dout, (const T *)out, a, nrows);
   GT_CUDA_LAUNCHED("attention backward D");
   unsigned blocks = 0;
-  GT_CALL(att_grid(&a, cfg::BA, &blocks));
+  GT_CALL(att_grid(&a, cfg::BA, a.BHkv, &blocks));
   gt_cuda_launch(att_bwd_kv_kernel<T, HS>, blocks, ATT_TX * cfg::TY, 0, st,
                  (T *)dqkv, (const T *)dout, (const T *)qkv, lse, D, a);
   GT_CUDA_LAUNCHED("attention backward dK dV");
+  GT_CALL(att_grid(&a, cfg::BA, a.BH, &blocks));
   gt_cuda_launch(att_bwd_q_kernel<T, HS>, blocks, ATT_TX * cfg::TY, 0, st,
                  (T *)dqkv, (const T *)dout, (const T *)qkv, lse, D, a);
   GT_CUDA_LAUNCHED("attention backward dQ");
@@ -572,13 +611,14 @@ static int att_backward_t(gt_backend *be, void *dqkv, const void *dout, const vo
   return att_backward_hs<T, 256>(be, dqkv, dout, qkv, out, lse, D, a);
 }
 
-static int att_check(gt_dtype dt, int64_t B, int64_t T, int64_t H, int64_t hs)
+static int att_check(gt_dtype dt, int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t hs)
 {
   GT_CHECK(dt == GT_F32 || dt == GT_BF16 || dt == GT_F16, GT_ERR_INPUT,
            "attention: compute type %s; expected fp32, bf16 or fp16", gt_dtype_name(dt));
-  GT_CHECK(B >= 0 && T >= 0 && H >= 1 && hs >= 1, GT_ERR_INPUT,
-           "attention: shape B=%lld T=%lld H=%lld hs=%lld; expected B, T >= 0 and H, hs >= 1",
-           (long long)B, (long long)T, (long long)H, (long long)hs);
+  GT_CHECK(B >= 0 && T >= 0 && H >= 1 && hs >= 1 && Hkv >= 1 && H % Hkv == 0, GT_ERR_INPUT,
+           "attention: shape B=%lld T=%lld H=%lld Hkv=%lld hs=%lld; expected B, T >= 0, H, "
+           "hs >= 1 and H a multiple of Hkv >= 1",
+           (long long)B, (long long)T, (long long)H, (long long)Hkv, (long long)hs);
   GT_CHECK(hs <= ATT_HS_MAX, GT_ERR_INPUT,
            "attention: head size %lld is larger than gridtrain's own CUDA attention kernels "
            "support (%d); choose more heads or a smaller width (hs = n_embd / n_head)",
@@ -587,7 +627,8 @@ static int att_check(gt_dtype dt, int64_t B, int64_t T, int64_t H, int64_t hs)
 }
 
 // ---- decoding: one query row over a key/value cache ----------------------------------
-/* One block per head. qkv (T,3,H,hs) of one sequence; the query is row
+/* One block per query head h, reading key/value head h / (H / Hkv). qkv
+ * (T,H+2Hkv,hs) of one sequence; the query is row
  * T-1. Scores go to s (H,T) fp32 scratch: each warp takes keys u = warp,
  * warp + DEC_WARPS, ... and sums the dot product over its lanes (a fixed
  * shuffle tree); then the block finds the maximum and the sum of the
@@ -622,19 +663,20 @@ template <bool MAX> static __device__ float dec_block_reduce(float v, float *red
 
 template <typename T>
 __global__ void __launch_bounds__(DEC_THREADS)
-    att_decode_kernel(T *out, const T *qkv, float *s, int64_t Tn, int64_t H, int hs, float scale)
+    att_decode_kernel(T *out, const T *qkv, float *s, int64_t Tn, int64_t H, int64_t Hkv, int hs,
+                      float scale)
 {
   __shared__ float q[ATT_HS_MAX];
   __shared__ float red[DEC_THREADS];
-  const int64_t h = blockIdx.x, C = H * hs, C3 = 3 * C;
+  const int64_t h = blockIdx.x, C3 = (H + 2 * Hkv) * hs, j = h / (H / Hkv);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const T *base = qkv + h * hs;
+  const T *base = qkv + h * hs, *kb = qkv + (H + j) * hs, *vb = qkv + (H + Hkv + j) * hs;
   for (int i = threadIdx.x; i < hs; i += DEC_THREADS)
     q[i] = att_ld(base + (Tn - 1) * C3 + i);
   __syncthreads();
   float *sh = s + h * Tn;
   for (int64_t u = warp; u < Tn; u += DEC_WARPS) {
-    const T *k = base + u * C3 + C;
+    const T *k = kb + u * C3;
     float d = 0.0f;
     for (int i = lane; i < hs; i += 32)
       d = fmaf(q[i], att_ld(k + i), d);
@@ -657,7 +699,7 @@ __global__ void __launch_bounds__(DEC_THREADS)
   const float inv = 1.0f / z;
   for (int i = threadIdx.x; i < hs; i += DEC_THREADS) {
     float acc = 0.0f;
-    const T *v = base + 2 * C + i;
+    const T *v = vb + i;
     for (int64_t u = 0; u < Tn; u++)
       acc = fmaf(sh[u], att_ld(v + u * C3), acc);
     att_st(out + h * hs + i, acc * inv);
@@ -666,10 +708,10 @@ __global__ void __launch_bounds__(DEC_THREADS)
 
 template <typename T>
 static int att_decode_t(gt_backend *be, void *out, const void *qkv, float *s, int64_t Tn,
-                        int64_t H, int64_t hs)
+                        int64_t H, int64_t Hkv, int64_t hs)
 {
   gt_cuda_launch(att_decode_kernel<T>, (unsigned)H, DEC_THREADS, 0, gt_cuda_compute(be),
-                 (T *)out, (const T *)qkv, s, Tn, H, (int)hs, 1.0f / sqrtf((float)hs));
+                 (T *)out, (const T *)qkv, s, Tn, H, Hkv, (int)hs, 1.0f / sqrtf((float)hs));
   GT_CUDA_LAUNCHED("attention decode");
   return GT_SUCCESS;
 }
@@ -678,12 +720,12 @@ static int att_decode_t(gt_backend *be, void *out, const void *qkv, float *s, in
 
 extern "C" int gt_cuda_attention_forward_own(gt_backend *be, gt_dtype dt, void *out,
                                              float *lse, const void *qkv, int64_t B,
-                                             int64_t T, int64_t H, int64_t hs)
+                                             int64_t T, int64_t H, int64_t Hkv, int64_t hs)
 {
-  GT_CALL(att_check(dt, B, T, H, hs));
+  GT_CALL(att_check(dt, B, T, H, Hkv, hs));
   if (B == 0 || T == 0)
     return GT_SUCCESS;
-  const att_dims a = att_dims_of(B, T, H, hs);
+  const att_dims a = att_dims_of(B, T, H, Hkv, hs);
   switch (dt) {
   case GT_F32: GT_CALL(att_forward_t<float>(be, out, lse, qkv, a)); break;
   case GT_BF16: GT_CALL(att_forward_t<__nv_bfloat16>(be, out, lse, qkv, a)); break;
@@ -695,12 +737,12 @@ extern "C" int gt_cuda_attention_forward_own(gt_backend *be, gt_dtype dt, void *
 extern "C" int gt_cuda_attention_backward_own(gt_backend *be, gt_dtype dt, void *dqkv,
                                               const void *dout, const void *qkv,
                                               const void *out, const float *lse, int64_t B,
-                                              int64_t T, int64_t H, int64_t hs)
+                                              int64_t T, int64_t H, int64_t Hkv, int64_t hs)
 {
-  GT_CALL(att_check(dt, B, T, H, hs));
+  GT_CALL(att_check(dt, B, T, H, Hkv, hs));
   if (B == 0 || T == 0)
     return GT_SUCCESS;
-  const att_dims a = att_dims_of(B, T, H, hs);
+  const att_dims a = att_dims_of(B, T, H, Hkv, hs);
   void *scratch = NULL; /* D (B,H,T) fp32: the one scratch buffer of this op */
   GT_CALL(gt_cuda_scratch(be, sizeof(float) * (size_t)(B * H * T), &scratch));
   float *D = (float *)scratch;
@@ -715,9 +757,9 @@ extern "C" int gt_cuda_attention_backward_own(gt_backend *be, gt_dtype dt, void 
 }
 
 extern "C" int gt_cuda_attention_decode(gt_backend *be, gt_dtype dt, void *out, const void *qkv,
-                                        int64_t T, int64_t H, int64_t hs)
+                                        int64_t T, int64_t H, int64_t Hkv, int64_t hs)
 {
-  GT_CALL(att_check(dt, 1, T, H, hs));
+  GT_CALL(att_check(dt, 1, T, H, Hkv, hs));
   GT_CHECK(T >= 1, GT_ERR_INPUT, "attention decode: T = %lld; expected at least 1 position",
            (long long)T);
   GT_CHECK(H <= INT_MAX, GT_ERR_INPUT, "attention decode: %lld heads is too many",
@@ -726,9 +768,9 @@ extern "C" int gt_cuda_attention_decode(gt_backend *be, gt_dtype dt, void *out, 
   GT_CALL(gt_cuda_scratch(be, sizeof(float) * (size_t)(H * T), &scratch));
   float *s = (float *)scratch;
   switch (dt) {
-  case GT_F32: GT_CALL(att_decode_t<float>(be, out, qkv, s, T, H, hs)); break;
-  case GT_BF16: GT_CALL(att_decode_t<__nv_bfloat16>(be, out, qkv, s, T, H, hs)); break;
-  default: GT_CALL(att_decode_t<__half>(be, out, qkv, s, T, H, hs)); break;
+  case GT_F32: GT_CALL(att_decode_t<float>(be, out, qkv, s, T, H, Hkv, hs)); break;
+  case GT_BF16: GT_CALL(att_decode_t<__nv_bfloat16>(be, out, qkv, s, T, H, Hkv, hs)); break;
+  default: GT_CALL(att_decode_t<__half>(be, out, qkv, s, T, H, Hkv, hs)); break;
   }
   return GT_SUCCESS;
 }

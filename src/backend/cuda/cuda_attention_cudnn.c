@@ -966,9 +966,11 @@ static bool attn_takes(gt_dtype dt, int64_t B, int64_t T, const void *const *ptr
 
 int gt_cuda_attention_forward_cudnn(gt_backend *be, gt_dtype dt, void *out, float *lse,
                                     const void *qkv, int64_t B, int64_t T, int64_t H,
-                                    int64_t hs, bool *ran)
+                                    int64_t Hkv, int64_t hs, bool *ran)
 {
   *ran = false;
+  if (Hkv != H) /* grouped-query attention: gridtrain's own kernels (docs/cuda.md) */
+    return GT_SUCCESS;
   gt_cuda_cudnn *c = gt_cuda_of(be)->cudnn;
   const size_t part = (size_t)(H * hs) * gt_dtype_size(dt);
   char *q = (char *)qkv;
@@ -993,9 +995,11 @@ int gt_cuda_attention_forward_cudnn(gt_backend *be, gt_dtype dt, void *out, floa
 int gt_cuda_attention_backward_cudnn(gt_backend *be, gt_dtype dt, void *dqkv,
                                      const void *dout, const void *qkv, const void *out,
                                      const float *lse, int64_t B, int64_t T, int64_t H,
-                                     int64_t hs, bool *ran)
+                                     int64_t Hkv, int64_t hs, bool *ran)
 {
   *ran = false;
+  if (Hkv != H) /* grouped-query attention: gridtrain's own kernels (docs/cuda.md) */
+    return GT_SUCCESS;
   gt_cuda_cudnn *c = gt_cuda_of(be)->cudnn;
   const size_t part = (size_t)(H * hs) * gt_dtype_size(dt);
   char *q = (char *)qkv, *dq = (char *)dqkv;

@@ -24,9 +24,10 @@ const char *gt_cuda_cudnn_engine_info(gt_backend *be)
 
 int gt_cuda_attention_forward_cudnn(gt_backend *be, gt_dtype dt, void *out, float *lse,
                                     const void *qkv, int64_t B, int64_t T, int64_t H,
-                                    int64_t hs, bool *ran)
+                                    int64_t Hkv, int64_t hs, bool *ran)
 {
-  (void)be, (void)dt, (void)out, (void)lse, (void)qkv, (void)B, (void)T, (void)H, (void)hs;
+  (void)be, (void)dt, (void)out, (void)lse, (void)qkv, (void)B, (void)T, (void)H, (void)Hkv,
+      (void)hs;
   *ran = false;
   return GT_SUCCESS;
 }
@@ -34,10 +35,10 @@ int gt_cuda_attention_forward_cudnn(gt_backend *be, gt_dtype dt, void *out, floa
 int gt_cuda_attention_backward_cudnn(gt_backend *be, gt_dtype dt, void *dqkv,
                                      const void *dout, const void *qkv, const void *out,
                                      const float *lse, int64_t B, int64_t T, int64_t H,
-                                     int64_t hs, bool *ran)
+                                     int64_t Hkv, int64_t hs, bool *ran)
 {
   (void)be, (void)dt, (void)dqkv, (void)dout, (void)qkv, (void)out, (void)lse, (void)B,
-      (void)T, (void)H, (void)hs;
+      (void)T, (void)H, (void)Hkv, (void)hs;
   *ran = false;
   return GT_SUCCESS;
 }

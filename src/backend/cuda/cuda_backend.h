@@ -158,12 +158,12 @@ int gt_cuda_sumsq_add(gt_backend *be, double *acc, const float *x, size_t n);
 /* cuda_attention.cu: our own kernels */
 int gt_cuda_attention_forward_own(gt_backend *be, gt_dtype dt, void *out, float *lse,
                                   const void *qkv, int64_t B, int64_t T, int64_t H,
-                                  int64_t hs);
+                                  int64_t Hkv, int64_t hs);
 int gt_cuda_attention_backward_own(gt_backend *be, gt_dtype dt, void *dqkv, const void *dout,
                                    const void *qkv, const void *out, const float *lse,
-                                   int64_t B, int64_t T, int64_t H, int64_t hs);
+                                   int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t hs);
 int gt_cuda_attention_decode(gt_backend *be, gt_dtype dt, void *out, const void *qkv,
-                             int64_t T, int64_t H, int64_t hs);
+                             int64_t T, int64_t H, int64_t Hkv, int64_t hs);
 
 /* cuda_attention_cudnn.c: cuDNN graphs (built per shape and cached). init
  * loads cuDNN and makes its handle; it returns GT_SUCCESS with be's cudnn
@@ -172,18 +172,19 @@ int gt_cuda_attention_decode(gt_backend *be, gt_dtype dt, void *out, const void 
  * the backward that sums dQ with atomics (attention = cudnn-fast), else the
  * deterministic one. The forward/backward entries set *ran = false, and
  * return GT_SUCCESS, where cuDNN does not take the call (no handle, fp32,
- * unaligned tensors, no engine for the shape: warned once per shape); the
+ * unaligned tensors, no engine for the shape: warned once per shape;
+ * grouped-query attention, Hkv < H, which the graphs do not express); the
  * caller then runs our own kernels. */
 bool gt_cuda_cudnn_built(void);
 int gt_cuda_cudnn_init(gt_backend *be, bool fast_backward);
 void gt_cuda_cudnn_fini(gt_backend *be);
 int gt_cuda_attention_forward_cudnn(gt_backend *be, gt_dtype dt, void *out, float *lse,
                                     const void *qkv, int64_t B, int64_t T, int64_t H,
-                                    int64_t hs, bool *ran);
+                                    int64_t Hkv, int64_t hs, bool *ran);
 int gt_cuda_attention_backward_cudnn(gt_backend *be, gt_dtype dt, void *dqkv,
                                      const void *dout, const void *qkv, const void *out,
                                      const float *lse, int64_t B, int64_t T, int64_t H,
-                                     int64_t hs, bool *ran);
+                                     int64_t Hkv, int64_t hs, bool *ran);
 /* One line for the run's log: the cuDNN version and, per direction, the shape
  * and engine (global index, knobs) of the last attention plan built. The
  * string belongs to be (valid until gt_cuda_cudnn_fini). */

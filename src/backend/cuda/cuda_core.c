@@ -397,29 +397,31 @@ static bool gt_cuda_wants_cudnn(const gt_cuda *c)
 }
 
 static int cuda_attention_forward(gt_backend *be, gt_dtype dt, void *out, float *lse,
-                                  const void *qkv, int64_t B, int64_t T, int64_t H, int64_t hs)
+                                  const void *qkv, int64_t B, int64_t T, int64_t H, int64_t Hkv,
+                                  int64_t hs)
 {
   gt_cuda *c = gt_cuda_of(be);
   bool ran = false;
   if (gt_cuda_wants_cudnn(c))
-    GT_CALL(gt_cuda_attention_forward_cudnn(be, dt, out, lse, qkv, B, T, H, hs, &ran));
+    GT_CALL(gt_cuda_attention_forward_cudnn(be, dt, out, lse, qkv, B, T, H, Hkv, hs, &ran));
   if (!ran)
-    GT_CALL(gt_cuda_attention_forward_own(be, dt, out, lse, qkv, B, T, H, hs));
+    GT_CALL(gt_cuda_attention_forward_own(be, dt, out, lse, qkv, B, T, H, Hkv, hs));
   c->attn_calls[ran ? 0 : 1][0]++;
   return GT_SUCCESS;
 }
 
 static int cuda_attention_backward(gt_backend *be, gt_dtype dt, void *dqkv, const void *dout,
                                    const void *qkv, const void *out, const float *lse,
-                                   int64_t B, int64_t T, int64_t H, int64_t hs)
+                                   int64_t B, int64_t T, int64_t H, int64_t Hkv, int64_t hs)
 {
   gt_cuda *c = gt_cuda_of(be);
   bool ran = false;
   if (gt_cuda_wants_cudnn(c))
-    GT_CALL(gt_cuda_attention_backward_cudnn(be, dt, dqkv, dout, qkv, out, lse, B, T, H, hs,
-                                             &ran));
+    GT_CALL(gt_cuda_attention_backward_cudnn(be, dt, dqkv, dout, qkv, out, lse, B, T, H, Hkv,
+                                             hs, &ran));
   if (!ran)
-    GT_CALL(gt_cuda_attention_backward_own(be, dt, dqkv, dout, qkv, out, lse, B, T, H, hs));
+    GT_CALL(
+        gt_cuda_attention_backward_own(be, dt, dqkv, dout, qkv, out, lse, B, T, H, Hkv, hs));
   c->attn_calls[ran ? 0 : 1][1]++;
   return GT_SUCCESS;
 }
