@@ -59,9 +59,9 @@
  * read dt, compute in fp32 (fp32 or wider accumulators), and round each
  * output to dt once, at the end. LayerNorm and RMSNorm statistics, softmax
  * statistics, rotary tables, losses and every gradient of a parameter
- * ("float *") are fp32. The
- * reference backend rounds at the same points, so fast and reference agree
- * to within accumulation order before the one rounding.
+ * ("float *") are fp32. The reference backend rounds at the same points, so
+ * fast and reference agree to within accumulation order before the one
+ * rounding.
  *
  * ---- conventions for every kernel ---------------------------------------------
  *   - matrices are row-major; shapes are noted as (rows, cols);
@@ -167,10 +167,10 @@ typedef struct gt_backend_ops {
   /* Rotary position embedding, Hugging Face's "rotate half" form, in place.
    * x (B,T,S,hs) dt holds S head slots of size hs per token (the packed q,
    * k, v heads of grouped-query attention: S = H + 2 Hkv); the heads
-   * [0, nrot) of every token are rotated (q and k), the others (v) are left
-   * alone. Token t of every sequence has position p = pos0 + t (pos0 > 0
-   * when decoding after a cache); with h = hs/2 (hs even), c = cos[p][i],
-   * s = sin[p][i] for i < h:
+   * [0, nrot) of every token are rotated (q and k: nrot = H + Hkv, with
+   * 0 <= nrot <= S), the others (v) keep their bits. Token t of every
+   * sequence has position p = pos0 + t (pos0 > 0 when decoding after a
+   * cache); with h = hs/2 (hs even), c = cos[p][i], s = sin[p][i], i < h:
    *   x_i <- x_i c - x_{i+h} s,   x_{i+h} <- x_{i+h} c + x_i s
    * computed in fp32 from both old values, each rounded once. cos, sin
    * (max_pos, hs/2) fp32 device tables (rope.h fills them on the host),

@@ -905,7 +905,8 @@ static int gt_run_rmsf(gt_backend *be, const void *p)
 static int cpu_rmsnorm_forward(gt_backend *be, gt_dtype dt, void *out, float *rstd,
                                const void *in, const void *w, float eps, int64_t N, int64_t C)
 {
-  gt_rms_args a = {be, dt, out, rstd, NULL, in, w, NULL, NULL, eps, N, C};
+  gt_rms_args a = {.be = be, .dt = dt, .out = out, .rstd_out = rstd, .in = in, .w = w,
+                   .eps = eps, .N = N, .C = C};
   gt_cmd c;
   GT_PACK(c, gt_run_rmsf, a);
   return gt_submit(be, NULL, &c);
@@ -920,7 +921,8 @@ static int cpu_rmsnorm_backward(gt_backend *be, gt_dtype dt, void *din, float *d
                                 const void *dout, const void *in, const void *w,
                                 const float *rstd, int64_t N, int64_t C)
 {
-  gt_rms_args a = {be, dt, din, NULL, dw, in, w, dout, rstd, 0.0f, N, C};
+  gt_rms_args a = {.be = be, .dt = dt, .out = din, .dw = dw, .in = in, .w = w, .dout = dout,
+                   .rstd = rstd, .N = N, .C = C};
   gt_cmd c;
   GT_PACK(c, gt_run_rmsb, a);
   return gt_submit(be, NULL, &c);
@@ -943,7 +945,8 @@ static int cpu_rope_forward(gt_backend *be, gt_dtype dt, void *x, const float *c
                             const float *sin, int64_t B, int64_t T, int64_t S, int64_t nrot,
                             int64_t hs, int64_t pos0)
 {
-  gt_rope_args a = {be, dt, x, cos, sin, B, T, S, nrot, hs, pos0};
+  gt_rope_args a = {.be = be, .dt = dt, .x = x, .cos = cos, .sin = sin, .B = B, .T = T,
+                    .S = S, .nrot = nrot, .hs = hs, .pos0 = pos0};
   gt_cmd c;
   GT_PACK(c, gt_run_ropef, a);
   return gt_submit(be, NULL, &c);
@@ -958,7 +961,8 @@ static int cpu_rope_backward(gt_backend *be, gt_dtype dt, void *dx, const float 
                              const float *sin, int64_t B, int64_t T, int64_t S, int64_t nrot,
                              int64_t hs, int64_t pos0)
 {
-  gt_rope_args a = {be, dt, dx, cos, sin, B, T, S, nrot, hs, pos0};
+  gt_rope_args a = {.be = be, .dt = dt, .x = dx, .cos = cos, .sin = sin, .B = B, .T = T,
+                    .S = S, .nrot = nrot, .hs = hs, .pos0 = pos0};
   gt_cmd c;
   GT_PACK(c, gt_run_ropeb, a);
   return gt_submit(be, NULL, &c);
@@ -984,7 +988,7 @@ static int gt_run_swigluf(gt_backend *be, const void *p)
 static int cpu_swiglu_forward(gt_backend *be, gt_dtype dt, void *out, const void *h, int64_t N,
                               int64_t F)
 {
-  gt_swiglu_args a = {be, dt, out, h, NULL, N, F};
+  gt_swiglu_args a = {.be = be, .dt = dt, .out = out, .h = h, .N = N, .F = F};
   gt_cmd c;
   GT_PACK(c, gt_run_swigluf, a);
   return gt_submit(be, NULL, &c);
@@ -992,7 +996,7 @@ static int cpu_swiglu_forward(gt_backend *be, gt_dtype dt, void *out, const void
 static int cpu_swiglu_backward(gt_backend *be, gt_dtype dt, void *dh, const void *dout,
                                const void *h, int64_t N, int64_t F)
 {
-  gt_swiglu_args a = {be, dt, dh, h, dout, N, F};
+  gt_swiglu_args a = {.be = be, .dt = dt, .out = dh, .h = h, .dout = dout, .N = N, .F = F};
   gt_cmd c;
   GT_PACK(c, gt_run_swiglub, a);
   return gt_submit(be, NULL, &c);
