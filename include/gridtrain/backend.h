@@ -57,10 +57,11 @@
  * Kernels take the compute type dt (GT_F32, GT_BF16 or GT_F16) of their
  * activations and weights ("void *" below, "dt" in the shape notes). They
  * read dt, compute in fp32 (fp32 or wider accumulators), and round each
- * output to dt once, at the end. LayerNorm statistics, softmax statistics,
- * losses and every gradient of a parameter ("float *") are fp32. The
- * reference backend rounds at the same points, so fast and reference agree
- * to within accumulation order before the one rounding.
+ * output to dt once, at the end. LayerNorm and RMSNorm statistics, softmax
+ * statistics, rotary tables, losses and every gradient of a parameter
+ * ("float *") are fp32. The reference backend rounds at the same points, so
+ * fast and reference agree to within accumulation order before the one
+ * rounding.
  *
  * ---- conventions for every kernel ---------------------------------------------
  *   - matrices are row-major; shapes are noted as (rows, cols);
@@ -146,6 +147,53 @@ typedef struct gt_backend_ops {
   /* din = gelu'(in) * dout ("="), dt; din may alias dout. */
   int (*gelu_backward)(gt_backend *be, gt_dtype dt, void *din, const void *in,
                        const void *dout, size_t n);
+
+  /* ---- the Llama block's norm, positions and gated MLP ---- */
+  /* RMSNorm: out = in * rstd * w per row, rstd (N) fp32 "=" 1 / sqrt(mean
+   * over the row of in^2 + eps), eps the model's norm_eps (> 0); out, in
+   * (N,C) and w (C) dt, computed in fp32 (the row's sum of squares in fp32
+   * or wider), each out rounded once. No bias, no mean. */
+  int (*rmsnorm_forward)(gt_backend *be, gt_dtype dt, void *out, float *rstd, const void *in,
+                         const void *w, float eps, int64_t N, int64_t C);
+  /* din(N,C) dt "+=" (din + the input gradient, rounded once): with
+   * g = dout * w and xhat = in * rstd, the input gradient is
+   * rstd * (g - xhat * mean over the row of g * xhat); dw(C) fp32 "+=" the
+   * sum over rows of dout * xhat. rstd is forward's. din may alias dout only
+   * if it is the residual gradient that flows past the norm unchanged (as in
+   * a pre-norm block), as in layernorm_backward. */
+  int (*rmsnorm_backward)(gt_backend *be, gt_dtype dt, void *din, float *dw, const void *dout,
+                          const void *in, const void *w, const float *rstd, int64_t N,
+                          int64_t C);
+  /* Rotary position embedding, Hugging Face's "rotate half" form, in place.
+   * x (B,T,S,hs) dt holds S head slots of size hs per token (the packed q,
+   * k, v heads of grouped-query attention: S = H + 2 Hkv); the heads
+   * [0, nrot) of every token are rotated (q and k: nrot = H + Hkv, with
+   * 0 <= nrot <= S), the others (v) keep their bits. Token t of every
+   * sequence has position p = pos0 + t (pos0 > 0 when decoding after a
+   * cache); with h = hs/2 (hs even), c = cos[p][i], s = sin[p][i], i < h:
+   *   x_i <- x_i c - x_{i+h} s,   x_{i+h} <- x_{i+h} c + x_i s
+   * computed in fp32 from both old values, each rounded once. cos, sin
+   * (max_pos, hs/2) fp32 device tables (rope.h fills them on the host),
+   * pos0 + T <= max_pos. */
+  int (*rope_forward)(gt_backend *be, gt_dtype dt, void *x, const float *cos, const float *sin,
+                      int64_t B, int64_t T, int64_t S, int64_t nrot, int64_t hs, int64_t pos0);
+  /* The transpose rotation (the gradient of rope_forward), in place on the
+   * gradient dx (B,T,S,hs) dt, same arguments:
+   *   dx_i <- dx_i c + dx_{i+h} s,   dx_{i+h} <- dx_{i+h} c - dx_i s */
+  int (*rope_backward)(gt_backend *be, gt_dtype dt, void *dx, const float *cos,
+                       const float *sin, int64_t B, int64_t T, int64_t S, int64_t nrot,
+                       int64_t hs, int64_t pos0);
+  /* SwiGLU: h (N,2F) dt holds per row the gate g = h[:, :F] and the up
+   * projection u = h[:, F:]; out (N,F) dt "=" silu(g) * u, silu(x) =
+   * x sigmoid(x), computed in fp32, rounded once. */
+  int (*swiglu_forward)(gt_backend *be, gt_dtype dt, void *out, const void *h, int64_t N,
+                        int64_t F);
+  /* dh (N,2F) dt "=" from dout (N,F) dt and h: dg = dout * u * silu'(g),
+   * du = dout * silu(g), silu'(x) = sigmoid(x) (1 + x (1 - sigmoid(x))),
+   * each in fp32, rounded once. dh may alias h (each pair g_j, u_j is read
+   * before either is written); it must not overlap dout. */
+  int (*swiglu_backward)(gt_backend *be, gt_dtype dt, void *dh, const void *dout,
+                         const void *h, int64_t N, int64_t F);
 
   /* ---- attention: the flash-attention / cuDNN SDPA contract ----
    * Causal self-attention with H query heads and Hkv key/value heads of

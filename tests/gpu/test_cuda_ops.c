@@ -46,7 +46,8 @@
  *   round-once rule is printed as a diagnostic.
  *   lse (fp32): |a - b| <= 1e-5 max(1, |b|) per element.
  *   Casts, the compute copy of AdamW, embedding rows copied without wpe,
- *   padding columns, outputs that must stay untouched: bit for bit.
+ *   padding columns, outputs that must stay untouched (the heads rope does
+ *   not rotate), aliased calls against unaliased ones: bit for bit.
  *   AdamW: p, m, v by the fp32 rule; the update p' - p norm-wise within
  *   1e-3 (p' is rounded to fp32, an ulp of |p| <= 1 is 6e-8 against an
  *   update of ~lr = 1e-3).
@@ -54,10 +55,10 @@
  *   order: the worst case of n = 3e6 terms is about n eps = 3e-10, the
  *   measured gap in a CPU emulation of the kernel 5e-13; a float
  *   accumulator anywhere would be off by ~1e-7); NaN in, NaN out.
- *   Determinism (embedding_backward, layernorm_backward, attention forward
- *   and backward, sum_add): the same call twice gives the same bits; the
- *   embedding's dwte rows are summed in token order (checked bit for bit
- *   on values where any other order gives another result).
+ *   Determinism (embedding_backward, layernorm_backward, rmsnorm_backward,
+ *   attention forward and backward, sum_add): the same call twice gives the
+ *   same bits; the embedding's dwte rows are summed in token order (checked
+ *   bit for bit on values where any other order gives another result).
  *   Unaligned addresses (casts one element past an aligned address, sums of
  *   the same values at offsets of 0..3 floats: the same bits, as the order
  *   is fixed by n) run last, on a backend of their own, since a faulting
@@ -695,6 +696,148 @@ static void test_gelu(gt_dtype dt, size_t n)
          gt_dtype_name(dt));
   free(dyh), free(want);
   tw_free(&x), tw_free(&dy), tw_free(&y), tw_free(&dx), tw_free(&al);
+}
+
+// ---- the Llama block: RMSNorm, rotary positions, SwiGLU --------------------------------------
+
+static void test_rmsnorm(gt_dtype dt, int64_t N, int64_t C, float eps)
+{
+  const size_t nc = (size_t)(N * C), cs = (size_t)C, ns = (size_t)N;
+  const uint64_t sd = (uint64_t)(N * 17 + C) * 10 + 3;
+  twin x = tw_rand(dt, nc, sd + 1, -2, 3), w = tw_rand(dt, cs, sd + 2, 0.5f, 1.5f);
+  twin dy = tw_rand(dt, nc, sd + 3, -1, 1), y = tw_new(nc * es(dt)), rstd = tw_new(ns * 4);
+  char what[160], tag[80];
+  snprintf(tag, sizeof tag, "N=%lld C=%lld eps=%g [%s]", (long long)N, (long long)C, eps,
+           gt_dtype_name(dt));
+  RUN(gpu, rmsnorm_forward, dt, y.g, rstd.g, x.g, w.g, eps, N, C);
+  RUN(ref, rmsnorm_forward, dt, y.r, rstd.r, x.r, w.r, eps, N, C);
+  snprintf(what, sizeof what, "rmsnorm forward out %s", tag);
+  check_tw(dt, what, y, nc);
+  snprintf(what, sizeof what, "rmsnorm forward rstd (fp32) %s", tag);
+  check_tw(GT_F32, what, rstd, ns);
+
+  /* backward: both from cpu-ref's rstd; din, dw "+=" onto random */
+  float *rr = dev_fetch(ref, rstd.r, ns * 4);
+  dev_put(gpu, rstd.g, rr, ns * 4);
+  void *dx0 = rand_dt(dt, nc, sd + 4, -1, 1);
+  float *dw0 = tu_alloc(cs);
+  tu_fill(dw0, cs, sd + 5, -1, 1);
+  twin dx = tw_from(dx0, nc * es(dt)), dw = tw_from(dw0, cs * 4);
+  RUN(gpu, rmsnorm_backward, dt, dx.g, dw.g, dy.g, x.g, w.g, rstd.g, N, C);
+  RUN(ref, rmsnorm_backward, dt, dx.r, dw.r, dy.r, x.r, w.r, rstd.r, N, C);
+  snprintf(what, sizeof what, "rmsnorm backward din (+= onto random) %s", tag);
+  check_tw(dt, what, dx, nc);
+  snprintf(what, sizeof what, "rmsnorm backward dw (+= onto random, fp32) %s", tag);
+  check_tw(GT_F32, what, dw, cs);
+  /* again from the same start: the same bits (dw sums in a fixed order) */
+  void *h1 = dev_fetch(gpu, dx.g, nc * es(dt)), *h2 = dev_fetch(gpu, dw.g, cs * 4);
+  dev_put(gpu, dx.g, dx0, nc * es(dt));
+  dev_put(gpu, dw.g, dw0, cs * 4);
+  RUN(gpu, rmsnorm_backward, dt, dx.g, dw.g, dy.g, x.g, w.g, rstd.g, N, C);
+  tap_ok(gpu_equals(dx, h1, nc * es(dt)) && gpu_equals(dw, h2, cs * 4),
+         "rmsnorm backward twice: the same bits %s", tag);
+
+  /* din aliasing dout (the residual gradient of a pre-norm block): against
+   * cpu-ref aliased, and the same bits as the unaliased call (h1, h2) */
+  void *dyh = dev_fetch(ref, dy.r, nc * es(dt));
+  twin al = tw_from(dyh, nc * es(dt)), aw = tw_from(dw0, cs * 4);
+  void *ua = dev_alloc(gpu, nc * es(dt));
+  float *uw = dev_alloc(gpu, cs * 4);
+  dev_put(gpu, ua, dyh, nc * es(dt));
+  dev_put(gpu, uw, dw0, cs * 4);
+  RUN(gpu, rmsnorm_backward, dt, al.g, aw.g, al.g, x.g, w.g, rstd.g, N, C);
+  RUN(ref, rmsnorm_backward, dt, al.r, aw.r, al.r, x.r, w.r, rstd.r, N, C);
+  RUN(gpu, rmsnorm_backward, dt, ua, uw, dy.g, x.g, w.g, rstd.g, N, C);
+  snprintf(what, sizeof what, "rmsnorm backward din aliasing dout %s", tag);
+  check_tw(dt, what, al, nc);
+  snprintf(what, sizeof what, "rmsnorm backward dw with din aliasing dout (fp32) %s", tag);
+  check_tw(GT_F32, what, aw, cs);
+  void *u1 = dev_fetch(gpu, ua, nc * es(dt)), *u2 = dev_fetch(gpu, uw, cs * 4);
+  tap_ok(gpu_equals(al, u1, nc * es(dt)) && gpu_equals(aw, u2, cs * 4),
+         "rmsnorm backward with din aliasing dout: the same bits as unaliased %s", tag);
+  free(rr), free(dx0), free(dw0), free(h1), free(h2), free(dyh), free(u1), free(u2);
+  dev_free(gpu, ua), dev_free(gpu, uw);
+  tw_free(&x), tw_free(&w), tw_free(&dy), tw_free(&y), tw_free(&rstd), tw_free(&dx);
+  tw_free(&dw), tw_free(&al), tw_free(&aw);
+}
+
+/* Heads [nrot, S) of every token of the gpu side of t (B*T rows): the
+ * bits of host. */
+static bool rope_rest_same(gt_dtype dt, twin t, const void *host, int64_t NT, int64_t S,
+                           int64_t nrot, int64_t hs)
+{
+  unsigned char *a = dev_fetch(gpu, t.g, t.bytes);
+  const size_t row = (size_t)(S * hs) * es(dt), skip = (size_t)(nrot * hs) * es(dt);
+  bool same = true;
+  for (int64_t r = 0; r < NT && same; r++)
+    same = !memcmp(a + (size_t)r * row + skip, (const char *)host + (size_t)r * row + skip,
+                   row - skip);
+  free(a);
+  return same;
+}
+
+static void test_rope(gt_dtype dt, int64_t B, int64_t T, int64_t S, int64_t nrot, int64_t hs,
+                      int64_t pos0)
+{
+  const int64_t max_pos = pos0 + T + 2;
+  const size_t n = (size_t)(B * T * S * hs), nt = (size_t)(max_pos * (hs / 2));
+  const uint64_t sd = (uint64_t)(B * 1009 + T * 101 + S * 11 + hs) * 10 + (uint64_t)pos0;
+  float *ang = tu_alloc(nt), *cs = tu_alloc(nt), *sn = tu_alloc(nt);
+  tu_fill(ang, nt, sd, -4, 4);
+  for (size_t i = 0; i < nt; i++) {
+    cs[i] = cosf(ang[i]);
+    sn[i] = sinf(ang[i]);
+  }
+  twin tc = tw_from(cs, nt * 4), ts = tw_from(sn, nt * 4);
+  void *xh = rand_dt(dt, n, sd + 1, -2, 2);
+  twin x = tw_from(xh, n * es(dt));
+  char what[192], tag[112];
+  snprintf(tag, sizeof tag, "B=%lld T=%lld S=%lld nrot=%lld hs=%lld pos0=%lld [%s]",
+           (long long)B, (long long)T, (long long)S, (long long)nrot, (long long)hs,
+           (long long)pos0, gt_dtype_name(dt));
+  RUN(gpu, rope_forward, dt, x.g, tc.g, ts.g, B, T, S, nrot, hs, pos0);
+  RUN(ref, rope_forward, dt, x.r, tc.r, ts.r, B, T, S, nrot, hs, pos0);
+  snprintf(what, sizeof what, "rope forward (in place) %s", tag);
+  check_tw(dt, what, x, n);
+  tap_ok(rope_rest_same(dt, x, xh, B * T, S, nrot, hs),
+         "rope forward leaves heads [%lld, %lld) alone, bit for bit %s", (long long)nrot,
+         (long long)S, tag);
+  tw_put(x, xh);
+  RUN(gpu, rope_backward, dt, x.g, tc.g, ts.g, B, T, S, nrot, hs, pos0);
+  RUN(ref, rope_backward, dt, x.r, tc.r, ts.r, B, T, S, nrot, hs, pos0);
+  snprintf(what, sizeof what, "rope backward (in place) %s", tag);
+  check_tw(dt, what, x, n);
+  tap_ok(rope_rest_same(dt, x, xh, B * T, S, nrot, hs),
+         "rope backward leaves heads [%lld, %lld) alone, bit for bit %s", (long long)nrot,
+         (long long)S, tag);
+  free(ang), free(cs), free(sn), free(xh);
+  tw_free(&tc), tw_free(&ts), tw_free(&x);
+}
+
+static void test_swiglu(gt_dtype dt, int64_t N, int64_t F)
+{
+  const size_t nf = (size_t)(N * F), nh = 2 * nf;
+  const uint64_t sd = (uint64_t)(N * 31 + F) * 10 + 7;
+  twin h = tw_rand(dt, nh, sd + 1, -8, 8), dy = tw_rand(dt, nf, sd + 2, -1, 1);
+  twin out = tw_new(nf * es(dt)), dh = tw_new(nh * es(dt));
+  char what[128], tag[64];
+  snprintf(tag, sizeof tag, "N=%lld F=%lld [%s]", (long long)N, (long long)F, gt_dtype_name(dt));
+  RUN(gpu, swiglu_forward, dt, out.g, h.g, N, F);
+  RUN(ref, swiglu_forward, dt, out.r, h.r, N, F);
+  snprintf(what, sizeof what, "swiglu forward %s", tag);
+  check_tw(dt, what, out, nf);
+  RUN(gpu, swiglu_backward, dt, dh.g, dy.g, h.g, N, F);
+  RUN(ref, swiglu_backward, dt, dh.r, dy.r, h.r, N, F);
+  snprintf(what, sizeof what, "swiglu backward dh (=) %s", tag);
+  check_tw(dt, what, dh, nh);
+  /* dh aliasing h: the same bits as unaliased */
+  void *want = dev_fetch(gpu, dh.g, nh * es(dt)), *hh = dev_fetch(ref, h.r, nh * es(dt));
+  twin al = tw_from(hh, nh * es(dt));
+  RUN(gpu, swiglu_backward, dt, al.g, dy.g, al.g, N, F);
+  tap_ok(gpu_equals(al, want, nh * es(dt)),
+         "swiglu backward with dh aliasing h: the same bits as unaliased %s", tag);
+  free(want), free(hh);
+  tw_free(&h), tw_free(&dy), tw_free(&out), tw_free(&dh), tw_free(&al);
 }
 
 // ---- attention --------------------------------------------------------------------------------------
@@ -1584,6 +1727,17 @@ int main(int argc, char **argv)
     test_gelu(dt, 1001);
     test_gelu(dt, 20011);
     test_gelu(dt, ((size_t)1 << 20) + 3);
+    test_rmsnorm(dt, 33, 40, 1e-5f);
+    test_rmsnorm(dt, 5, 13, 1e-6f);      /* C odd: the scalar path */
+    test_rmsnorm(dt, 300, 72, 1e-5f);    /* two chunks of dw partials */
+    test_rmsnorm(dt, 3, 4104, 1e-5f);    /* past 4096: a block per row */
+    test_rope(dt, 2, 5, 6, 4, 2, 3);     /* hs = 2: one pair, the scalar path */
+    test_rope(dt, 2, 7, 3, 2, 64, 0);    /* (B,T,3,H,hs) with H = 1 */
+    test_rope(dt, 1, 3, 5, 3, 18, 11);   /* hs/2 odd, GQA-like S = 1 + 2*2 */
+    test_rope(dt, 3, 17, 10, 6, 128, 1); /* packs */
+    test_swiglu(dt, 7, 13);              /* F odd: the scalar path */
+    test_swiglu(dt, 33, 1000);           /* packs */
+    test_swiglu(dt, 3, 1001);
     test_embedding(dt, 3, 11, 300, 37, 0, 37, 12, true);  /* repeats, the whole vocabulary */
     test_embedding(dt, 3, 11, 300, 37, 5, 12, 37, false); /* a shard, tokens on both sides */
     test_embedding(dt, 3, 11, 300, 37, 5, 12, 37, true);

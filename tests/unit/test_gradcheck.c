@@ -160,6 +160,144 @@ static void test_gelu(gt_backend *be)
   free(c.x[0]), free(c.grad[0]), free(g.y), free(g.r);
 }
 
+// ---- rmsnorm ------------------------------------------------------------------------------
+
+typedef struct {
+  int64_t N, C;
+  float eps;
+  float *y, *rstd, *r;
+} rms_ctx;
+
+static double rms_loss(fd_case *c, gt_backend *be)
+{
+  rms_ctx *l = c->ctx;
+  CALL(be, rmsnorm_forward, GT_F32, l->y, l->rstd, c->x[0], c->x[1], l->eps, l->N, l->C);
+  return dot_r(l->y, l->r, (size_t)l->N * l->C);
+}
+
+static void rms_grads(fd_case *c, gt_backend *be)
+{
+  rms_ctx *l = c->ctx;
+  rms_loss(c, be); /* rstd of the unperturbed input */
+  for (int k = 0; k < 2; k++)
+    memset(c->grad[k], 0, c->n[k] * sizeof(float));
+  CALL(be, rmsnorm_backward, GT_F32, c->grad[0], c->grad[1], l->r, c->x[0], c->x[1], l->rstd,
+       l->N, l->C);
+}
+
+static void test_rmsnorm(gt_backend *be)
+{
+  rms_ctx l = {6, 20, 1e-5f, NULL, NULL, NULL};
+  fd_case c = {.name = "rmsnorm", .ninputs = 2, .loss = rms_loss, .grads = rms_grads, .ctx = &l};
+  size_t sizes[2] = {(size_t)l.N * l.C, (size_t)l.C};
+  const char *names[2] = {"in", "weight"};
+  for (int k = 0; k < 2; k++) {
+    c.n[k] = sizes[k];
+    c.x[k] = tu_alloc(sizes[k]);
+    c.grad[k] = tu_alloc(sizes[k]);
+    c.xname[k] = names[k];
+    tu_fill(c.x[k], sizes[k], 150 + (uint64_t)k, -1, 1);
+  }
+  l.y = tu_alloc(sizes[0]);
+  l.r = tu_alloc(sizes[0]);
+  l.rstd = tu_alloc(l.N);
+  tu_fill(l.r, sizes[0], 159, -1, 1);
+  fd_run(&c, be, ref);
+  for (int k = 0; k < 2; k++)
+    free(c.x[k]), free(c.grad[k]);
+  free(l.y), free(l.r), free(l.rstd);
+}
+
+// ---- rope ---------------------------------------------------------------------------------
+
+/* x (B,T,S,hs), heads [0, nrot) rotated from position pos0 (the others
+ * pass through: their gradient is dout). In place, so the loss rotates a
+ * copy. */
+typedef struct {
+  int64_t B, T, S, nrot, hs, pos0;
+  float *cos, *sin, *y, *r;
+} rope_ctx;
+
+static double rope_loss(fd_case *c, gt_backend *be)
+{
+  rope_ctx *q = c->ctx;
+  memcpy(q->y, c->x[0], c->n[0] * sizeof(float));
+  CALL(be, rope_forward, GT_F32, q->y, q->cos, q->sin, q->B, q->T, q->S, q->nrot, q->hs,
+       q->pos0);
+  return dot_r(q->y, q->r, c->n[0]);
+}
+
+static void rope_grads(fd_case *c, gt_backend *be)
+{
+  rope_ctx *q = c->ctx;
+  memcpy(c->grad[0], q->r, c->n[0] * sizeof(float));
+  CALL(be, rope_backward, GT_F32, c->grad[0], q->cos, q->sin, q->B, q->T, q->S, q->nrot, q->hs,
+       q->pos0);
+}
+
+static void test_rope(gt_backend *be)
+{
+  rope_ctx q = {2, 4, 3, 2, 6, 5, NULL, NULL, NULL, NULL};
+  const size_t n = (size_t)(q.B * q.T * q.S * q.hs), nt = (size_t)((q.pos0 + q.T) * q.hs / 2);
+  fd_case c = {.name = "rope", .ninputs = 1, .loss = rope_loss, .grads = rope_grads, .ctx = &q};
+  c.n[0] = n;
+  c.x[0] = tu_alloc(n);
+  c.grad[0] = tu_alloc(n);
+  c.xname[0] = "in";
+  tu_fill(c.x[0], n, 160, -1, 1);
+  float *ang = tu_alloc(nt);
+  tu_fill(ang, nt, 161, -3, 3);
+  q.cos = tu_alloc(nt);
+  q.sin = tu_alloc(nt);
+  for (size_t i = 0; i < nt; i++) {
+    q.cos[i] = cosf(ang[i]);
+    q.sin[i] = sinf(ang[i]);
+  }
+  q.y = tu_alloc(n);
+  q.r = tu_alloc(n);
+  tu_fill(q.r, n, 162, -1, 1);
+  fd_run(&c, be, ref);
+  free(c.x[0]), free(c.grad[0]), free(ang), free(q.cos), free(q.sin), free(q.y), free(q.r);
+}
+
+// ---- swiglu ------------------------------------------------------------------------------
+
+typedef struct {
+  int64_t N, F;
+  float *y, *r;
+} swiglu_ctx;
+
+static double swiglu_loss(fd_case *c, gt_backend *be)
+{
+  swiglu_ctx *g = c->ctx;
+  CALL(be, swiglu_forward, GT_F32, g->y, c->x[0], g->N, g->F);
+  return dot_r(g->y, g->r, (size_t)(g->N * g->F));
+}
+
+static void swiglu_grads(fd_case *c, gt_backend *be)
+{
+  swiglu_ctx *g = c->ctx;
+  CALL(be, swiglu_backward, GT_F32, c->grad[0], g->r, c->x[0], g->N, g->F);
+}
+
+static void test_swiglu(gt_backend *be)
+{
+  swiglu_ctx g = {5, 7, NULL, NULL};
+  const size_t n = (size_t)(2 * g.N * g.F), ny = (size_t)(g.N * g.F);
+  fd_case c = {.name = "swiglu", .ninputs = 1, .loss = swiglu_loss, .grads = swiglu_grads,
+               .ctx = &g};
+  c.n[0] = n;
+  c.x[0] = tu_alloc(n);
+  c.grad[0] = tu_alloc(n);
+  c.xname[0] = "h (gate and up)";
+  tu_fill(c.x[0], n, 170, -4, 4);
+  g.y = tu_alloc(ny);
+  g.r = tu_alloc(ny);
+  tu_fill(g.r, ny, 171, -1, 1);
+  fd_run(&c, be, ref);
+  free(c.x[0]), free(c.grad[0]), free(g.y), free(g.r);
+}
+
 // ---- embedding ----------------------------------------------------------------------------
 
 typedef struct {
@@ -293,6 +431,9 @@ int main(int argc, char **argv)
     test_linear(backends[i]);
     test_layernorm(backends[i]);
     test_gelu(backends[i]);
+    test_rmsnorm(backends[i]);
+    test_rope(backends[i]);
+    test_swiglu(backends[i]);
     test_embedding(backends[i]);
     test_crossentropy(backends[i], 1);
     test_crossentropy(backends[i], 2);

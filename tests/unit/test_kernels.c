@@ -328,6 +328,153 @@ static void test_gelu(gt_dtype dt, size_t n)
   free(x), free(dy), free(y1), free(y2), free(a);
 }
 
+// ---- the Llama block: RMSNorm, rotary positions, SwiGLU ------------------------------
+
+/* scale: of the inputs; a small one (1e-3) puts mean(x^2) near eps, so that
+ * an eps left out or added twice moves every output. */
+static void test_rmsnorm(gt_dtype dt, int64_t N, int64_t C, float scale, float eps)
+{
+  const size_t nc = (size_t)N * C, cs = (size_t)C;
+  void *x = dt_random(dt, nc, 110, -2 * scale, 3 * scale, NULL);
+  void *w = dt_random(dt, cs, 111, 0.5f, 1.5f, NULL), *dy = dt_random(dt, nc, 112, -1, 1, NULL);
+  void *y1 = dt_random(dt, nc, 113, 100, 200, NULL), *y2 = dt_alloc(dt, nc);
+  float *r1 = tu_alloc((size_t)N), *r2 = tu_alloc((size_t)N);
+  char tag[80], what[160];
+  snprintf(tag, sizeof tag, "N=%lld C=%lld scale=%g eps=%g [%s]", (long long)N, (long long)C,
+           scale, eps, gt_dtype_name(dt));
+  CALL(fast, rmsnorm_forward, dt, y1, r1, x, w, eps, N, C);
+  CALL(ref, rmsnorm_forward, dt, y2, r2, x, w, eps, N, C);
+  snprintf(what, sizeof what, "rmsnorm forward %s", tag);
+  check_dt(dt, what, y1, y2, nc);
+  snprintf(what, sizeof what, "rmsnorm rstd (fp32) %s", tag);
+  check(GT_F32, what, r1, r2, (size_t)N);
+  /* backward, with the reference's rstd for both; din, dw "+=" onto random */
+  void *dx1 = dt_random(dt, nc, 114, -1, 1, NULL), *dx2 = dt_copy(dt, dx1, nc);
+  float *dw1 = tu_alloc(cs);
+  tu_fill(dw1, cs, 115, -1, 1);
+  float *dw2 = tu_copy(dw1, cs);
+  CALL(fast, rmsnorm_backward, dt, dx1, dw1, dy, x, w, r2, N, C);
+  CALL(ref, rmsnorm_backward, dt, dx2, dw2, dy, x, w, r2, N, C);
+  snprintf(what, sizeof what, "rmsnorm backward din (+=) %s", tag);
+  check_dt(dt, what, dx1, dx2, nc);
+  snprintf(what, sizeof what, "rmsnorm backward dw (+=, fp32) %s", tag);
+  check(GT_F32, what, dw1, dw2, cs);
+  /* din aliasing dout (the residual gradient of a pre-norm block): the same
+   * bits as din = a copy of dout on the fast backend, and against the
+   * reference aliased */
+  void *a1 = dt_copy(dt, dy, nc), *a2 = dt_copy(dt, dy, nc), *c1 = dt_copy(dt, dy, nc);
+  float *aw1 = tu_alloc(cs), *aw2 = tu_alloc(cs), *cw1 = tu_alloc(cs);
+  CALL(fast, rmsnorm_backward, dt, a1, aw1, a1, x, w, r2, N, C);
+  CALL(ref, rmsnorm_backward, dt, a2, aw2, a2, x, w, r2, N, C);
+  CALL(fast, rmsnorm_backward, dt, c1, cw1, dy, x, w, r2, N, C);
+  tap_ok(!memcmp(a1, c1, nc * dt_size(dt)) && !memcmp(aw1, cw1, cs * 4),
+         "rmsnorm backward with din aliasing dout %s: same bits as unaliased", tag);
+  snprintf(what, sizeof what, "rmsnorm backward din aliasing dout %s", tag);
+  check_dt(dt, what, a1, a2, nc);
+  snprintf(what, sizeof what, "rmsnorm backward aliased dw (+=, fp32) %s", tag);
+  check(GT_F32, what, aw1, aw2, cs);
+  free(x), free(w), free(dy), free(y1), free(y2), free(r1), free(r2), free(dx1), free(dx2);
+  free(dw1), free(dw2), free(a1), free(a2), free(c1), free(aw1), free(aw2), free(cw1);
+}
+
+/* cos, sin (max_pos, hs/2) of random angles (a rotation per entry; any
+ * table will do for the ops, which take the caller's). */
+static void rope_tables(int64_t max_pos, int64_t hs, uint64_t seed, float **cs, float **sn)
+{
+  const size_t n = (size_t)max_pos * (size_t)(hs / 2);
+  float *a = tu_alloc(n);
+  tu_fill(a, n, seed, -4, 4);
+  *cs = tu_alloc(n);
+  *sn = tu_alloc(n);
+  for (size_t i = 0; i < n; i++) {
+    (*cs)[i] = cosf(a[i]);
+    (*sn)[i] = sinf(a[i]);
+  }
+  free(a);
+}
+
+/* Heads [nrot, S) of every token of (B*T, S, hs): the same bits in a and b. */
+static bool rope_rest_same(gt_dtype dt, const void *a, const void *b, int64_t NT, int64_t S,
+                           int64_t nrot, int64_t hs)
+{
+  const size_t es = dt_size(dt), row = (size_t)S * hs * es, skip = (size_t)nrot * hs * es;
+  for (int64_t r = 0; r < NT; r++)
+    if (memcmp((const char *)a + r * row + skip, (const char *)b + r * row + skip, row - skip))
+      return false;
+  return true;
+}
+
+static void test_rope(gt_dtype dt, int64_t B, int64_t T, int64_t S, int64_t nrot, int64_t hs,
+                      int64_t pos0)
+{
+  const int64_t max_pos = pos0 + T + 3, h = hs / 2;
+  const size_t n = (size_t)(B * T * S * hs);
+  float *cs, *sn;
+  rope_tables(max_pos, hs, 120 + (uint64_t)hs, &cs, &sn);
+  void *x = dt_random(dt, n, 121, -2, 2, NULL), *dy = dt_random(dt, n, 122, -1, 1, NULL);
+  void *y1 = dt_copy(dt, x, n), *y2 = dt_copy(dt, x, n);
+  char tag[112], what[192];
+  snprintf(tag, sizeof tag, "B=%lld T=%lld S=%lld nrot=%lld hs=%lld pos0=%lld [%s]",
+           (long long)B, (long long)T, (long long)S, (long long)nrot, (long long)hs,
+           (long long)pos0, gt_dtype_name(dt));
+  CALL(fast, rope_forward, dt, y1, cs, sn, B, T, S, nrot, hs, pos0);
+  CALL(ref, rope_forward, dt, y2, cs, sn, B, T, S, nrot, hs, pos0);
+  snprintf(what, sizeof what, "rope forward (in place) %s", tag);
+  check_dt(dt, what, y1, y2, n);
+  tap_ok(rope_rest_same(dt, y1, x, B * T, S, nrot, hs) &&
+             rope_rest_same(dt, y2, x, B * T, S, nrot, hs),
+         "rope forward leaves heads [%lld, %lld) alone, bit for bit %s", (long long)nrot,
+         (long long)S, tag);
+  void *d1 = dt_copy(dt, dy, n), *d2 = dt_copy(dt, dy, n);
+  CALL(fast, rope_backward, dt, d1, cs, sn, B, T, S, nrot, hs, pos0);
+  CALL(ref, rope_backward, dt, d2, cs, sn, B, T, S, nrot, hs, pos0);
+  snprintf(what, sizeof what, "rope backward (in place) %s", tag);
+  check_dt(dt, what, d1, d2, n);
+  tap_ok(rope_rest_same(dt, d1, dy, B * T, S, nrot, hs) &&
+             rope_rest_same(dt, d2, dy, B * T, S, nrot, hs),
+         "rope backward leaves heads [%lld, %lld) alone, bit for bit %s", (long long)nrot,
+         (long long)S, tag);
+  /* token t takes row pos0 + t: the same bits as pos0 = 0 on tables that
+   * start at row pos0 */
+  void *z = dt_copy(dt, x, n);
+  CALL(fast, rope_forward, dt, z, cs + pos0 * h, sn + pos0 * h, B, T, S, nrot, hs, 0);
+  tap_ok(!memcmp(z, y1, n * dt_size(dt)),
+         "rope forward: token t takes the tables' row pos0 + t (same bits as shifted tables) %s",
+         tag);
+  /* the transpose undoes the rotation (fp32: to rounding) */
+  if (dt == GT_F32) {
+    CALL(fast, rope_backward, dt, z, cs + pos0 * h, sn + pos0 * h, B, T, S, nrot, hs, 0);
+    const double e = tu_rel_err(z, x, n);
+    tap_ok(e <= TU_TOL32, "rope backward after forward gives the input back %s (rel err %.2e)",
+           tag, e);
+  }
+  free(cs), free(sn), free(x), free(dy), free(y1), free(y2), free(d1), free(d2), free(z);
+}
+
+static void test_swiglu(gt_dtype dt, int64_t N, int64_t F)
+{
+  const size_t nf = (size_t)N * F, nh = 2 * nf;
+  void *h = dt_random(dt, nh, 130, -8, 8, NULL), *dy = dt_random(dt, nf, 131, -1, 1, NULL);
+  void *o1 = dt_random(dt, nf, 132, 100, 200, NULL), *o2 = dt_alloc(dt, nf);
+  char tag[64], what[128];
+  snprintf(tag, sizeof tag, "N=%lld F=%lld [%s]", (long long)N, (long long)F, gt_dtype_name(dt));
+  CALL(fast, swiglu_forward, dt, o1, h, N, F);
+  CALL(ref, swiglu_forward, dt, o2, h, N, F);
+  snprintf(what, sizeof what, "swiglu forward %s", tag);
+  check_dt(dt, what, o1, o2, nf);
+  void *g1 = dt_random(dt, nh, 133, 100, 200, NULL), *g2 = dt_alloc(dt, nh); /* "=" */
+  CALL(fast, swiglu_backward, dt, g1, dy, h, N, F);
+  CALL(ref, swiglu_backward, dt, g2, dy, h, N, F);
+  snprintf(what, sizeof what, "swiglu backward dh (=) %s", tag);
+  check_dt(dt, what, g1, g2, nh);
+  /* dh aliasing h: the same bits as unaliased */
+  void *a = dt_copy(dt, h, nh);
+  CALL(fast, swiglu_backward, dt, a, dy, a, N, F);
+  tap_ok(!memcmp(a, g1, nh * dt_size(dt)), "swiglu backward with dh aliasing h %s: same bits",
+         tag);
+  free(h), free(dy), free(o1), free(o2), free(g1), free(g2), free(a);
+}
+
 // ---- embeddings and loss ---------------------------------------------------------------
 
 static void test_embedding(gt_dtype dt, int64_t B, int64_t T, int64_t C, int64_t V)
@@ -842,6 +989,16 @@ int main(int argc, char **argv)
     test_layernorm(dt, 5, 13);
     test_gelu(dt, 1001);
     test_gelu(dt, 20011); /* several parallel spans */
+    test_rmsnorm(dt, 33, 40, 1.0f, 1e-5f);
+    test_rmsnorm(dt, 9, 600, 1.0f, 1e-6f); /* several column blocks */
+    test_rmsnorm(dt, 5, 13, 1e-3f, 1e-5f); /* mean(x^2) near eps */
+    test_rope(dt, 2, 5, 6, 4, 2, 3);       /* hs = 2: one pair */
+    test_rope(dt, 2, 7, 3, 2, 64, 0);      /* the layout of (B,T,3,H,hs), H = 1 */
+    test_rope(dt, 1, 3, 5, 3, 18, 11);     /* hs/2 odd, GQA-like S = 1 + 2*2 */
+    test_rope(dt, 3, 17, 10, 6, 128, 1);
+    test_swiglu(dt, 7, 13);                /* F odd */
+    test_swiglu(dt, 33, 1000);
+    test_swiglu(dt, 2, 9001);              /* rows of more than one span */
     test_embedding(dt, 3, 11, 300, 37);
     test_embedding(dt, 2, 5, 24, 40);
     test_xent(dt, 19, 67, 67);

@@ -581,6 +581,212 @@ static int cpu_gelu_backward(gt_backend *be, gt_dtype dt, void *din, const void 
   return GT_SUCCESS;
 }
 
+// ---- the Llama block: RMSNorm, rotary positions, SwiGLU ----------------------------------
+
+/* Row i of (N, C): rstd from the sum of squares in double, out rounded once. */
+GT_INLINE void gt_rms_forward_row(gt_dtype dt, void *out, float *rstd, const void *in,
+                                  const void *w, float eps, int64_t i, int64_t C)
+{
+  const size_t o = (size_t)i * (size_t)C;
+  double ss = 0;
+#pragma omp simd reduction(+ : ss)
+  for (int64_t c = 0; c < C; c++) {
+    const float x = gt_load1(dt, in, o + c);
+    ss += (double)(x * x);
+  }
+  const float r = (float)(1.0 / sqrt(ss / (double)C + (double)eps));
+#pragma omp simd
+  for (int64_t c = 0; c < C; c++)
+    gt_store1(dt, out, o + c, gt_load1(dt, in, o + c) * r * gt_load1(dt, w, c));
+  rstd[i] = r;
+}
+
+static int cpu_rmsnorm_forward(gt_backend *be, gt_dtype dt, void *out, float *rstd,
+                               const void *in, const void *w, float eps, int64_t N, int64_t C)
+{
+  (void)be;
+  GT_CHECK_DT(dt);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < N; i++)
+    GT_BY_DT(dt, gt_rms_forward_row, out, rstd, in, w, eps, i, C);
+  return GT_SUCCESS;
+}
+
+/* din row i "+=": the row's sum is taken before the row is written, so din
+ * may alias dout. */
+GT_INLINE void gt_rms_backward_row(gt_dtype dt, void *din, const void *dout, const void *in,
+                                   const void *w, const float *rstd, int64_t i, int64_t C)
+{
+  const size_t o = (size_t)i * (size_t)C;
+  const float r = rstd[i];
+  double s = 0;
+#pragma omp simd reduction(+ : s)
+  for (int64_t c = 0; c < C; c++)
+    s += gt_load1(dt, dout, o + c) * gt_load1(dt, w, c) * (gt_load1(dt, in, o + c) * r);
+  const float mean_gx = (float)(s / C);
+#pragma omp simd
+  for (int64_t c = 0; c < C; c++) {
+    const float g = gt_load1(dt, dout, o + c) * gt_load1(dt, w, c);
+    const float xhat = gt_load1(dt, in, o + c) * r;
+    gt_store1(dt, din, o + c, gt_load1(dt, din, o + c) + r * (g - xhat * mean_gx));
+  }
+}
+
+/* dw "+=" over columns [c0, c0 + nc), summed in row order in double. */
+GT_INLINE void gt_rms_backward_cols(gt_dtype dt, float *dw, const void *dout, const void *in,
+                                    const float *rstd, int64_t N, int64_t C, int64_t c0,
+                                    int64_t nc)
+{
+  double aw[GT_COL_BLOCK] = {0};
+  for (int64_t i = 0; i < N; i++) {
+    const size_t o = (size_t)i * (size_t)C + (size_t)c0;
+    const float r = rstd[i];
+#pragma omp simd
+    for (int64_t c = 0; c < nc; c++)
+      aw[c] += gt_load1(dt, dout, o + c) * (gt_load1(dt, in, o + c) * r);
+  }
+  for (int64_t c = 0; c < nc; c++)
+    dw[c0 + c] += (float)aw[c];
+}
+
+/* dw first (by column blocks), then din (by rows): dw reads dout before
+ * din, which may alias it, changes. */
+static int cpu_rmsnorm_backward(gt_backend *be, gt_dtype dt, void *din, float *dw,
+                                const void *dout, const void *in, const void *w,
+                                const float *rstd, int64_t N, int64_t C)
+{
+  (void)be;
+  GT_CHECK_DT(dt);
+  const int64_t nblocks = (C + GT_COL_BLOCK - 1) / GT_COL_BLOCK;
+#pragma omp parallel for schedule(static)
+  for (int64_t blk = 0; blk < nblocks; blk++) {
+    const int64_t c0 = blk * GT_COL_BLOCK, nc = gt_min64(C - c0, GT_COL_BLOCK);
+    GT_BY_DT(dt, gt_rms_backward_cols, dw, dout, in, rstd, N, C, c0, nc);
+  }
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < N; i++)
+    GT_BY_DT(dt, gt_rms_backward_row, din, dout, in, w, rstd, i, C);
+  return GT_SUCCESS;
+}
+
+/* Token row (of B*T) of x (B*T, S, hs): heads [0, nrot) rotated by the
+ * angles of its position; sign -1: the transpose rotation. Element i of a
+ * pair is never element i + h of another, so the pairs vectorise. */
+GT_INLINE void gt_rope_token(gt_dtype dt, void *x, const float *cos, const float *sin,
+                             int64_t row, int64_t T, int64_t S, int64_t nrot, int64_t hs,
+                             int64_t pos0, float sign)
+{
+  const int64_t h = hs / 2;
+  const size_t p = (size_t)(pos0 + row % T) * (size_t)h;
+  const float *c = cos + p, *sn = sin + p;
+  for (int64_t s = 0; s < nrot; s++) {
+    void *v = gt_at(dt, x, ((size_t)row * (size_t)S + (size_t)s) * (size_t)hs);
+#pragma omp simd
+    for (int64_t i = 0; i < h; i++) {
+      const float x1 = gt_load1(dt, v, (size_t)i), x2 = gt_load1(dt, v, (size_t)(i + h));
+      const float si = sign * sn[i];
+      gt_store1(dt, v, (size_t)i, x1 * c[i] - x2 * si);
+      gt_store1(dt, v, (size_t)(i + h), x2 * c[i] + x1 * si);
+    }
+  }
+}
+
+static int gt_rope(gt_dtype dt, void *x, const float *cos, const float *sin, int64_t B,
+                   int64_t T, int64_t S, int64_t nrot, int64_t hs, int64_t pos0, float sign)
+{
+  GT_CHECK_DT(dt);
+  GT_CHECK(hs >= 2 && hs % 2 == 0 && nrot >= 0 && nrot <= S && pos0 >= 0, GT_ERR_INTERNAL,
+           "internal error: rope: head size %lld (must be even), %lld of %lld heads rotated, "
+           "first position %lld",
+           (long long)hs, (long long)nrot, (long long)S, (long long)pos0);
+  const int64_t N = B * T;
+#pragma omp parallel for schedule(static)
+  for (int64_t row = 0; row < N; row++)
+    GT_BY_DT(dt, gt_rope_token, x, cos, sin, row, T, S, nrot, hs, pos0, sign);
+  return GT_SUCCESS;
+}
+
+static int cpu_rope_forward(gt_backend *be, gt_dtype dt, void *x, const float *cos,
+                            const float *sin, int64_t B, int64_t T, int64_t S, int64_t nrot,
+                            int64_t hs, int64_t pos0)
+{
+  (void)be;
+  return gt_rope(dt, x, cos, sin, B, T, S, nrot, hs, pos0, 1.0f);
+}
+
+static int cpu_rope_backward(gt_backend *be, gt_dtype dt, void *dx, const float *cos,
+                             const float *sin, int64_t B, int64_t T, int64_t S, int64_t nrot,
+                             int64_t hs, int64_t pos0)
+{
+  (void)be;
+  return gt_rope(dt, dx, cos, sin, B, T, S, nrot, hs, pos0, -1.0f);
+}
+
+/* Columns [lo, hi) of row i: out = silu(g) * u. */
+GT_INLINE void gt_swiglu_forward_span(gt_dtype dt, void *out, const void *h, int64_t i,
+                                      int64_t F, int64_t lo, int64_t hi)
+{
+  const void *g = gt_cat(dt, h, (size_t)i * 2 * (size_t)F);
+  const void *u = gt_cat(dt, h, ((size_t)i * 2 + 1) * (size_t)F);
+  void *o = gt_at(dt, out, (size_t)i * (size_t)F);
+#pragma omp simd
+  for (int64_t j = lo; j < hi; j++) {
+    const float x = gt_load1(dt, g, (size_t)j);
+    const float sg = 1.0f / (1.0f + gt_expf(-x));
+    gt_store1(dt, o, (size_t)j, x * sg * gt_load1(dt, u, (size_t)j));
+  }
+}
+
+/* Columns [lo, hi) of row i: dg, du from dout; g_j and u_j are read before
+ * either is written (dh may alias h). */
+GT_INLINE void gt_swiglu_backward_span(gt_dtype dt, void *dh, const void *dout, const void *h,
+                                       int64_t i, int64_t F, int64_t lo, int64_t hi)
+{
+  const void *g = gt_cat(dt, h, (size_t)i * 2 * (size_t)F);
+  const void *u = gt_cat(dt, h, ((size_t)i * 2 + 1) * (size_t)F);
+  const void *dy = gt_cat(dt, dout, (size_t)i * (size_t)F);
+  void *dg = gt_at(dt, dh, (size_t)i * 2 * (size_t)F);
+  void *du = gt_at(dt, dh, ((size_t)i * 2 + 1) * (size_t)F);
+#pragma omp simd
+  for (int64_t j = lo; j < hi; j++) {
+    const float x = gt_load1(dt, g, (size_t)j), up = gt_load1(dt, u, (size_t)j);
+    const float d = gt_load1(dt, dy, (size_t)j);
+    const float sg = 1.0f / (1.0f + gt_expf(-x));
+    gt_store1(dt, dg, (size_t)j, d * up * (sg * (1.0f + x * (1.0f - sg))));
+    gt_store1(dt, du, (size_t)j, d * x * sg);
+  }
+}
+
+/* Tasks of up to GT_SPAN columns of one row, so that one long row (decoding)
+ * still spreads over the threads. */
+static int cpu_swiglu_forward(gt_backend *be, gt_dtype dt, void *out, const void *h, int64_t N,
+                              int64_t F)
+{
+  (void)be;
+  GT_CHECK_DT(dt);
+  const int64_t per_row = (F + GT_SPAN - 1) / GT_SPAN, ntasks = N * per_row;
+#pragma omp parallel for schedule(static)
+  for (int64_t k = 0; k < ntasks; k++) {
+    const int64_t i = k / per_row, lo = (k % per_row) * GT_SPAN, hi = gt_min64(F, lo + GT_SPAN);
+    GT_BY_DT(dt, gt_swiglu_forward_span, out, h, i, F, lo, hi);
+  }
+  return GT_SUCCESS;
+}
+
+static int cpu_swiglu_backward(gt_backend *be, gt_dtype dt, void *dh, const void *dout,
+                               const void *h, int64_t N, int64_t F)
+{
+  (void)be;
+  GT_CHECK_DT(dt);
+  const int64_t per_row = (F + GT_SPAN - 1) / GT_SPAN, ntasks = N * per_row;
+#pragma omp parallel for schedule(static)
+  for (int64_t k = 0; k < ntasks; k++) {
+    const int64_t i = k / per_row, lo = (k % per_row) * GT_SPAN, hi = gt_min64(F, lo + GT_SPAN);
+    GT_BY_DT(dt, gt_swiglu_backward_span, dh, dout, h, i, F, lo, hi);
+  }
+  return GT_SUCCESS;
+}
+
 // ---- embeddings and loss (vocabulary-parallel) ------------------------------------------
 
 /* Row i of out(B*T, C): the shard's row of wte (or 0) plus wpe[t] (or nothing). */
@@ -869,6 +1075,12 @@ const gt_backend_ops gt_cpu_kernels = {
   .layernorm_backward = cpu_layernorm_backward,
   .gelu_forward = cpu_gelu_forward,
   .gelu_backward = cpu_gelu_backward,
+  .rmsnorm_forward = cpu_rmsnorm_forward,
+  .rmsnorm_backward = cpu_rmsnorm_backward,
+  .rope_forward = cpu_rope_forward,
+  .rope_backward = cpu_rope_backward,
+  .swiglu_forward = cpu_swiglu_forward,
+  .swiglu_backward = cpu_swiglu_backward,
   .attention_forward = gt_cpu_attention_forward,
   .attention_backward = gt_cpu_attention_backward,
   .attention_decode = gt_cpu_attention_decode,

@@ -191,6 +191,126 @@ static int ref_gelu_backward(gt_backend *be, gt_dtype dt, void *din, const void 
   return GT_SUCCESS;
 }
 
+// ---- the Llama block: RMSNorm, rotary positions, SwiGLU ------------------------------
+
+static int ref_rmsnorm_forward(gt_backend *be, gt_dtype dt, void *out, float *rstd,
+                               const void *in, const void *w, float eps, int64_t N, int64_t C)
+{
+  (void)be;
+  REF_CHECK_DT(dt);
+  for (int64_t i = 0; i < N; i++) {
+    double ss = 0;
+    for (int64_t c = 0; c < C; c++)
+      ss += ld(dt, in, i * C + c) * ld(dt, in, i * C + c);
+    double r = 1.0 / sqrt(ss / (double)C + (double)eps);
+    for (int64_t c = 0; c < C; c++)
+      st(dt, out, i * C + c, ld(dt, in, i * C + c) * r * ld(dt, w, c));
+    rstd[i] = (float)r;
+  }
+  return GT_SUCCESS;
+}
+
+/* dw "+=" summed over rows in double, then din "+=" row by row; every
+ * element of dout is read before din's element (which may alias it) is
+ * written. */
+static int ref_rmsnorm_backward(gt_backend *be, gt_dtype dt, void *din, float *dw,
+                                const void *dout, const void *in, const void *w,
+                                const float *rstd, int64_t N, int64_t C)
+{
+  (void)be;
+  REF_CHECK_DT(dt);
+  for (int64_t c = 0; c < C; c++) {
+    double sw = 0;
+    for (int64_t i = 0; i < N; i++)
+      sw += ld(dt, dout, i * C + c) * (ld(dt, in, i * C + c) * rstd[i]);
+    dw[c] += (float)sw;
+  }
+  for (int64_t i = 0; i < N; i++) {
+    double r = rstd[i], mean_gx = 0;
+    for (int64_t c = 0; c < C; c++)
+      mean_gx += ld(dt, dout, i * C + c) * ld(dt, w, c) * (ld(dt, in, i * C + c) * r);
+    mean_gx /= (double)C;
+    for (int64_t c = 0; c < C; c++) {
+      double g = ld(dt, dout, i * C + c) * ld(dt, w, c), xhat = ld(dt, in, i * C + c) * r;
+      st(dt, din, i * C + c, ld(dt, din, i * C + c) + r * (g - xhat * mean_gx));
+    }
+  }
+  return GT_SUCCESS;
+}
+
+/* Rotate heads [0, nrot) of every token of x (B,T,S,hs) by the angles of
+ * position pos0 + t; sign -1 turns the rotation into its transpose. Both
+ * elements of a pair are read before either is written. */
+static int ref_rope(gt_dtype dt, void *x, const float *cos, const float *sin, int64_t B,
+                    int64_t T, int64_t S, int64_t nrot, int64_t hs, int64_t pos0, double sign)
+{
+  REF_CHECK_DT(dt);
+  GT_CHECK(hs >= 2 && hs % 2 == 0 && nrot >= 0 && nrot <= S && pos0 >= 0, GT_ERR_INTERNAL,
+           "internal error: rope: head size %lld (must be even), %lld of %lld heads rotated, "
+           "first position %lld",
+           (long long)hs, (long long)nrot, (long long)S, (long long)pos0);
+  const int64_t h = hs / 2;
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t t = 0; t < T; t++)
+      for (int64_t s = 0; s < nrot; s++) {
+        const int64_t base = ((b * T + t) * S + s) * hs, p = (pos0 + t) * h;
+        for (int64_t i = 0; i < h; i++) {
+          const double x1 = ld(dt, x, base + i), x2 = ld(dt, x, base + i + h);
+          const double c = cos[p + i], sn = sign * sin[p + i];
+          st(dt, x, base + i, x1 * c - x2 * sn);
+          st(dt, x, base + i + h, x2 * c + x1 * sn);
+        }
+      }
+  return GT_SUCCESS;
+}
+
+static int ref_rope_forward(gt_backend *be, gt_dtype dt, void *x, const float *cos,
+                            const float *sin, int64_t B, int64_t T, int64_t S, int64_t nrot,
+                            int64_t hs, int64_t pos0)
+{
+  (void)be;
+  return ref_rope(dt, x, cos, sin, B, T, S, nrot, hs, pos0, 1.0);
+}
+
+static int ref_rope_backward(gt_backend *be, gt_dtype dt, void *dx, const float *cos,
+                             const float *sin, int64_t B, int64_t T, int64_t S, int64_t nrot,
+                             int64_t hs, int64_t pos0)
+{
+  (void)be;
+  return ref_rope(dt, dx, cos, sin, B, T, S, nrot, hs, pos0, -1.0);
+}
+
+static double ref_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+
+static int ref_swiglu_forward(gt_backend *be, gt_dtype dt, void *out, const void *h, int64_t N,
+                              int64_t F)
+{
+  (void)be;
+  REF_CHECK_DT(dt);
+  for (int64_t i = 0; i < N; i++)
+    for (int64_t j = 0; j < F; j++) {
+      const double g = ld(dt, h, i * 2 * F + j), u = ld(dt, h, i * 2 * F + F + j);
+      st(dt, out, i * F + j, g * ref_sigmoid(g) * u);
+    }
+  return GT_SUCCESS;
+}
+
+/* g and u are both read before dh's pair (which may alias them) is written. */
+static int ref_swiglu_backward(gt_backend *be, gt_dtype dt, void *dh, const void *dout,
+                               const void *h, int64_t N, int64_t F)
+{
+  (void)be;
+  REF_CHECK_DT(dt);
+  for (int64_t i = 0; i < N; i++)
+    for (int64_t j = 0; j < F; j++) {
+      const double g = ld(dt, h, i * 2 * F + j), u = ld(dt, h, i * 2 * F + F + j);
+      const double dy = ld(dt, dout, i * F + j), s = ref_sigmoid(g);
+      st(dt, dh, i * 2 * F + j, dy * u * (s * (1.0 + g * (1.0 - s))));
+      st(dt, dh, i * 2 * F + F + j, dy * g * s);
+    }
+  return GT_SUCCESS;
+}
+
 // ---- embeddings and loss (vocabulary-parallel) --------------------------------------
 
 static int ref_embedding_forward(gt_backend *be, gt_dtype dt, void *out, const int32_t *tokens,
@@ -343,6 +463,12 @@ const gt_backend_ops gt_ref_kernels = {
   .layernorm_backward = ref_layernorm_backward,
   .gelu_forward = ref_gelu_forward,
   .gelu_backward = ref_gelu_backward,
+  .rmsnorm_forward = ref_rmsnorm_forward,
+  .rmsnorm_backward = ref_rmsnorm_backward,
+  .rope_forward = ref_rope_forward,
+  .rope_backward = ref_rope_backward,
+  .swiglu_forward = ref_swiglu_forward,
+  .swiglu_backward = ref_swiglu_backward,
   .attention_forward = gt_ref_attention_forward,
   .attention_backward = gt_ref_attention_backward,
   .attention_decode = gt_ref_attention_decode,

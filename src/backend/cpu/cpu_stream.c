@@ -889,6 +889,122 @@ static int cpu_gelu_backward(gt_backend *be, gt_dtype dt, void *din, const void 
 typedef struct {
   gt_backend *be;
   gt_dtype dt;
+  void *out; /* forward: out; backward: din */
+  float *rstd_out, *dw;
+  const void *in, *w, *dout;
+  const float *rstd;
+  float eps;
+  int64_t N, C;
+} gt_rms_args;
+static int gt_run_rmsf(gt_backend *be, const void *p)
+{
+  const gt_rms_args *a = p;
+  return GT_KERNELS(be)->rmsnorm_forward(be, a->dt, a->out, a->rstd_out, a->in, a->w, a->eps,
+                                         a->N, a->C);
+}
+static int cpu_rmsnorm_forward(gt_backend *be, gt_dtype dt, void *out, float *rstd,
+                               const void *in, const void *w, float eps, int64_t N, int64_t C)
+{
+  gt_rms_args a = {.be = be, .dt = dt, .out = out, .rstd_out = rstd, .in = in, .w = w,
+                   .eps = eps, .N = N, .C = C};
+  gt_cmd c;
+  GT_PACK(c, gt_run_rmsf, a);
+  return gt_submit(be, NULL, &c);
+}
+static int gt_run_rmsb(gt_backend *be, const void *p)
+{
+  const gt_rms_args *a = p;
+  return GT_KERNELS(be)->rmsnorm_backward(be, a->dt, a->out, a->dw, a->dout, a->in, a->w,
+                                          a->rstd, a->N, a->C);
+}
+static int cpu_rmsnorm_backward(gt_backend *be, gt_dtype dt, void *din, float *dw,
+                                const void *dout, const void *in, const void *w,
+                                const float *rstd, int64_t N, int64_t C)
+{
+  gt_rms_args a = {.be = be, .dt = dt, .out = din, .dw = dw, .in = in, .w = w, .dout = dout,
+                   .rstd = rstd, .N = N, .C = C};
+  gt_cmd c;
+  GT_PACK(c, gt_run_rmsb, a);
+  return gt_submit(be, NULL, &c);
+}
+
+typedef struct {
+  gt_backend *be;
+  gt_dtype dt;
+  void *x;
+  const float *cos, *sin;
+  int64_t B, T, S, nrot, hs, pos0;
+} gt_rope_args;
+static int gt_run_ropef(gt_backend *be, const void *p)
+{
+  const gt_rope_args *a = p;
+  return GT_KERNELS(be)->rope_forward(be, a->dt, a->x, a->cos, a->sin, a->B, a->T, a->S,
+                                      a->nrot, a->hs, a->pos0);
+}
+static int cpu_rope_forward(gt_backend *be, gt_dtype dt, void *x, const float *cos,
+                            const float *sin, int64_t B, int64_t T, int64_t S, int64_t nrot,
+                            int64_t hs, int64_t pos0)
+{
+  gt_rope_args a = {.be = be, .dt = dt, .x = x, .cos = cos, .sin = sin, .B = B, .T = T,
+                    .S = S, .nrot = nrot, .hs = hs, .pos0 = pos0};
+  gt_cmd c;
+  GT_PACK(c, gt_run_ropef, a);
+  return gt_submit(be, NULL, &c);
+}
+static int gt_run_ropeb(gt_backend *be, const void *p)
+{
+  const gt_rope_args *a = p;
+  return GT_KERNELS(be)->rope_backward(be, a->dt, a->x, a->cos, a->sin, a->B, a->T, a->S,
+                                       a->nrot, a->hs, a->pos0);
+}
+static int cpu_rope_backward(gt_backend *be, gt_dtype dt, void *dx, const float *cos,
+                             const float *sin, int64_t B, int64_t T, int64_t S, int64_t nrot,
+                             int64_t hs, int64_t pos0)
+{
+  gt_rope_args a = {.be = be, .dt = dt, .x = dx, .cos = cos, .sin = sin, .B = B, .T = T,
+                    .S = S, .nrot = nrot, .hs = hs, .pos0 = pos0};
+  gt_cmd c;
+  GT_PACK(c, gt_run_ropeb, a);
+  return gt_submit(be, NULL, &c);
+}
+
+typedef struct {
+  gt_backend *be;
+  gt_dtype dt;
+  void *out; /* forward: out; backward: dh */
+  const void *h, *dout;
+  int64_t N, F;
+} gt_swiglu_args;
+static int gt_run_swiglub(gt_backend *be, const void *p)
+{
+  const gt_swiglu_args *a = p;
+  return GT_KERNELS(be)->swiglu_backward(be, a->dt, a->out, a->dout, a->h, a->N, a->F);
+}
+static int gt_run_swigluf(gt_backend *be, const void *p)
+{
+  const gt_swiglu_args *a = p;
+  return GT_KERNELS(be)->swiglu_forward(be, a->dt, a->out, a->h, a->N, a->F);
+}
+static int cpu_swiglu_forward(gt_backend *be, gt_dtype dt, void *out, const void *h, int64_t N,
+                              int64_t F)
+{
+  gt_swiglu_args a = {.be = be, .dt = dt, .out = out, .h = h, .N = N, .F = F};
+  gt_cmd c;
+  GT_PACK(c, gt_run_swigluf, a);
+  return gt_submit(be, NULL, &c);
+}
+static int cpu_swiglu_backward(gt_backend *be, gt_dtype dt, void *dh, const void *dout,
+                               const void *h, int64_t N, int64_t F)
+{
+  gt_swiglu_args a = {.be = be, .dt = dt, .out = dh, .h = h, .dout = dout, .N = N, .F = F};
+  gt_cmd c;
+  GT_PACK(c, gt_run_swiglub, a);
+  return gt_submit(be, NULL, &c);
+}
+
+typedef struct {
+  gt_backend *be;
+  gt_dtype dt;
   void *out; /* forward: out; backward: dqkv */
   float *lse;
   const void *qkv, *dout, *fwd_out;
@@ -1132,6 +1248,12 @@ static const gt_backend_ops gt_cpu_stream_ops = {
   .layernorm_backward = cpu_layernorm_backward,
   .gelu_forward = cpu_gelu_forward,
   .gelu_backward = cpu_gelu_backward,
+  .rmsnorm_forward = cpu_rmsnorm_forward,
+  .rmsnorm_backward = cpu_rmsnorm_backward,
+  .rope_forward = cpu_rope_forward,
+  .rope_backward = cpu_rope_backward,
+  .swiglu_forward = cpu_swiglu_forward,
+  .swiglu_backward = cpu_swiglu_backward,
   .attention_forward = cpu_attention_forward,
   .attention_backward = cpu_attention_backward,
   .attention_decode = cpu_attention_decode,

@@ -8,8 +8,9 @@
  *                          allocator), pinned host memory, streams, events,
  *                          copies, fills, scratch; the ops table
  *   cuda_gemm.c            linear forward/backward through cuBLASLt
- *   cuda_kernels.cu        cast, LayerNorm, GELU, embedding, cross-entropy,
- *                          AdamW, sum/sumsq reductions
+ *   cuda_kernels.cu        cast, LayerNorm, GELU, RMSNorm, RoPE, SwiGLU,
+ *                          embedding, cross-entropy, AdamW, sum/sumsq
+ *                          reductions
  *   cuda_attention.cu      our own flash attention (tiled, online softmax) and
  *                          the one-row attention of decoding
  *   cuda_attention_cudnn.c attention through cuDNN's graph API
@@ -136,6 +137,21 @@ int gt_cuda_layernorm_backward(gt_backend *be, gt_dtype dt, void *din, float *dw
 int gt_cuda_gelu_forward(gt_backend *be, gt_dtype dt, void *out, const void *in, size_t n);
 int gt_cuda_gelu_backward(gt_backend *be, gt_dtype dt, void *din, const void *in,
                           const void *dout, size_t n);
+int gt_cuda_rmsnorm_forward(gt_backend *be, gt_dtype dt, void *out, float *rstd,
+                            const void *in, const void *w, float eps, int64_t N, int64_t C);
+int gt_cuda_rmsnorm_backward(gt_backend *be, gt_dtype dt, void *din, float *dw,
+                             const void *dout, const void *in, const void *w,
+                             const float *rstd, int64_t N, int64_t C);
+int gt_cuda_rope_forward(gt_backend *be, gt_dtype dt, void *x, const float *cos,
+                         const float *sin, int64_t B, int64_t T, int64_t S, int64_t nrot,
+                         int64_t hs, int64_t pos0);
+int gt_cuda_rope_backward(gt_backend *be, gt_dtype dt, void *dx, const float *cos,
+                          const float *sin, int64_t B, int64_t T, int64_t S, int64_t nrot,
+                          int64_t hs, int64_t pos0);
+int gt_cuda_swiglu_forward(gt_backend *be, gt_dtype dt, void *out, const void *h, int64_t N,
+                           int64_t F);
+int gt_cuda_swiglu_backward(gt_backend *be, gt_dtype dt, void *dh, const void *dout,
+                            const void *h, int64_t N, int64_t F);
 int gt_cuda_embedding_forward(gt_backend *be, gt_dtype dt, void *out, const int32_t *tokens,
                               const void *wte, const void *wpe, int64_t B, int64_t T,
                               int64_t C, int64_t v0, int64_t nv);

@@ -1,7 +1,8 @@
 /*
  * cuda_kernels.cu - the CUDA kernels of the "cuda" backend other than the
- * GEMMs and attention: cast, LayerNorm, GELU, embedding, cross-entropy,
- * AdamW and the sum / sum-of-squares reductions. Semantics (shapes, "=" and
+ * GEMMs and attention: cast, LayerNorm, GELU, RMSNorm, rotary positions
+ * (RoPE), SwiGLU, embedding, cross-entropy, AdamW and the sum /
+ * sum-of-squares reductions. Semantics (shapes, "=" and
  * "+=", aliasing) as in gridtrain/backend.h; math and rounding points as in
  * src/backend/cpu/cpu_ref.c.
  *
@@ -14,10 +15,10 @@
  *
  * Determinism: no floating-point atomics. Each reduction has a partition
  * fixed by the shapes alone (never by the SM count or timing) and a fixed
- * order: LayerNorm's dw/db and the sums go through per-block partials in
- * scratch and a second kernel; embedding backward sorts (token, position)
- * pairs with CUB's stable radix sort and sums each token's rows in position
- * order. Every entry queues its work on the compute stream and returns.
+ * order: LayerNorm's dw/db, RMSNorm's dw and the sums go through
+ * per-block partials in scratch and a second kernel; embedding backward
+ * sorts (token, position) pairs with CUB's stable radix sort and sums each
+ * token's rows in position order. Every entry queues its work on the compute stream and returns.
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -552,6 +553,353 @@ int gelu_backward_t(cudaStream_t st, void *din_, const void *in_, const void *do
     gt_cuda_launch(gelu_backward_kernel<T, 1>, grid_for(n, kThreads, kMaxBlocks), kThreads, 0, st,
                    din, in, dout, n);
   GT_CUDA_LAUNCHED("gelu_backward");
+  return GT_SUCCESS;
+}
+
+// ---- RMSNorm --------------------------------------------------------------------------------
+
+/* out, in (N,C) dt; w (C) dt; rstd (N) fp32. A group of G threads per row
+ * (a warp, or the block); packs of W along the row (C % W == 0). */
+template <typename T, int W, int G>
+__global__ void __launch_bounds__(kLnThreads)
+    rms_forward_kernel(T *out, float *rstd, const T *in, const T *w, float eps, int64_t N,
+                       int64_t C)
+{
+  __shared__ float sh[32];
+  constexpr int rows_per_block = (int)kLnThreads / G;
+  const int lane = (int)(threadIdx.x % G);
+  const int64_t np = C / W, stride = (int64_t)gridDim.x * rows_per_block;
+  for (int64_t row = (int64_t)blockIdx.x * rows_per_block + threadIdx.x / G; row < N;
+       row += stride) {
+    const T *x = in + row * C;
+    T *y = out + row * C;
+    float s = 0.0f;
+    for (int64_t p = lane; p < np; p += G) {
+      float f[W];
+      load_pack<T, W>(x + p * W, f);
+#pragma unroll
+      for (int k = 0; k < W; k++)
+        s += f[k] * f[k];
+    }
+    const float r = 1.0f / sqrtf(group_sum<G>(s, sh) / (float)C + eps);
+    for (int64_t p = lane; p < np; p += G) {
+      float f[W], wf[W], o[W];
+      load_pack<T, W>(x + p * W, f);
+      load_pack<T, W>(w + p * W, wf);
+#pragma unroll
+      for (int k = 0; k < W; k++)
+        o[k] = f[k] * r * wf[k];
+      store_pack<T, W>(y + p * W, o);
+    }
+    if (lane == 0)
+      rstd[row] = r;
+  }
+}
+
+/* din (N,C) dt "+=" the input gradient, rounded once; din may alias dout
+ * (each element is read by the thread that writes it, before it writes). */
+template <typename T, int W, int G>
+__global__ void __launch_bounds__(kLnThreads)
+    rms_backward_din_kernel(T *din, const T *dout, const T *in, const T *w, const float *rstd,
+                            int64_t N, int64_t C)
+{
+  __shared__ float sh[32];
+  constexpr int rows_per_block = (int)kLnThreads / G;
+  const int lane = (int)(threadIdx.x % G);
+  const int64_t np = C / W, stride = (int64_t)gridDim.x * rows_per_block;
+  for (int64_t row = (int64_t)blockIdx.x * rows_per_block + threadIdx.x / G; row < N;
+       row += stride) {
+    const int64_t o = row * C;
+    const float r = rstd[row];
+    float s = 0.0f;
+    for (int64_t p = lane; p < np; p += G) {
+      float dy[W], x[W], wf[W];
+      load_pack<T, W>(dout + o + p * W, dy);
+      load_pack<T, W>(in + o + p * W, x);
+      load_pack<T, W>(w + p * W, wf);
+#pragma unroll
+      for (int k = 0; k < W; k++)
+        s += dy[k] * wf[k] * (x[k] * r);
+    }
+    const float mean_gx = group_sum<G>(s, sh) / (float)C;
+    for (int64_t p = lane; p < np; p += G) {
+      float dy[W], x[W], wf[W], d[W];
+      load_pack<T, W>(dout + o + p * W, dy);
+      load_pack<T, W>(in + o + p * W, x);
+      load_pack<T, W>(w + p * W, wf);
+      load_pack<T, W>(din + o + p * W, d);
+#pragma unroll
+      for (int k = 0; k < W; k++)
+        d[k] += r * (dy[k] * wf[k] - (x[k] * r) * mean_gx);
+      store_pack<T, W>(din + o + p * W, d);
+    }
+  }
+}
+
+/* Partial dw of one chunk of rows, as ln_backward_dwdb_partial: pw
+ * (nchunks, C) fp32 "=". */
+template <typename T>
+__global__ void __launch_bounds__(kLnColTile * kLnRowLanes)
+    rms_backward_dw_partial(float *pw, const T *dout, const T *in, const float *rstd, int64_t N,
+                            int64_t C, int64_t rows)
+{
+  __shared__ float sw[kLnRowLanes][kLnColTile + 1];
+  const int64_t c = (int64_t)blockIdx.x * kLnColTile + threadIdx.x;
+  const int64_t r0 = (int64_t)blockIdx.y * rows, r1 = r0 + rows < N ? r0 + rows : N;
+  float aw = 0.0f;
+  if (c < C)
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += kLnRowLanes)
+      aw += to_f32(dout[r * C + c]) * (to_f32(in[r * C + c]) * rstd[r]);
+  sw[threadIdx.y][threadIdx.x] = aw;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < C) {
+    float tw = 0.0f;
+    for (int j = 0; j < kLnRowLanes; j++)
+      tw += sw[j][threadIdx.x];
+    pw[(int64_t)blockIdx.y * C + c] = tw;
+  }
+}
+
+/* dw (C) "+=" the sum over chunks of pw (nchunks, C), in double in a fixed
+ * order; block (kLnColTile, kLnFinishLanes) per 32 columns. */
+__global__ void __launch_bounds__(kLnColTile * kLnFinishLanes)
+    rms_backward_dw_finish(float *dw, const float *pw, int64_t nchunks, int64_t C)
+{
+  __shared__ double sw[kLnFinishLanes][kLnColTile + 1];
+  const int64_t c = (int64_t)blockIdx.x * kLnColTile + threadIdx.x;
+  double aw = 0.0;
+  if (c < C)
+    for (int64_t k = threadIdx.y; k < nchunks; k += kLnFinishLanes)
+      aw += pw[k * C + c];
+  sw[threadIdx.y][threadIdx.x] = aw;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < C) {
+    double tw = 0.0;
+    for (int j = 0; j < kLnFinishLanes; j++)
+      tw += sw[j][threadIdx.x];
+    dw[c] += (float)tw;
+  }
+}
+
+template <typename T>
+int rms_forward_t(cudaStream_t st, void *out_, float *rstd, const void *in_, const void *w_,
+                  float eps, int64_t N, int64_t C)
+{
+  constexpr int W = kVec<T>;
+  T *out = static_cast<T *>(out_);
+  const T *in = static_cast<const T *>(in_), *w = static_cast<const T *>(w_);
+  const bool vec = C % W == 0 && pack_aligned<T, W>(out) && pack_aligned<T, W>(in) &&
+                   pack_aligned<T, W>(w);
+  const unsigned warp_grid = grid_for((uint64_t)N, kLnThreads / 32, kMaxRowBlocks);
+  const unsigned block_grid = grid_for((uint64_t)N, 1, kMaxRowBlocks);
+  if (C <= kLnWarpMaxC) {
+    if (vec)
+      gt_cuda_launch(rms_forward_kernel<T, W, 32>, warp_grid, kLnThreads, 0, st,
+                     out, rstd, in, w, eps, N, C);
+    else
+      gt_cuda_launch(rms_forward_kernel<T, 1, 32>, warp_grid, kLnThreads, 0, st,
+                     out, rstd, in, w, eps, N, C);
+  } else {
+    if (vec)
+      gt_cuda_launch(rms_forward_kernel<T, W, (int)kLnThreads>, block_grid, kLnThreads, 0, st,
+                     out, rstd, in, w, eps, N, C);
+    else
+      gt_cuda_launch(rms_forward_kernel<T, 1, (int)kLnThreads>, block_grid, kLnThreads, 0, st,
+                     out, rstd, in, w, eps, N, C);
+  }
+  GT_CUDA_LAUNCHED("rmsnorm_forward");
+  return GT_SUCCESS;
+}
+
+/* dw from dout first (partials, then their sums), din last: din may alias
+ * dout, and stream order puts every read of dout by the dw kernels before
+ * din's writes. */
+template <typename T>
+int rms_backward_t(gt_backend *be, void *din_, float *dw, const void *dout_, const void *in_,
+                   const void *w_, const float *rstd, int64_t N, int64_t C)
+{
+  cudaStream_t st = gt_cuda_compute(be);
+  constexpr int W = kVec<T>;
+  T *din = static_cast<T *>(din_);
+  const T *dout = static_cast<const T *>(dout_), *in = static_cast<const T *>(in_),
+          *w = static_cast<const T *>(w_);
+
+  int64_t nchunks = (N + kLnChunkRows - 1) / kLnChunkRows;
+  nchunks = nchunks > kLnMaxChunks ? kLnMaxChunks : nchunks;
+  const int64_t rows = (N + nchunks - 1) / nchunks;
+  nchunks = (N + rows - 1) / rows;
+  void *scratch = NULL;
+  GT_CALL(gt_cuda_scratch(be, (size_t)nchunks * (size_t)C * sizeof(float), &scratch));
+  float *pw = static_cast<float *>(scratch);
+
+  const uint64_t tiles = ((uint64_t)C + kLnColTile - 1) / kLnColTile;
+  GT_CHECK(tiles <= INT_MAX, GT_ERR_INPUT, "rmsnorm: C = %lld is too wide", (long long)C);
+  gt_cuda_launch(rms_backward_dw_partial<T>,
+                 dim3((unsigned)tiles, (unsigned)nchunks), dim3(kLnColTile, kLnRowLanes), 0, st,
+                 pw, dout, in, rstd, N, C, rows);
+  GT_CUDA_LAUNCHED("rmsnorm_backward dw partials");
+  gt_cuda_launch(rms_backward_dw_finish, (unsigned)tiles, dim3(kLnColTile, kLnFinishLanes), 0, st,
+                 dw, pw, nchunks, C);
+  GT_CUDA_LAUNCHED("rmsnorm_backward dw");
+
+  const bool vec = C % W == 0 && pack_aligned<T, W>(din) && pack_aligned<T, W>(dout) &&
+                   pack_aligned<T, W>(in) && pack_aligned<T, W>(w);
+  const unsigned warp_grid = grid_for((uint64_t)N, kLnThreads / 32, kMaxRowBlocks);
+  const unsigned block_grid = grid_for((uint64_t)N, 1, kMaxRowBlocks);
+  if (C <= kLnWarpMaxC) {
+    if (vec)
+      gt_cuda_launch(rms_backward_din_kernel<T, W, 32>, warp_grid, kLnThreads, 0, st,
+                     din, dout, in, w, rstd, N, C);
+    else
+      gt_cuda_launch(rms_backward_din_kernel<T, 1, 32>, warp_grid, kLnThreads, 0, st,
+                     din, dout, in, w, rstd, N, C);
+  } else {
+    if (vec)
+      gt_cuda_launch(rms_backward_din_kernel<T, W, (int)kLnThreads>, block_grid, kLnThreads, 0,
+                     st, din, dout, in, w, rstd, N, C);
+    else
+      gt_cuda_launch(rms_backward_din_kernel<T, 1, (int)kLnThreads>, block_grid, kLnThreads, 0,
+                     st, din, dout, in, w, rstd, N, C);
+  }
+  GT_CUDA_LAUNCHED("rmsnorm_backward din");
+  return GT_SUCCESS;
+}
+
+// ---- rotary position embedding ---------------------------------------------------------------
+
+/* x (B*T, S, 2h) dt, rotated in place for heads [0, nrot): a thread per W
+ * pairs (i, i + h) of one head (h % W == 0); sign -1: the transpose. Both
+ * halves are read before either is written, by the thread that writes them. */
+template <typename T, int W>
+__global__ void rope_kernel(T *x, const float *cos, const float *sin, int64_t T_, int64_t S,
+                            int64_t nrot, int64_t h, int64_t pos0, float sign, size_t npacks)
+{
+  const size_t hp = (size_t)(h / W), per_row = (size_t)nrot * hp;
+  for (size_t k = thread_index(); k < npacks; k += thread_count()) {
+    const size_t row = k / per_row, rem = k - row * per_row, s = rem / hp;
+    const size_t i = (rem - s * hp) * W;
+    T *v = x + (row * (size_t)S + s) * 2 * (size_t)h;
+    const size_t p = (size_t)(pos0 + (int64_t)(row % (size_t)T_)) * (size_t)h + i;
+    float a[W], b[W], c[W], sn[W];
+    load_pack<T, W>(v + i, a);
+    load_pack<T, W>(v + i + h, b);
+    load_pack<float, W>(cos + p, c);
+    load_pack<float, W>(sin + p, sn);
+#pragma unroll
+    for (int q = 0; q < W; q++) {
+      const float si = sign * sn[q], x1 = a[q], x2 = b[q];
+      a[q] = x1 * c[q] - x2 * si;
+      b[q] = x2 * c[q] + x1 * si;
+    }
+    store_pack<T, W>(v + i, a);
+    store_pack<T, W>(v + i + h, b);
+  }
+}
+
+template <typename T>
+int rope_t(cudaStream_t st, void *x_, const float *cos, const float *sin, int64_t B, int64_t T_,
+           int64_t S, int64_t nrot, int64_t hs, int64_t pos0, float sign)
+{
+  constexpr int W = kVec<T>;
+  T *x = static_cast<T *>(x_);
+  const int64_t h = hs / 2;
+  const size_t pairs = (size_t)B * (size_t)T_ * (size_t)nrot * (size_t)h;
+  if (pairs == 0)
+    return GT_SUCCESS;
+  if (h % W == 0 && pack_aligned<T, W>(x) && pack_aligned<float, W>(cos) &&
+      pack_aligned<float, W>(sin))
+    gt_cuda_launch(rope_kernel<T, W>, grid_for(pairs / W, kThreads, kMaxBlocks), kThreads, 0, st,
+                   x, cos, sin, T_, S, nrot, h, pos0, sign, pairs / W);
+  else
+    gt_cuda_launch(rope_kernel<T, 1>, grid_for(pairs, kThreads, kMaxBlocks), kThreads, 0, st,
+                   x, cos, sin, T_, S, nrot, h, pos0, sign, pairs);
+  GT_CUDA_LAUNCHED(sign > 0 ? "rope_forward" : "rope_backward");
+  return GT_SUCCESS;
+}
+
+// ---- SwiGLU -----------------------------------------------------------------------------------
+
+__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+/* out (N,F) = silu(g) * u from h (N,2F): a thread per W columns of a row
+ * (F % W == 0). */
+template <typename T, int W>
+__global__ void swiglu_forward_kernel(T *out, const T *h, int64_t F, size_t npacks)
+{
+  const size_t fp = (size_t)(F / W);
+  for (size_t k = thread_index(); k < npacks; k += thread_count()) {
+    const size_t row = k / fp, j = (k - row * fp) * W;
+    const T *g = h + row * 2 * (size_t)F + j;
+    float gf[W], uf[W], o[W];
+    load_pack<T, W>(g, gf);
+    load_pack<T, W>(g + F, uf);
+#pragma unroll
+    for (int q = 0; q < W; q++)
+      o[q] = gf[q] * sigmoid(gf[q]) * uf[q];
+    store_pack<T, W>(out + row * (size_t)F + j, o);
+  }
+}
+
+/* dh (N,2F) from dout (N,F) and h: g and u of a pack are read before dh's
+ * (which may alias them) are written, by the same thread. */
+template <typename T, int W>
+__global__ void swiglu_backward_kernel(T *dh, const T *dout, const T *h, int64_t F,
+                                       size_t npacks)
+{
+  const size_t fp = (size_t)(F / W);
+  for (size_t k = thread_index(); k < npacks; k += thread_count()) {
+    const size_t row = k / fp, j = (k - row * fp) * W, gi = row * 2 * (size_t)F + j;
+    float gf[W], uf[W], dy[W], dg[W], du[W];
+    load_pack<T, W>(h + gi, gf);
+    load_pack<T, W>(h + gi + F, uf);
+    load_pack<T, W>(dout + row * (size_t)F + j, dy);
+#pragma unroll
+    for (int q = 0; q < W; q++) {
+      const float s = sigmoid(gf[q]);
+      dg[q] = dy[q] * uf[q] * (s * (1.0f + gf[q] * (1.0f - s)));
+      du[q] = dy[q] * gf[q] * s;
+    }
+    store_pack<T, W>(dh + gi, dg);
+    store_pack<T, W>(dh + gi + F, du);
+  }
+}
+
+template <typename T>
+int swiglu_forward_t(cudaStream_t st, void *out_, const void *h_, int64_t N, int64_t F)
+{
+  constexpr int W = kVec<T>;
+  T *out = static_cast<T *>(out_);
+  const T *h = static_cast<const T *>(h_);
+  const size_t n = (size_t)N * (size_t)F;
+  if (n == 0)
+    return GT_SUCCESS;
+  if (F % W == 0 && pack_aligned<T, W>(out) && pack_aligned<T, W>(h))
+    gt_cuda_launch(swiglu_forward_kernel<T, W>, grid_for(n / W, kThreads, kMaxBlocks), kThreads, 0,
+                   st, out, h, F, n / W);
+  else
+    gt_cuda_launch(swiglu_forward_kernel<T, 1>, grid_for(n, kThreads, kMaxBlocks), kThreads, 0, st,
+                   out, h, F, n);
+  GT_CUDA_LAUNCHED("swiglu_forward");
+  return GT_SUCCESS;
+}
+
+template <typename T>
+int swiglu_backward_t(cudaStream_t st, void *dh_, const void *dout_, const void *h_, int64_t N,
+                      int64_t F)
+{
+  constexpr int W = kVec<T>;
+  T *dh = static_cast<T *>(dh_);
+  const T *dout = static_cast<const T *>(dout_), *h = static_cast<const T *>(h_);
+  const size_t n = (size_t)N * (size_t)F;
+  if (n == 0)
+    return GT_SUCCESS;
+  if (F % W == 0 && pack_aligned<T, W>(dh) && pack_aligned<T, W>(dout) && pack_aligned<T, W>(h))
+    gt_cuda_launch(swiglu_backward_kernel<T, W>, grid_for(n / W, kThreads, kMaxBlocks), kThreads,
+                   0, st, dh, dout, h, F, n / W);
+  else
+    gt_cuda_launch(swiglu_backward_kernel<T, 1>, grid_for(n, kThreads, kMaxBlocks), kThreads, 0,
+                   st, dh, dout, h, F, n);
+  GT_CUDA_LAUNCHED("swiglu_backward");
   return GT_SUCCESS;
 }
 
@@ -1172,6 +1520,67 @@ extern "C" int gt_cuda_gelu_backward(gt_backend *be, gt_dtype dt, void *din, con
   if (n == 0 && (dt == GT_F32 || dt == GT_BF16 || dt == GT_F16))
     return GT_SUCCESS;
   GT_CUDA_BY_DT(dt, gelu_backward_t, gt_cuda_compute(be), din, in, dout, n);
+}
+
+extern "C" int gt_cuda_rmsnorm_forward(gt_backend *be, gt_dtype dt, void *out, float *rstd,
+                                       const void *in, const void *w, float eps, int64_t N,
+                                       int64_t C)
+{
+  GT_ASSERT(N >= 0 && C >= 1);
+  if (N == 0)
+    return GT_SUCCESS;
+  GT_CUDA_BY_DT(dt, rms_forward_t, gt_cuda_compute(be), out, rstd, in, w, eps, N, C);
+}
+
+extern "C" int gt_cuda_rmsnorm_backward(gt_backend *be, gt_dtype dt, void *din, float *dw,
+                                        const void *dout, const void *in, const void *w,
+                                        const float *rstd, int64_t N, int64_t C)
+{
+  GT_ASSERT(N >= 0 && C >= 1);
+  if (N == 0)
+    return GT_SUCCESS;
+  GT_CUDA_BY_DT(dt, rms_backward_t, be, din, dw, dout, in, w, rstd, N, C);
+}
+
+/* Both directions: the checks of the contract, then the rotation of sign. */
+static int gt_cuda_rope(gt_backend *be, gt_dtype dt, void *x, const float *cos,
+                        const float *sin, int64_t B, int64_t T, int64_t S, int64_t nrot,
+                        int64_t hs, int64_t pos0, float sign)
+{
+  GT_CHECK(hs >= 2 && hs % 2 == 0 && nrot >= 0 && nrot <= S && pos0 >= 0 && B >= 0 && T >= 0,
+           GT_ERR_INTERNAL,
+           "internal error: rope: head size %lld (must be even), %lld of %lld heads rotated, "
+           "first position %lld",
+           (long long)hs, (long long)nrot, (long long)S, (long long)pos0);
+  GT_CUDA_BY_DT(dt, rope_t, gt_cuda_compute(be), x, cos, sin, B, T, S, nrot, hs, pos0, sign);
+}
+
+extern "C" int gt_cuda_rope_forward(gt_backend *be, gt_dtype dt, void *x, const float *cos,
+                                    const float *sin, int64_t B, int64_t T, int64_t S,
+                                    int64_t nrot, int64_t hs, int64_t pos0)
+{
+  return gt_cuda_rope(be, dt, x, cos, sin, B, T, S, nrot, hs, pos0, 1.0f);
+}
+
+extern "C" int gt_cuda_rope_backward(gt_backend *be, gt_dtype dt, void *dx, const float *cos,
+                                     const float *sin, int64_t B, int64_t T, int64_t S,
+                                     int64_t nrot, int64_t hs, int64_t pos0)
+{
+  return gt_cuda_rope(be, dt, dx, cos, sin, B, T, S, nrot, hs, pos0, -1.0f);
+}
+
+extern "C" int gt_cuda_swiglu_forward(gt_backend *be, gt_dtype dt, void *out, const void *h,
+                                      int64_t N, int64_t F)
+{
+  GT_ASSERT(N >= 0 && F >= 0);
+  GT_CUDA_BY_DT(dt, swiglu_forward_t, gt_cuda_compute(be), out, h, N, F);
+}
+
+extern "C" int gt_cuda_swiglu_backward(gt_backend *be, gt_dtype dt, void *dh, const void *dout,
+                                       const void *h, int64_t N, int64_t F)
+{
+  GT_ASSERT(N >= 0 && F >= 0);
+  GT_CUDA_BY_DT(dt, swiglu_backward_t, gt_cuda_compute(be), dh, dout, h, N, F);
 }
 
 extern "C" int gt_cuda_embedding_forward(gt_backend *be, gt_dtype dt, void *out,
