@@ -385,9 +385,18 @@ static json_object *gt_bpe_get(json_object *obj, const char *key)
   return v;
 }
 
+/* What a JSON value is, with its article ("an array", "null"). */
 static const char *gt_bpe_json_type(json_object *v)
 {
-  return v ? json_type_to_name(json_object_get_type(v)) : "null";
+  switch (v ? json_object_get_type(v) : json_type_null) {
+  case json_type_boolean: return "a boolean";
+  case json_type_double: return "a number with a fraction";
+  case json_type_int: return "an integer";
+  case json_type_object: return "an object";
+  case json_type_array: return "an array";
+  case json_type_string: return "a string";
+  default: return "null";
+  }
 }
 
 /* A boolean obj[key] (path says where obj is), dflt when absent or null. */
@@ -396,7 +405,7 @@ static int gt_bpe_bool(json_object *obj, const char *path, const char *key, bool
 {
   json_object *v = gt_bpe_get(obj, key);
   GT_CHECK(!v || json_object_is_type(v, json_type_boolean), GT_ERR_INPUT,
-           "%s: %s%s%s is a %s, not true or false", name, path, *path ? "." : "", key,
+           "%s: %s%s%s is %s, not true or false", name, path, *path ? "." : "", key,
            gt_bpe_json_type(v));
   *out = v ? json_object_get_boolean(v) : dflt;
   return GT_SUCCESS;
@@ -408,7 +417,7 @@ static int gt_bpe_str(json_object *obj, const char *path, const char *key, const
 {
   json_object *v = gt_bpe_get(obj, key);
   GT_CHECK(!v || json_object_is_type(v, json_type_string), GT_ERR_INPUT,
-           "%s: %s%s%s is a %s, not a string", name, path, *path ? "." : "", key,
+           "%s: %s%s%s is %s, not a string", name, path, *path ? "." : "", key,
            gt_bpe_json_type(v));
   *out = v ? json_object_get_string(v) : NULL;
   return GT_SUCCESS;
@@ -418,7 +427,7 @@ static int gt_bpe_str(json_object *obj, const char *path, const char *key, const
 static int gt_bpe_id(json_object *v, const char *what, const char *name, uint32_t *id)
 {
   GT_CHECK(v && json_object_is_type(v, json_type_int), GT_ERR_INPUT,
-           "%s: %s is a %s, not a token id", name, what, gt_bpe_json_type(v));
+           "%s: %s is %s, not a token id", name, what, gt_bpe_json_type(v));
   const int64_t x = json_object_get_int64(v);
   GT_CHECK(x >= 0 && x < GT_BPE_MAX_VOCAB, GT_ERR_INPUT,
            "%s: %s is %lld, outside [0, %d)", name, what, (long long)x, GT_BPE_MAX_VOCAB);
@@ -573,7 +582,7 @@ static int gt_bpe_pre(gt_bpe *b, json_object *root, const char *name)
            "Sequence of Split steps and ByteLevel", name, type ? type : "missing");
   json_object *steps = gt_bpe_get(pre, "pretokenizers");
   GT_CHECK(steps && json_object_is_type(steps, json_type_array), GT_ERR_INPUT,
-           "%s: pre_tokenizer.pretokenizers is a %s, not an array", name,
+           "%s: pre_tokenizer.pretokenizers is %s, not an array", name,
            gt_bpe_json_type(steps));
   const size_t n = json_object_array_length(steps);
   bool byte_level = false;
@@ -746,7 +755,7 @@ static int gt_bpe_vocab_ids(json_object *vocab, const char *label, const char *n
                             uint32_t *max)
 {
   GT_CHECK(vocab && json_object_is_type(vocab, json_type_object), GT_ERR_INPUT,
-           "%s: %s is a %s, not an object of token -> id", name, label,
+           "%s: %s is %s, not an object of token -> id", name, label,
            gt_bpe_json_type(vocab));
   const int n = json_object_object_length(vocab);
   GT_CHECK(n > 0, GT_ERR_INPUT, "%s: %s is empty", name, label);
@@ -778,7 +787,7 @@ static int gt_bpe_added_check(json_object *added, const char *name, uint32_t *ma
   if (!added)
     return GT_SUCCESS;
   GT_CHECK(json_object_is_type(added, json_type_array), GT_ERR_INPUT,
-           "%s: added_tokens is a %s, not an array", name, gt_bpe_json_type(added));
+           "%s: added_tokens is %s, not an array", name, gt_bpe_json_type(added));
   const size_t n = json_object_array_length(added);
   for (size_t i = 0; i < n; i++) {
     json_object *t = json_object_array_get_idx(added, i);
@@ -888,7 +897,7 @@ static int gt_bpe_merges(gt_bpe *b, json_object *model, json_object *vocab, cons
 {
   json_object *merges = gt_bpe_get(model, "merges");
   GT_CHECK(merges && json_object_is_type(merges, json_type_array), GT_ERR_INPUT,
-           "%s: model.merges is a %s, not an array", name, gt_bpe_json_type(merges));
+           "%s: model.merges is %s, not an array", name, gt_bpe_json_type(merges));
   const size_t n = json_object_array_length(merges);
   GT_CALL(gt_bpe_pairs_init(&b->merges, n));
   char *buf = NULL;
@@ -918,10 +927,10 @@ static int gt_bpe_merges(gt_bpe *b, json_object *model, json_object *vocab, cons
 static int gt_bpe_load_in(gt_bpe *b, json_object *root, const char *name)
 {
   GT_CHECK(json_object_is_type(root, json_type_object), GT_ERR_INPUT,
-           "%s: the JSON is a %s, not a tokenizer.json object", name, gt_bpe_json_type(root));
+           "%s: the JSON is %s, not a tokenizer.json object", name, gt_bpe_json_type(root));
   json_object *model = gt_bpe_get(root, "model");
   GT_CHECK(model && json_object_is_type(model, json_type_object), GT_ERR_INPUT,
-           "%s: model is a %s, not an object; give a Hugging Face tokenizer.json", name,
+           "%s: model is %s, not an object; give a Hugging Face tokenizer.json", name,
            gt_bpe_json_type(model));
   const char *type = NULL;
   GT_CALL(gt_bpe_str(model, "model", "type", name, &type));
