@@ -112,6 +112,30 @@ for name, tail, cut_at in (("big1", b"end of it,   \n\n  <|endoftext|>  after\n"
     head = g[:fill]
     assert len(body + head) + cut_at == block
     open(f"{d}/{name}.txt", "wb").write(body + head + tail + g[:3000])
+
+# Genesis as nanoGPT's uint16 token file, encoded by the package
+import array
+ids = array.array("H", tok.encode(g.decode(), add_special_tokens=False).ids)
+open(f"{d}/gen.bin", "wb").write(ids.tobytes())
+
+# tokenizers gridtrain must refuse, each for one key
+base = json.loads(tok.to_str())
+def bad(name, change):
+    c = json.loads(json.dumps(base))
+    change(c)
+    open(f"{d}/{name}.json", "w").write(json.dumps(c))
+bad("nfc", lambda c: c.update(normalizer={"type": "NFC"}))
+bad("prefix", lambda c: c["pre_tokenizer"].update(add_prefix_space=True))
+bad("merge", lambda c: c["model"]["merges"].insert(0, "zz qq"))
+bad("split", lambda c: c.update(pre_tokenizer={"type": "Sequence", "pretokenizers": [
+    {"type": "Split", "pattern": {"Regex": "\\s+"}, "behavior": "Removed", "invert": False},
+    {"type": "ByteLevel", "add_prefix_space": False, "use_regex": False}]}))
+wp = Tokenizer(models.WordPiece({"[UNK]": 0, "a": 1}, unk_token="[UNK]"))
+wp.save(f"{d}/wordpiece.json")
+os.makedirs(f"{d}/badmerges")
+open(f"{d}/badmerges/vocab.json", "w").write(json.dumps(base["model"]["vocab"]))
+open(f"{d}/badmerges/merges.txt", "w").write("#version: 0.2\nt h\nthree parts here\n")
+os.makedirs(f"{d}/empty")
 EOF
 
 # ingest NAME TOKENIZER TEXT [VAL_FRACTION]: ingest TEXT into $T/NAME.h5
@@ -141,6 +165,25 @@ ok $? "the 4.2 MB texts, two blocks each"
 cp "$T/llama3.json" "$T/dir-tj.json" && mkdir "$T/tjdir" && cp "$T/llama3.json" "$T/tjdir/tokenizer.json" &&
   cp "$T/gpt2dir/vocab.json" "$T/gpt2dir/merges.txt" "$T/tjdir/" && ingest d-gen "hf:$T/tjdir" "$TEXT"
 ok $? "hf:DIR with tokenizer.json (and GPT-2's files beside it: tokenizer.json wins)"
+
+# ---- decode(encode(x)) == x through gridtrain's tokenizer API, whole texts
+# ---- (benchmarks/bench_tokenizer, built by make: exit 0 is VALID); its ids
+# ---- are the package's too (checked below)
+BT=$GT_BUILDDIR/benchmarks/bench_tokenizer
+rt=0
+for c in "gpt2.json:$TEXT:g-gen" "gpt2.json:$T/odd.txt:g-odd" "gpt2dir:$T/odd.txt:v-odd"; do
+  tk=${c%%:*} rest=${c#*:}
+  "$BT" "hf:$T/$tk" "${rest%:*}" --repeat 1 --ids "$T/rt-${rest##*:}.ids" >"$T/rt.out" 2>&1 || rt=1
+  diag "$(tail -n 1 "$T/rt.out")"
+done
+"$BT" "hf:$T/llama3.json" "$T/odd.txt" --repeat 1 --ids "$T/rt-l-odd.ids" >"$T/rt.out" 2>&1
+[ $? -eq 1 ] || rt=1 # <mask> takes the spaces beside it (lstrip, rstrip): not the text back
+ok $rt "decode(encode(text)) == text for Genesis and the awkward text (GPT-2 files, tokenizer.json)"
+
+# ---- token files the package wrote, with their tokenizer stored
+"$GT_BIN" ingest tokens "$T/gen.bin" -o "$T/tok.h5" --tokenizer "hf:$T/gpt2.json" --val-fraction 0 \
+  >"$T/tok.out" 2>&1
+ok $? "ingest tokens gen.bin --tokenizer hf:gpt2.json (its vocabulary taken)"
 
 # ---- the reference: the package's ids, token for token -----------------------------------
 cat >"$T/check.py" <<'EOF'
@@ -227,12 +270,85 @@ for name in ("big1", "big2"):
         i = int(np.argmax(got[:len(exp)] != np.asarray(exp[:len(got)])))
         print(f"# {name}: first difference at token {i}")
     print(f"# {name}: {len(got)} tokens")
+# gt_tokenizer_encode on whole texts (benchmarks/bench_tokenizer --ids)
+for case in ("g-gen", "g-odd", "v-odd", "l-odd"):
+    tk, fl = case.split("-")
+    got = np.fromfile(f"{d}/rt-{case}.ids", dtype="<u4").tolist()
+    want(got == enc(ref[tk], read(files[fl])), f"{case}: gt_tokenizer_encode's ids are not the package's")
+# ingest tokens: the ids as written, tokenizer bpe with its tokenizer.json
+with h5py.File(f"{d}/tok.h5", "r") as f:
+    want(f["train/tokens"][...].tolist() == enc(ref["g"], g) and f.attrs["tokenizer"] == "bpe" and
+         f["tokenizer/model"][...].tobytes() == open(f"{d}/gpt2.json", "rb").read() and
+         f.attrs["vocab_size"] == ref["g"].get_vocab_size(), "ingest tokens --tokenizer hf: the file")
 for b in bad:
     print("#", b)
 sys.exit(1 if bad else 0)
 EOF
 "$PYTHON_REF" "$T/check.py" "$T" "$TEXT" >"$T/check.out" 2>&1
-ok $? "every file's tokens are the package's, token for token; the stored tokenizer.json is the package's; the big texts encode as a whole"
+ok $? "every file's tokens are the package's, token for token; the stored tokenizer.json is the package's; the big texts encode as a whole; the token file keeps its tokens and stores the tokenizer"
 sed 's/^/#   /' "$T/check.out"
+
+# ---- gridtrain sample decodes with the dataset's tokenizer: the ids it
+# ---- draws (--ids) decode to the text it prints, as a byte-level decoder
+# ---- written here from GPT-2's byte map decodes them
+V=$(sed -n 's/.*, vocab \([0-9]*\), uint16.*/\1/p' "$T/g-gen.out")
+PROMPT=$(printf 'In the beginning <|endoftext|> caf\303\251  1234 \360\237\216\211')
+run_mpi 1 120 "$GT_BIN" train "$GT_SRCDIR/tests/decks/tiny.in" data.train="$T/g-gen.h5" \
+  model.vocab="$V" model.seq_len=64 run.steps=1 checkpoint.dir="$T/ck" >"$T/train.out" 2>&1 &&
+  run_mpi 1 120 "$GT_BIN" sample "$T/ck" --prompt "$PROMPT" --tokens 40 --seed 5 >"$T/s.out" 2>"$T/s.err" &&
+  run_mpi 1 120 "$GT_BIN" sample "$T/ck" --prompt "$PROMPT" --tokens 40 --seed 5 --ids >"$T/s.ids" 2>"$T/s2.err" &&
+  "$PYTHON_REF" - "$T/gpt2.json" "$T/s.out" "$T/s.ids" "$PROMPT" <<'PY'
+import json, sys
+cfg = json.load(open(sys.argv[1]))
+def byte_map():  # GPT-2's bytes -> characters, written out
+    keep = list(range(33, 127)) + list(range(161, 173)) + list(range(174, 256))
+    other = [b for b in range(256) if b not in keep]
+    return {**{chr(b): b for b in keep}, **{chr(256 + i): b for i, b in enumerate(other)}}
+inv = byte_map()
+text = {i: t for t, i in cfg["model"]["vocab"].items()}
+text.update({a["id"]: a["content"] for a in cfg["added_tokens"]})
+def piece(t):
+    return bytes(inv[c] for c in t) if all(c in inv for c in t) else t.encode()
+ids = [int(x) for x in open(sys.argv[3]).read().split()]
+want = sys.argv[4].encode() + b"".join(piece(text[i]) for i in ids) + b"\n"
+got = open(sys.argv[2], "rb").read()
+print(f"# {len(ids)} new ids; the printed text is the prompt and their bytes: {got == want}")
+sys.exit(0 if got == want and len(ids) == 40 else 1)
+PY
+ok $? "gridtrain sample on a model trained on the BPE dataset: the printed text is the prompt and the drawn ids' bytes"
+diag "$(cat "$T/s.err")"
+
+# ---- errors: exit 2, one line naming the key, nothing left (E-ING-07) ------------------------
+expect_ingest_error "a file that is not JSON (E-ING-07)" "'$T/odd.txt' is not JSON" \
+  text "$TEXT" -o "$T/x.h5" --tokenizer "hf:$T/odd.txt"
+expect_ingest_error "a WordPiece tokenizer.json" "model.type is \"WordPiece\"; gridtrain reads byte-level BPE" \
+  text "$TEXT" -o "$T/x.h5" --tokenizer "hf:$T/wordpiece.json"
+expect_ingest_error "a normalizer" "normalizer is \"NFC\", which changes the text" \
+  text "$TEXT" -o "$T/x.h5" --tokenizer "hf:$T/nfc.json"
+expect_ingest_error "ByteLevel's add_prefix_space" "pre_tokenizer.add_prefix_space is true" \
+  text "$TEXT" -o "$T/x.h5" --tokenizer "hf:$T/prefix.json"
+expect_ingest_error "a Split that removes its matches" \
+  "pre_tokenizer.pretokenizers[0].behavior is \"Removed\"" \
+  text "$TEXT" -o "$T/x.h5" --tokenizer "hf:$T/split.json"
+expect_ingest_error "a merge of tokens not in the vocabulary" \
+  "model.merges[0] (\"zz qq\") names \"zz\", which is not in model.vocab" \
+  text "$TEXT" -o "$T/x.h5" --tokenizer "hf:$T/merge.json"
+expect_ingest_error "merges.txt with a line of three tokens" \
+  "'$T/badmerges' (vocab.json + merges.txt): merges.txt line 3 is \"three parts here\"" \
+  text "$TEXT" -o "$T/x.h5" --tokenizer "hf:$T/badmerges"
+expect_ingest_error "a directory without a tokenizer" \
+  "the directory '$T/empty' holds neither tokenizer.json nor vocab.json and merges.txt" \
+  text "$TEXT" -o "$T/x.h5" --tokenizer "hf:$T/empty"
+expect_ingest_error "a path that is not there" "cannot read the tokenizer hf:$T/nope.json" \
+  text "$TEXT" -o "$T/x.h5" --tokenizer "hf:$T/nope.json"
+expect_ingest_error "hf: without a path" "tokenizer 'hf:' names no file" \
+  text "$TEXT" -o "$T/x.h5" --tokenizer hf:
+head -c 3000 "$TEXT" >"$T/latin1.txt"
+printf 'caf\351\n' >>"$T/latin1.txt"
+expect_ingest_error "text that is not UTF-8" "input '$T/latin1.txt' is not UTF-8 text at byte 3003 (0xe9)" \
+  text "$T/latin1.txt" -o "$T/x.h5" --tokenizer "hf:$T/gpt2.json" --val-fraction 0
+expect_ingest_error "ingest tokens --tokenizer hf: with another --vocab" \
+  "--vocab 50257 does not match the $V pieces of the tokenizer hf:$T/gpt2.json" \
+  tokens "$T/gen.bin" -o "$T/x.h5" --tokenizer "hf:$T/gpt2.json" --vocab 50257
 
 done_testing
