@@ -435,9 +435,11 @@ static int gt_bpe_id(json_object *v, const char *what, const char *name, uint32_
   return GT_SUCCESS;
 }
 
-/* pat (n bytes) with \s and \S spelled as the White_Space list: outside a
- * character class \s -> [list], \S -> [^list]; inside one \s -> list (\S
- * inside a class stays PCRE2's). \Q...\E and [:posix:] are copied as they
+/* pat (n bytes) in PCRE2's words for what Oniguruma's Ruby syntax (the
+ * regexes of `tokenizers`) means: \s and \S spelled as the White_Space list
+ * (outside a character class \s -> [list], \S -> [^list]; inside one \s ->
+ * list, \S stays PCRE2's), and \h, \H, a hexadecimal digit and not one
+ * (PCRE2's are horizontal space). \Q...\E and [:posix:] are copied as they
  * are. *out malloc'd, NUL-terminated. */
 static int gt_bpe_spaces_spelled(const char *pat, size_t n, char **out)
 {
@@ -462,9 +464,10 @@ static int gt_bpe_spaces_spelled(const char *pat, size_t n, char **out)
         i = stop;
         continue;
       }
-      if (d == 's' || (d == 'S' && !in_class)) {
-        const char *open = in_class ? "" : d == 's' ? "[" : "[^";
-        k += (size_t)sprintf(o + k, "%s%s%s", open, GT_BPE_WS, in_class ? "" : "]");
+      if (d == 's' || (d == 'S' && !in_class) || d == 'h' || (d == 'H' && !in_class)) {
+        const char *open = in_class ? "" : d == 's' || d == 'h' ? "[" : "[^";
+        k += (size_t)sprintf(o + k, "%s%s%s", open, d == 's' || d == 'S' ? GT_BPE_WS : "0-9a-fA-F",
+                             in_class ? "" : "]");
       } else {
         o[k++] = c, o[k++] = d;
       }
@@ -509,7 +512,8 @@ static int gt_bpe_regex(gt_bpe *b, const char *pat, size_t n, bool literal, cons
     GT_CALL(gt_bpe_spaces_spelled(pat, n, &spelled));
   int err = 0;
   PCRE2_SIZE at = 0;
-  const uint32_t opts = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP);
+  /* ^ and $ are line anchors in Ruby's syntax, as PCRE2's MULTILINE makes them */
+  const uint32_t opts = PCRE2_UTF | (literal ? PCRE2_LITERAL : PCRE2_UCP | PCRE2_MULTILINE);
   pcre2_code *re = pcre2_compile((PCRE2_SPTR)(literal ? pat : spelled),
                                  literal ? n : PCRE2_ZERO_TERMINATED, opts, &err, &at, NULL);
   free(spelled);

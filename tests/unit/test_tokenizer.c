@@ -443,6 +443,18 @@ static void bpe_cases(const char *dir)
     expect_ids(tok, "1212", (const uint32_t[]){267, '1', '2'}, 3,
                "'1212' with a Split regex of digit runs of at most 3: 121 2");
   gt_tokenizer_free(tok);
+  /* Oniguruma's Ruby syntax, which tokenizers' regexes are in: ^ starts a
+   * line, \h is a hexadecimal digit */
+  tok = bpe_make("{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", \"pattern\": "
+                 "{\"Regex\": \"^a|\\\\h+\"}, \"behavior\": \"Isolated\"}, {\"type\": \"ByteLevel\", "
+                 "\"use_regex\": false}]}", "", "");
+  if (tok) {
+    expect_ids(tok, "ab\nab", (const uint32_t[]){'a', 'b', '\n', 'a', 'b'}, 5,
+               "Split regex '^a|\\h+': ^ at each line's start");
+    expect_ids(tok, "er", (const uint32_t[]){'e', 'r'}, 2,
+               "Split regex '^a|\\h+': \\h is a hexadecimal digit, so e and r stay apart");
+  }
+  gt_tokenizer_free(tok);
   tok = bpe_make(GPT2_PRE, "\"ignore_merges\": true", "");
   if (tok)
     expect_ids(tok, "xyz the", (const uint32_t[]){299, 258}, 2,
