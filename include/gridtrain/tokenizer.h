@@ -65,8 +65,9 @@ int gt_tokenizer_load(const char *model_path, gt_tokenizer **out);
  * before pre-tokenization, leftmost-longest, first those with normalized
  * false, then those with normalized true in the text between, lstrip and
  * rstrip taking the white space beside them. The regexes run in PCRE2 with
- * UTF and UCP, \s and \S meaning Unicode's White_Space as in Oniguruma
- * (the engine of `tokenizers`).
+ * UTF and UCP (JIT-compiled where PCRE2 can), read as Oniguruma's Ruby
+ * syntax that `tokenizers` compiles them in: \s and \S are Unicode's
+ * White_Space, \h a hexadecimal digit, ^ and $ anchor at line ends.
  *
  * Refused with GT_ERR_INPUT, one line naming the key: text that is not JSON;
  * another model type; dropout above 0; byte_fallback;
