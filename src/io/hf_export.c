@@ -479,7 +479,8 @@ static int gt_hf_tokenizer_files(const char *out_dir, const gt_hf_data *data, in
   size_t size = 0;
   if (data->tok)
     gt_tokenizer_model(data->tok, &model, &size);
-  const bool spm = gt_hf_is(data, GT_TOKENIZER_SENTENCEPIECE), bpe = gt_hf_is(data, GT_TOKENIZER_BPE);
+  const bool spm = gt_hf_is(data, GT_TOKENIZER_SENTENCEPIECE);
+  const bool bpe = gt_hf_is(data, GT_TOKENIZER_BPE);
   GT_CALL(gt_hf_file_or_none(out_dir, GT_HF_TOKENIZER_FILE, spm, model, size));
   GT_CALL(gt_hf_file_or_none(out_dir, GT_HF_TOKENIZER_JSON, bpe, model, size));
   char config[1024], bos[64], eos[64];
@@ -493,7 +494,8 @@ static int gt_hf_tokenizer_files(const char *out_dir, const gt_hf_data *data, in
                  "  \"bos_token\": %s,\n"
                  "  \"eos_token\": %s\n"
                  "}\n",
-                 seq_len, gt_hf_token_json(data->tok, data->special.bos, gt_hf_bos, bos, sizeof bos),
+                 seq_len,
+                 gt_hf_token_json(data->tok, data->special.bos, gt_hf_bos, bos, sizeof bos),
                  gt_hf_token_json(data->tok, data->special.eos, gt_hf_eos, eos, sizeof eos));
   GT_ASSERT(n >= 0 && (size_t)n < sizeof config);
   GT_CALL(gt_hf_file_or_none(out_dir, GT_HF_TOKENIZER_CONFIG, bpe, config, (size_t)n));

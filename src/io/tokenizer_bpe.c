@@ -645,6 +645,7 @@ static int gt_bpe_steps(json_object *root, const char *name)
            type ? "\"" : "");
   static const char *const post_ok[] = {"ByteLevel", "TemplateProcessing", "RobertaProcessing",
                                         "BertProcessing", "Sequence"};
+  const size_t nok = sizeof post_ok / sizeof post_ok[0];
   json_object *post = gt_bpe_get(root, "post_processor");
   json_object *list = gt_bpe_get(post, "processors");
   const size_t n = list && json_object_is_type(list, json_type_array)
@@ -656,8 +657,8 @@ static int gt_bpe_steps(json_object *root, const char *name)
              i - 1);
     GT_CALL(gt_bpe_str(p, path, "type", name, &type));
     bool known = false;
-    for (size_t k = 0; type && k < sizeof post_ok / sizeof post_ok[0]; k++)
-      known |= strcmp(type, post_ok[k]) == 0 && (i == 0 || k + 1 < sizeof post_ok / sizeof *post_ok);
+    for (size_t k = 0; type && k < nok; k++) /* a Sequence only at the top */
+      known |= strcmp(type, post_ok[k]) == 0 && (i == 0 || k + 1 < nok);
     GT_CHECK(known, GT_ERR_INPUT, "%s: %s.type is \"%s\"; gridtrain takes ByteLevel, "
              "TemplateProcessing, RobertaProcessing, BertProcessing or a Sequence of them (and "
              "adds no tokens around a text)", name, path, type ? type : "missing");
@@ -1407,7 +1408,8 @@ static int gt_bpe_merges_txt(const char *txt, size_t size, const char *name, jso
     if (n >= 8 && memcmp(s, "#version", 8) == 0)
       continue;
     const char *sp = memchr(s, ' ', n);
-    const bool two = sp && sp > s && sp + 1 < s + n && !memchr(sp + 1, ' ', (size_t)(s + n - sp - 1));
+    const size_t after = sp ? (size_t)(s + n - sp - 1) : 0; /* bytes after the space */
+    const bool two = sp && sp > s && after > 0 && !memchr(sp + 1, ' ', after);
     GT_CHECK(two && !memchr(s, '\0', n), GT_ERR_INPUT,
              "%s: merges.txt line %zu is \"%.*s\", not two tokens \"A B\"", name, line,
              (int)(n < 60 ? n : 60), s);

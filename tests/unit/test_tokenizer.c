@@ -238,7 +238,8 @@ static char *bpe_json(const char *pre, const char *model_extra, const char *top_
                              "{\"id\": 300, \"content\": \"<|endoftext|>\", \"special\": true, "
                              "\"normalized\": false},"
                              "{\"id\": 305, \"content\": \"<|pad|>\", \"special\": true}],"
-                             "\"normalizer\": null, \"pre_tokenizer\": %s, \"post_processor\": null,"
+                             "\"normalizer\": null, \"pre_tokenizer\": %s, "
+                             "\"post_processor\": null,"
                              "\"decoder\": {\"type\": \"ByteLevel\"},"
                              "\"model\": {\"type\": \"BPE\", \"vocab\": {", pre);
   for (unsigned b = 0; b < 256; b++) {
@@ -445,9 +446,9 @@ static void bpe_cases(const char *dir)
   gt_tokenizer_free(tok);
   /* Oniguruma's Ruby syntax, which tokenizers' regexes are in: ^ starts a
    * line, \h is a hexadecimal digit */
-  tok = bpe_make("{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", \"pattern\": "
-                 "{\"Regex\": \"^a|\\\\h+\"}, \"behavior\": \"Isolated\"}, {\"type\": \"ByteLevel\", "
-                 "\"use_regex\": false}]}", "", "");
+  tok = bpe_make("{\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\", "
+                 "\"pattern\": {\"Regex\": \"^a|\\\\h+\"}, \"behavior\": \"Isolated\"}, "
+                 "{\"type\": \"ByteLevel\", \"use_regex\": false}]}", "", "");
   if (tok) {
     expect_ids(tok, "ab\nab", (const uint32_t[]){'a', 'b', '\n', 'a', 'b'}, 5,
                "Split regex '^a|\\h+': ^ at each line's start");
@@ -460,8 +461,9 @@ static void bpe_cases(const char *dir)
     expect_ids(tok, "xyz the", (const uint32_t[]){299, 258}, 2,
                "ignore_merges: a word in the vocabulary is its id ('xyz')");
   gt_tokenizer_free(tok);
-  tok = bpe_make(GPT2_PRE, "\"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2, \"?\": 3}, \"merges\": [\"a b\"], "
-                           "\"unk_token\": \"?\", \"fuse_unk\": true", "\"added_tokens\": []");
+  tok = bpe_make(GPT2_PRE,
+                 "\"vocab\": {\"a\": 0, \"b\": 1, \"ab\": 2, \"?\": 3}, \"merges\": [\"a b\"], "
+                 "\"unk_token\": \"?\", \"fuse_unk\": true", "\"added_tokens\": []");
   if (tok)
     expect_ids(tok, "abxyab", (const uint32_t[]){2, 3, 2}, 3,
                "bytes without a token are unk_token, fused (fuse_unk)");
@@ -482,7 +484,8 @@ static void bpe_cases(const char *dir)
          "bpe refuses a WordPiece model (%s)", gt_error_message());
   gt_error_clear();
   st = gt_tokenizer_bpe("[1, 2]", 6, "'list.json'", &tok);
-  tap_ok(st == GT_ERR_INPUT && strstr(gt_error_message(), "is an array, not a tokenizer.json object"),
+  tap_ok(st == GT_ERR_INPUT &&
+             strstr(gt_error_message(), "is an array, not a tokenizer.json object"),
          "bpe refuses JSON that is not an object (%s)", gt_error_message());
   gt_error_clear();
   expect_bad(GPT2_PRE, "", "\"normalizer\": {\"type\": \"NFC\"}", "normalizer is \"NFC\"",
