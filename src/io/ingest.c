@@ -271,7 +271,9 @@ static int gt_ingest_encode_range(gt_ingest_out *o, int split, gt_tokenizer *tok
     if (status != GT_SUCCESS || len == 0)
       break;
     status = gt_tokenizer_encode_head(tok, text, len, last, &ids, &n, &used);
-    GT_ASSERT(status != GT_SUCCESS || used > 0);
+    if (status == GT_SUCCESS && used == 0) /* (it always takes something) */
+      status = GT_ERROR(GT_ERR_INTERNAL, "internal error: the tokenizer took none of %zu bytes",
+                        len);
     gt_range_take(&r, used);
     if (status == GT_SUCCESS)
       status = gt_ingest_out_append(o, split, ids, n);
