@@ -54,6 +54,8 @@ class Gridtrain(AutotoolsPackage, CudaPackage):
     depends_on("blas")
     depends_on("lapack")
     depends_on("inih")
+    depends_on("json-c@0.15:")  # tokenizer.json (byte-level BPE)
+    depends_on("pcre2")         # its pre-tokenizer regexes
     # CudaPackage adds cuda itself under +cuda
     depends_on("cudnn", when="+cuda")
     depends_on("nccl", when="+nccl")

@@ -13,10 +13,17 @@
  *                      (in, out); wte cut to the true vocabulary; no
  *                      lm_head.weight (tied to wte)
  *   tokenizer.model    the SentencePiece model of a SentencePiece dataset
+ *   tokenizer.json     the tokenizer.json of a byte-level BPE dataset (its
+ *                      /tokenizer/model as it is), with
+ *   tokenizer_config.json  PreTrainedTokenizerFast, no clean-up of spaces,
+ *                      bos and eos (also in config.json): the added tokens
+ *                      <|begin_of_text|> / <|end_of_text|> (Llama 3) or
+ *                      <|endoftext|> (GPT-2) when there, else null
  *   README.txt         where it came from, the tokenizer, what was cut
  *
  * The true vocabulary is the tokenizer's (bytes: 256; SentencePiece: its
- * pieces) or, for data without a tokenizer, the dataset's vocab_size: the
+ * pieces; BPE: its largest id + 1) or, for data without a tokenizer, the
+ * dataset's vocab_size: the
  * rows of wte past it (the deck's [model] vocab may be larger; tensor
  * parallelism's padding is never in a checkpoint) are cut off.
  *
@@ -44,7 +51,7 @@ typedef struct gt_hf_options {
 typedef struct gt_hf_summary {
   int vocab;               /* rows of wte written (the true vocabulary) */
   int model_vocab;         /* rows of wte in the checkpoint */
-  char tokenizer[16];      /* "bytes", "sentencepiece" or "none" */
+  char tokenizer[16];      /* "bytes", "sentencepiece", "bpe" or "none" */
   int tensors;             /* in model.safetensors */
   size_t bytes;            /* size of model.safetensors */
   char data[GT_PATH_MAX];  /* the dataset read */

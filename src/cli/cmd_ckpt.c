@@ -45,7 +45,8 @@ static void gt_ckpt_usage(void)
          "           config.json (GPT2LMHeadModel), model.safetensors (GPT-2's names,\n"
          "           Conv1D weights transposed, the LM head tied, the vocabulary cut to\n"
          "           the tokenizer's), README.txt, and tokenizer.model for SentencePiece\n"
-         "           data (byte-level data needs no tokenizer file)\n"
+         "           data, tokenizer.json and tokenizer_config.json for byte-level BPE\n"
+         "           data (byte data needs no tokenizer file)\n"
          "    --dtype T   hf: the weights' type, fp32 (default), bf16 or fp16 (rounded\n"
          "           to nearest even; a weight beyond fp16's range is an error)\n"
          "    --data F    hf: the dataset that gives the vocabulary and tokenizer\n"
@@ -235,11 +236,13 @@ static int gt_ckpt_convert_hf(const gt_convert_args *a)
   gt_format_bytes((double)s.bytes, bytes, sizeof bytes);
   if (s.vocab < s.model_vocab)
     snprintf(cut, sizeof cut, " (the checkpoint's %d rows cut)", s.model_vocab);
+  const char *files = strcmp(s.tokenizer, "sentencepiece") == 0 ? ", tokenizer.model"
+                      : strcmp(s.tokenizer, "bpe") == 0 ? ", tokenizer.json, tokenizer_config.json"
+                                                        : "";
   printf("%s: Hugging Face GPT-2 model written to %s: model.safetensors (%d tensors, %s, %s), "
          "config.json, README.txt%s; vocabulary %d%s, tokenizer %s%s\n",
-         a->in, a->out, s.tensors, gt_dtype_name(opt.dtype), bytes,
-         strcmp(s.tokenizer, "sentencepiece") == 0 ? ", tokenizer.model" : "", s.vocab, cut,
-         s.tokenizer, strcmp(s.tokenizer, "sentencepiece") == 0 ? "" : " (no file)");
+         a->in, a->out, s.tensors, gt_dtype_name(opt.dtype), bytes, files, s.vocab, cut,
+         s.tokenizer, *files ? "" : " (no file)");
   fflush(stdout);
   return GT_SUCCESS;
 }

@@ -31,10 +31,11 @@ static void gt_build_info(char *buf, unsigned long size)
       *p = ' ';
   char cuda[256];
   gt_cuda_describe(cuda, sizeof cuda);
+#define GT_BPE_INFO "byte-level BPE (PCRE2 " GT_BUILD_PCRE2 ", json-c " GT_BUILD_JSONC ")"
 #ifdef GT_HAVE_SENTENCEPIECE
-  const char *tokens = "bytes, SentencePiece " GT_BUILD_SPM " (BPE, unigram)";
+  const char *tokens = "bytes, SentencePiece " GT_BUILD_SPM " (BPE, unigram), " GT_BPE_INFO;
 #else
-  const char *tokens = "bytes (built without SentencePiece)";
+  const char *tokens = "bytes, " GT_BPE_INFO " (built without SentencePiece)";
 #endif
   snprintf(buf, size,
            "  MPI   : %s\n"

@@ -2,8 +2,9 @@
  * hf_export.c - a checkpoint as a Hugging Face GPT-2 directory
  * (hf_export.h, docs/checkpoints.md "Hugging Face"): the vocabulary and
  * tokenizer from the dataset, the weights renamed, transposed, cut and
- * rounded into model.safetensors, then tokenizer.model, README.txt and
- * config.json.
+ * rounded into model.safetensors, then the tokenizer's files
+ * (tokenizer.model, or tokenizer.json and tokenizer_config.json), README.txt
+ * and config.json.
  */
 #include "gridtrain/hf_export.h"
 
@@ -30,7 +31,14 @@
 
 #define GT_HF_LN_EPS "1e-05"    /* GT_LN_EPS of the backends */
 #define GT_HF_ACTIVATION "gelu_new" /* GPT-2's tanh GELU, the backends' */
-#define GT_HF_TOKENIZER_FILE "tokenizer.model"
+#define GT_HF_TOKENIZER_FILE "tokenizer.model"   /* SentencePiece's */
+#define GT_HF_TOKENIZER_JSON "tokenizer.json"    /* byte-level BPE's */
+#define GT_HF_TOKENIZER_CONFIG "tokenizer_config.json"
+
+/* The added tokens that stand for the start and the end of a text in GPT-2
+ * (<|endoftext|> both) and Llama 3, in the order they are looked for. */
+static const char *const gt_hf_bos[] = {"<|begin_of_text|>", "<|endoftext|>"};
+static const char *const gt_hf_eos[] = {"<|end_of_text|>", "<|endoftext|>"};
 
 // ---- names ------------------------------------------------------------------------------
 
@@ -166,8 +174,24 @@ typedef struct {
   char spec[GT_PATH_MAX]; /* the dataset */
   long vocab;             /* its vocab_size */
   gt_tokenizer *tok;      /* NULL: the data names no tokenizer */
-  gt_spm_special special; /* SentencePiece's; all -1 otherwise */
+  gt_spm_special special; /* SentencePiece's, BPE's bos and eos; all -1 otherwise */
 } gt_hf_data;
+
+static bool gt_hf_is(const gt_hf_data *d, gt_tokenizer_kind kind)
+{
+  return d->tok && gt_tokenizer_kind_of(d->tok) == kind;
+}
+
+/* The first of names that is an added token of tok, or -1. */
+static int gt_hf_added(const gt_tokenizer *tok, const char *const *names, int n)
+{
+  for (int i = 0; i < n; i++) {
+    const int id = gt_tokenizer_added_id(tok, names[i]);
+    if (id >= 0)
+      return id;
+  }
+  return -1;
+}
 
 /* [data] train of the checkpoint's deck. */
 static int gt_hf_deck_data(const gt_ckpt_meta *meta, const char *ckpt, char *spec, size_t size)
@@ -221,11 +245,15 @@ static int gt_hf_data_open(const char *spec, gt_hf_data *d)
   GT_CALL(gt_hf_names_tokenizer(spec, &names));
   if (names || d->vocab == 256)
     GT_CALL(gt_tokenizer_from_file(spec, &d->tok));
-  if (d->tok && gt_tokenizer_kind_of(d->tok) == GT_TOKENIZER_SENTENCEPIECE) {
+  if (gt_hf_is(d, GT_TOKENIZER_SENTENCEPIECE)) {
     const void *model;
     size_t size;
     gt_tokenizer_model(d->tok, &model, &size);
     GT_CALL(gt_hf_spm_special(model, size, &d->special));
+  }
+  if (gt_hf_is(d, GT_TOKENIZER_BPE)) {
+    d->special.bos = gt_hf_added(d->tok, gt_hf_bos, 2);
+    d->special.eos = gt_hf_added(d->tok, gt_hf_eos, 2);
   }
   return GT_SUCCESS;
 }
@@ -349,6 +377,14 @@ static int gt_hf_readme_write(void *ctx, int fd, const char *tmp)
                  "this kind,\n"
                  "            so none is written: ids = list(text.encode(\"utf-8\")), text = "
                  "bytes(ids).decode(\"utf-8\", \"replace\")\n");
+  else if (gt_tokenizer_kind_of(r->data->tok) == GT_TOKENIZER_BPE)
+    k = snprintf(text + n, sizeof text - (size_t)n,
+                 "tokenizer   bpe: " GT_HF_TOKENIZER_JSON ", the dataset's byte-level BPE "
+                 "(tokenizers.Tokenizer.from_file,\n"
+                 "            or transformers.AutoTokenizer.from_pretrained(THIS_DIRECTORY) "
+                 "with\n"
+                 "            " GT_HF_TOKENIZER_CONFIG "); bos %d, eos %d (-1: none)\n",
+                 sp->bos, sp->eos);
   else
     k = snprintf(text + n, sizeof text - (size_t)n,
                  "tokenizer   sentencepiece: " GT_HF_TOKENIZER_FILE
@@ -407,6 +443,65 @@ static int gt_hf_join(const char *dir, const char *name, char *path, size_t size
   return GT_SUCCESS;
 }
 
+/* The file dir/name with data (size bytes) when want, else none there
+ * (--force over an export of another tokenizer: its file would mislead). */
+static int gt_hf_file_or_none(const char *dir, const char *name, bool want, const void *data,
+                              size_t size)
+{
+  char path[GT_PATH_MAX];
+  GT_CALL(gt_hf_join(dir, name, path, sizeof path));
+  if (want)
+    GT_CALL(gt_path_replace_bytes(path, data, size));
+  else
+    GT_CHECK(unlink(path) == 0 || errno == ENOENT, GT_ERR_INPUT, "cannot remove %s: %s", path,
+             strerror(errno));
+  return GT_SUCCESS;
+}
+
+/* A JSON string of an added token's text (plain ASCII without quotes or
+ * backslashes, as the names of gt_hf_bos and gt_hf_eos), or null. */
+static const char *gt_hf_token_json(const gt_tokenizer *tok, int id, const char *const *names,
+                                    char *buf, size_t size)
+{
+  for (int i = 0; id >= 0 && i < 2; i++)
+    if (gt_tokenizer_added_id(tok, names[i]) == id) {
+      snprintf(buf, size, "\"%s\"", names[i]);
+      return buf;
+    }
+  return "null";
+}
+
+/* The tokenizer's files: tokenizer.model (SentencePiece) or tokenizer.json
+ * and tokenizer_config.json (BPE), the others removed. */
+static int gt_hf_tokenizer_files(const char *out_dir, const gt_hf_data *data, int seq_len)
+{
+  const void *model = NULL;
+  size_t size = 0;
+  if (data->tok)
+    gt_tokenizer_model(data->tok, &model, &size);
+  const bool spm = gt_hf_is(data, GT_TOKENIZER_SENTENCEPIECE);
+  const bool bpe = gt_hf_is(data, GT_TOKENIZER_BPE);
+  GT_CALL(gt_hf_file_or_none(out_dir, GT_HF_TOKENIZER_FILE, spm, model, size));
+  GT_CALL(gt_hf_file_or_none(out_dir, GT_HF_TOKENIZER_JSON, bpe, model, size));
+  char config[1024], bos[64], eos[64];
+  int n = 0;
+  if (bpe) /* transformers' fast tokenizer over tokenizer.json, which decodes as it is */
+    n = snprintf(config, sizeof config,
+                 "{\n"
+                 "  \"tokenizer_class\": \"PreTrainedTokenizerFast\",\n"
+                 "  \"model_max_length\": %d,\n"
+                 "  \"clean_up_tokenization_spaces\": false,\n"
+                 "  \"bos_token\": %s,\n"
+                 "  \"eos_token\": %s\n"
+                 "}\n",
+                 seq_len,
+                 gt_hf_token_json(data->tok, data->special.bos, gt_hf_bos, bos, sizeof bos),
+                 gt_hf_token_json(data->tok, data->special.eos, gt_hf_eos, eos, sizeof eos));
+  GT_ASSERT(n >= 0 && (size_t)n < sizeof config);
+  GT_CALL(gt_hf_file_or_none(out_dir, GT_HF_TOKENIZER_CONFIG, bpe, config, (size_t)n));
+  return GT_SUCCESS;
+}
+
 /* The files into out_dir, the reader open and the dataset known. */
 static int gt_hf_write(const char *ckpt, const char *out_dir, const gt_hf_options *opt,
                        const gt_ckpt_meta *meta, const gt_hf_data *data, gt_hf_weights *w,
@@ -429,16 +524,7 @@ static int gt_hf_write(const char *ckpt, const char *out_dir, const gt_hf_option
   GT_CALL(gt_safetensors_write(path, sum->tensors, w->t,
                                (int)(sizeof metadata / sizeof metadata[0]), metadata,
                                gt_hf_fill, w, &sum->bytes));
-  GT_CALL(gt_hf_join(out_dir, GT_HF_TOKENIZER_FILE, path, sizeof path));
-  if (data->tok && gt_tokenizer_kind_of(data->tok) == GT_TOKENIZER_SENTENCEPIECE) {
-    const void *model;
-    size_t size;
-    gt_tokenizer_model(data->tok, &model, &size);
-    GT_CALL(gt_path_replace_bytes(path, model, size));
-  } else { /* --force over a SentencePiece export: the old model would mislead */
-    GT_CHECK(unlink(path) == 0 || errno == ENOENT, GT_ERR_INPUT, "cannot remove %s: %s", path,
-             strerror(errno));
-  }
+  GT_CALL(gt_hf_tokenizer_files(out_dir, data, w->shape.max_seq));
   gt_hf_readme readme = {ckpt, meta, data, sum, opt->dtype};
   GT_CALL(gt_hf_join(out_dir, "README.txt", path, sizeof path));
   GT_CALL(gt_path_replace(path, gt_hf_readme_write, &readme));
@@ -467,8 +553,8 @@ static int gt_hf_export_in(const char *ckpt, const char *out_dir, const gt_hf_op
            data->spec, vocab, ckpt, meta->vocab);
   const gt_spm_special *sp = &data->special;
   GT_CHECK(sp->unk < vocab && sp->bos < vocab && sp->eos < vocab && sp->pad < vocab,
-           GT_ERR_INPUT, "the SentencePiece model of %s names special ids beyond its "
-           "vocabulary of %ld", data->spec, vocab);
+           GT_ERR_INPUT, "the %s tokenizer of %s names special ids beyond its "
+           "vocabulary of %ld", data->tok ? gt_tokenizer_name(data->tok) : "", data->spec, vocab);
   w->vocab = (int)vocab;
   w->dtype = opt->dtype;
   *sum = (gt_hf_summary){.vocab = w->vocab, .model_vocab = meta->vocab};

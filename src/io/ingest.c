@@ -1,13 +1,17 @@
 /*
  * ingest.c - raw text to an HDF5 token dataset (ingest.h), with the byte
- * tokenizer or a SentencePiece model given or trained here.
+ * tokenizer, a SentencePiece model given or trained here, or a Hugging Face
+ * byte-level BPE.
  *
  * Inputs are checked first (exist, regular, not empty) and the output probed,
  * so that mistakes surface before any long work. A tokenizer to train reads
  * the training part of every input once, line by line (SentencePiece keeps
- * a bounded sample). Then each input is read in blocks cut at line ends,
- * encoded and appended: its head to /train/tokens, its tail to /val/tokens
- * (ingest_out.c writes the file).
+ * a bounded sample). Then each input is read in blocks; the tokenizer
+ * encodes the head of each block that it can encode without the text after
+ * it (gt_tokenizer_encode_head: whole lines for SentencePiece, all but the
+ * last pre-tokenizer piece for BPE), the rest is carried into the next
+ * block, and the ids are appended: the input's head to /train/tokens, its
+ * tail to /val/tokens (ingest_out.c writes the file).
  */
 #ifdef HAVE_CONFIG_H
 #include "build_config.h"
@@ -39,6 +43,14 @@ int gt_tok_spec_parse(const char *spec, gt_tok_spec *t)
              "tokenizer 'sentencepiece:' names no model file; give sentencepiece:FILE.model");
     return GT_SUCCESS;
   }
+  if (strncmp(spec, "hf:", 3) == 0) {
+    t->kind = GT_TOK_HF;
+    t->model = spec + 3;
+    GT_CHECK(t->model[0] != '\0', GT_ERR_INPUT,
+             "tokenizer 'hf:' names no file; give hf:tokenizer.json or hf:DIR (with "
+             "tokenizer.json, or vocab.json and merges.txt)");
+    return GT_SUCCESS;
+  }
   if (strncmp(spec, "train:", 6) == 0) {
     const char *type = spec + 6, *colon = strchr(type, ':');
     GT_CHECK(colon && (size_t)(colon - type) < sizeof t->type, GT_ERR_INPUT,
@@ -57,6 +69,16 @@ int gt_tok_spec_parse(const char *spec, gt_tok_spec *t)
     return GT_SUCCESS;
   }
   return GT_ERROR(GT_ERR_INPUT, "unknown tokenizer '%s'; " GT_TOK_SPEC_HELP, spec);
+}
+
+int gt_tok_spec_load(const gt_tok_spec *t, gt_tokenizer **tok)
+{
+  GT_ASSERT(t->kind != GT_TOK_TRAIN);
+  if (t->kind == GT_TOK_BYTES)
+    return gt_tokenizer_bytes(tok);
+  if (t->kind == GT_TOK_HF)
+    return gt_tokenizer_load_hf(t->model, tok);
+  return gt_tokenizer_load(t->model, tok);
 }
 
 // ---- the split of each input ---------------------------------------------------------------
@@ -86,11 +108,11 @@ static int gt_ingest_split_at_line(gt_ingest_source *s)
   return GT_SUCCESS;
 }
 
-// ---- reading a byte range in blocks cut at segment boundaries ------------------------------
+// ---- reading a byte range in blocks ------------------------------------------------------------
 
-/* A reader of [from, to) of an input; each call gives the next piece,
- * which ends at a line end (or at a segment boundary within a line longer
- * than a block, or at `to`). */
+/* A reader of [from, to) of an input, a block at a time: each fill gives
+ * what was read and not yet taken, and the caller takes a head of it; the
+ * rest comes again at the front of the next fill. */
 typedef struct {
   const gt_ingest_source *src;
   FILE *f;
@@ -121,8 +143,10 @@ static void gt_range_close(gt_range_reader *r)
   r->f = NULL;
 }
 
-/* The next piece: *text, *len (0 at the end). */
-static int gt_range_next(gt_range_reader *r, const char **text, size_t *len)
+/* The bytes read and not taken: *text, *len (0 at the end); *last when
+ * they reach `to`. UTF-8 text ends at a whole character (a character cut
+ * by the block's end comes whole in the next fill) and is checked. */
+static int gt_range_fill(gt_range_reader *r, const char **text, size_t *len, bool *last)
 {
   /* drop what was handed out, keep the rest at the front */
   memmove(r->buf, r->buf + r->given, r->have - r->given);
@@ -139,30 +163,37 @@ static int gt_range_next(gt_range_reader *r, const char **text, size_t *len)
   GT_CHECK(got == want, GT_ERR_INPUT, "input '%s' shrank while it was read; run the ingest again",
            r->src->path);
   r->have += got;
-  const bool last = r->pos + (long long)r->have == r->to;
-  size_t cut = r->have;
-  if (!last && r->utf8) {
-    const char *nl = NULL;
-    for (size_t i = r->have; i > 0 && !nl; i--)
-      if (r->buf[i - 1] == '\n')
-        nl = r->buf + i - 1;
-    if (nl) {
-      cut = (size_t)(nl - r->buf) + 1;
-    } else { /* a line longer than the block: at a segment boundary */
-      cut = 0;
-      while (r->have - cut > GT_TOKENIZER_SEGMENT)
-        cut += gt_tokenizer_segment(r->buf + cut, r->have - cut);
-    }
-  }
+  *last = r->pos + (long long)r->have == r->to;
+  size_t n = r->have;
   if (r->utf8) {
-    const size_t ok = gt_utf8_prefix(r->buf, cut);
-    GT_CHECK(ok == cut, GT_ERR_INPUT,
-             "input '%s' is not UTF-8 text at byte %lld (0x%02x); SentencePiece takes UTF-8: "
-             "convert it (iconv) or use --tokenizer bytes",
+    const size_t ok = gt_utf8_prefix(r->buf, r->have);
+    GT_CHECK(ok == r->have || (!*last && r->have - ok < 4), GT_ERR_INPUT,
+             "input '%s' is not UTF-8 text at byte %lld (0x%02x); tokenizers other than bytes "
+             "take UTF-8: convert it (iconv) or use --tokenizer bytes",
              r->src->path, r->pos + (long long)ok, (unsigned char)r->buf[ok]);
+    n = ok; /* up to 3 bytes of a cut character wait for the next fill */
   }
-  r->given = cut;
-  *text = r->buf, *len = cut;
+  *text = r->buf, *len = n;
+  return GT_SUCCESS;
+}
+
+/* The first n bytes of the last fill are used. */
+static void gt_range_take(gt_range_reader *r, size_t n)
+{
+  r->given = n;
+}
+
+/* The next piece of text for training: whole lines (or, in a line longer
+ * than a block, whole segments), *len 0 at the end. */
+static int gt_range_next(gt_range_reader *r, const char **text, size_t *len)
+{
+  bool last = false;
+  GT_CALL(gt_range_fill(r, text, len, &last));
+  if (!last) {
+    const size_t head = gt_tokenizer_line_head(*text, *len);
+    *len = head > 0 ? head : *len;
+  }
+  gt_range_take(r, *len);
   return GT_SUCCESS;
 }
 
@@ -209,10 +240,8 @@ static int gt_train_next(void *ctx, const char **line, size_t *len, bool *done)
 static int gt_ingest_tokenizer(const gt_tok_spec *spec, int n, const gt_ingest_source *src,
                                char *buf, gt_tokenizer **tok)
 {
-  if (spec->kind == GT_TOK_BYTES)
-    return gt_tokenizer_bytes(tok);
-  if (spec->kind == GT_TOK_MODEL)
-    return gt_tokenizer_load(spec->model, tok);
+  if (spec->kind != GT_TOK_TRAIN)
+    return gt_tok_spec_load(spec, tok);
   gt_train_lines t = {.src = src, .n = n, .buf = buf};
   const int status = gt_tokenizer_train(spec->type, spec->vocab, GT_INGEST_TRAIN_LINES,
                                          gt_train_next, &t, tok);
@@ -234,17 +263,22 @@ static int gt_ingest_encode_range(gt_ingest_out *o, int split, gt_tokenizer *tok
                              buf);
   for (;;) {
     const char *text = NULL;
-    size_t len = 0, n = 0;
+    size_t len = 0, n = 0, used = 0;
+    bool last = false;
     uint32_t *ids = NULL;
     if (status == GT_SUCCESS)
-      status = gt_range_next(&r, &text, &len);
+      status = gt_range_fill(&r, &text, &len, &last);
     if (status != GT_SUCCESS || len == 0)
       break;
-    status = gt_tokenizer_encode(tok, text, len, &ids, &n);
+    status = gt_tokenizer_encode_head(tok, text, len, last, &ids, &n, &used);
+    if (status == GT_SUCCESS && used == 0) /* (it always takes something) */
+      status = GT_ERROR(GT_ERR_INTERNAL, "internal error: the tokenizer took none of %zu bytes",
+                        len);
+    gt_range_take(&r, used);
     if (status == GT_SUCCESS)
       status = gt_ingest_out_append(o, split, ids, n);
     free(ids);
-    gt_bar_add((double)len);
+    gt_bar_add((double)used);
   }
   if (status == GT_SUCCESS)
     status = fgetc(r.f) == EOF || to < s->size

@@ -29,17 +29,23 @@ typedef struct gt_ingest_source {
 
 /* What --tokenizer asks for. */
 typedef struct {
-  enum { GT_TOK_BYTES, GT_TOK_MODEL, GT_TOK_TRAIN } kind;
-  const char *model;  /* GT_TOK_MODEL: the .model file (points into the spec) */
+  enum { GT_TOK_BYTES, GT_TOK_MODEL, GT_TOK_HF, GT_TOK_TRAIN } kind;
+  const char *model;  /* GT_TOK_MODEL: the .model file; GT_TOK_HF: the tokenizer.json or
+                         its directory (points into the spec) */
   char type[16];      /* GT_TOK_TRAIN: bpe or unigram */
   int vocab;          /* GT_TOK_TRAIN */
 } gt_tok_spec;
 
-#define GT_TOK_SPEC_HELP "give bytes, sentencepiece:MODEL, train:bpe:N or train:unigram:N"
+#define GT_TOK_SPEC_HELP \
+  "give bytes, sentencepiece:MODEL, hf:PATH, train:bpe:N or train:unigram:N"
 
 /* Parses a --tokenizer value (NULL: bytes); GT_ERR_INPUT naming it when it
  * is none of the forms of GT_TOK_SPEC_HELP. */
 int gt_tok_spec_parse(const char *spec, gt_tok_spec *t);
+
+/* The tokenizer a spec of kind bytes, sentencepiece:MODEL or hf:PATH names
+ * (not one to train). */
+int gt_tok_spec_load(const gt_tok_spec *t, gt_tokenizer **tok);
 
 /* The arguments every ingest takes: at least one input (`what` files), an
  * output name, a val_fraction in [0, 0.5]. */

@@ -314,8 +314,8 @@ static int gt_tokens_file(gt_ingest_out *o, const gt_ingest_source *s, const gt_
   return GT_SUCCESS;
 }
 
-/* The tokenizer that wrote the token files (--tokenizer: bytes or
- * sentencepiece:MODEL; NULL when none is given), stored with the tokens so
+/* The tokenizer that wrote the token files (--tokenizer: bytes,
+ * sentencepiece:MODEL or hf:PATH; NULL when none is given), stored with the tokens so
  * that the dataset decodes (gridtrain sample, ckpt convert --format hf). Its
  * vocabulary is the dataset's: *vocab 0 takes it, another value must equal
  * it (gt_tokenizer_from_file refuses a vocab_size that differs). */
@@ -328,8 +328,8 @@ static int gt_tokens_tokenizer(const char *spec, long long *vocab, gt_tokenizer 
   GT_CALL(gt_tok_spec_parse(spec, &t));
   GT_CHECK(t.kind != GT_TOK_TRAIN, GT_ERR_INPUT,
            "--tokenizer %s: token files are tokenized already; name the tokenizer that "
-           "wrote them (bytes or sentencepiece:MODEL), or train one with 'ingest text'", spec);
-  GT_CALL(t.kind == GT_TOK_BYTES ? gt_tokenizer_bytes(tok) : gt_tokenizer_load(t.model, tok));
+           "wrote them (bytes, sentencepiece:MODEL or hf:PATH), or train one with 'ingest text'", spec);
+  GT_CALL(gt_tok_spec_load(&t, tok));
   const long long has = gt_tokenizer_vocab(*tok);
   if (*vocab == 0)
     *vocab = has;

@@ -4,7 +4,7 @@
  * The byte tokenizer is here. SentencePiece models are handled by the
  * library (libsentencepiece, C++) through tokenizer_spm.h when configure
  * found it (GT_HAVE_SENTENCEPIECE); without it a SentencePiece model is
- * refused with a message saying so.
+ * refused with a message saying so. Byte-level BPE is tokenizer_bpe.c.
  */
 #ifdef HAVE_CONFIG_H
 #include "build_config.h"
@@ -15,22 +15,25 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "gridtrain/error.h"
 #include "h5util.h"
+#include "tokenizer_bpe.h"
 #ifdef GT_HAVE_SENTENCEPIECE
 #include "tokenizer_spm.h"
 #endif
 
 #define GT_BYTES_VOCAB 256
-#define GT_TOKENIZER_MODEL "/tokenizer/model" /* the SentencePiece model in a dataset */
+#define GT_TOKENIZER_MODEL "/tokenizer/model" /* the model (SentencePiece, BPE) in a dataset */
 #define GT_TOKENIZER_MODEL_MAX ((size_t)1 << 30) /* bytes: more is not a model */
 
 struct gt_tokenizer {
   gt_tokenizer_kind kind;
   int vocab;
-  void *model; /* the serialized model (SentencePiece), malloc'd */
+  void *model; /* the serialized model (SentencePiece, BPE), malloc'd */
   size_t model_size;
+  gt_bpe *bpe;
 #ifdef GT_HAVE_SENTENCEPIECE
   gt_spm *spm;
 #endif
@@ -76,32 +79,139 @@ int gt_tokenizer_sentencepiece(const void *model, size_t size, gt_tokenizer **ou
 #endif
 }
 
+/* The whole file at path (*buf malloc'd, *size > 0 bytes); what and hint
+ * name it in messages ("the SentencePiece model", "give a ... file"). */
+static int gt_tokenizer_read(const char *path, const char *what, const char *hint, char **buf,
+                             size_t *size)
+{
+  *buf = NULL, *size = 0;
+  FILE *f = fopen(path, "rb");
+  GT_CHECK(f, GT_ERR_INPUT, "cannot read %s '%s': %s", what, path, strerror(errno));
+  long n = -1;
+  if (fseek(f, 0, SEEK_END) == 0)
+    n = ftell(f);
+  if (n <= 0 || (size_t)n > GT_TOKENIZER_MODEL_MAX || fseek(f, 0, SEEK_SET) != 0) {
+    fclose(f);
+    return GT_ERROR(GT_ERR_INPUT, "'%s' is %s; %s", path,
+            n == 0 ? "empty" : "not a readable file of a model's size", hint);
+  }
+  char *b = malloc((size_t)n);
+  int status = GT_SUCCESS;
+  if (!b || fread(b, 1, (size_t)n, f) != (size_t)n)
+    status = gt_error_set(b ? GT_ERR_INPUT : GT_ERR_SYSTEM, __FILE__, __LINE__, __func__,
+                          "cannot read %s '%s'", what, path);
+  fclose(f);
+  if (status != GT_SUCCESS) {
+    free(b);
+    return status;
+  }
+  *buf = b, *size = (size_t)n;
+  return GT_SUCCESS;
+}
+
 int gt_tokenizer_load(const char *model_path, gt_tokenizer **out)
 {
   *out = NULL;
-  FILE *f = fopen(model_path, "rb");
-  GT_CHECK(f, GT_ERR_INPUT, "cannot read the SentencePiece model '%s': %s", model_path,
-           strerror(errno));
-  int status = GT_SUCCESS;
-  void *buf = NULL;
-  long size = -1;
-  if (fseek(f, 0, SEEK_END) == 0)
-    size = ftell(f);
-  if (size <= 0 || (size_t)size > GT_TOKENIZER_MODEL_MAX || fseek(f, 0, SEEK_SET) != 0) {
-    fclose(f);
-    return GT_ERROR(GT_ERR_INPUT, "'%s' is %s; give a SentencePiece .model file", model_path,
-            size == 0 ? "empty" : "not a readable file of a model's size");
-  }
-  buf = malloc((size_t)size);
-  if (!buf || fread(buf, 1, (size_t)size, f) != (size_t)size)
-    status = gt_error_set(buf ? GT_ERR_INPUT : GT_ERR_SYSTEM, __FILE__, __LINE__, __func__,
-                          "cannot read the SentencePiece model '%s'", model_path);
-  fclose(f);
-  if (status == GT_SUCCESS)
-    status = gt_tokenizer_sentencepiece(buf, (size_t)size, out);
+  char *buf = NULL;
+  size_t size = 0;
+  GT_CALL(gt_tokenizer_read(model_path, "the SentencePiece model",
+                            "give a SentencePiece .model file", &buf, &size));
+  const int status = gt_tokenizer_sentencepiece(buf, size, out);
   free(buf);
   GT_CALL(status);
   return GT_SUCCESS;
+}
+
+int gt_tokenizer_bpe(const void *json, size_t size, const char *name, gt_tokenizer **out)
+{
+  *out = NULL;
+  gt_tokenizer *tok = calloc(1, sizeof *tok);
+  GT_CHECK_ALLOC(tok, sizeof *tok);
+  tok->kind = GT_TOKENIZER_BPE;
+  tok->model = malloc(size ? size : 1);
+  int status = tok->model ? gt_bpe_load(json, size, name, &tok->bpe, &tok->vocab)
+                          : GT_ERROR(GT_ERR_SYSTEM, "out of memory allocating %zu bytes", size);
+  if (status != GT_SUCCESS) {
+    gt_tokenizer_free(tok);
+    return gt_error_push(status, __FILE__, __LINE__, __func__);
+  }
+  memcpy(tok->model, json, size);
+  tok->model_size = size;
+  *out = tok;
+  return GT_SUCCESS;
+}
+
+/* dir/name into path (size bytes); whether it is a regular file. */
+static int gt_tokenizer_in_dir(const char *dir, const char *name, char *path, size_t size,
+                               bool *found)
+{
+  const int n = snprintf(path, size, "%s/%s", dir, name);
+  GT_CHECK(n > 0 && (size_t)n < size, GT_ERR_INPUT, "the tokenizer directory '%s' is too long",
+           dir);
+  struct stat st;
+  *found = stat(path, &st) == 0 && S_ISREG(st.st_mode);
+  return GT_SUCCESS;
+}
+
+/* A tokenizer.json file. */
+static int gt_tokenizer_load_json(const char *path, gt_tokenizer **out)
+{
+  char *buf = NULL, name[4200];
+  size_t size = 0;
+  GT_CALL(gt_tokenizer_read(path, "the tokenizer", "give a Hugging Face tokenizer.json", &buf,
+                            &size));
+  snprintf(name, sizeof name, "'%s'", path);
+  const int status = gt_tokenizer_bpe(buf, size, name, out);
+  free(buf);
+  GT_CALL(status);
+  return GT_SUCCESS;
+}
+
+/* GPT-2's vocab.json and merges.txt in dir, as a tokenizer.json. */
+static int gt_tokenizer_load_gpt2(const char *dir, const char *vocab, const char *merges,
+                                  gt_tokenizer **out)
+{
+  char *v = NULL, *m = NULL, *json = NULL, name[4200];
+  size_t nv = 0, nm = 0, size = 0;
+  snprintf(name, sizeof name, "'%s' (vocab.json + merges.txt)", dir);
+  int status = gt_tokenizer_read(vocab, "the vocabulary", "give GPT-2's vocab.json", &v, &nv);
+  if (status == GT_SUCCESS)
+    status = gt_tokenizer_read(merges, "the merges", "give GPT-2's merges.txt", &m, &nm);
+  if (status == GT_SUCCESS)
+    status = gt_bpe_json_from_files(v, nv, m, nm, name, &json, &size);
+  if (status == GT_SUCCESS)
+    status = gt_tokenizer_bpe(json, size, name, out);
+  free(v);
+  free(m);
+  free(json);
+  GT_CALL(status);
+  return GT_SUCCESS;
+}
+
+int gt_tokenizer_load_hf(const char *path, gt_tokenizer **out)
+{
+  *out = NULL;
+  struct stat st;
+  GT_CHECK(stat(path, &st) == 0, GT_ERR_INPUT, "cannot read the tokenizer hf:%s: %s", path,
+           strerror(errno));
+  if (!S_ISDIR(st.st_mode))
+    return gt_tokenizer_load_json(path, out);
+  char json[4200], vocab[4200], merges[4200];
+  bool has_json = false, has_vocab = false, has_merges = false;
+  GT_CALL(gt_tokenizer_in_dir(path, "tokenizer.json", json, sizeof json, &has_json));
+  if (has_json)
+    return gt_tokenizer_load_json(json, out);
+  GT_CALL(gt_tokenizer_in_dir(path, "vocab.json", vocab, sizeof vocab, &has_vocab));
+  GT_CALL(gt_tokenizer_in_dir(path, "merges.txt", merges, sizeof merges, &has_merges));
+  GT_CHECK(has_vocab && has_merges, GT_ERR_INPUT,
+           "the directory '%s' holds neither tokenizer.json nor vocab.json and merges.txt; give "
+           "hf:DIR of a Hugging Face tokenizer, or hf:FILE.json", path);
+  return gt_tokenizer_load_gpt2(path, vocab, merges, out);
+}
+
+int gt_tokenizer_added_id(const gt_tokenizer *tok, const char *content)
+{
+  return tok->kind == GT_TOKENIZER_BPE ? gt_bpe_added_id(tok->bpe, content) : -1;
 }
 
 gt_tokenizer_kind gt_tokenizer_kind_of(const gt_tokenizer *tok)
@@ -111,7 +221,9 @@ gt_tokenizer_kind gt_tokenizer_kind_of(const gt_tokenizer *tok)
 
 const char *gt_tokenizer_name(const gt_tokenizer *tok)
 {
-  return tok->kind == GT_TOKENIZER_BYTES ? "bytes" : "sentencepiece";
+  return tok->kind == GT_TOKENIZER_BYTES ? "bytes"
+         : tok->kind == GT_TOKENIZER_BPE ? "bpe"
+                                         : "sentencepiece";
 }
 
 int gt_tokenizer_vocab(const gt_tokenizer *tok)
@@ -175,6 +287,17 @@ size_t gt_tokenizer_segment(const char *text, size_t len)
   return max;
 }
 
+size_t gt_tokenizer_line_head(const char *text, size_t len)
+{
+  for (size_t i = len; i > 0; i--)
+    if (text[i - 1] == '\n')
+      return i;
+  size_t cut = 0; /* a line longer than text: whole segments of it */
+  while (len - cut > GT_TOKENIZER_SEGMENT)
+    cut += gt_tokenizer_segment(text + cut, len - cut);
+  return cut;
+}
+
 #ifdef GT_HAVE_SENTENCEPIECE
 /* SentencePiece, one segment at a time, the ids appended to a growing array. */
 static int gt_tokenizer_encode_spm(gt_tokenizer *tok, const char *text, size_t len,
@@ -222,6 +345,10 @@ int gt_tokenizer_encode(gt_tokenizer *tok, const char *text, size_t len, uint32_
                         size_t *n)
 {
   *ids = NULL, *n = 0;
+  if (tok->kind == GT_TOKENIZER_BPE) {
+    size_t used = 0;
+    return gt_bpe_encode(tok->bpe, text, len, true, ids, n, &used);
+  }
 #ifdef GT_HAVE_SENTENCEPIECE
   if (tok->kind == GT_TOKENIZER_SENTENCEPIECE)
     return gt_tokenizer_encode_spm(tok, text, len, ids, n);
@@ -236,6 +363,22 @@ int gt_tokenizer_encode(gt_tokenizer *tok, const char *text, size_t len, uint32_
   return GT_SUCCESS;
 }
 
+int gt_tokenizer_encode_head(gt_tokenizer *tok, const char *text, size_t len, bool last,
+                             uint32_t **ids, size_t *n, size_t *used)
+{
+  *ids = NULL, *n = 0, *used = 0;
+  if (tok->kind == GT_TOKENIZER_BPE)
+    return gt_bpe_encode(tok->bpe, text, len, last, ids, n, used);
+  size_t cut = len;
+  if (!last && tok->kind == GT_TOKENIZER_SENTENCEPIECE) {
+    cut = gt_tokenizer_line_head(text, len);
+    cut = cut > 0 ? cut : len;
+  }
+  GT_CALL(gt_tokenizer_encode(tok, text, cut, ids, n));
+  *used = cut;
+  return GT_SUCCESS;
+}
+
 int gt_tokenizer_decode(gt_tokenizer *tok, const uint32_t *ids, size_t n, char **text,
                         size_t *len)
 {
@@ -244,6 +387,8 @@ int gt_tokenizer_decode(gt_tokenizer *tok, const uint32_t *ids, size_t n, char *
     GT_CHECK(ids[i] < (uint32_t)tok->vocab, GT_ERR_INPUT,
              "token %u at position %zu is outside the tokenizer's vocabulary of %d", ids[i], i,
              tok->vocab);
+  if (tok->kind == GT_TOKENIZER_BPE)
+    return gt_bpe_decode(tok->bpe, ids, n, text, len);
 #ifdef GT_HAVE_SENTENCEPIECE
   if (tok->kind == GT_TOKENIZER_SENTENCEPIECE)
     return gt_spm_decode(tok->spm, ids, n, text, len);
@@ -282,13 +427,13 @@ int gt_tokenizer_h5_write(hid_t file, const gt_tokenizer *tok)
 }
 
 /* The model bytes of /tokenizer/model (malloc'd). */
-static int gt_tokenizer_h5_read_model(hid_t file, const char *path, void **model, size_t *size,
-                                      hid_t ids[2])
+static int gt_tokenizer_h5_read_model(hid_t file, const char *path, const char *kind,
+                                      void **model, size_t *size, hid_t ids[2])
 {
   GT_CHECK(H5Lexists(file, "/tokenizer", H5P_DEFAULT) > 0 &&
                H5Lexists(file, GT_TOKENIZER_MODEL, H5P_DEFAULT) > 0,
-           GT_ERR_INPUT, "'%s' says tokenizer = sentencepiece but has no %s; ingest it again",
-           path, GT_TOKENIZER_MODEL);
+           GT_ERR_INPUT, "'%s' says tokenizer = %s but has no %s; ingest it again", path, kind,
+           GT_TOKENIZER_MODEL);
   GT_H5_ID(ids[0], H5Dopen2(file, GT_TOKENIZER_MODEL, H5P_DEFAULT));
   GT_H5_ID(ids[1], H5Dget_space(ids[0]));
   const hssize_t n = H5Sget_simple_extent_npoints(ids[1]);
@@ -313,16 +458,17 @@ static int gt_tokenizer_from_h5(hid_t file, const char *path, gt_tokenizer **out
   GT_CALL(gt_h5_read_attr_str(file, "tokenizer", path, &found, &name));
   const bool bytes = found ? strcmp(name, "bytes") == 0 : vocab == GT_BYTES_VOCAB;
   const bool spm = found && strcmp(name, "sentencepiece") == 0;
-  if (!bytes && !spm) {
+  const bool bpe = found && strcmp(name, "bpe") == 0;
+  if (!bytes && !spm && !bpe) {
     const int status =
         found ? gt_error_set(GT_ERR_INPUT, __FILE__, __LINE__, __func__,
-                             "'%s' names the tokenizer '%s'; gridtrain knows bytes and "
-                             "sentencepiece",
+                             "'%s' names the tokenizer '%s'; gridtrain knows bytes, "
+                             "sentencepiece and bpe",
                              path, name)
               : gt_error_set(GT_ERR_INPUT, __FILE__, __LINE__, __func__,
                              "'%s' names no tokenizer (no root attribute 'tokenizer') and its "
                              "vocab_size is %lld, not the bytes' 256; it cannot be decoded (ingest "
-                             "token files with --tokenizer sentencepiece:MODEL)",
+                             "token files with --tokenizer sentencepiece:MODEL or hf:PATH)",
                              path, vocab);
     free(name);
     return status;
@@ -336,10 +482,14 @@ static int gt_tokenizer_from_h5(hid_t file, const char *path, gt_tokenizer **out
   hid_t ids[2] = {H5I_INVALID_HID, H5I_INVALID_HID};
   void *model = NULL;
   size_t size = 0;
-  int status = gt_tokenizer_h5_read_model(file, path, &model, &size, ids);
+  int status = gt_tokenizer_h5_read_model(file, path, bpe ? "bpe" : "sentencepiece", &model,
+                                          &size, ids);
   status = gt_h5_close_all(status, 2, ids);
+  char where[4200];
+  snprintf(where, sizeof where, "'%s' %s", path, GT_TOKENIZER_MODEL);
   if (status == GT_SUCCESS)
-    status = gt_tokenizer_sentencepiece(model, size, out);
+    status = bpe ? gt_tokenizer_bpe(model, size, where, out)
+                 : gt_tokenizer_sentencepiece(model, size, out);
   free(model);
   GT_CALL(status);
   /* the model's vocabulary may be smaller than the file's (padded), never larger */
@@ -348,9 +498,9 @@ static int gt_tokenizer_from_h5(hid_t file, const char *path, gt_tokenizer **out
     gt_tokenizer_free(*out);
     *out = NULL;
     return GT_ERROR(GT_ERR_INPUT,
-            "'%s': its SentencePiece model has %d pieces but vocab_size is %lld; the file "
+            "'%s': its %s model has %d tokens but vocab_size is %lld; the file "
             "does not match its tokenizer",
-            path, v, vocab);
+            path, bpe ? "BPE" : "SentencePiece", v, vocab);
   }
   return GT_SUCCESS;
 }
@@ -432,6 +582,7 @@ void gt_tokenizer_free(gt_tokenizer *tok)
 #ifdef GT_HAVE_SENTENCEPIECE
   gt_spm_free(tok->spm);
 #endif
+  gt_bpe_free(tok->bpe);
   free(tok->model);
   free(tok);
 }

@@ -5,7 +5,8 @@ that records the directives, and run configure_args() on stand-in specs.
 Prints TAP lines from N (argv[3]) on and, last, "next N" for the shell test.
 Checks: it parses; the class is an AutotoolsPackage and a CudaPackage (for
 +cuda and cuda_arch); git= and version("main", branch="main"); the variants
-nccl, sentencepiece; the dependencies mpi, hdf5+mpi, blas, inih, cudnn under
+nccl, sentencepiece; the dependencies mpi, hdf5+mpi, blas, inih, json-c,
+pcre2, cudnn under
 +cuda, nccl under +nccl, sentencepiece under +sentencepiece; +nccl conflicts
 with ~cuda; configure_args of ~cuda and of +cuda cuda_arch=80,90 +nccl
 +sentencepiece give the options those variants mean, and every option it
@@ -90,9 +91,10 @@ ok(all(v in record["variants"] for v in ("nccl", "sentencepiece")),
    f"variants nccl, sentencepiece (+cuda, cuda_arch from CudaPackage): {sorted(record['variants'])}")
 deps = record["depends"]
 need = [("mpi", None), ("hdf5+mpi", None), ("blas", None), ("inih", None),
+        ("json-c@0.15:", None), ("pcre2", None),
         ("cudnn", "+cuda"), ("nccl", "+nccl"), ("sentencepiece", "+sentencepiece")]
 lacking = [d for d in need if d not in deps]
-ok(not lacking, f"depends on mpi, hdf5+mpi, blas, inih, cudnn (+cuda), nccl (+nccl), "
+ok(not lacking, f"depends on mpi, hdf5+mpi, blas, inih, json-c, pcre2, cudnn (+cuda), nccl (+nccl), "
                 f"sentencepiece (+sentencepiece){' - lacking ' + str(lacking) if lacking else ''}")
 ok(("+nccl", "~cuda") in record["conflicts"], "+nccl conflicts with ~cuda")
 

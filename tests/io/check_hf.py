@@ -5,7 +5,7 @@ says (independently of gridtrain's code).
 
 usage: check_hf.py JOB [-- JOB ...]   (one Python start-up for many checks)
   JOB: check OUT_DIR CKPT.h5 layers=L heads=H dim=C seq_len=T vocab=V
-             [dtype=fp32|bf16|fp16] [tokenizer=bytes|none|sentencepiece]
+             [dtype=fp32|bf16|fp16] [tokenizer=bytes|none|sentencepiece|bpe]
              [data=DATA.h5 val_loss=X batches=N batch=B]
      | same OUT_DIR_A OUT_DIR_B
 Prints what it checked as "# " lines and, for each job K (from 1), a line
@@ -194,6 +194,18 @@ def cmd_check(out, ckpt, args):
               "bytes have no special tokens, but config.json names some")
         check(not os.path.exists(os.path.join(out, "tokenizer.model")),
               "a tokenizer.model for byte-level data")
+    if args.get("tokenizer") == "bpe":  # the tokenizers package reads it: V ids
+        from tokenizers import Tokenizer
+        tok = Tokenizer.from_file(os.path.join(out, "tokenizer.json"))
+        check(tok.get_vocab_size(with_added_tokens=True) == V,
+              f"tokenizer.json has {tok.get_vocab_size(with_added_tokens=True)} ids, not {V}")
+        with open(os.path.join(out, "tokenizer_config.json")) as f:
+            tc = json.load(f)
+        check(tc.get("tokenizer_class") == "PreTrainedTokenizerFast" and
+              tc.get("model_max_length") == T and tc.get("clean_up_tokenization_spaces") is False,
+              f"tokenizer_config.json: {tc}")
+        check(not os.path.exists(os.path.join(out, "tokenizer.model")),
+              "a tokenizer.model beside tokenizer.json")
 
     with h5py.File(ckpt, "r") as f:
         ck = {n: torch.from_numpy(np.asarray(f["model"][n], dtype=np.float32))

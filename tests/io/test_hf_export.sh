@@ -6,8 +6,10 @@
 # tests/ref/torch_gpt.py, the validation loss against gridtrain's), from
 # checkpoints of tp=2 (a padded vocabulary cut to the data's) and pp=2; the
 # tp=2 file resumed and rewritten by one rank exports the same bits; bf16
-# and fp16; data without a tokenizer; a SentencePiece dataset; and the
-# errors: a directory that is not empty (--force), an unknown --dtype, an
+# and fp16; data without a tokenizer; a SentencePiece dataset; a byte-level
+# BPE dataset (tokenizer.json, tokenizer_config.json, loaded by the
+# tokenizers package); and the errors: a directory that is not empty
+# (--force), an unknown --dtype, an
 # output that cannot be a directory, a missing dataset, a vocabulary larger
 # than the model's, a weight beyond fp16. Needs the safetensors package
 # (pip install --break-system-packages safetensors); transformers, when it
@@ -153,6 +155,22 @@ with h5py.File(f"{d}/spm.h5", "w") as f:  # a SentencePiece dataset (80 pieces)
     f.attrs["vocab_size"] = 80
     f.attrs["tokenizer"] = "sentencepiece"
     f["tokenizer/model"] = np.frombuffer(open(sys.argv[2], "rb").read(), np.uint8)
+# a byte-level BPE dataset: 256 byte characters, <|endoftext|> and 2 merges
+# (259 ids, the checkpoint's vocabulary), trained by the tokenizers package
+from tokenizers import Tokenizer, models, pre_tokenizers, decoders, trainers
+t = Tokenizer(models.BPE())
+t.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+t.decoder = decoders.ByteLevel()
+t.train_from_iterator(["the cat and the hat"] * 20, trainers.BpeTrainer(
+    vocab_size=259, special_tokens=["<|endoftext|>"], show_progress=False,
+    initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+assert t.get_vocab_size() == 259
+t.save(f"{d}/bpe.json")
+with h5py.File(f"{d}/bpe.h5", "w") as f:
+    f["train/tokens"] = (np.arange(5000) % 259).astype(np.uint16)
+    f.attrs["vocab_size"] = 259
+    f.attrs["tokenizer"] = "bpe"
+    f["tokenizer/model"] = np.frombuffer(open(f"{d}/bpe.json", "rb").read(), np.uint8)
 PY
 convert ids258 "$tp" --format hf --data "$GT_TMP/ids258.h5" "$GT_TMP/hf-ids" &&
   grep -q "^tokenizer   none: the dataset names no tokenizer" "$GT_TMP/hf-ids/README.txt"
@@ -173,6 +191,22 @@ else
   job J_SPM check "$GT_TMP/hf-spm" "$tp" $shape vocab=80 tokenizer=sentencepiece
 fi
 show "$GT_TMP/spm.out"
+# a byte-level BPE dataset, over a copy of the SentencePiece export with
+# --force: its tokenizer.json as stored, tokenizer_config.json, bos = eos =
+# <|endoftext|>, and no tokenizer.model left
+bpe_out="$GT_TMP/hf-bpe"
+[ ! -e "$GT_TMP/hf-spm" ] || cp -r "$GT_TMP/hf-spm" "$bpe_out"
+convert bpe "$tp" --format hf --data "$GT_TMP/bpe.h5" --force "$bpe_out" &&
+  cmp -s "$bpe_out/tokenizer.json" "$GT_TMP/bpe.json" && [ ! -e "$bpe_out/tokenizer.model" ] &&
+  grep -q '"bos_token_id": 0,' "$bpe_out/config.json" &&
+  grep -q '"eos_token_id": 0,' "$bpe_out/config.json" &&
+  grep -q '"eos_token": "<|endoftext|>"' "$bpe_out/tokenizer_config.json" &&
+  grep -q "tokenizer.json, tokenizer_config.json; vocabulary 259, tokenizer bpe$" "$GT_TMP/bpe.out" &&
+  grep -q "^tokenizer   bpe: tokenizer.json" "$bpe_out/README.txt"
+s_bpe=$?
+ok $s_bpe "a byte-level BPE dataset: tokenizer.json is its model, tokenizer_config.json, bos = eos = <|endoftext|> (0), no tokenizer.model left (--force)"
+show "$GT_TMP/bpe.out"
+job J_BPE check "$bpe_out" "$tp" $shape vocab=259 tokenizer=bpe
 
 # ---- a weight beyond fp16 (65504): refused in fp16, nothing left behind
 cp "$tp" "$GT_TMP/big.h5"
@@ -206,16 +240,24 @@ result "$s_fp16" "$J_FP16" "--dtype fp16: every tensor is torch's fp16 rounding 
 result "$s_force" "$J_FORCE" "--force writes over it: an fp32 export that passes the checks, no .tmp left"
 result "$s_ids" "$J_IDS" "token ids without a tokenizer (vocab_size 258): wte cut to 258 rows, README says so"
 [ -z "${J_SPM:-}" ] || result 0 "$J_SPM" "the SentencePiece export passes the checks (vocabulary 80)"
+result "$s_bpe" "$J_BPE" "the BPE export passes the checks; the tokenizers package loads its tokenizer.json (259 ids)"
 grep -q "^# FAILED" "$GT_TMP/check.out" && show "$GT_TMP/check.out"
 
-# ---- optional: transformers itself loads the pp=2 directory
-HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 "$PYTHON_REF" - "$GT_TMP/hf-pp" "$check" \
+# ---- optional: transformers itself loads the pp=2 directory, and the BPE
+# ---- export's tokenizer (AutoTokenizer: tokenizer_config.json, tokenizer.json)
+HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 "$PYTHON_REF" - "$GT_TMP/hf-pp" "$check" "$bpe_out" \
   >"$GT_TMP/tf.out" 2>&1 <<'PY'
 import importlib.util, json, sys, torch
 try:
-    from transformers import GPT2LMHeadModel
+    from transformers import AutoTokenizer, GPT2LMHeadModel
 except ImportError:
     sys.exit(77)
+from tokenizers import Tokenizer
+at = AutoTokenizer.from_pretrained(sys.argv[3])
+text = "the cat<|endoftext|> and the hat  \u00e9"
+ids = Tokenizer.from_file(sys.argv[3] + "/tokenizer.json").encode(text, add_special_tokens=False).ids
+same_tok = at(text)["input_ids"] == ids and at.decode(ids) == text and at.eos_token_id == 0
+print(f"# AutoTokenizer: {type(at).__name__}, the same ids and text: {same_tok}")
 from safetensors.torch import load_file
 spec = importlib.util.spec_from_file_location("check_hf", sys.argv[2])
 check_hf = importlib.util.module_from_spec(spec); spec.loader.exec_module(check_hf)
@@ -228,14 +270,14 @@ want = check_hf.hf_forward(load_file(d + "/model.safetensors"), json.load(open(d
 diff = float((got - want).abs().max())
 tied = m.lm_head.weight.data_ptr() == m.transformer.wte.weight.data_ptr()
 print(f"# transformers: max |logit diff| {diff:.3g}, lm_head tied: {tied}")
-sys.exit(0 if diff < 1e-4 and tied else 1)
+sys.exit(0 if diff < 1e-4 and tied and same_tok else 1)
 PY
 tf=$?
 if [ $tf -eq 77 ]; then
   skip 1 "transformers is not installed (an optional check)"
 else
   [ $tf -eq 0 ]
-  ok $? "transformers' GPT2LMHeadModel.from_pretrained loads it, tied, with the same logits"
+  ok $? "transformers' GPT2LMHeadModel.from_pretrained loads it, tied, with the same logits; AutoTokenizer loads the BPE export and encodes and decodes as the tokenizers package"
   show "$GT_TMP/tf.out"
 fi
 
