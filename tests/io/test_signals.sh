@@ -129,10 +129,14 @@ grep -q "^gridtrain: resumed from" "$GT_TMP/int.rerun"
 ok $? "SIGINT: the next run resumes from its checkpoint"
 
 # Twice on one rank started directly: its own status, 130. Then on the two
-# ranks of a job: both stop at once and latest stays complete, but mpiexec's
-# own status is not checked: Hydra (MPICH 4.0.2) reported 1 instead of the
-# ranks' 130 in 2 of about 30 runs of this file here, while 70 runs of this
-# case alone all gave 130.
+# ranks of a job: the job stops at once and latest stays complete, but
+# mpiexec's own status is not checked: Hydra (MPICH 4.0.2) reported 1
+# instead of the ranks' 130 in 2 of about 30 runs of this file here, while
+# 70 runs of this case alone all gave 130. Nor is every rank's message: the
+# first rank to stop makes Hydra kill the others, and on a loaded machine
+# (two busy loops on both cores) the second rank was killed before its
+# handler ran in 1 of 3 runs of the quick tier; one message, a non-zero
+# status and a complete latest are what the user sees either way.
 rm -rf "$GT_TMP/ck-int3"
 timeout -k 5 120 "$GT_BIN" train "$deck" data.train="$data" checkpoint.dir="$GT_TMP/ck-int3" \
   checkpoint.every=2 run.steps=100000 run.log_every=1 >"$GT_TMP/int3.out" 2>&1 &
@@ -154,8 +158,9 @@ kill -INT $ranks
 sleep 0.01
 kill -INT $ranks
 finish int2
-[ $rc -ne 0 ] && [ "$(grep -c "second SIGINT: stopping at once" "$GT_TMP/int2.out")" -eq 2 ] &&
-  complete int2
-ok $? "SIGINT twice to both ranks of a job: both stop at once, latest still complete (mpiexec's status $rc; was $before)"
+# (not 124 or 137: the 120 s limit of start, a job that went on)
+[ $rc -ne 0 ] && [ $rc -ne 124 ] && [ $rc -ne 137 ] &&
+  [ "$(grep -c "second SIGINT: stopping at once" "$GT_TMP/int2.out")" -ge 1 ] && complete int2
+ok $? "SIGINT twice to both ranks of a job: the job stops at once, latest still complete (mpiexec's status $rc; was $before)"
 
 done_testing
