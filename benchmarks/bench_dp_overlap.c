@@ -252,7 +252,7 @@ static int bench_main(int argc, char **argv, MPI_Comm world, int *invalid)
              GT_ERR_SYSTEM, "out of memory");
   }
   /* The gradient buffer of a dp-only rank is the whole model. */
-  const gt_gpt_shape shape = {o.c.layers, o.c.heads, o.c.dim, o.c.seq, o.c.vocab};
+  const gt_gpt_shape shape = {o.c.layers, o.c.heads, o.c.dim, o.c.seq, o.c.vocab, .arch = GT_MODEL_GPT};
   const double grad_mib = (double)gt_gpt_param_count(&shape) * sizeof(float) / 1048576.0;
   double ar_ms = 0;
   GT_CALL(bench_allreduce_ms(world, gt_gpt_param_count(&shape), 5, &ar_ms));

@@ -21,7 +21,7 @@
 
 #define GT_PATH_MAX 1024
 #define GT_NAME_MAX 32
-#define GT_CONFIG_MAX_KEYS 64
+#define GT_CONFIG_MAX_KEYS 96
 
 /* Where a value came from. */
 typedef enum { GT_FROM_DEFAULT = 0, GT_FROM_DECK, GT_FROM_CLI } gt_config_origin;
@@ -44,6 +44,13 @@ typedef struct gt_config {
   struct {
     gt_model_type type;
     long layers, heads, dim, seq_len, vocab;
+    long kv_heads, ffn_dim;    /* 0: auto (heads; 4 dim or Llama's rule) */
+    gt_tristate tie_embeddings; /* auto: on for gpt, off for llama */
+    double norm_eps;            /* llama: RMSNorm epsilon */
+    double rope_theta;          /* llama: RoPE base */
+    gt_rope_scaling_kind rope_scaling;
+    double rope_factor, rope_low_freq_factor, rope_high_freq_factor;
+    long rope_original_seq_len;
     gt_recompute recompute;
   } model;
   struct {

@@ -15,7 +15,9 @@
 
 #include "gridtrain/tensor.h"
 
-typedef enum { GT_MODEL_GPT = 0 } gt_model_type;
+typedef enum { GT_MODEL_GPT = 0, GT_MODEL_LLAMA } gt_model_type;
+/* [model] rope_scaling: the values are gt_rope_type's (rope.h). */
+typedef enum { GT_ROPE_SCALING_NONE = 0, GT_ROPE_SCALING_LINEAR, GT_ROPE_SCALING_LLAMA3 } gt_rope_scaling_kind;
 typedef enum { GT_RECOMPUTE_NONE = 0, GT_RECOMPUTE_ATTENTION, GT_RECOMPUTE_BLOCK } gt_recompute;
 typedef enum {
   GT_DEVICE_CPU = 0,
@@ -47,6 +49,7 @@ typedef enum { GT_ON_ERROR_STOP = 0, GT_ON_ERROR_WARN } gt_on_error;
 
 extern const char *const gt_model_type_names[];
 extern const char *const gt_recompute_names[];
+extern const char *const gt_rope_scaling_names[];
 extern const char *const gt_device_kind_names[];
 extern const char *const gt_precision_names[];
 extern const char *const gt_tristate_names[];

@@ -36,12 +36,37 @@
 #include "gridtrain/collectives.h"
 #include "gridtrain/config_enums.h"
 #include "gridtrain/params.h"
+#include "gridtrain/rope.h"
 
 #define GT_GPT_MAX_CHUNKS 64 /* model chunks per rank (interleaved schedule) */
 
+/* The model's architecture and sizes. A shape with only the first five
+ * fields set (the others 0) is GPT-2's; the gt_gpt_shape_* accessors below
+ * resolve the zeros. */
 typedef struct gt_gpt_shape {
   int layers, heads, dim, max_seq, vocab;
+  gt_model_type arch;    /* GT_MODEL_GPT or GT_MODEL_LLAMA (docs/models.md) */
+  int kv_heads;          /* key/value heads (0: heads) */
+  int ffn_dim;           /* MLP width (0: 4 dim for gpt, Llama's rule for llama) */
+  gt_tristate tie;       /* head = wte (auto: gpt on, llama off) */
+  float norm_eps;        /* llama's RMSNorm epsilon (0: 1e-5) */
+  double rope_theta;     /* llama (0: 10000) */
+  gt_rope_scaling rope;  /* llama */
 } gt_gpt_shape;
+
+struct gt_config;
+/* The shape a configuration's [model] section describes. Not collective. */
+gt_gpt_shape gt_gpt_shape_config(const struct gt_config *cfg);
+
+/* Resolved fields of a shape: key/value heads, MLP width, whether the head
+ * is tied to wte, the head size, the q/k/v rows of a block ((heads +
+ * 2 kv_heads) head size) and whether the block has biases (gpt). */
+int gt_gpt_shape_kv_heads(const gt_gpt_shape *s);
+int gt_gpt_shape_ffn(const gt_gpt_shape *s);
+bool gt_gpt_shape_tied(const gt_gpt_shape *s);
+bool gt_gpt_shape_llama(const gt_gpt_shape *s);
+int gt_gpt_shape_head_size(const gt_gpt_shape *s);
+float gt_gpt_shape_norm_eps(const gt_gpt_shape *s);
 
 typedef struct gt_gpt gt_gpt;
 

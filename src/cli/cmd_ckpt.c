@@ -60,7 +60,7 @@ static void gt_ckpt_usage(void)
 
 static int gt_ckpt_shape(const gt_ckpt_meta *m, gt_gpt_shape *shape)
 {
-  *shape = (gt_gpt_shape){m->layers, m->heads, m->dim, m->seq_len, m->vocab};
+  *shape = (gt_gpt_shape){m->layers, m->heads, m->dim, m->seq_len, m->vocab, .arch = GT_MODEL_GPT};
   GT_CHECK(m->layers > 0 && m->heads > 0 && m->dim > 0 && m->seq_len > 0 && m->vocab > 0 &&
                m->dim % m->heads == 0,
            GT_ERR_INPUT, "checkpoint has an invalid model shape");

@@ -311,9 +311,7 @@ static int gt_sample_load(const gt_sample_args *a, const gt_config *cfg, MPI_Com
   if (status == GT_SUCCESS && cfg->parallel.collectives == GT_COLLECTIVES_NCCL)
     status = gt_coll_use_nccl(r->coll, &g->tp, 1);
   GT_CALL(gt_error_agree(status, g->world));
-  const gt_gpt_shape shape = {(int)cfg->model.layers, (int)cfg->model.heads,
-                              (int)cfg->model.dim, (int)cfg->model.seq_len,
-                              (int)cfg->model.vocab};
+  const gt_gpt_shape shape = gt_gpt_shape_config(cfg);
   gt_gpt_part part = gt_gpt_whole(&shape);
   part.tp = (gt_group){g->tp, g->tp_rank, g->tp_size, -1, r->coll};
   status = gt_gpt_create(r->be, &shape, &part, NULL, l.dtype, 1, 1, 1, &r->model);

@@ -43,7 +43,8 @@ typedef struct {
 
 #define GT_OFF(member) offsetof(gt_config, member), sizeof(((gt_config *)0)->member)
 
-const char *const gt_model_type_names[] = {"gpt", NULL};
+const char *const gt_model_type_names[] = {"gpt", "llama", NULL};
+const char *const gt_rope_scaling_names[] = {"none", "linear", "llama3", NULL};
 const char *const gt_recompute_names[] = {"none", "attention", "block", NULL};
 const char *const gt_device_kind_names[] = {"cpu", "cpu-async", "cpu-guard", "cuda", NULL};
 const char *const gt_precision_names[] = {"fp32", "bf16", "fp16", NULL};
@@ -92,7 +93,9 @@ static const gt_key gt_keys[] = {
    "tensor-parallel size", false, false},
 
   {"model", "type", GT_KEY_ENUM, GT_OFF(model.type), 0, 0, gt_model_type_names, "gpt",
-   "model family", false, false},
+   "architecture: gpt (GPT-2: LayerNorm, learned positions, GELU MLP, biases) or llama "
+   "(RMSNorm, rotary positions, SwiGLU MLP, grouped-query attention, no biases)",
+   false, false},
   {"model", "layers", GT_KEY_INT, GT_OFF(model.layers), 1, 1024, NULL, "4",
    "transformer blocks", false, false},
   {"model", "heads", GT_KEY_INT, GT_OFF(model.heads), 1, 1024, NULL, "4",
@@ -103,6 +106,34 @@ static const gt_key gt_keys[] = {
    "tokens per sequence (context length)", false, false},
   {"model", "vocab", GT_KEY_INT, GT_OFF(model.vocab), 2, 16777216, NULL, "256",
    "vocabulary size (256 for byte-level data)", false, false},
+  {"model", "kv_heads", GT_KEY_INT_AUTO, GT_OFF(model.kv_heads), 1, 1024, NULL, "auto",
+   "key/value heads (llama: grouped-query attention, a divisor of heads; 1 is multi-query); "
+   "auto = heads", false, false},
+  {"model", "ffn_dim", GT_KEY_INT_AUTO, GT_OFF(model.ffn_dim), 1, 1048576, NULL, "auto",
+   "MLP width; auto = 4 dim for gpt (the only width it takes), for llama 2/3 of 4 dim "
+   "rounded up to a multiple of 256 (Meta's rule)", false, false},
+  {"model", "tie_embeddings", GT_KEY_ENUM, GT_OFF(model.tie_embeddings), 0, 0,
+   gt_tristate_names, "auto",
+   "the LM head is the token embedding (on) or its own matrix lm_head (off); auto: on for "
+   "gpt, off for llama", false, false},
+  {"model", "norm_eps", GT_KEY_REAL, GT_OFF(model.norm_eps), 0, 1, NULL, "1e-5",
+   "llama: the RMSNorm epsilon (gpt's LayerNorm uses 1e-5)", true, false},
+  {"model", "rope_theta", GT_KEY_REAL, GT_OFF(model.rope_theta), 0, 1e12, NULL, "10000",
+   "llama: the rotary embedding's base (500000 in Llama 3)", true, false},
+  {"model", "rope_scaling", GT_KEY_ENUM, GT_OFF(model.rope_scaling), 0, 0,
+   gt_rope_scaling_names, "none",
+   "llama: rotary position scaling as transformers' rope_scaling: none, linear (positions "
+   "divided by rope_factor) or llama3 (Llama 3.1's per-frequency scaling)", false, false},
+  {"model", "rope_factor", GT_KEY_REAL, GT_OFF(model.rope_factor), 0, 1e6, NULL, "8",
+   "llama: rope_scaling's factor", true, false},
+  {"model", "rope_low_freq_factor", GT_KEY_REAL, GT_OFF(model.rope_low_freq_factor), 0, 1e6,
+   NULL, "1", "llama3 rope_scaling: low_freq_factor", true, false},
+  {"model", "rope_high_freq_factor", GT_KEY_REAL, GT_OFF(model.rope_high_freq_factor), 0,
+   1e6, NULL, "4", "llama3 rope_scaling: high_freq_factor (above low_freq_factor)", true,
+   false},
+  {"model", "rope_original_seq_len", GT_KEY_INT, GT_OFF(model.rope_original_seq_len), 1,
+   1 << 24, NULL, "8192",
+   "llama3 rope_scaling: original_max_position_embeddings", false, false},
   {"model", "recompute", GT_KEY_ENUM, GT_OFF(model.recompute), 0, 0, gt_recompute_names,
    "none", "activation recomputation: none keeps every activation for backward; attention "
    "recomputes each block's attention core from its q, k, v; block keeps only each block's "

@@ -541,7 +541,8 @@ static int gt_hf_export_in(const char *ckpt, const char *out_dir, const gt_hf_op
            GT_ERR_INPUT, "the Hugging Face export writes fp32, bf16 or fp16, not %s",
            gt_dtype_name(opt->dtype));
   GT_CALL(gt_ckpt_read_meta(ckpt, MPI_COMM_SELF, meta));
-  w->shape = (gt_gpt_shape){meta->layers, meta->heads, meta->dim, meta->seq_len, meta->vocab};
+  w->shape = (gt_gpt_shape){meta->layers, meta->heads, meta->dim, meta->seq_len, meta->vocab,
+                            .arch = GT_MODEL_GPT};
   GT_CHECK(meta->layers > 0 && meta->heads > 0 && meta->dim > 0 && meta->seq_len > 0 &&
                meta->vocab > 0 && meta->dim % meta->heads == 0,
            GT_ERR_INPUT, "checkpoint %s has an invalid model shape", ckpt);

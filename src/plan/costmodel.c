@@ -288,9 +288,7 @@ static gt_mem_params *gt_psi_find(void *ctx, const int sizes[3], int chunks, int
 /* Forget the store when cfg is another model or split. */
 static void gt_psi_check_model(const gt_config *cfg)
 {
-  const gt_gpt_shape shape = {(int)cfg->model.layers, (int)cfg->model.heads,
-                              (int)cfg->model.dim, (int)cfg->model.seq_len,
-                              (int)cfg->model.vocab};
+  const gt_gpt_shape shape = gt_gpt_shape_config(cfg);
   if (memcmp(&shape, &gt_psi_cache.shape, sizeof shape) != 0 ||
       strcmp(cfg->parallel.stages, gt_psi_cache.spec) != 0) {
     free(gt_psi_cache.e);
@@ -377,9 +375,7 @@ static int gt_cost_timing(const gt_config *cfg, const gt_layout *l, int ranks,
                           const gt_cluster *c, double share, double psi, gt_cost *out,
                           double *busy)
 {
-  const gt_gpt_shape shape = {(int)cfg->model.layers, (int)cfg->model.heads,
-                              (int)cfg->model.dim, (int)cfg->model.seq_len,
-                              (int)cfg->model.vocab};
+  const gt_gpt_shape shape = gt_gpt_shape_config(cfg);
   const int dp = l->dp, pp = l->pp, tp = l->tp, m = l->micro, T = shape.max_seq;
   const int V = l->schedule.chunks;
   const int R = ranks < c->ranks_per_node ? ranks : c->ranks_per_node;
@@ -523,9 +519,7 @@ int gt_cost_evaluate(const gt_config *cfg, const gt_layout *l, int ranks, const 
                      gt_cost *out)
 {
   memset(out, 0, sizeof *out);
-  const gt_gpt_shape shape = {(int)cfg->model.layers, (int)cfg->model.heads,
-                              (int)cfg->model.dim, (int)cfg->model.seq_len,
-                              (int)cfg->model.vocab};
+  const gt_gpt_shape shape = gt_gpt_shape_config(cfg);
   const int dp = l->dp, pp = l->pp, tp = l->tp, m = l->micro;
   const int V = l->schedule.chunks;
   GT_CHECK(dp >= 1 && pp >= 1 && tp >= 1 && (long)dp * pp * tp == ranks, GT_ERR_INPUT,

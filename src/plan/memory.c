@@ -123,9 +123,7 @@ int gt_mem_plan_cached(const gt_config *cfg, const gt_layout *l, bool staged,
 {
   const int pp = l->pp;
   GT_CHECK(pp <= max_stages, GT_ERR_INPUT, "pp = %d: more stages than %d", pp, max_stages);
-  const gt_gpt_shape shape = {(int)cfg->model.layers, (int)cfg->model.heads,
-                              (int)cfg->model.dim, (int)cfg->model.seq_len,
-                              (int)cfg->model.vocab};
+  const gt_gpt_shape shape = gt_gpt_shape_config(cfg);
   double block_cost, head_cost;
   gt_gpt_stage_costs(&shape, shape.max_seq, &block_cost, &head_cost);
   int *first = NULL;

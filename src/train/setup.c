@@ -255,9 +255,7 @@ int gt_trainer_create(const gt_config *cfg, MPI_Comm world, bool quiet, gt_train
   tr->T = (int)cfg->model.seq_len;
   tr->B = (int)cfg->data.batch;
   tr->B_rank = tr->layout.mbs * tr->layout.micro;
-  tr->shape = (gt_gpt_shape){(int)cfg->model.layers, (int)cfg->model.heads,
-                             (int)cfg->model.dim, (int)cfg->model.seq_len,
-                             (int)cfg->model.vocab};
+  tr->shape = gt_gpt_shape_config(cfg);
   gt_scaler_init(&tr->scaler, tr->layout.dtype == GT_F16, cfg->backend.loss_scale,
                  cfg->backend.loss_scale_factor, cfg->backend.loss_scale_min,
                  cfg->backend.loss_scale_interval);

@@ -299,7 +299,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
   snprintf(gt_fz_out, sizeof gt_fz_out, "%s/weights.h5", gt_fz_dir);
   if (gt_backend_create("cpu", 1, &gt_fz_be) != GT_SUCCESS)
     gt_fz_die("gt_backend_create");
-  const gt_gpt_shape shape = {1, 2, 8, 8, 16};
+  const gt_gpt_shape shape = {1, 2, 8, 8, 16, .arch = GT_MODEL_GPT};
   gt_fz_ntensors = gt_gpt_logical_count(&shape);
   if (gt_fz_ntensors > GT_FZ_MAXT)
     gt_fz_die("too many tensors");

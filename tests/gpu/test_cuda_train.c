@@ -110,8 +110,7 @@ static int step_once(const char *dev, one_step *o)
     st = gt_trainer_create(&cfg, MPI_COMM_SELF, true, &o->tr);
   if (st != GT_SUCCESS)
     return st;
-  o->shape = (gt_gpt_shape){(int)cfg.model.layers, (int)cfg.model.heads, (int)cfg.model.dim,
-                            (int)cfg.model.seq_len, (int)cfg.model.vocab};
+  o->shape = gt_gpt_shape_config(&cfg);
   o->numel = gt_gpt_param_count(&o->shape);
   o->p0 = tu_alloc(o->numel);
   o->p1 = tu_alloc(o->numel);

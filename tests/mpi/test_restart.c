@@ -47,8 +47,7 @@ static const layout reshard[] = {{1, 1, 1, NULL}, {8, 1, 1, NULL},           {1,
 
 static gt_gpt_shape shape_of(const gt_config *cfg)
 {
-  gt_gpt_shape s = {(int)cfg->model.layers, (int)cfg->model.heads, (int)cfg->model.dim,
-                    (int)cfg->model.seq_len, (int)cfg->model.vocab};
+  gt_gpt_shape s = gt_gpt_shape_config(cfg);
   return s;
 }
 

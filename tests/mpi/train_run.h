@@ -101,9 +101,7 @@ static inline int tu_mpi_finish(void)
 
 static inline gt_gpt_shape tu_shape_of(const gt_config *cfg)
 {
-  gt_gpt_shape s = {(int)cfg->model.layers, (int)cfg->model.heads, (int)cfg->model.dim,
-                    (int)cfg->model.seq_len, (int)cfg->model.vocab};
-  return s;
+  return gt_gpt_shape_config(cfg);
 }
 
 /* What one run hands back on rank 0 of its communicator. */

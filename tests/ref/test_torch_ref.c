@@ -22,7 +22,7 @@
 
 #define B 3
 #define T 12
-static const gt_gpt_shape shape = {2, 4, 32, 16, 67}; /* layers heads dim max_seq vocab */
+static const gt_gpt_shape shape = {2, 4, 32, 16, 67, .arch = GT_MODEL_GPT}; /* layers heads dim max_seq vocab */
 static gt_gpt_part whole;
 static const gt_adamw_config hp = {.lr = 1e-3, .min_lr = 1e-3, .warmup = 0, .steps = 1,
                                    .weight_decay = 0.1, .beta1 = 0.9, .beta2 = 0.95,

@@ -52,7 +52,7 @@ static void small_cluster(gt_cluster *c, bool flash)
 static void test_kernels(void)
 {
   /* L2 H4 C64 T32 V256; mbs 2 (N = 64 tokens), tp 2, fp32 (4 bytes) */
-  const gt_gpt_shape s = {2, 4, 64, 32, 256};
+  const gt_gpt_shape s = {2, 4, 64, 32, 256, .arch = GT_MODEL_GPT};
   gt_cluster c;
   small_cluster(&c, true);
   gt_kernel k[GT_COST_MAX_KERNELS];

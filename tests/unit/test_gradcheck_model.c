@@ -155,7 +155,7 @@ static double gpt_loss_sum(gt_gpt *m, double *acc, const int32_t *tok, const int
 
 static void test_gpt(gt_backend *be)
 {
-  gt_gpt_shape shape = {2, 2, 8, 8, 11};
+  gt_gpt_shape shape = {2, 2, 8, 8, 11, .arch = GT_MODEL_GPT};
   const int B = 2, T = 6, N = B * T;
   const gt_gpt_part whole = gt_gpt_whole(&shape);
   gt_gpt *fwd = NULL, *model = NULL; /* cpu-ref model perturbed for FD; the one under test */

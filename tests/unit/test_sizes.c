@@ -94,7 +94,7 @@ int main(int argc, char **argv)
   gt_params_destroy(&p);
 
   // ---- the activation plan of a micro-batch whose logits pass 2^31 entries
-  const gt_gpt_shape shape = {2, 16, 2048, 8192, 50304};
+  const gt_gpt_shape shape = {2, 16, 2048, 8192, 50304, .arch = GT_MODEL_GPT};
   gt_gpt_part part = gt_gpt_whole(&shape);
   size_t act = 0, slot = 0;
   st = gt_gpt_plan(&shape, &part, GT_BF16, 8, 8192, 1, &act, &slot);
@@ -106,7 +106,7 @@ int main(int argc, char **argv)
   st = gt_gpt_plan(&shape, &part, GT_F32, 8, 8192, 1, &act32, &slot32);
   tap_ok(st == GT_SUCCESS && slot32 > 4 * logits && slot32 > slot && slot32 <= 2 * slot,
          "fp32 plan of the same: %zu bytes a slot, at most twice the bf16 one", slot32);
-  tap_ok(gt_gpt_param_count(&(gt_gpt_shape){96, 96, 12288, 2048, 16777216}) ==
+  tap_ok(gt_gpt_param_count(&(gt_gpt_shape){96, 96, 12288, 2048, 16777216, .arch = GT_MODEL_GPT}) ==
              16777216ULL * 12288ULL + 2048ULL * 12288ULL +
                  96ULL * (12ULL * 12288ULL * 12288ULL + 13ULL * 12288ULL) + 2ULL * 12288ULL,
          "parameter count of a 16M-vocabulary, 96-layer, width-12288 model in 64 bits");
