@@ -44,6 +44,22 @@ typedef struct gt_seq_par {
   void *piece; /* (N/P,C): a reduce-scattered LayerNorm input gradient */
 } gt_seq_par;
 
+/* The normalisation of a block or head: LayerNorm with bias (gpt, eps
+ * 1e-5) or RMSNorm without (llama, eps given). */
+typedef struct gt_norm {
+  bool rms;
+  float eps; /* RMSNorm's */
+} gt_norm;
+
+/* The architecture's choices inside the one block (gpt.h): the norm, rotary
+ * positions on q and k, SwiGLU or GELU, biases. */
+typedef struct gt_block_kind {
+  gt_norm norm;
+  bool rope;   /* rope_forward on q, k after the qkv projection */
+  bool swiglu; /* MLP: mlp.fc gives gate and up (2F), silu(gate) * up */
+  const float *rope_cos, *rope_sin; /* (max_seq, hs/2) device tables (rope) */
+} gt_block_kind;
+
 typedef struct gt_layer_dims {
   int64_t B, T, C; /* C: full width */
   int64_t H;       /* heads on this rank */
@@ -51,21 +67,28 @@ typedef struct gt_layer_dims {
   const gt_group *tp;
   const gt_progress *progress; /* polled between kernels (may be NULL) */
   const gt_seq_par *sp;        /* sequence parallelism (NULL: off) */
+  int64_t Hkv;                 /* key/value heads on this rank (0: H) */
+  int64_t F;                   /* MLP units on this rank (0: 4C / P) */
+  gt_block_kind kind;          /* zero: GPT-2's block */
 } gt_layer_dims;
 
-/* ---- pre-LayerNorm transformer block ------------------------------------
- *   res2 = x + proj(attention(qkv(ln_1(x))))
- *   out  = res2 + mlp.proj(gelu(mlp.fc(ln_2(res2))))                     */
+/* ---- pre-norm transformer block -----------------------------------------
+ *   res2 = x + proj(attention(rope(qkv(norm_1(x)))))
+ *   out  = res2 + mlp.proj(act(mlp.fc(norm_2(res2))))
+ * GPT-2: LayerNorm, no rope, act = GELU; Llama: RMSNorm, rope on q and k,
+ * act = SwiGLU (mlp.fc gives gate and up), no biases (the bias pointers
+ * NULL). */
 
 /* The block's tensors, as views into a gt_params set: weights in the
  * compute copy, gradients in the fp32 gradient buffer. Shapes with tp = P
- * ranks, Cl = C / P, F = 4C / P (P = 1: the full ones). */
+ * ranks, Cl = C / P, Kl = Hkv hs (this rank's key/value width), F the MLP
+ * units here, G = 2F with SwiGLU, else F (P = 1: the full ones). */
 typedef struct gt_block_weights {
   const void *ln1_w, *ln1_b;       /* (C) */
-  const void *qkv_w, *qkv_b;       /* (3Cl, C), (3Cl): this rank's q, k, v rows */
+  const void *qkv_w, *qkv_b;       /* (Cl+2Kl, C), (Cl+2Kl): this rank's q, k, v rows */
   const void *proj_w, *proj_b;     /* (C, Cl), (C) */
   const void *ln2_w, *ln2_b;       /* (C) */
-  const void *fc_w, *fc_b;         /* (F, C), (F) */
+  const void *fc_w, *fc_b;         /* (G, C), (G): gate rows then up rows with SwiGLU */
   const void *fcproj_w, *fcproj_b; /* (C, F), (C) */
 } gt_block_weights;
 
@@ -78,23 +101,24 @@ typedef struct gt_block_grads {
  * parallelism the tensors marked * hold the rank's N/P rows only. */
 typedef struct gt_block_acts {
   void *ln1;                  /* (N,C) * */
-  float *ln1_mean, *ln1_rstd; /* (N), (N) * */
-  void *qkv;                  /* (N,3Cl) */
+  float *ln1_mean, *ln1_rstd; /* (N), (N) * (mean: LayerNorm only) */
+  void *qkv;                  /* (N,Cl+2Kl), q and k rotated with rope */
   float *lse;                 /* (B,H,T) attention softmax log-sum-exp */
   void *atty;                 /* (N,Cl) attention output */
   void *res2;                 /* (N,C) * */
   void *ln2;                  /* (N,C) * */
-  float *ln2_mean, *ln2_rstd; /* (N), (N) * */
-  void *fc;                   /* (N,F) before GELU */
-  void *gelu;                 /* (N,F) */
+  float *ln2_mean, *ln2_rstd; /* (N), (N) * (mean: LayerNorm only) */
+  void *fc;                   /* (N,G) before the activation */
+  void *gelu;                 /* (N,F) the activation's output */
 } gt_block_acts;
 
 /* Scratch for backward, shared by all blocks (compute type). */
 typedef struct gt_block_scratch {
   void *dln;   /* (N,C) */
-  void *dqkv;  /* (N,3Cl) */
+  void *dqkv;  /* (N,Cl+2Kl) */
   void *datty; /* (N,Cl) */
-  void *dfc;   /* (N,F) */
+  void *dfc;   /* (N,G) */
+  void *dact;  /* (N,F) the activation's output gradient (SwiGLU only) */
 } gt_block_scratch;
 
 /* out (N,C) "=" from x (N,C); fills a. With sequence parallelism x, out
@@ -148,6 +172,7 @@ int gt_embedding_backward(gt_backend *be, gt_dtype dt, float *dwte, float *dwpe,
  * rows never enter the loss. */
 typedef struct gt_head_dims {
   int64_t N, C;
+  gt_norm norm; /* ln_f's kind (zero: LayerNorm) */
   int64_t vocab_rows;  /* local rows (Vl), with padding */
   int64_t vocab_first; /* the first one's row in the whole vocabulary */
   int64_t vocab_real;  /* real rows (the rest is padding) */
@@ -164,7 +189,9 @@ typedef struct gt_head_acts {
   float *stats;               /* (N,3) this rank's softmax statistics */
 } gt_head_acts;
 
-/* Per-token losses into a->losses (identical on every tp rank). dlogit_scale
+/* wte below is the head's weight: the token embedding when tied, else
+ * lm_head (the same rows, vocabulary-parallel); lnf_b is NULL for RMSNorm.
+ * Per-token losses into a->losses (identical on every tp rank). dlogit_scale
  * != 0 turns the logits into dloss/dlogits scaled by dlogit_scale, ready for
  * gt_lm_head_backward. stats_all: scratch (tp size, N, 3). */
 int gt_lm_head_forward(gt_backend *be, const void *wte, const void *lnf_w, const void *lnf_b,

@@ -44,19 +44,36 @@
 
 typedef enum { GT_INIT_NORMAL = 0, GT_INIT_ZEROS, GT_INIT_ONES } gt_init_kind;
 
+#define GT_SHARD_MAX_BLOCKS 4
+
 /* How a rank's tensor relates to the logical (full) tensor of the same
  * name. axis < 0: the rank holds the whole tensor (replicated). Otherwise
- * the logical extent along axis is `blocks` equal blocks (3 for q, k, v);
- * each block is split into `parts` pieces of ceil(block / parts) entries
- * and this rank holds piece `index` of every block, side by side. Entries of
- * a piece that fall past the end of its block are padding: zero, never
- * updated by a gradient, not part of the logical tensor. */
+ * the logical extent along axis is `blocks` consecutive blocks (3 for q, k,
+ * v), of equal size, or, when units[0] > 0, of sizes in the proportion of
+ * units[0 .. blocks) (grouped-query attention's q, k, v: heads, kv_heads,
+ * kv_heads); each block is split into `parts` pieces of ceil(block / parts)
+ * entries and this rank holds piece `index` of every block, side by side.
+ * Entries of a piece that fall past the end of its block are padding: zero,
+ * never updated by a gradient, not part of the logical tensor. */
 typedef struct gt_shard {
   int axis, blocks, parts, index;
+  int units[GT_SHARD_MAX_BLOCKS];
 } gt_shard;
 
 /* A replicated tensor. */
-#define GT_SHARD_NONE ((gt_shard){-1, 1, 1, 0})
+#define GT_SHARD_NONE ((gt_shard){-1, 1, 1, 0, {0}})
+
+/* Block b of a sharded axis of logical extent `full`: its first entry and
+ * length in the logical tensor, and the first entry and length (padding
+ * included) of this rank's piece of it in the local tensor. */
+typedef struct gt_shard_block {
+  long first, len;    /* logical */
+  long lfirst, piece; /* local */
+} gt_shard_block;
+gt_shard_block gt_shard_block_of(const gt_shard *sh, long full, int b);
+
+/* The local extent along the shard axis (every block's piece). */
+long gt_shard_extent(const gt_shard *sh, long full);
 
 typedef struct gt_param {
   char name[GT_PARAM_NAME_MAX]; /* "h.3.attn.qkv.weight" */

@@ -31,26 +31,28 @@ int gt_ckpt_select(const gt_param *t, hid_t fspace, hid_t mspace)
     return GT_SUCCESS;
   }
   const int ax = t->shard.axis;
-  const long block = t->full_shape[ax] / t->shard.blocks;
-  const long piece = t->value.shape[ax] / t->shard.blocks;
-  const long k0 = (long)t->shard.index * piece;
-  const long n = block - k0 < piece ? block - k0 : piece; /* real entries per block */
-  if (n <= 0) {
-    GT_CALL_HDF5(H5Sselect_none(fspace));
-    GT_CALL_HDF5(H5Sselect_none(mspace));
-    return GT_SUCCESS;
-  }
   hsize_t fstart[GT_TENSOR_MAX_DIMS] = {0}, mstart[GT_TENSOR_MAX_DIMS] = {0};
   hsize_t count[GT_TENSOR_MAX_DIMS];
   for (int d = 0; d < t->ndim; d++)
     count[d] = (hsize_t)t->full_shape[d];
-  count[ax] = (hsize_t)n;
+  bool any = false;
   for (int b = 0; b < t->shard.blocks; b++) {
-    const H5S_seloper_t op = b == 0 ? H5S_SELECT_SET : H5S_SELECT_OR;
-    fstart[ax] = (hsize_t)(b * block + k0);
-    mstart[ax] = (hsize_t)(b * piece);
+    const gt_shard_block bk = gt_shard_block_of(&t->shard, t->full_shape[ax], b);
+    const long k0 = (long)t->shard.index * bk.piece;
+    const long n = bk.len - k0 < bk.piece ? bk.len - k0 : bk.piece; /* real entries */
+    if (n <= 0)
+      continue;
+    const H5S_seloper_t op = any ? H5S_SELECT_OR : H5S_SELECT_SET;
+    count[ax] = (hsize_t)n;
+    fstart[ax] = (hsize_t)(bk.first + k0);
+    mstart[ax] = (hsize_t)bk.lfirst;
     GT_CALL_HDF5(H5Sselect_hyperslab(fspace, op, fstart, NULL, count, NULL));
     GT_CALL_HDF5(H5Sselect_hyperslab(mspace, op, mstart, NULL, count, NULL));
+    any = true;
+  }
+  if (!any) {
+    GT_CALL_HDF5(H5Sselect_none(fspace));
+    GT_CALL_HDF5(H5Sselect_none(mspace));
   }
   return GT_SUCCESS;
 }
@@ -120,18 +122,21 @@ int gt_ckpt_runs_at(const gt_param *t, int index, size_t a, size_t b, gt_run_fn 
   size_t inner = 1;
   for (int d = ax + 1; d < t->ndim; d++)
     inner *= (size_t)t->full_shape[d];
-  const size_t nblocks = (size_t)t->shard.blocks;
+  const int nblocks = t->shard.blocks;
   const size_t full_len = (size_t)t->full_shape[ax], local_len = (size_t)t->value.shape[ax];
-  const size_t block = full_len / nblocks, piece = local_len / nblocks;
-  const size_t k0 = (size_t)index * piece;
-  const size_t n = block > k0 ? gt_min_size(piece, block - k0) : 0;
   const size_t slab = local_len * inner;
-  if (n == 0 || slab == 0)
+  if (slab == 0)
     return GT_SUCCESS;
   for (size_t o = a / slab; o * slab < b; o++)
-    for (size_t bk = 0; bk < nblocks; bk++) {
-      const size_t l0 = o * slab + bk * piece * inner, l1 = l0 + n * inner;
-      const size_t f0 = (o * full_len + bk * block + k0) * inner;
+    for (int k = 0; k < nblocks; k++) {
+      const gt_shard_block bk = gt_shard_block_of(&t->shard, (long)full_len, k);
+      const size_t piece = (size_t)bk.piece, len = (size_t)bk.len;
+      const size_t k0 = (size_t)index * piece;
+      const size_t n = len > k0 ? gt_min_size(piece, len - k0) : 0;
+      if (n == 0)
+        continue;
+      const size_t l0 = o * slab + (size_t)bk.lfirst * inner, l1 = l0 + n * inner;
+      const size_t f0 = (o * full_len + (size_t)bk.first + k0) * inner;
       const size_t s0 = l0 > a ? l0 : a, s1 = l1 < b ? l1 : b;
       if (s0 < s1)
         GT_CALL(fn(ctx, s0, f0 + (s0 - l0), s1 - s0));

@@ -4,11 +4,13 @@
  */
 #include "gridtrain/error.h"
 #include "gridtrain/layers.h"
+#include "norm.h"
 #include "seq_par.h"
 
-/* Local sizes: P ranks, hs per head, Cl attention width, F MLP width here. */
+/* Local sizes: P ranks, hs per head, Cl attention width, Kl key/value
+ * width, QKV the q, k, v rows, F the MLP units and G the mlp.fc rows here. */
 typedef struct {
-  int64_t N, C, hs, Cl, F;
+  int64_t N, C, hs, Cl, Hkv, Kl, QKV, F, G;
   bool lead; /* adds the replicated biases and the residual once */
 } gt_block_sizes;
 
@@ -20,9 +22,60 @@ static gt_block_sizes gt_block_sizes_of(gt_layer_dims d)
   z.C = d.C;
   z.hs = d.C / (d.H * P);
   z.Cl = d.H * z.hs;
-  z.F = 4 * d.C / P;
+  z.Hkv = d.Hkv > 0 ? d.Hkv : d.H;
+  z.Kl = z.Hkv * z.hs;
+  z.QKV = z.Cl + 2 * z.Kl;
+  z.F = d.F > 0 ? d.F : 4 * d.C / P;
+  z.G = d.kind.swiglu ? 2 * z.F : z.F;
   z.lead = !d.tp || d.tp->rank == 0;
   return z;
+}
+
+/* The MLP's activation: a->gelu (N,F) "=" act(a->fc). */
+static int gt_mlp_act_forward(gt_backend *be, const gt_block_acts *a, gt_block_sizes z,
+                              gt_layer_dims d)
+{
+  if (d.kind.swiglu)
+    GT_CALL(be->ops->swiglu_forward(be, d.dt, a->gelu, a->fc, z.N, z.F));
+  else
+    GT_CALL(be->ops->gelu_forward(be, d.dt, a->gelu, a->fc, (size_t)(z.N * z.F)));
+  return GT_SUCCESS;
+}
+
+/* Its backward: s->dfc (N,G) "=" d(loss)/d(fc) from d(loss)/d(act), which
+ * the projection's backward left in act_grad (s->dact with SwiGLU, else
+ * s->dfc itself: GELU's backward runs in place). */
+static int gt_mlp_act_backward(gt_backend *be, const gt_block_acts *a,
+                               const gt_block_scratch *s, gt_block_sizes z, gt_layer_dims d)
+{
+  if (d.kind.swiglu)
+    GT_CALL(be->ops->swiglu_backward(be, d.dt, s->dfc, s->dact, a->fc, z.N, z.F));
+  else
+    GT_CALL(be->ops->gelu_backward(be, d.dt, s->dfc, a->fc, s->dfc, (size_t)(z.N * z.F)));
+  return GT_SUCCESS;
+}
+
+static void *gt_mlp_act_grad(const gt_block_scratch *s, gt_layer_dims d)
+{
+  return d.kind.swiglu ? s->dact : s->dfc;
+}
+
+/* Rotary positions on the q and k heads of qkv (N, QKV) for tokens at
+ * positions pos0.. (a no-op without rope), and the transpose rotation on
+ * their gradients. */
+static int gt_block_rope(gt_backend *be, void *qkv, gt_block_sizes z, gt_layer_dims d,
+                         int64_t pos0, bool backward)
+{
+  if (!d.kind.rope)
+    return GT_SUCCESS;
+  const int64_t S = d.H + 2 * z.Hkv, nrot = d.H + z.Hkv;
+  if (backward)
+    GT_CALL(be->ops->rope_backward(be, d.dt, qkv, d.kind.rope_cos, d.kind.rope_sin, d.B, d.T,
+                                   S, nrot, z.hs, pos0));
+  else
+    GT_CALL(be->ops->rope_forward(be, d.dt, qkv, d.kind.rope_cos, d.kind.rope_sin, d.B, d.T, S,
+                                  nrot, z.hs, pos0));
+  return GT_SUCCESS;
 }
 
 /* The sum over tp of the row-parallel partial outputs (conjugate g), in the
@@ -70,12 +123,12 @@ static int gt_block_after_attention(gt_backend *be, const gt_block_weights *w,
   GT_CALL(op->linear_forward(be, dt, a->res2, a->atty, w->proj_w, z.lead ? w->proj_b : NULL,
                              z.lead ? x : NULL, z.N, z.Cl, z.C));
   GT_CALL(gt_tp_sum(&d, a->res2, nc));
-  GT_CALL(op->layernorm_forward(be, dt, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w->ln2_w,
-                                w->ln2_b, z.N, z.C));
+  GT_CALL(gt_norm_forward(be, dt, d.kind.norm, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2,
+                          w->ln2_w, w->ln2_b, z.N, z.C));
   GT_CALL(gt_progress_poll(d.progress));
-  GT_CALL(op->linear_forward(be, dt, a->fc, a->ln2, w->fc_w, w->fc_b, NULL, z.N, z.C, z.F));
+  GT_CALL(op->linear_forward(be, dt, a->fc, a->ln2, w->fc_w, w->fc_b, NULL, z.N, z.C, z.G));
   GT_CALL(gt_progress_poll(d.progress));
-  GT_CALL(op->gelu_forward(be, dt, a->gelu, a->fc, (size_t)(z.N * z.F)));
+  GT_CALL(gt_mlp_act_forward(be, a, z, d));
   GT_CALL(op->linear_forward(be, dt, out, a->gelu, w->fcproj_w, z.lead ? w->fcproj_b : NULL,
                              z.lead ? a->res2 : NULL, z.N, z.F, z.C));
   GT_CALL(gt_tp_sum(&d, out, nc));
@@ -85,14 +138,14 @@ static int gt_block_after_attention(gt_backend *be, const gt_block_weights *w,
 int gt_block_attention_forward(gt_backend *be, const gt_block_acts *a, gt_layer_dims d)
 {
   const gt_block_sizes z = gt_block_sizes_of(d);
-  GT_CALL(be->ops->attention_forward(be, d.dt, a->atty, a->lse, a->qkv, d.B, d.T, d.H, d.H,
+  GT_CALL(be->ops->attention_forward(be, d.dt, a->atty, a->lse, a->qkv, d.B, d.T, d.H, z.Hkv,
                                      z.hs));
   return GT_SUCCESS;
 }
 
-/* gt_block_forward with sequence parallelism: x, out and the LayerNorm
- * tensors are the rank's ns rows from r0; d.sp->full carries the gathered
- * LayerNorm outputs and the projections' partial sums in turn. */
+/* gt_block_forward with sequence parallelism: x, out and the norm tensors
+ * are the rank's ns rows from r0; d.sp->full carries the gathered norm
+ * outputs and the projections' partial sums in turn. */
 static int gt_block_forward_sp(gt_backend *be, const gt_block_weights *w,
                                const gt_block_acts *a, const void *x, void *out,
                                gt_layer_dims d, int64_t r0, int64_t ns)
@@ -102,24 +155,24 @@ static int gt_block_forward_sp(gt_backend *be, const gt_block_weights *w,
   const gt_dtype dt = d.dt;
   void *full = d.sp->full;
   const size_t piece = (size_t)(ns * z.C);
-  GT_CALL(op->layernorm_forward(be, dt, a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1_w,
-                                w->ln1_b, ns, z.C));
+  GT_CALL(gt_norm_forward(be, dt, d.kind.norm, a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1_w,
+                          w->ln1_b, ns, z.C));
   GT_CALL(gt_group_allgather(d.tp, a->ln1, full, piece, dt));
-  GT_CALL(op->linear_forward(be, dt, a->qkv, full, w->qkv_w, w->qkv_b, NULL, z.N, z.C,
-                             3 * z.Cl));
+  GT_CALL(op->linear_forward(be, dt, a->qkv, full, w->qkv_w, w->qkv_b, NULL, z.N, z.C, z.QKV));
+  GT_CALL(gt_block_rope(be, a->qkv, z, d, 0, false));
   GT_CALL(gt_progress_poll(d.progress));
   GT_CALL(gt_block_attention_forward(be, a, d));
   GT_CALL(gt_progress_poll(d.progress));
   GT_CALL(gt_linear_own_rows(be, dt, full, a->atty, w->proj_w, w->proj_b, x, z.N, z.Cl, z.C,
                              r0, ns));
   GT_CALL(gt_group_reduce_scatter_sum(d.tp, full, a->res2, piece, dt));
-  GT_CALL(op->layernorm_forward(be, dt, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, w->ln2_w,
-                                w->ln2_b, ns, z.C));
+  GT_CALL(gt_norm_forward(be, dt, d.kind.norm, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2,
+                          w->ln2_w, w->ln2_b, ns, z.C));
   GT_CALL(gt_group_allgather(d.tp, a->ln2, full, piece, dt));
   GT_CALL(gt_progress_poll(d.progress));
-  GT_CALL(op->linear_forward(be, dt, a->fc, full, w->fc_w, w->fc_b, NULL, z.N, z.C, z.F));
+  GT_CALL(op->linear_forward(be, dt, a->fc, full, w->fc_w, w->fc_b, NULL, z.N, z.C, z.G));
   GT_CALL(gt_progress_poll(d.progress));
-  GT_CALL(op->gelu_forward(be, dt, a->gelu, a->fc, (size_t)(z.N * z.F)));
+  GT_CALL(gt_mlp_act_forward(be, a, z, d));
   GT_CALL(gt_linear_own_rows(be, dt, full, a->gelu, w->fcproj_w, w->fcproj_b, a->res2, z.N,
                              z.F, z.C, r0, ns));
   GT_CALL(gt_group_reduce_scatter_sum(d.tp, full, out, piece, dt));
@@ -135,10 +188,10 @@ int gt_block_forward(gt_backend *be, const gt_block_weights *w, const gt_block_a
   const gt_backend_ops *op = be->ops;
   const gt_block_sizes z = gt_block_sizes_of(d);
   const gt_dtype dt = d.dt;
-  GT_CALL(op->layernorm_forward(be, dt, a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1_w,
-                                w->ln1_b, z.N, z.C));
-  GT_CALL(op->linear_forward(be, dt, a->qkv, a->ln1, w->qkv_w, w->qkv_b, NULL, z.N, z.C,
-                             3 * z.Cl));
+  GT_CALL(gt_norm_forward(be, dt, d.kind.norm, a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1_w,
+                          w->ln1_b, z.N, z.C));
+  GT_CALL(op->linear_forward(be, dt, a->qkv, a->ln1, w->qkv_w, w->qkv_b, NULL, z.N, z.C, z.QKV));
+  GT_CALL(gt_block_rope(be, a->qkv, z, d, 0, false));
   GT_CALL(gt_progress_poll(d.progress)); /* ZeRO 3: the next block's gather */
   GT_CALL(gt_block_attention_forward(be, a, d));
   GT_CALL(gt_progress_poll(d.progress));
@@ -154,12 +207,13 @@ int gt_block_decode(gt_backend *be, const gt_block_weights *w, const gt_block_ac
   const gt_backend_ops *op = be->ops;
   const gt_block_sizes z = gt_block_sizes_of(d);
   const gt_dtype dt = d.dt;
-  void *row = (char *)a->qkv + (size_t)(t * 3 * z.Cl) * gt_dtype_size(dt);
-  GT_CALL(op->layernorm_forward(be, dt, a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1_w,
-                                w->ln1_b, 1, z.C));
-  GT_CALL(op->linear_forward(be, dt, row, a->ln1, w->qkv_w, w->qkv_b, NULL, 1, z.C, 3 * z.Cl));
+  void *row = (char *)a->qkv + (size_t)(t * z.QKV) * gt_dtype_size(dt);
+  GT_CALL(gt_norm_forward(be, dt, d.kind.norm, a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1_w,
+                          w->ln1_b, 1, z.C));
+  GT_CALL(op->linear_forward(be, dt, row, a->ln1, w->qkv_w, w->qkv_b, NULL, 1, z.C, z.QKV));
+  GT_CALL(gt_block_rope(be, row, z, d, t, false));
   GT_CALL(gt_progress_poll(d.progress));
-  GT_CALL(op->attention_decode(be, dt, a->atty, a->qkv, t + 1, d.H, d.H, z.hs));
+  GT_CALL(op->attention_decode(be, dt, a->atty, a->qkv, t + 1, d.H, z.Hkv, z.hs));
   GT_CALL(gt_block_after_attention(be, w, a, x, out, z, d));
   return GT_SUCCESS;
 }
@@ -174,22 +228,23 @@ static int gt_block_backward_sp(gt_backend *be, const gt_block_weights *w,
   const gt_backend_ops *op = be->ops;
   const gt_block_sizes z = gt_block_sizes_of(d);
   const gt_dtype dt = d.dt;
+  const gt_norm nk = d.kind.norm;
   void *full = d.sp->full, *dpiece = d.sp->piece;
   const size_t piece = (size_t)(ns * z.C);
   /* MLP: the gathered residual gradient into the row-parallel projection */
   GT_CALL(gt_group_allgather(d.tp, dres, full, piece, dt));
-  GT_CALL(op->linear_backward(be, dt, s->dfc, g->fcproj_w, g->fcproj_b, full, a->gelu,
-                              w->fcproj_w, z.N, z.F, z.C));
+  GT_CALL(op->linear_backward(be, dt, gt_mlp_act_grad(s, d), g->fcproj_w, g->fcproj_b, full,
+                              a->gelu, w->fcproj_w, z.N, z.F, z.C));
   GT_CALL(gt_progress_poll(d.progress));
-  GT_CALL(op->gelu_backward(be, dt, s->dfc, a->fc, s->dfc, (size_t)(z.N * z.F)));
+  GT_CALL(gt_mlp_act_backward(be, a, s, z, d));
   GT_CALL(gt_group_allgather(d.tp, a->ln2, full, piece, dt));
   GT_CALL(gt_progress_poll(d.progress));
   GT_CALL(op->linear_backward(be, dt, s->dln, g->fc_w, g->fc_b, s->dfc, full, w->fc_w, z.N,
-                              z.C, z.F));
+                              z.C, z.G));
   GT_CALL(gt_progress_poll(d.progress));
   GT_CALL(gt_group_reduce_scatter_sum(d.tp, s->dln, dpiece, piece, dt));
-  GT_CALL(gt_ln_backward_rows(be, dt, d.tp, dres, g->ln2_w, g->ln2_b, dpiece, a->res2,
-                              w->ln2_w, a->ln2_mean, a->ln2_rstd, ns, z.C));
+  GT_CALL(gt_norm_backward_rows(be, dt, nk, d.tp, dres, g->ln2_w, g->ln2_b, dpiece, a->res2,
+                                w->ln2_w, a->ln2_mean, a->ln2_rstd, ns, z.C));
   GT_CALL(gt_progress_poll(d.progress));
   /* attention */
   GT_CALL(gt_group_allgather(d.tp, dres, full, piece, dt));
@@ -197,15 +252,16 @@ static int gt_block_backward_sp(gt_backend *be, const gt_block_weights *w,
                               w->proj_w, z.N, z.Cl, z.C));
   GT_CALL(gt_progress_poll(d.progress));
   GT_CALL(op->attention_backward(be, dt, s->dqkv, s->datty, a->qkv, a->atty, a->lse, d.B, d.T,
-                                 d.H, d.H, z.hs));
+                                 d.H, z.Hkv, z.hs));
+  GT_CALL(gt_block_rope(be, s->dqkv, z, d, 0, true));
   GT_CALL(gt_group_allgather(d.tp, a->ln1, full, piece, dt));
   GT_CALL(gt_progress_poll(d.progress));
   GT_CALL(op->linear_backward(be, dt, s->dln, g->qkv_w, g->qkv_b, s->dqkv, full, w->qkv_w,
-                              z.N, z.C, 3 * z.Cl));
+                              z.N, z.C, z.QKV));
   GT_CALL(gt_progress_poll(d.progress));
   GT_CALL(gt_group_reduce_scatter_sum(d.tp, s->dln, dpiece, piece, dt));
-  GT_CALL(gt_ln_backward_rows(be, dt, d.tp, dres, g->ln1_w, g->ln1_b, dpiece, x, w->ln1_w,
-                              a->ln1_mean, a->ln1_rstd, ns, z.C));
+  GT_CALL(gt_norm_backward_rows(be, dt, nk, d.tp, dres, g->ln1_w, g->ln1_b, dpiece, x,
+                                w->ln1_w, a->ln1_mean, a->ln1_rstd, ns, z.C));
   GT_CALL(gt_progress_poll(d.progress));
   return GT_SUCCESS;
 }
@@ -221,33 +277,35 @@ int gt_block_backward(gt_backend *be, const gt_block_weights *w, const gt_block_
   const gt_block_sizes z = gt_block_sizes_of(d);
   const size_t nc = (size_t)(z.N * z.C);
   const gt_dtype dt = d.dt;
+  const gt_norm nk = d.kind.norm;
   /* MLP: dres flows unchanged to res2 and through the MLP branch. The
    * replicated bias gradient is the same on every tp rank. */
-  GT_CALL(op->linear_backward(be, dt, s->dfc, g->fcproj_w, g->fcproj_b, dres, a->gelu,
-                              w->fcproj_w, z.N, z.F, z.C));
+  GT_CALL(op->linear_backward(be, dt, gt_mlp_act_grad(s, d), g->fcproj_w, g->fcproj_b, dres,
+                              a->gelu, w->fcproj_w, z.N, z.F, z.C));
   GT_CALL(gt_progress_poll(d.progress));
-  GT_CALL(op->gelu_backward(be, dt, s->dfc, a->fc, s->dfc, (size_t)(z.N * z.F)));
+  GT_CALL(gt_mlp_act_backward(be, a, s, z, d));
   GT_CALL(gt_progress_poll(d.progress));
   GT_CALL(op->linear_backward(be, dt, s->dln, g->fc_w, g->fc_b, s->dfc, a->ln2, w->fc_w, z.N,
-                              z.C, z.F));
+                              z.C, z.G));
   GT_CALL(gt_progress_poll(d.progress));
   GT_CALL(gt_tp_sum(&d, s->dln, nc)); /* conjugate f: each rank saw its units only */
-  GT_CALL(op->layernorm_backward(be, dt, dres, g->ln2_w, g->ln2_b, s->dln, a->res2, w->ln2_w,
-                                 a->ln2_mean, a->ln2_rstd, z.N, z.C));
+  GT_CALL(gt_norm_backward(be, dt, nk, dres, g->ln2_w, g->ln2_b, s->dln, a->res2, w->ln2_w,
+                           a->ln2_mean, a->ln2_rstd, z.N, z.C));
   GT_CALL(gt_progress_poll(d.progress));
   /* attention: dres (now d res2) flows unchanged to x and through attention */
   GT_CALL(op->linear_backward(be, dt, s->datty, g->proj_w, g->proj_b, dres, a->atty,
                               w->proj_w, z.N, z.Cl, z.C));
   GT_CALL(gt_progress_poll(d.progress));
   GT_CALL(op->attention_backward(be, dt, s->dqkv, s->datty, a->qkv, a->atty, a->lse, d.B, d.T,
-                                 d.H, d.H, z.hs));
+                                 d.H, z.Hkv, z.hs));
+  GT_CALL(gt_block_rope(be, s->dqkv, z, d, 0, true));
   GT_CALL(gt_progress_poll(d.progress));
   GT_CALL(op->linear_backward(be, dt, s->dln, g->qkv_w, g->qkv_b, s->dqkv, a->ln1, w->qkv_w,
-                              z.N, z.C, 3 * z.Cl));
+                              z.N, z.C, z.QKV));
   GT_CALL(gt_progress_poll(d.progress));
   GT_CALL(gt_tp_sum(&d, s->dln, nc));
-  GT_CALL(op->layernorm_backward(be, dt, dres, g->ln1_w, g->ln1_b, s->dln, x, w->ln1_w,
-                                 a->ln1_mean, a->ln1_rstd, z.N, z.C));
+  GT_CALL(gt_norm_backward(be, dt, nk, dres, g->ln1_w, g->ln1_b, s->dln, x, w->ln1_w,
+                           a->ln1_mean, a->ln1_rstd, z.N, z.C));
   GT_CALL(gt_progress_poll(d.progress));
   return GT_SUCCESS;
 }

@@ -1,9 +1,10 @@
 /*
- * lm_head.c - final LayerNorm, the LM head tied to the token embedding, and
+ * lm_head.c - final norm, the LM head (tied to the token embedding or its own), and
  * the vocabulary-parallel softmax cross-entropy.
  */
 #include "gridtrain/error.h"
 #include "gridtrain/layers.h"
+#include "norm.h"
 #include "seq_par.h"
 
 int gt_lm_head_logits(gt_backend *be, const void *wte, const void *lnf_w, const void *lnf_b,
@@ -12,8 +13,8 @@ int gt_lm_head_logits(gt_backend *be, const void *wte, const void *lnf_w, const 
   const gt_backend_ops *op = be->ops;
   int64_t r0, ns;
   const bool sp = gt_sp_on(d.tp, d.sp, d.N, &r0, &ns);
-  GT_CALL(op->layernorm_forward(be, d.dt, a->lnf, a->lnf_mean, a->lnf_rstd, x, lnf_w, lnf_b,
-                                ns, d.C));
+  GT_CALL(gt_norm_forward(be, d.dt, d.norm, a->lnf, a->lnf_mean, a->lnf_rstd, x, lnf_w, lnf_b,
+                          ns, d.C));
   const void *lnf = a->lnf;
   if (sp) { /* the head sees every row */
     GT_CALL(gt_group_allgather(d.tp, a->lnf, d.sp->full, (size_t)(ns * d.C), d.dt));
@@ -55,8 +56,8 @@ int gt_lm_head_backward(gt_backend *be, const void *wte, float *dwte, const void
                                 d.vocab_rows));
     GT_CALL(gt_group_reduce_scatter_sum(d.tp, dlnf, d.sp->piece, piece, d.dt));
     GT_CALL(op->zero(be, dx, gt_dtype_size(d.dt) * piece));
-    GT_CALL(gt_ln_backward_rows(be, d.dt, d.tp, dx, dlnf_w, dlnf_b, d.sp->piece, x, lnf_w,
-                                a->lnf_mean, a->lnf_rstd, ns, d.C));
+    GT_CALL(gt_norm_backward_rows(be, d.dt, d.norm, d.tp, dx, dlnf_w, dlnf_b, d.sp->piece, x,
+                                  lnf_w, a->lnf_mean, a->lnf_rstd, ns, d.C));
     return GT_SUCCESS;
   }
   GT_CALL(op->linear_backward(be, d.dt, dlnf, dwte, NULL, a->logits, a->lnf, wte, d.N, d.C,
@@ -64,8 +65,8 @@ int gt_lm_head_backward(gt_backend *be, const void *wte, float *dwte, const void
   if (d.tp) /* each rank's dlnf covers its vocabulary rows only */
     GT_CALL(gt_group_allreduce_sum(d.tp, dlnf, (size_t)(d.N * d.C), d.dt));
   GT_CALL(op->zero(be, dx, gt_dtype_size(d.dt) * (size_t)(d.N * d.C)));
-  GT_CALL(op->layernorm_backward(be, d.dt, dx, dlnf_w, dlnf_b, dlnf, x, lnf_w, a->lnf_mean,
-                                 a->lnf_rstd, d.N, d.C));
+  GT_CALL(gt_norm_backward(be, d.dt, d.norm, dx, dlnf_w, dlnf_b, dlnf, x, lnf_w, a->lnf_mean,
+                           a->lnf_rstd, d.N, d.C));
   return GT_SUCCESS;
 }
 

@@ -11,11 +11,4 @@
  * this rank holds *ns of the N rows, from row *r0 (else all N from 0). */
 bool gt_sp_on(const gt_group *tp, const gt_seq_par *sp, int64_t N, int64_t *r0, int64_t *ns);
 
-/* LayerNorm backward over this rank's ns rows, its weight gradients dw, db
- * (C each, fp32, replicated over tp) then summed over tp so they stay
- * replicated. Collective on tp. */
-int gt_ln_backward_rows(gt_backend *be, gt_dtype dt, const gt_group *tp, void *din, float *dw,
-                        float *db, const void *dout, const void *in, const void *w,
-                        const float *mean, const float *rstd, int64_t ns, int64_t C);
-
 #endif /* GT_SEQ_PAR_H */

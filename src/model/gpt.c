@@ -22,6 +22,7 @@ typedef struct {
   int ndim;
   long dims[2];
   int axis, blocks; /* split over tp along axis (-1: replicated) */
+  int units[GT_SHARD_MAX_BLOCKS]; /* the blocks' proportions (0: equal) */
   gt_init_kind init;
   float std;
   bool decay;
@@ -29,16 +30,41 @@ typedef struct {
   int layer;
 } gt_gpt_pdesc;
 
-#define GT_BLOCK_PARAMS 12
+#define GT_BLOCK_PARAMS_MAX 12
 
-int gt_gpt_logical_count(const gt_gpt_shape *s) { return 2 + GT_BLOCK_PARAMS * s->layers + 2; }
+/* Parameters of the embedding (wte[, wpe]), of a block, of the head
+ * (ln_f.weight[, ln_f.bias][, lm_head.weight]). */
+static int gt_gpt_embed_params(const gt_gpt_shape *s) { return gt_gpt_shape_llama(s) ? 1 : 2; }
+static int gt_gpt_block_params(const gt_gpt_shape *s) { return gt_gpt_shape_llama(s) ? 6 : 12; }
+static int gt_gpt_lnf_params(const gt_gpt_shape *s) { return gt_gpt_shape_llama(s) ? 1 : 2; }
+static int gt_gpt_head_params(const gt_gpt_shape *s)
+{
+  return gt_gpt_lnf_params(s) + (gt_gpt_shape_tied(s) ? 0 : 1);
+}
+
+int gt_gpt_logical_count(const gt_gpt_shape *s)
+{
+  return gt_gpt_embed_params(s) + gt_gpt_block_params(s) * s->layers + gt_gpt_head_params(s);
+}
+
+/* Which block tensor each of a block's parameters is (GPT-2's order: the
+ * weights and biases interleaved); llama has the weights only. */
+enum {
+  GT_BP_LN1_W, GT_BP_LN1_B, GT_BP_QKV_W, GT_BP_QKV_B, GT_BP_PROJ_W, GT_BP_PROJ_B,
+  GT_BP_LN2_W, GT_BP_LN2_B, GT_BP_FC_W, GT_BP_FC_B, GT_BP_FCPROJ_W, GT_BP_FCPROJ_B
+};
+static int gt_gpt_block_tensor(const gt_gpt_shape *s, int k)
+{
+  return gt_gpt_shape_llama(s) ? 2 * k : k;
+}
 
 static gt_gpt_pdesc gt_gpt_describe(const gt_gpt_shape *s, int i)
 {
   const long C = s->dim;
   const float std = 0.02f, std_res = 0.02f / sqrtf(2.0f * (float)s->layers);
+  const int E = gt_gpt_embed_params(s), BP = gt_gpt_block_params(s);
   gt_gpt_pdesc d = {.ndim = 1, .axis = -1, .blocks = 1, .init = GT_INIT_ZEROS, .layer = -1};
-  if (i < 2) {
+  if (i < E) {
     d = (gt_gpt_pdesc){.ndim = 2, .axis = i == 0 ? 0 : -1, .blocks = 1,
                        .init = GT_INIT_NORMAL, .std = std, .decay = true,
                        .at = GT_AT_EMBED, .layer = -1};
@@ -47,46 +73,73 @@ static gt_gpt_pdesc gt_gpt_describe(const gt_gpt_shape *s, int i)
     d.dims[1] = C;
     return d;
   }
-  i -= 2;
-  if (i >= GT_BLOCK_PARAMS * s->layers) {
+  i -= E;
+  if (i >= BP * s->layers) {
+    const int j = i - BP * s->layers;
     d.at = GT_AT_HEAD;
     d.dims[0] = C;
-    d.init = i == GT_BLOCK_PARAMS * s->layers ? GT_INIT_ONES : GT_INIT_ZEROS;
-    snprintf(d.name, sizeof d.name, "%s", d.init == GT_INIT_ONES ? "ln_f.weight" : "ln_f.bias");
+    if (j == gt_gpt_lnf_params(s)) { /* the untied head: vocabulary-parallel as wte */
+      d.ndim = 2;
+      d.dims[0] = s->vocab;
+      d.dims[1] = C;
+      d.axis = 0;
+      d.init = GT_INIT_NORMAL;
+      d.std = std;
+      d.decay = true;
+      snprintf(d.name, sizeof d.name, "lm_head.weight");
+      return d;
+    }
+    d.init = j == 0 ? GT_INIT_ONES : GT_INIT_ZEROS;
+    snprintf(d.name, sizeof d.name, "%s", j == 0 ? "ln_f.weight" : "ln_f.bias");
     return d;
   }
-  static const struct {
-    const char *suffix;
-    int ndim, rows, cols; /* in units of C */
-    int axis, blocks;
-    gt_init_kind init;
-    bool residual; /* residual projection: smaller init */
-  } blk[GT_BLOCK_PARAMS] = {
-    {"ln_1.weight", 1, 1, 0, -1, 1, GT_INIT_ONES, false},
-    {"ln_1.bias", 1, 1, 0, -1, 1, GT_INIT_ZEROS, false},
-    {"attn.qkv.weight", 2, 3, 1, 0, 3, GT_INIT_NORMAL, false},
-    {"attn.qkv.bias", 1, 3, 0, 0, 3, GT_INIT_ZEROS, false},
-    {"attn.proj.weight", 2, 1, 1, 1, 1, GT_INIT_NORMAL, true},
-    {"attn.proj.bias", 1, 1, 0, -1, 1, GT_INIT_ZEROS, false},
-    {"ln_2.weight", 1, 1, 0, -1, 1, GT_INIT_ONES, false},
-    {"ln_2.bias", 1, 1, 0, -1, 1, GT_INIT_ZEROS, false},
-    {"mlp.fc.weight", 2, 4, 1, 0, 1, GT_INIT_NORMAL, false},
-    {"mlp.fc.bias", 1, 4, 0, 0, 1, GT_INIT_ZEROS, false},
-    {"mlp.proj.weight", 2, 1, 4, 1, 1, GT_INIT_NORMAL, true},
-    {"mlp.proj.bias", 1, 1, 0, -1, 1, GT_INIT_ZEROS, false},
-  };
-  const int l = i / GT_BLOCK_PARAMS, k = i % GT_BLOCK_PARAMS;
-  snprintf(d.name, sizeof d.name, "h.%d.%s", l, blk[k].suffix);
-  d.ndim = blk[k].ndim;
-  d.dims[0] = blk[k].rows * C;
-  d.dims[1] = blk[k].cols * C;
-  d.axis = blk[k].axis;
-  d.blocks = blk[k].blocks;
-  d.init = blk[k].init;
-  d.std = blk[k].init == GT_INIT_NORMAL ? (blk[k].residual ? std_res : std) : 0.0f;
-  d.decay = d.ndim == 2;
+  const long hs = C / s->heads, K = gt_gpt_shape_kv_heads(s), F = gt_gpt_shape_ffn(s);
+  const long qkv = (s->heads + 2 * K) * hs, fc = gt_gpt_shape_llama(s) ? 2 * F : F;
+  static const char *const suffix[GT_BLOCK_PARAMS_MAX] = {
+    "ln_1.weight", "ln_1.bias", "attn.qkv.weight", "attn.qkv.bias",
+    "attn.proj.weight", "attn.proj.bias", "ln_2.weight", "ln_2.bias",
+    "mlp.fc.weight", "mlp.fc.bias", "mlp.proj.weight", "mlp.proj.bias"};
+  const int l = i / BP, k = gt_gpt_block_tensor(s, i % BP);
+  snprintf(d.name, sizeof d.name, "h.%d.%s", l, suffix[k]);
   d.at = GT_AT_BLOCK;
   d.layer = l;
+  const bool weight = k % 2 == 0, norm = k == GT_BP_LN1_W || k == GT_BP_LN2_W ||
+                                         k == GT_BP_LN1_B || k == GT_BP_LN2_B;
+  const bool residual = k == GT_BP_PROJ_W || k == GT_BP_FCPROJ_W;
+  long rows = C, cols = C;
+  switch (k - k % 2) {
+  case GT_BP_QKV_W: /* q, k, v rows: column-parallel by heads */
+    rows = qkv;
+    d.axis = 0;
+    d.blocks = 3;
+    if (K != s->heads)
+      memcpy(d.units, (int[3]){s->heads, (int)K, (int)K}, sizeof(int[3]));
+    break;
+  case GT_BP_PROJ_W: /* row-parallel: the input columns; the bias replicated */
+    cols = s->heads * hs;
+    d.axis = weight ? 1 : -1;
+    break;
+  case GT_BP_FC_W: /* column-parallel: gate and up rows (SwiGLU) or the units */
+    rows = fc;
+    d.axis = 0;
+    d.blocks = gt_gpt_shape_llama(s) ? 2 : 1;
+    break;
+  case GT_BP_FCPROJ_W:
+    cols = F;
+    d.axis = weight ? 1 : -1;
+    break;
+  default:
+    break;
+  }
+  d.ndim = weight && !norm ? 2 : 1;
+  d.dims[0] = rows;
+  d.dims[1] = d.ndim == 2 ? cols : 0;
+  if (d.ndim == 1 && d.axis == 1)
+    d.axis = -1;
+  d.init = norm ? (weight ? GT_INIT_ONES : GT_INIT_ZEROS)
+                : (d.ndim == 2 ? GT_INIT_NORMAL : GT_INIT_ZEROS);
+  d.std = d.init == GT_INIT_NORMAL ? (residual ? std_res : std) : 0.0f;
+  d.decay = d.ndim == 2;
   return d;
 }
 
@@ -105,9 +158,11 @@ static int gt_gpt_add(gt_gpt *m, const gt_gpt_pdesc *d, bool counted_if_replicat
                       bool counted_if_split)
 {
   const gt_group *tp = &m->part.tp;
-  gt_shard sh = d->axis < 0 || tp->size == 1
-                    ? GT_SHARD_NONE
-                    : (gt_shard){d->axis, d->blocks, tp->size, tp->rank};
+  gt_shard sh = GT_SHARD_NONE;
+  if (d->axis >= 0 && tp->size > 1) {
+    sh = (gt_shard){d->axis, d->blocks, tp->size, tp->rank, {0}};
+    memcpy(sh.units, d->units, sizeof sh.units);
+  }
   bool counted = sh.axis < 0 ? counted_if_replicated : counted_if_split;
   GT_CALL(gt_params_add(m->params, d->name, d->ndim, d->dims, sh, counted, d->init, d->std,
                         d->decay));
@@ -149,13 +204,15 @@ int gt_gpt_chunk_slot(const gt_gpt *m, int chunk, int mb)
 }
 
 /* This rank's parameters, in the order backward finishes them last-first:
- * [wte, wpe] (first stage), 12 per block, [ln_f.weight, ln_f.bias] and, on
- * a last stage that is not also the first, its copy of wte. */
+ * the embedding (first stage: wte[, wpe]), block_params per block, the
+ * head (ln_f.weight[, ln_f.bias][, lm_head.weight]) and, on a last stage
+ * that is not also the first with a tied head, its copy of wte. */
 static int gt_gpt_register(gt_gpt *m)
 {
   const gt_gpt_part *pt = &m->part;
   const bool lead = pt->tp.rank == 0;
   const int n = gt_gpt_logical_count(&m->shape);
+  const int E = gt_gpt_embed_params(&m->shape);
   gt_params *p = m->params;
   int local = 0; /* blocks come in ascending order, the chunks too */
   for (int i = 0; i < n; i++) {
@@ -166,18 +223,19 @@ static int gt_gpt_register(gt_gpt *m)
       continue;
     if (i == 0)
       m->p_wte = p->count;
-    if (d.at == GT_AT_BLOCK && (i - 2) % GT_BLOCK_PARAMS == 0)
+    if (d.at == GT_AT_BLOCK && (i - E) % m->block_params == 0)
       m->p_block[local++] = p->count;
     if (d.at == GT_AT_HEAD && d.init == GT_INIT_ONES)
       m->p_head = p->count;
     GT_CALL(gt_gpt_add(m, &d, lead, true));
   }
-  m->p_emb_count = pt->first ? 2 : 0;
-  m->p_head_count = pt->last ? 2 : 0;
-  if (pt->last && !pt->first) {
+  m->p_emb_count = pt->first ? E : 0;
+  m->p_lnf_count = gt_gpt_lnf_params(&m->shape);
+  m->p_head_count = pt->last ? gt_gpt_head_params(&m->shape) : 0;
+  if (pt->last && !pt->first && m->tied) {
     gt_gpt_pdesc d = gt_gpt_describe(&m->shape, 0);
     GT_CALL(gt_gpt_add(m, &d, false, false));
-    m->p_head_count = 3;
+    m->p_head_count++;
   }
   return GT_SUCCESS;
 }
@@ -186,63 +244,54 @@ static int gt_gpt_register(gt_gpt *m)
 static int gt_gpt_bind(gt_gpt *m)
 {
   gt_params *p = m->params;
-  if (m->part.first || m->part.last) {
-    gt_param *wte = gt_params_find(p, "wte");
-    GT_ASSERT(wte != NULL);
-    m->wte = wte->compute.data;
-    m->dwte = wte->grad.data;
-  }
-  if (m->part.first) {
-    gt_param *wpe = gt_params_find(p, "wpe");
-    m->wpe = wpe->compute.data;
-    m->dwpe = wpe->grad.data;
-  }
   free(m->gptr);
   free(m->wptr);
   m->gptr = calloc((size_t)(p->count > 0 ? p->count : 1), sizeof *m->gptr);
   m->wptr = calloc((size_t)(p->count > 0 ? p->count : 1), sizeof *m->wptr);
   GT_CHECK_ALLOC(m->gptr, sizeof *m->gptr * (size_t)p->count);
   GT_CHECK_ALLOC(m->wptr, sizeof *m->wptr * (size_t)p->count);
+#define GT_BIND(index, wv, gv)                                                                \
+  do {                                                                                        \
+    const gt_param *t_ = &p->list[(index)];                                                   \
+    (wv) = t_->compute.data;                                                                  \
+    (gv) = t_->grad.data;                                                                     \
+    m->wptr[(index)] = (const void **)&(wv);                                                  \
+    m->gptr[(index)] = &(gv);                                                                 \
+  } while (0)
   if (m->part.first) {
-    m->gptr[m->p_wte] = &m->dwte;
-    m->gptr[m->p_wte + 1] = &m->dwpe;
-    m->wptr[m->p_wte] = &m->wte;
-    m->wptr[m->p_wte + 1] = &m->wpe;
+    GT_BIND(m->p_wte, m->wte, m->dwte);
+    if (!m->llama)
+      GT_BIND(m->p_wte + 1, m->wpe, m->dwpe);
   }
   for (int l = 0; l < m->local_blocks; l++) {
-    gt_param *t = &p->list[m->p_block[l]];
-    const void **wv[GT_BLOCK_PARAMS] = {
+    const void **wv[GT_BLOCK_PARAMS_MAX] = {
       &m->w[l].ln1_w, &m->w[l].ln1_b, &m->w[l].qkv_w, &m->w[l].qkv_b,
       &m->w[l].proj_w, &m->w[l].proj_b, &m->w[l].ln2_w, &m->w[l].ln2_b,
       &m->w[l].fc_w, &m->w[l].fc_b, &m->w[l].fcproj_w, &m->w[l].fcproj_b};
-    float **gv[GT_BLOCK_PARAMS] = {
+    float **gv[GT_BLOCK_PARAMS_MAX] = {
       &m->g[l].ln1_w, &m->g[l].ln1_b, &m->g[l].qkv_w, &m->g[l].qkv_b,
       &m->g[l].proj_w, &m->g[l].proj_b, &m->g[l].ln2_w, &m->g[l].ln2_b,
       &m->g[l].fc_w, &m->g[l].fc_b, &m->g[l].fcproj_w, &m->g[l].fcproj_b};
-    for (int i = 0; i < GT_BLOCK_PARAMS; i++) {
-      *wv[i] = t[i].compute.data;
-      *gv[i] = t[i].grad.data;
-      m->gptr[m->p_block[l] + i] = gv[i];
-      m->wptr[m->p_block[l] + i] = wv[i];
+    for (int i = 0; i < m->block_params; i++) {
+      const int k = gt_gpt_block_tensor(&m->shape, i);
+      GT_BIND(m->p_block[l] + i, *wv[k], *gv[k]);
     }
   }
   if (m->part.last) {
-    gt_param *lnf = &p->list[m->p_head];
-    m->lnf_w = lnf[0].compute.data;
-    m->dlnf_w = lnf[0].grad.data;
-    m->lnf_b = lnf[1].compute.data;
-    m->dlnf_b = lnf[1].grad.data;
-    m->gptr[m->p_head] = &m->dlnf_w;
-    m->gptr[m->p_head + 1] = &m->dlnf_b;
-    m->wptr[m->p_head] = &m->lnf_w;
-    m->wptr[m->p_head + 1] = &m->lnf_b;
-    if (!m->part.first) { /* the copy */
-      m->gptr[m->p_head + 2] = &m->dwte;
-      m->wptr[m->p_head + 2] = &m->wte;
-    }
+    GT_BIND(m->p_head, m->lnf_w, m->dlnf_w);
+    if (!m->llama)
+      GT_BIND(m->p_head + 1, m->lnf_b, m->dlnf_b);
+    if (!m->tied)
+      GT_BIND(m->p_head + m->p_lnf_count, m->head_w, m->dhead_w);
+    else if (!m->part.first) /* the copy */
+      GT_BIND(m->p_head + m->p_lnf_count, m->wte, m->dwte);
   }
+#undef GT_BIND
   return GT_SUCCESS;
 }
+
+const void *gt_gpt_head_weight(const gt_gpt *m) { return m->tied ? m->wte : m->head_w; }
+float *gt_gpt_head_grad(const gt_gpt *m) { return m->tied ? m->dwte : m->dhead_w; }
 
 /* The weight units of each chunk's passes (gpt.h): forward the embedding
  * (first chunk), the chunk's blocks, the head (last chunk; and wte with one
@@ -251,7 +300,7 @@ static int gt_gpt_chunk_passes(gt_gpt *m, int c)
 {
   const int l0 = m->chunk_first_block[c], l1 = m->chunk_first_block[c + 1];
   const bool embed = m->part.first && c == 0, head = m->part.last && c == m->chunks - 1;
-  const size_t most = (size_t)(l1 - l0) + 3;
+  const size_t most = (size_t)(l1 - l0) + 4;
   gt_gpt_pass *ps[2] = {&m->fwd[c], &m->bwd[c]};
   for (int k = 0; k < 2; k++) {
     free(ps[k]->first);
@@ -267,19 +316,19 @@ static int gt_gpt_chunk_passes(gt_gpt *m, int c)
   } while (0)
   const bool one_stage = m->part.first && m->part.last;
   if (embed)
-    GT_PASS(ps[0], m->p_wte, 2);
+    GT_PASS(ps[0], m->p_wte, m->p_emb_count);
   for (int l = l0; l < l1; l++)
-    GT_PASS(ps[0], m->p_block[l], GT_BLOCK_PARAMS);
+    GT_PASS(ps[0], m->p_block[l], m->block_params);
   if (head) {
     GT_PASS(ps[0], m->p_head, m->p_head_count);
     GT_PASS(ps[1], m->p_head, m->p_head_count);
-    if (one_stage) {
+    if (one_stage && m->tied) {
       GT_PASS(ps[0], m->p_wte, 1);
       GT_PASS(ps[1], m->p_wte, 1);
     }
   }
   for (int l = l1 - 1; l >= l0; l--)
-    GT_PASS(ps[1], m->p_block[l], GT_BLOCK_PARAMS);
+    GT_PASS(ps[1], m->p_block[l], m->block_params);
 #undef GT_PASS
   return GT_SUCCESS;
 }
@@ -335,18 +384,35 @@ void gt_gpt_gather_sizes(const gt_gpt *m, size_t sizes[GT_GPT_GATHER_BUFS])
       const gt_gpt_pass *ps = &m->fwd[c];
       const size_t len = gt_params_span(m->params, ps->first[k], ps->count[k]);
       largest = len > largest ? len : largest;
-      if (ps->count[k] == GT_BLOCK_PARAMS && len > block)
+      if (ps->count[k] == m->block_params && len > block)
         block = len;
     }
   /* one embedding or head at a time; the one-stage head's ln_f is smaller
    * than a block */
   sizes[0] = largest;
   if (block == 0 && m->part.last)
-    block = gt_params_span(m->params, m->p_head, 2);
+    block = gt_params_span(m->params, m->p_head, m->p_lnf_count);
   sizes[1] = sizes[2] = block;
 }
 
 // ---- activations ---------------------------------------------------------------------
+
+/* A block's local widths (layers.h): Cl attention, QKV the q, k, v rows, F
+ * the MLP units, G mlp.fc's rows. */
+typedef struct {
+  size_t Cl, QKV, F, G;
+} gt_gpt_widths;
+
+static gt_gpt_widths gt_gpt_widths_of(const gt_gpt *m)
+{
+  const size_t hs = (size_t)gt_gpt_shape_head_size(&m->shape);
+  gt_gpt_widths w;
+  w.Cl = (size_t)m->H * hs;
+  w.QKV = w.Cl + 2 * (size_t)m->Hkv * hs;
+  w.F = (size_t)m->F;
+  w.G = m->kind.swiglu ? 2 * w.F : w.F;
+  return w;
+}
 
 /* Which of a block's activations to lay out: the attention core's output
  * and statistics (what ATTENTION recomputes), the rest, or both. */
@@ -356,25 +422,27 @@ static void gt_gpt_layout_acts(gt_gpt *m, gt_block_acts *a, gt_carver *c, int wh
 {
   const size_t B = (size_t)m->batch, T = (size_t)m->seq, N = B * T;
   const size_t Ns = (size_t)gt_gpt_stream_rows(m, m->batch, m->seq); /* LayerNorm side */
-  const size_t C = (size_t)m->shape.dim, P = (size_t)m->part.tp.size, H = (size_t)m->H;
-  const size_t Cl = C / P, F4 = 4 * C / P, F = sizeof(float), E = gt_dtype_size(m->dt);
+  const size_t C = (size_t)m->shape.dim, H = (size_t)m->H;
+  const size_t F = sizeof(float), E = gt_dtype_size(m->dt);
+  gt_gpt_widths wd = gt_gpt_widths_of(m);
   memset(a, 0, sizeof *a);
   if (which & GT_ACTS_CORE) {
     a->lse = gt_carve(c, B * H * T * F);
-    a->atty = gt_carve(c, N * Cl * E);
+    a->atty = gt_carve(c, N * wd.Cl * E);
   }
   if (!(which & GT_ACTS_REST))
     return;
+  const bool mean = !m->kind.norm.rms; /* RMSNorm keeps rstd only */
   a->ln1 = gt_carve(c, Ns * C * E);
-  a->ln1_mean = gt_carve(c, Ns * F);
+  a->ln1_mean = mean ? gt_carve(c, Ns * F) : NULL;
   a->ln1_rstd = gt_carve(c, Ns * F);
-  a->qkv = gt_carve(c, 3 * N * Cl * E);
+  a->qkv = gt_carve(c, N * wd.QKV * E);
   a->res2 = gt_carve(c, Ns * C * E);
   a->ln2 = gt_carve(c, Ns * C * E);
-  a->ln2_mean = gt_carve(c, Ns * F);
+  a->ln2_mean = mean ? gt_carve(c, Ns * F) : NULL;
   a->ln2_rstd = gt_carve(c, Ns * F);
-  a->fc = gt_carve(c, N * F4 * E);
-  a->gelu = gt_carve(c, N * F4 * E);
+  a->fc = gt_carve(c, N * wd.G * E);
+  a->gelu = gt_carve(c, N * wd.F * E);
 }
 
 static void gt_gpt_layout_slot(gt_gpt *m, gt_gpt_slot *sl, gt_carver *c)
@@ -407,15 +475,25 @@ static void gt_gpt_layout(gt_gpt *m, gt_carver *c)
 {
   const size_t B = (size_t)m->batch, T = (size_t)m->seq, N = B * T;
   const size_t C = (size_t)m->shape.dim, P = (size_t)m->part.tp.size;
-  const size_t Cl = C / P, F4 = 4 * C / P, F = sizeof(float), E = gt_dtype_size(m->dt);
+  const size_t F = sizeof(float), E = gt_dtype_size(m->dt);
+  const gt_gpt_widths wd = gt_gpt_widths_of(m);
   const size_t before = c->off;
   for (int s = 0; s < m->nslots; s++)
     gt_gpt_layout_slot(m, &m->slots[s], c);
   m->slot_bytes = (c->off - before) / (size_t)m->nslots;
   m->scratch.dln = gt_carve(c, N * C * E);
-  m->scratch.dqkv = gt_carve(c, 3 * N * Cl * E);
-  m->scratch.datty = gt_carve(c, N * Cl * E);
-  m->scratch.dfc = gt_carve(c, N * F4 * E);
+  m->scratch.dqkv = gt_carve(c, N * wd.QKV * E);
+  m->scratch.datty = gt_carve(c, N * wd.Cl * E);
+  m->scratch.dfc = gt_carve(c, N * wd.G * E);
+  m->scratch.dact = m->kind.swiglu ? gt_carve(c, N * wd.F * E) : NULL;
+  m->rope_cos = m->rope_sin = NULL;
+  if (m->kind.rope) { /* the tables for every position the model takes */
+    const size_t n = (size_t)m->shape.max_seq * (size_t)gt_gpt_shape_head_size(&m->shape) / 2;
+    m->rope_cos = gt_carve(c, n * F);
+    m->rope_sin = gt_carve(c, n * F);
+  }
+  m->kind.rope_cos = m->rope_cos;
+  m->kind.rope_sin = m->rope_sin;
   memset(&m->re, 0, sizeof m->re);
   m->re_out = NULL;
   if (m->part.recompute != GT_RECOMPUTE_NONE && m->local_blocks > 0)
@@ -496,6 +574,17 @@ static int gt_gpt_shell(gt_backend *be, const gt_gpt_shape *shape, const gt_gpt_
   m->sp_on = part->seq_par && P > 1;
   GT_ASSERT(!m->sp_on || ((int64_t)batch * seq) % P == 0);
   m->H = shape->heads / P;
+  m->llama = gt_gpt_shape_llama(shape);
+  m->tied = gt_gpt_shape_tied(shape);
+  m->block_params = gt_gpt_block_params(shape);
+  m->Hkv = gt_gpt_shape_kv_heads(shape) / P;
+  m->F = gt_gpt_shape_ffn(shape) / P;
+  GT_ASSERT(gt_gpt_shape_kv_heads(shape) % P == 0 && gt_gpt_shape_ffn(shape) % P == 0);
+  GT_ASSERT(shape->heads % gt_gpt_shape_kv_heads(shape) == 0);
+  if (m->llama)
+    m->kind = (gt_block_kind){.norm = {true, gt_gpt_shape_norm_eps(shape)},
+                              .rope = true,
+                              .swiglu = true};
   m->vocab_rows = (shape->vocab + P - 1) / P;
   m->vocab_first = part->tp.rank * m->vocab_rows;
   const int vocab_left = shape->vocab - m->vocab_first;
@@ -615,6 +704,27 @@ int gt_gpt_plan_gather(const gt_gpt_shape *shape, const gt_gpt_part *part,
   return GT_SUCCESS;
 }
 
+/* The rotary tables (rope.h) into the activation buffer, once. */
+static int gt_gpt_rope_upload(gt_gpt *m)
+{
+  gt_backend *be = m->be;
+  const int64_t hs = gt_gpt_shape_head_size(&m->shape);
+  const size_t n = (size_t)m->shape.max_seq * (size_t)(hs / 2);
+  float *host = NULL;
+  GT_CALL(be->ops->alloc_host(be, 2 * n * sizeof(float), (void **)&host));
+  const double theta = m->shape.rope_theta > 0 ? m->shape.rope_theta : 10000.0;
+  int status = gt_rope_tables(hs, m->shape.max_seq, theta, &m->shape.rope, host, host + n);
+  if (status == GT_SUCCESS)
+    status = be->ops->upload(be, m->rope_cos, host, n * sizeof(float), NULL);
+  if (status == GT_SUCCESS)
+    status = be->ops->upload(be, m->rope_sin, host + n, n * sizeof(float), NULL);
+  if (status == GT_SUCCESS)
+    status = be->ops->sync(be); /* the host tables are freed next */
+  be->ops->free_host(be, host);
+  GT_CALL(status);
+  return GT_SUCCESS;
+}
+
 int gt_gpt_create(gt_backend *be, const gt_gpt_shape *shape, const gt_gpt_part *part,
                   const gt_params_split *split, gt_dtype dtype, int batch, int seq, int slots,
                   gt_gpt **model)
@@ -651,6 +761,8 @@ int gt_gpt_create(gt_backend *be, const gt_gpt_shape *shape, const gt_gpt_part *
     /* Touch the whole buffer once, so first-use page faults stay out of steps. */
     status = be->ops->zero(be, m->act_buffer, m->act_bytes);
   }
+  if (status == GT_SUCCESS && m->kind.rope)
+    status = gt_gpt_rope_upload(m);
   if (status != GT_SUCCESS) {
     gt_gpt_destroy(model);
     return gt_error_push(status, __FILE__, __LINE__, __func__);
@@ -729,10 +841,27 @@ void gt_gpt_tied_grad(gt_gpt *m, float **grad, size_t *n)
 
 // ---- forward and backward -----------------------------------------------------------------------
 
-static gt_head_dims gt_gpt_head_dims(const gt_gpt *m, int64_t N)
+gt_layer_dims gt_gpt_layer_dims(const gt_gpt *m, int64_t B, int64_t T,
+                                const gt_progress *progress, const gt_seq_par *sp)
+{
+  return (gt_layer_dims){.B = B,
+                         .T = T,
+                         .C = m->shape.dim,
+                         .H = m->H,
+                         .dt = m->dt,
+                         .tp = &m->part.tp,
+                         .progress = progress,
+                         .sp = sp,
+                         .Hkv = m->Hkv,
+                         .F = m->F,
+                         .kind = m->kind};
+}
+
+gt_head_dims gt_gpt_head_dims(const gt_gpt *m, int64_t N)
 {
   return (gt_head_dims){.N = N,
                         .C = m->shape.dim,
+                        .norm = m->kind.norm,
                         .vocab_rows = m->vocab_rows,
                         .vocab_first = m->vocab_first,
                         .vocab_real = m->vocab_real,
@@ -782,8 +911,8 @@ int gt_gpt_forward(gt_gpt *m, int slot, const int32_t *tokens, const int32_t *ta
            "sequence parallelism: a micro-batch of %lld tokens does not split over tp=%d",
            (long long)N, m->part.tp.size);
   const gt_seq_par *sp = m->sp_on ? &m->sp : NULL;
-  const gt_layer_dims d = {B, T, C, m->H, m->dt, &m->part.tp,
-                           m->has_whook ? &m->whook.progress : NULL, sp};
+  const gt_layer_dims d =
+      gt_gpt_layer_dims(m, B, T, m->has_whook ? &m->whook.progress : NULL, sp);
   const bool embed = m->part.first && sl->chunk == 0;
   if (embed)
     GT_CALL(gt_gpt_upload_ids(m, sl, sl->tokens, sl->host_tokens, tokens, (size_t)N));
@@ -808,15 +937,15 @@ int gt_gpt_forward(gt_gpt *m, int slot, const int32_t *tokens, const int32_t *ta
     GT_CALL(gt_gpt_drop(m, ps, k++));
   }
   if (sl->head_here) {
-    const bool one_stage = m->part.first;
+    const bool one_stage_tied = m->part.first && m->tied;
     GT_CALL(gt_gpt_take(m, ps, k));
-    if (one_stage)
+    if (one_stage_tied)
       GT_CALL(gt_gpt_take(m, ps, k + 1));
-    GT_CALL(gt_lm_head_forward(be, m->wte, m->lnf_w, m->lnf_b, &sl->head, sl->resid[sl->nb],
-                               sl->targets, m->stats_all, gt_gpt_head_dims(m, N),
-                               dlogit_scale));
+    GT_CALL(gt_lm_head_forward(be, gt_gpt_head_weight(m), m->lnf_w, m->lnf_b, &sl->head,
+                               sl->resid[sl->nb], sl->targets, m->stats_all,
+                               gt_gpt_head_dims(m, N), dlogit_scale));
     GT_CALL(gt_gpt_drop(m, ps, k));
-    if (one_stage)
+    if (one_stage_tied)
       GT_CALL(gt_gpt_drop(m, ps, k + 1));
     if (loss_acc)
       GT_CALL(be->ops->sum_add(be, loss_acc, sl->head.losses, (size_t)N));
@@ -859,14 +988,15 @@ int gt_gpt_grad_units(const gt_gpt *m, int *first, int *count, int max)
     n++;                                                                                      \
   } while (0)
   if (m->part.last) {
-    GT_UNIT(m->p_head, 2);
-    if (!m->part.first)
-      GT_UNIT(m->p_head + 2, 1);
+    GT_UNIT(m->p_head, m->p_lnf_count);
+    if (m->p_head_count > m->p_lnf_count) /* lm_head or the wte copy */
+      GT_UNIT(m->p_head + m->p_lnf_count, 1);
   }
   for (int l = m->local_blocks - 1; l >= 0; l--)
-    GT_UNIT(m->p_block[l], GT_BLOCK_PARAMS);
+    GT_UNIT(m->p_block[l], m->block_params);
   if (m->part.first) {
-    GT_UNIT(m->p_wte + 1, 1);
+    if (m->p_emb_count > 1)
+      GT_UNIT(m->p_wte + 1, 1);
     GT_UNIT(m->p_wte, 1);
   }
 #undef GT_UNIT
@@ -907,22 +1037,24 @@ int gt_gpt_backward(gt_gpt *m, int slot, const gt_grad_hook *hook)
                                 : m->has_whook ? &m->whook.progress
                                                : NULL;
   const gt_seq_par *sp = m->sp_on ? &m->sp : NULL;
-  const gt_layer_dims d = {B, T, C, m->H, m->dt, &m->part.tp, progress, sp};
+  const gt_layer_dims d = gt_gpt_layer_dims(m, B, T, progress, sp);
   const gt_gpt_pass *ps = &m->bwd[sl->chunk];
   int k = 0; /* the weight unit of the pass (ZeRO 3) */
   if (sl->head_here) {
-    const bool one_stage = m->part.first;
-    GT_CALL(gt_gpt_grads(m, hook, m->p_head, 2));
-    /* wte: the last stage's copy, or (one stage) the embedding itself,
-     * which the embedding's backward adds to at the end */
-    GT_CALL(gt_gpt_grads(m, hook, m->part.first ? m->p_wte : m->p_head + 2, 1));
+    const bool one_stage_tied = m->part.first && m->tied;
+    GT_CALL(gt_gpt_grads(m, hook, m->p_head, m->p_lnf_count));
+    /* the head's weight: lm_head, the last stage's wte copy, or (one stage,
+     * tied) the embedding itself, which the embedding's backward adds to at
+     * the end */
+    GT_CALL(gt_gpt_grads(m, hook, one_stage_tied ? m->p_wte : m->p_head + m->p_lnf_count, 1));
     GT_CALL(gt_gpt_take(m, ps, k));
-    if (one_stage)
+    if (one_stage_tied)
       GT_CALL(gt_gpt_take(m, ps, k + 1));
-    GT_CALL(gt_lm_head_backward(be, m->wte, m->dwte, m->lnf_w, m->dlnf_w, m->dlnf_b, &sl->head,
-                                sl->resid[sl->nb], sl->dgrad, m->dlnf, gt_gpt_head_dims(m, N)));
+    GT_CALL(gt_lm_head_backward(be, gt_gpt_head_weight(m), gt_gpt_head_grad(m), m->lnf_w,
+                                m->dlnf_w, m->dlnf_b, &sl->head, sl->resid[sl->nb], sl->dgrad,
+                                m->dlnf, gt_gpt_head_dims(m, N)));
     GT_CALL(gt_gpt_drop(m, ps, k++));
-    if (one_stage)
+    if (one_stage_tied)
       GT_CALL(gt_gpt_drop(m, ps, k++));
     /* ln_f is final; so is the wte copy of a last stage (pp > 1) */
     GT_CALL(gt_gpt_ready(hook, m->p_head, m->p_head_count));
@@ -930,17 +1062,18 @@ int gt_gpt_backward(gt_gpt *m, int slot, const gt_grad_hook *hook)
   for (int j = sl->nb - 1; j >= 0; j--) {
     const int l = sl->l0 + j;
     const gt_block_acts a = gt_gpt_block_acts(m, sl, j);
-    GT_CALL(gt_gpt_grads(m, hook, m->p_block[l], GT_BLOCK_PARAMS));
+    GT_CALL(gt_gpt_grads(m, hook, m->p_block[l], m->block_params));
     GT_CALL(gt_gpt_take(m, ps, k));
     GT_CALL(gt_gpt_recompute(m, sl, j, &a, d));
     GT_CALL(gt_block_backward(be, &m->w[l], &m->g[l], &a, sl->resid[j], sl->dgrad,
                               &m->scratch, d));
     GT_CALL(gt_gpt_drop(m, ps, k++));
-    GT_CALL(gt_gpt_ready(hook, m->p_block[l], GT_BLOCK_PARAMS));
+    GT_CALL(gt_gpt_ready(hook, m->p_block[l], m->block_params));
   }
   if (m->part.first && sl->chunk == 0) {
-    GT_CALL(gt_gpt_grads(m, hook, m->p_wte + 1, 1));
-    if (!m->part.last) /* with one stage the head's backward asked already */
+    if (m->p_emb_count > 1)
+      GT_CALL(gt_gpt_grads(m, hook, m->p_wte + 1, 1));
+    if (!m->part.last || !m->tied) /* a tied one-stage head asked already */
       GT_CALL(gt_gpt_grads(m, hook, m->p_wte, 1));
     GT_CALL(gt_embedding_backward(be, m->dt, m->dwte, m->dwpe, sl->dgrad, sl->tokens, B, T, C,
                                   m->vocab_first, m->vocab_real, &m->part.tp, sp));
@@ -954,21 +1087,34 @@ int gt_gpt_backward(gt_gpt *m, int slot, const gt_grad_hook *hook)
 
 size_t gt_gpt_param_count(const gt_gpt_shape *s)
 {
-  const size_t C = (size_t)s->dim;
-  return (size_t)s->vocab * C + (size_t)s->max_seq * C +
-         (size_t)s->layers * (12 * C * C + 13 * C) + 2 * C;
+  size_t n = 0;
+  const int count = gt_gpt_logical_count(s);
+  for (int i = 0; i < count; i++) {
+    const gt_gpt_pdesc d = gt_gpt_describe(s, i);
+    n += (size_t)d.dims[0] * (size_t)(d.ndim == 2 ? d.dims[1] : 1);
+  }
+  return n;
+}
+
+/* Matrix entries of one block (its projections). */
+static double gt_gpt_block_matrix(const gt_gpt_shape *s)
+{
+  const double C = s->dim, hs = gt_gpt_shape_head_size(s), H = s->heads;
+  const double K = gt_gpt_shape_kv_heads(s), F = gt_gpt_shape_ffn(s);
+  const double mlp = gt_gpt_shape_llama(s) ? 3.0 * C * F : 2.0 * C * F;
+  return C * (H + 2.0 * K) * hs + H * hs * C + mlp;
 }
 
 void gt_gpt_stage_costs(const gt_gpt_shape *s, int T, double *block, double *head)
 {
   const double C = s->dim;
-  *block = 24.0 * C * C + 4.0 * C * T;
+  *block = 2.0 * gt_gpt_block_matrix(s) + 4.0 * C * T;
   *head = 2.0 * C * (double)s->vocab;
 }
 
 double gt_gpt_flops_per_token(const gt_gpt_shape *s, int T)
 {
   const double C = s->dim, L = s->layers;
-  const double matrix_params = L * 12.0 * C * C + (double)s->vocab * C;
+  const double matrix_params = L * gt_gpt_block_matrix(s) + (double)s->vocab * C;
   return 6.0 * matrix_params + 12.0 * L * C * T;
 }

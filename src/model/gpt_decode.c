@@ -35,11 +35,14 @@ static size_t gt_cache_layout(gt_gpt_cache *c)
 {
   const gt_gpt *m = c->m;
   const size_t C = (size_t)m->shape.dim, P = (size_t)m->part.tp.size;
-  const size_t Cl = C / P, F4 = 4 * C / P, E = gt_dtype_size(m->dt), F = sizeof(float);
+  const size_t hs = (size_t)gt_gpt_shape_head_size(&m->shape);
+  const size_t Cl = (size_t)m->H * hs, QKV = Cl + 2 * (size_t)m->Hkv * hs;
+  const size_t Fl = (size_t)m->F, G = m->kind.swiglu ? 2 * Fl : Fl;
+  const size_t E = gt_dtype_size(m->dt), F = sizeof(float);
   const size_t Vl = (size_t)m->vocab_rows;
   gt_carver cv = {c->buf, 0};
   for (int l = 0; l < m->local_blocks; l++)
-    c->qkv[l] = gt_carve(&cv, (size_t)c->len * 3 * Cl * E);
+    c->qkv[l] = gt_carve(&cv, (size_t)c->len * QKV * E);
   gt_block_acts *a = &c->step;
   a->ln1 = gt_carve(&cv, C * E);
   a->ln1_mean = gt_carve(&cv, F);
@@ -49,8 +52,8 @@ static size_t gt_cache_layout(gt_gpt_cache *c)
   a->ln2 = gt_carve(&cv, C * E);
   a->ln2_mean = gt_carve(&cv, F);
   a->ln2_rstd = gt_carve(&cv, F);
-  a->fc = gt_carve(&cv, F4 * E);
-  a->gelu = gt_carve(&cv, F4 * E);
+  a->fc = gt_carve(&cv, G * E);
+  a->gelu = gt_carve(&cv, Fl * E);
   c->x[0] = gt_carve(&cv, C * E);
   c->x[1] = gt_carve(&cv, C * E);
   c->head.lnf = gt_carve(&cv, C * E);
@@ -163,15 +166,16 @@ int gt_gpt_decode(gt_gpt *m, gt_gpt_cache *c, int32_t token, float *logits)
            "token %d is outside the model's vocabulary [0, %d)", (int)token, m->shape.vocab);
   gt_backend *be = m->be;
   const int64_t C = m->shape.dim, t = c->pos;
-  const gt_layer_dims d = {1, 1, C, m->H, m->dt, &m->part.tp,
-                           m->has_whook ? &m->whook.progress : NULL, NULL};
+  const gt_layer_dims d = gt_gpt_layer_dims(m, 1, 1, m->has_whook ? &m->whook.progress : NULL,
+                                            NULL);
   /* the last call waited for its download, so the upload before it is done */
   *c->host_token = token;
   GT_CALL(be->ops->upload(be, c->token, c->host_token, sizeof(int32_t), NULL));
   const gt_gpt_pass *ps = &m->fwd[0];
   int k = 0; /* the weight unit of the pass (ZeRO 3) */
   GT_CALL(gt_gpt_take(m, ps, k));
-  const void *wpe_t = (const char *)m->wpe + (size_t)(t * C) * gt_dtype_size(m->dt);
+  const void *wpe_t =
+      m->wpe ? (const char *)m->wpe + (size_t)(t * C) * gt_dtype_size(m->dt) : NULL;
   GT_CALL(gt_embedding_forward(be, m->dt, c->x[0], c->token, m->wte, wpe_t, 1, 1, C, m->vocab_first,
                                m->vocab_real, &m->part.tp, NULL));
   GT_CALL(gt_gpt_drop(m, ps, k++));
@@ -184,18 +188,16 @@ int gt_gpt_decode(gt_gpt *m, gt_gpt_cache *c, int32_t token, float *logits)
     GT_CALL(gt_gpt_drop(m, ps, k++));
     cur = 1 - cur;
   }
-  GT_CALL(gt_gpt_take(m, ps, k)); /* ln_f */
-  GT_CALL(gt_gpt_take(m, ps, k + 1)); /* wte for the tied head */
-  const gt_head_dims hd = {.N = 1,
-                           .C = C,
-                           .vocab_rows = m->vocab_rows,
-                           .vocab_first = m->vocab_first,
-                           .vocab_real = m->vocab_real,
-                           .dt = m->dt,
-                           .tp = &m->part.tp};
-  GT_CALL(gt_lm_head_logits(be, m->wte, m->lnf_w, m->lnf_b, &c->head, c->x[cur], hd));
+  GT_CALL(gt_gpt_take(m, ps, k)); /* ln_f (and an untied head) */
+  if (m->tied)
+    GT_CALL(gt_gpt_take(m, ps, k + 1)); /* wte for the tied head */
+  gt_head_dims hd = gt_gpt_head_dims(m, 1);
+  hd.sp = NULL;
+  GT_CALL(gt_lm_head_logits(be, gt_gpt_head_weight(m), m->lnf_w, m->lnf_b, &c->head,
+                            c->x[cur], hd));
   GT_CALL(gt_gpt_drop(m, ps, k));
-  GT_CALL(gt_gpt_drop(m, ps, k + 1));
+  if (m->tied)
+    GT_CALL(gt_gpt_drop(m, ps, k + 1));
   GT_CALL(gt_cache_logits(m, c));
   /* rank r's piece holds vocabulary entries r Vl .. r Vl + nv_r - 1 */
   memcpy(logits, c->host_logits, sizeof(float) * (size_t)m->shape.vocab);

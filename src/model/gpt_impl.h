@@ -46,7 +46,12 @@ struct gt_gpt {
    * [chunk_first_slot[c], chunk_first_slot[c+1]) */
   int chunks;
   int chunk_first_block[GT_GPT_MAX_CHUNKS + 1], chunk_first_slot[GT_GPT_MAX_CHUNKS + 1];
-  int H; /* heads on this rank */
+  int H;            /* heads on this rank */
+  int Hkv;          /* key/value heads on this rank */
+  int F;            /* MLP units on this rank */
+  int block_params; /* parameters per block: 12 (gpt), 6 (llama: no biases) */
+  bool llama, tied; /* the architecture; the head is wte */
+  gt_block_kind kind; /* the block's choices (layers.h), rope tables bound */
   /* this rank's vocabulary rows: vocab_rows with padding (Vl in shape
    * notes), from row vocab_first of the whole vocabulary, of which
    * vocab_real are real (the rest padding) */
@@ -54,13 +59,15 @@ struct gt_gpt {
   gt_params *params;
 
   /* views into params (compute copy and gradients) */
-  const void *wte, *wpe, *lnf_w, *lnf_b;
-  float *dwte, *dwpe, *dlnf_w, *dlnf_b;
+  const void *wte, *wpe, *lnf_w, *lnf_b, *head_w; /* head_w: lm_head (untied) */
+  float *dwte, *dwpe, *dlnf_w, *dlnf_b, *dhead_w;
   gt_block_weights *w; /* per local block */
   gt_block_grads *g;
   int p_wte, p_emb_count;  /* parameter indices: embedding (wte[, wpe]) */
-  int *p_block;            /* first of 12 per local block */
-  int p_head, p_head_count; /* ln_f (+ the wte copy on a last stage) */
+  int *p_block;            /* first of block_params per local block */
+  int p_head, p_head_count; /* ln_f, then lm_head (untied) or the wte copy
+                               (tied, a last stage that is not first) */
+  int p_lnf_count;          /* ln_f's parameters: 2 (LayerNorm), 1 (RMSNorm) */
   float ***gptr;            /* per parameter: the gradient pointer to rebind */
   const void ***wptr;       /* per parameter: the weight pointer to rebind */
 
@@ -79,6 +86,7 @@ struct gt_gpt {
   void *re_out;     /* recompute BLOCK: the rerun block's output (N,C), unused */
   void *dlnf;       /* (N,C) */
   float *stats_all; /* (tp, N, 3) */
+  float *rope_cos, *rope_sin; /* (max_seq, hs/2) fp32 tables (rope) */
   gt_seq_par sp;    /* sequence parallelism's shared buffers */
   bool sp_on;       /* part.seq_par with tp > 1 */
 };
@@ -96,6 +104,18 @@ static inline void *gt_carve(gt_carver *c, size_t bytes)
   c->off += (bytes + 63) & ~(size_t)63;
   return p;
 }
+
+/* The dimensions of a block's pass over B x T tokens. */
+gt_layer_dims gt_gpt_layer_dims(const gt_gpt *m, int64_t B, int64_t T,
+                                const gt_progress *progress, const gt_seq_par *sp);
+
+/* The head's dimensions for N rows (sequence parallelism as the model). */
+gt_head_dims gt_gpt_head_dims(const gt_gpt *m, int64_t N);
+
+/* The head's weight and its gradient: wte (or its copy) when tied, else
+ * lm_head (as bound now: ZeRO 3 rebinds them). */
+const void *gt_gpt_head_weight(const gt_gpt *m);
+float *gt_gpt_head_grad(const gt_gpt *m);
 
 /* Sharded compute weights (ZeRO 3): unit k of the pass gathered and its
  * views bound (the next unit named for prefetch); a no-op otherwise. */

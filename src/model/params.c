@@ -22,11 +22,45 @@ int gt_params_create(gt_backend *be, gt_dtype dtype, gt_params **params)
   return GT_SUCCESS;
 }
 
-/* Entries of the local tensor along the shard axis. */
-static long gt_shard_extent(long full, gt_shard sh)
+gt_shard_block gt_shard_block_of(const gt_shard *sh, long full, int b)
 {
-  long block = full / sh.blocks;
-  return (long)sh.blocks * ((block + sh.parts - 1) / sh.parts);
+  gt_shard_block r = {0, 0, 0, 0};
+  long total = 0;
+  if (sh->units[0] > 0)
+    for (int i = 0; i < sh->blocks; i++)
+      total += sh->units[i];
+  for (int i = 0; i <= b; i++) {
+    const long len = total > 0 ? full / total * sh->units[i] : full / sh->blocks;
+    const long piece = (len + sh->parts - 1) / sh->parts;
+    if (i == b) {
+      r.len = len;
+      r.piece = piece;
+    } else {
+      r.first += len;
+      r.lfirst += piece;
+    }
+  }
+  return r;
+}
+
+long gt_shard_extent(const gt_shard *sh, long full)
+{
+  const gt_shard_block last = gt_shard_block_of(sh, full, sh->blocks - 1);
+  return last.lfirst + last.piece;
+}
+
+/* Whether full splits into the shard's blocks exactly. */
+static bool gt_shard_fits(const gt_shard *sh, long full)
+{
+  if (sh->units[0] <= 0)
+    return full % sh->blocks == 0;
+  long total = 0;
+  for (int i = 0; i < sh->blocks; i++) {
+    if (sh->units[i] <= 0)
+      return false;
+    total += sh->units[i];
+  }
+  return full % total == 0;
 }
 
 int gt_params_add(gt_params *p, const char *name, int ndim, const long *full_shape,
@@ -39,7 +73,8 @@ int gt_params_add(gt_params *p, const char *name, int ndim, const long *full_sha
   GT_ASSERT(gt_params_find(p, name) == NULL);
   GT_ASSERT(shard.axis < ndim && shard.blocks >= 1 && shard.parts >= 1);
   GT_ASSERT(shard.index >= 0 && shard.index < shard.parts);
-  GT_ASSERT(shard.axis < 0 || full_shape[shard.axis] % shard.blocks == 0);
+  GT_ASSERT(shard.blocks <= GT_SHARD_MAX_BLOCKS);
+  GT_ASSERT(shard.axis < 0 || gt_shard_fits(&shard, full_shape[shard.axis]));
   if (p->count == p->capacity) {
     int cap = p->capacity ? 2 * p->capacity : 32;
     gt_param *grown = realloc(p->list, sizeof *grown * (size_t)cap);
@@ -58,7 +93,7 @@ int gt_params_add(gt_params *p, const char *name, int ndim, const long *full_sha
   for (int i = 0; i < ndim; i++) {
     GT_ASSERT(full_shape[i] >= 1);
     t->full_shape[i] = full_shape[i];
-    t->value.shape[i] = i == shard.axis ? gt_shard_extent(full_shape[i], shard)
+    t->value.shape[i] = i == shard.axis ? gt_shard_extent(&shard, full_shape[i])
                                         : full_shape[i];
     t->numel *= (size_t)t->value.shape[i];
   }
@@ -99,21 +134,23 @@ static void gt_param_copy(const gt_param *t, float *local, float *full, bool to_
   for (int i = ax + 1; i < t->ndim; i++)
     inner *= (size_t)t->full_shape[i];
   const long full_len = t->full_shape[ax], local_len = t->value.shape[ax];
-  const long block = full_len / t->shard.blocks, piece = local_len / t->shard.blocks;
   for (size_t o = 0; o < outer; o++)
-    for (long j = 0; j < local_len; j++) {
-      long b = j / piece, k = t->shard.index * piece + j % piece;
-      float *lp = local + (o * (size_t)local_len + (size_t)j) * inner;
-      if (k >= block) { /* padding */
-        if (!to_full)
-          memset(lp, 0, inner * sizeof(float));
-        continue;
+    for (int b = 0; b < t->shard.blocks; b++) {
+      const gt_shard_block bk = gt_shard_block_of(&t->shard, full_len, b);
+      for (long j = 0; j < bk.piece; j++) {
+        const long k = t->shard.index * bk.piece + j;
+        float *lp = local + (o * (size_t)local_len + (size_t)(bk.lfirst + j)) * inner;
+        if (k >= bk.len) { /* padding */
+          if (!to_full)
+            memset(lp, 0, inner * sizeof(float));
+          continue;
+        }
+        float *fp = full + (o * (size_t)full_len + (size_t)(bk.first + k)) * inner;
+        if (to_full)
+          memcpy(fp, lp, inner * sizeof(float));
+        else
+          memcpy(lp, fp, inner * sizeof(float));
       }
-      float *fp = full + (o * (size_t)full_len + (size_t)(b * block + k)) * inner;
-      if (to_full)
-        memcpy(fp, lp, inner * sizeof(float));
-      else
-        memcpy(lp, fp, inner * sizeof(float));
     }
 }
 

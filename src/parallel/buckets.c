@@ -127,10 +127,8 @@ static int gt_bucket_matrices(const gt_buckets *b, const gt_bucket *k, gt_cmat *
     if (t->ndim < 2)
       continue;
     long rows = t->full_shape[0];
-    if (t->shard.axis == 0) {
-      const long block = rows / t->shard.blocks;
-      rows = t->shard.blocks * ((block + t->shard.parts - 1) / t->shard.parts);
-    }
+    if (t->shard.axis == 0)
+      rows = gt_shard_extent(&t->shard, rows);
     if (rows <= 0 || t->numel % (size_t)rows != 0)
       continue; /* not a plain matrix here: sent as a vector */
     mats[(*n)++] = (gt_cmat){t->offset - k->offset, (size_t)rows, t->numel / (size_t)rows};

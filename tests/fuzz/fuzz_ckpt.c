@@ -74,7 +74,7 @@ static void gt_fz_make_params(int layout)
     gt_shard shard = GT_SHARD_NONE;
     if (layout == GT_FZ_PIECE && t->ndim == 2) {
       const int axis = i % 2;
-      shard = (gt_shard){axis, t->dims[axis] % 3 == 0 ? 3 : 1, 2, 1};
+      shard = (gt_shard){axis, t->dims[axis] % 3 == 0 ? 3 : 1, 2, 1, {0}};
     }
     if (gt_params_add(p, t->name, t->ndim, t->dims, shard, true, GT_INIT_NORMAL, 0.02f,
                       t->ndim == 2) != GT_SUCCESS)

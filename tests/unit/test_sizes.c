@@ -59,8 +59,8 @@ int main(int argc, char **argv)
   const long wte[2] = {16777216, 12288};    /* a 16M vocabulary of width 12288 */
   const long qkv[2] = {3L * 49152, 49152};  /* q, k, v of width 49152, split in 3 */
   gt_params_add(p, "big", 2, big, GT_SHARD_NONE, true, GT_INIT_ZEROS, 0, true);
-  gt_params_add(p, "wte", 2, wte, (gt_shard){0, 1, 3, 2}, true, GT_INIT_NORMAL, 0.02f, true);
-  gt_params_add(p, "qkv", 2, qkv, (gt_shard){0, 3, 7, 6}, true, GT_INIT_NORMAL, 0.02f, true);
+  gt_params_add(p, "wte", 2, wte, (gt_shard){0, 1, 3, 2, {0}}, true, GT_INIT_NORMAL, 0.02f, true);
+  gt_params_add(p, "qkv", 2, qkv, (gt_shard){0, 3, 7, 6, {0}}, true, GT_INIT_NORMAL, 0.02f, true);
   const gt_param *pb = gt_params_find(p, "big"), *pw = gt_params_find(p, "wte"),
                  *pq = gt_params_find(p, "qkv");
   tap_ok(pb && pb->numel == 65536ULL * 65537ULL && gt_param_full_numel(pb) == pb->numel,
