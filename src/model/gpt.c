@@ -631,9 +631,9 @@ int gt_gpt_plan(const gt_gpt_shape *shape, const gt_gpt_part *part, gt_dtype dty
 
 int gt_gpt_tied_param(const gt_gpt *m)
 {
-  if (m->part.first == m->part.last)
+  if (m->part.first == m->part.last || !m->tied)
     return -1;
-  return m->part.first ? m->p_wte : m->p_head + 2;
+  return m->part.first ? m->p_wte : m->p_head + m->p_lnf_count;
 }
 
 /* A part with its parameters laid out but nothing allocated (for the

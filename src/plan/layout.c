@@ -6,9 +6,12 @@
 #include "gridtrain/layout.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "gridtrain/error.h"
+#include "gridtrain/gpt.h"
+#include "gridtrain/rope.h"
 
 /* The sizes (0 = auto) on world_size ranks into sizes[3] = {dp, pp, tp}. */
 static int gt_layout_sizes(const gt_config *cfg, int world_size, int sizes[3])
@@ -61,6 +64,45 @@ static void gt_divisors(long n, char *buf, size_t size)
   snprintf(buf + len, size - len, "}");
 }
 
+/* The architecture's keys against each other (docs/models.md). */
+static int gt_layout_check_arch(const gt_config *cfg)
+{
+  char divs[256];
+  const gt_gpt_shape s = gt_gpt_shape_config(cfg);
+  const long heads = cfg->model.heads, kv = gt_gpt_shape_kv_heads(&s);
+  const long ffn = gt_gpt_shape_ffn(&s);
+  if (!gt_gpt_shape_llama(&s)) {
+    GT_CHECK(kv == heads, GT_ERR_INPUT,
+             "[model] kv_heads=%ld: type = gpt (GPT-2) has as many key/value heads as heads "
+             "(%ld); grouped-query attention is type = llama",
+             kv, heads);
+    GT_CHECK(ffn == 4 * cfg->model.dim, GT_ERR_INPUT,
+             "[model] ffn_dim=%ld: type = gpt (GPT-2) has an MLP of 4 dim = %ld; other widths "
+             "are type = llama",
+             ffn, 4 * cfg->model.dim);
+    return GT_SUCCESS;
+  }
+  if (heads % kv != 0) {
+    gt_divisors(heads, divs, sizeof divs);
+    return GT_ERROR(GT_ERR_INPUT,
+                    "[model] kv_heads=%ld does not divide heads=%ld (each key/value head serves "
+                    "a group of query heads); choose kv_heads in %s",
+                    kv, heads, divs);
+  }
+  const long hs = cfg->model.dim / heads;
+  GT_CHECK(hs % 2 == 0, GT_ERR_INPUT,
+           "[model] dim / heads = %ld: rotary position embedding (type = llama) needs an even "
+           "head size",
+           hs);
+  /* the rope keys: gt_rope_inv_freq checks them, naming the one out of range */
+  float *inv_freq = malloc((size_t)hs / 2 * sizeof *inv_freq);
+  GT_CHECK_ALLOC(inv_freq, (size_t)hs / 2 * sizeof *inv_freq);
+  const int status = gt_rope_inv_freq(hs, s.rope_theta, &s.rope, inv_freq);
+  free(inv_freq);
+  GT_CALL(status);
+  return GT_SUCCESS;
+}
+
 /* The sizes against the model and the batch. */
 static int gt_layout_check_model(const gt_config *cfg, int dp, int pp, int tp)
 {
@@ -71,11 +113,28 @@ static int gt_layout_check_model(const gt_config *cfg, int dp, int pp, int tp)
                     "[model] heads=%ld does not divide dim=%ld; choose heads in %s",
                     cfg->model.heads, cfg->model.dim, divs);
   }
+  GT_CALL(gt_layout_check_arch(cfg));
   if (cfg->model.heads % tp != 0) {
     gt_divisors(cfg->model.heads, divs, sizeof divs);
     return GT_ERROR(GT_ERR_INPUT,
                     "tp=%d does not divide [model] heads=%ld; choose tp in %s", tp,
                     cfg->model.heads, divs);
+  }
+  const gt_gpt_shape shape = gt_gpt_shape_config(cfg);
+  const long kv = gt_gpt_shape_kv_heads(&shape), ffn = gt_gpt_shape_ffn(&shape);
+  if (kv % tp != 0) {
+    gt_divisors(kv, divs, sizeof divs);
+    return GT_ERROR(GT_ERR_INPUT,
+                    "tp=%d does not divide [model] kv_heads=%ld: each tensor-parallel rank "
+                    "holds whole key/value heads; choose tp in %s (or more kv_heads)",
+                    tp, kv, divs);
+  }
+  if (ffn % tp != 0) {
+    gt_divisors(ffn, divs, sizeof divs);
+    return GT_ERROR(GT_ERR_INPUT,
+                    "tp=%d does not divide [model] ffn_dim=%ld (the MLP's units split over "
+                    "tp); choose tp in %s or another ffn_dim",
+                    tp, ffn, divs);
   }
   GT_CHECK(cfg->model.layers >= pp, GT_ERR_INPUT,
            "pp=%d pipeline stages need at least %d layers but [model] layers=%ld; "
