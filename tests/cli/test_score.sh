@@ -133,6 +133,7 @@ bad empty-file 1 "empty" "$ck" /dev/null
 mkdir -p "$GT_TMP/notck"
 bad not-ckpt-dir 2 "is not a checkpoint" "$GT_TMP/notck" "$GT_TMP/a.txt"
 bad not-ckpt-file 1 "a.txt" "$GT_TMP/a.txt" "$GT_TMP/b.txt"
+# E-SCORE-05 (docs/errors.md)
 bad beyond-vocab 2 "token 300 at position 2 is outside the vocabulary \[0, 256)" \
   "$ck" "$GT_TMP/big.npy" --tokens
 bad nothing 1 "fewer than 2 tokens" "$ck" "$GT_TMP/c.txt"
