@@ -10,7 +10,7 @@ set -u
 bin=$1 help2man=$2 include=$3 version=$4
 tmp=$(mktemp -d) || exit 1
 trap 'rm -rf "$tmp"' EXIT
-commands="train ingest ckpt plan flight plot"
+commands="train ingest ckpt sample score plan flight plot"
 # roff: backslashes and lines that start with a control character
 esc() { sed -e 's/\\/\\e/g' -e "s/^[.']/\\\\\\&&/"; }
 

@@ -23,6 +23,8 @@
 #ifndef GRIDTRAIN_INGEST_H
 #define GRIDTRAIN_INGEST_H
 
+#include <stdint.h>
+
 /* What was written, for the summary line. */
 typedef struct gt_ingest_counts {
   long long train_tokens, val_tokens;
@@ -89,5 +91,14 @@ int gt_ingest_text_opts(int nfiles, char *const files[], const char *out_path,
  * tokenizer attribute and generation prints ids (gridtrain sample --ids). */
 int gt_ingest_tokens(int nfiles, char *const files[], const char *out_path,
                      const gt_ingest_opts *o, gt_ingest_counts *counts);
+
+/* One token file (a format of gt_ingest_tokens, or "auto"; NULL: auto)
+ * read whole into *ids (*n >= 1 tokens, malloc'd), every token checked to
+ * be in [0, vocab) (1 <= vocab < 2^31): one outside is GT_ERR_INPUT naming
+ * the file, the position and the value, its message ended by hint (NULL:
+ * nothing; "; ..." says what to do). A missing, empty or damaged file is
+ * GT_ERR_INPUT naming it. For `gridtrain score --tokens`. Not collective. */
+int gt_tokens_read_file(const char *path, const char *format, long long vocab, const char *hint,
+                        uint32_t **ids, long long *n);
 
 #endif /* GRIDTRAIN_INGEST_H */

@@ -5,9 +5,10 @@
  * A deck says what the user asked for: sizes that may be auto, a ZeRO
  * stage that does nothing with one data-parallel rank, sequence parallelism
  * that does nothing without tensor parallelism, a schedule as text. Every
- * part that needs the layout (the trainer, `gridtrain sample`, the memory
- * account, the planner's search and cost model, `plan --memory`) gets it
- * from gt_layout_resolve, so that they cannot disagree about what runs:
+ * part that needs the layout (the trainer, `gridtrain sample` and
+ * `score`, the memory account, the planner's search and cost model, `plan
+ * --memory`) gets it from gt_layout_resolve, so that they cannot disagree
+ * about what runs:
  *
  *   dp, pp, tp     the grid sizes, auto sizes resolved (grid.h's rule)
  *   mbs, micro     sequences per micro-batch, micro-batches per step and

@@ -22,6 +22,7 @@
 #ifndef GRIDTRAIN_PIPELINE_H
 #define GRIDTRAIN_PIPELINE_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "gridtrain/collectives.h"
@@ -36,6 +37,12 @@ typedef struct gt_pipe gt_pipe;
 typedef struct gt_pipe_feed {
   int (*read)(void *ctx, int mb, const int32_t **tokens, const int32_t **targets);
   void *ctx;
+  /* Optional (NULL: every micro-batch counts): whether micro-batch mb's
+   * token losses go to loss_acc (last stage). A pass shorter than the
+   * schedule's M micro-batches (gridtrain score's last windows) fills the
+   * rest with micro-batches that do not count: they run, and their losses
+   * are dropped. */
+  bool (*counts)(void *ctx, int mb);
 } gt_pipe_feed;
 
 typedef struct gt_pipe_events {

@@ -13,6 +13,7 @@
 
 #include <mpi.h>
 #include <stdbool.h>
+#include <stddef.h>
 
 /* The whole command line: argv[0] is the program, argv[1] the subcommand
  * (or -h/--help/help, -V/--version), the rest its arguments. Prints the
@@ -34,5 +35,17 @@ int gt_cmd_flight(int argc, char **argv, MPI_Comm world);
 int gt_cmd_plot(int argc, char **argv, MPI_Comm world);
 /* `sample`: generate text from a checkpoint (cmd_sample.c). Collective on the world. */
 int gt_cmd_sample(int argc, char **argv, MPI_Comm world);
+
+/* Rank 0 (reads the file system): the checkpoint file a command's
+ * CHECKPOINT argument names into path: arg itself, or for a checkpoint
+ * directory ([checkpoint] dir) the file its `latest` names, else its newest
+ * step file (checkpoint.h's gt_ckpt_candidates). A directory without such
+ * files sets *no_checkpoint (path is arg then): the caller says what else it
+ * takes there. Not collective (ckpt_arg.c). */
+int gt_cli_checkpoint(const char *arg, char *path, size_t size, bool *no_checkpoint);
+
+/* `score`: the loss of a checkpoint's model on text or token files
+ * (cmd_score.c). Collective on the world. */
+int gt_cmd_score(int argc, char **argv, MPI_Comm world);
 
 #endif /* GT_CLI_H */

@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "cli.h"
 #include "gridtrain/checkpoint.h"
@@ -388,31 +387,17 @@ static int gt_sample_print(const gt_sample_args *a, gt_sample_run *r, int np, in
   return GT_SUCCESS;
 }
 
-/* Rank 0: a checkpoint directory stands for the checkpoint its `latest`
- * names (else its newest step file). */
-static int gt_sample_find(const char *arg, char *path, size_t size)
-{
-  struct stat sb;
-  snprintf(path, size, "%s", arg);
-  if (stat(arg, &sb) != 0 || !S_ISDIR(sb.st_mode))
-    return GT_SUCCESS;
-  char (*list)[GT_PATH_MAX] = NULL, problem[GT_PATH_MAX + 128] = "";
-  int n = 0;
-  GT_CALL(gt_ckpt_candidates(arg, &list, &n, problem, sizeof problem));
-  if (n > 0)
-    snprintf(path, size, "%s", list[0]);
-  free(list);
-  GT_CHECK(n > 0, GT_ERR_INPUT, "%s is a directory without checkpoints (step_NNNNNNNN.h5)",
-           arg);
-  return GT_SUCCESS;
-}
-
 static int gt_sample_main(gt_sample_args *a, MPI_Comm world)
 {
   int ranks;
   GT_CALL_MPI(MPI_Comm_size(world, &ranks));
   char path[GT_PATH_MAX];
-  int status = gt_log_rank() == 0 ? gt_sample_find(a->ckpt, path, sizeof path) : GT_SUCCESS;
+  bool none = false;
+  int status = gt_log_rank() == 0 ? gt_cli_checkpoint(a->ckpt, path, sizeof path, &none)
+                                  : GT_SUCCESS;
+  if (status == GT_SUCCESS && none)
+    status = GT_ERROR(GT_ERR_INPUT,
+                      "%s is a directory without checkpoints (step_NNNNNNNN.h5)", a->ckpt);
   GT_CALL(gt_error_agree(status, world));
   GT_CALL(gt_bcast_bytes(path, sizeof path, 0, world));
   a->ckpt = path;

@@ -61,6 +61,7 @@ static void gt_usage(void)
          "  ingest tokens FILE... -o OUT.h5 ...  ... from nanoGPT, llm.c or .npy token files\n"
          "  ckpt info|verify|convert FILE ...    inspect, check or export a checkpoint\n"
          "  sample CKPT [--prompt TEXT] ...      generate text with a checkpoint's model\n"
+         "  score CKPT FILE... [--tokens] ...    loss and perplexity of a model on files\n"
          "  plan --memory DECK [--ranks N] ...   the memory account of a layout, no training\n"
          "  plan DECK --cluster FILE --nodes N   rank layouts by predicted step time and memory\n"
          "  flight RUNDIR/flight-rank*.txt       merge the hang watchdog's records (a timeline)\n"
@@ -118,9 +119,11 @@ int gt_cli_dispatch(int argc, char **argv, MPI_Comm world)
     return gt_cmd_plot(argc - 1, argv + 1, world);
   if (strcmp(cmd, "sample") == 0)
     return gt_cmd_sample(argc - 1, argv + 1, world);
+  if (strcmp(cmd, "score") == 0)
+    return gt_cmd_score(argc - 1, argv + 1, world);
   gt_error_set(GT_ERR_INPUT, __FILE__, __LINE__, __func__,
-               "unknown command '%s'; commands: train, ingest, ckpt, sample, plan, flight, plot "
-               "(see 'gridtrain --help')",
+               "unknown command '%s'; commands: train, ingest, ckpt, sample, score, plan, flight, "
+               "plot (see 'gridtrain --help')",
                cmd);
   gt_error_set_collective(true);
   return GT_ERR_INPUT;

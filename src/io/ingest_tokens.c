@@ -265,6 +265,39 @@ static int gt_token_layout_of(const gt_ingest_source *s, const char *format, gt_
 
 // ---- streaming -----------------------------------------------------------------------------
 
+/* n tokens of the file (its positions at, at + 1, ...) from raw into ids,
+ * each checked to be in [0, vocab); hint ends the message of one that is
+ * not. */
+static int gt_tokens_decode(const gt_ingest_source *s, const gt_token_layout *l,
+                            const unsigned char *raw, size_t n, long long at, long long vocab,
+                            const char *hint, uint32_t *ids)
+{
+  for (size_t i = 0; i < n; i++) {
+    const uint64_t u = gt_le(raw + i * (size_t)l->size, l->size);
+    /* sign-extend signed values so that negatives show as such */
+    const int shift = 64 - 8 * l->size;
+    const int64_t v = l->is_signed ? (int64_t)(u << shift) >> shift : (int64_t)-1;
+    if ((l->is_signed && v < 0) || u >= (uint64_t)vocab)
+      return GT_ERROR(GT_ERR_INPUT,
+                      "'%s': token %lld at position %lld is outside the vocabulary [0, %lld)%s",
+                      s->path, l->is_signed ? (long long)v : (long long)u, at + (long long)i,
+                      vocab, hint);
+    ids[i] = (uint32_t)u;
+  }
+  return GT_SUCCESS;
+}
+
+/* The next n tokens of f into raw (n tokens of l->size bytes). */
+static int gt_tokens_fread(const gt_ingest_source *s, const gt_token_layout *l, FILE *f,
+                           size_t n, unsigned char *raw)
+{
+  const size_t got = fread(raw, (size_t)l->size, n, f);
+  GT_CHECK(!ferror(f), GT_ERR_INPUT, "cannot read input '%s': %s", s->path, strerror(errno));
+  GT_CHECK(got == n, GT_ERR_INPUT, "input '%s' shrank while it was read; run the command again",
+           s->path);
+  return GT_SUCCESS;
+}
+
 /* Tokens [from, to) of a file to a split. */
 static int gt_tokens_copy(gt_ingest_out *o, int split, const gt_ingest_source *s,
                           const gt_token_layout *l, FILE *f, long long from, long long to,
@@ -272,26 +305,11 @@ static int gt_tokens_copy(gt_ingest_out *o, int split, const gt_ingest_source *s
 {
   GT_CHECK(fseeko(f, (off_t)(l->offset + from * l->size), SEEK_SET) == 0, GT_ERR_INPUT,
            "cannot read input '%s': %s", s->path, strerror(errno));
-  const uint64_t vocab = (uint64_t)o->vocab;
   for (long long at = from; at < to;) {
     const size_t n = to - at < (long long)GT_TOKENS_BLOCK ? (size_t)(to - at) : GT_TOKENS_BLOCK;
-    const size_t got = fread(raw, (size_t)l->size, n, f);
-    GT_CHECK(!ferror(f), GT_ERR_INPUT, "cannot read input '%s': %s", s->path, strerror(errno));
-    GT_CHECK(got == n, GT_ERR_INPUT, "input '%s' shrank while it was read; run the ingest again",
-             s->path);
-    for (size_t i = 0; i < n; i++) {
-      const uint64_t u = gt_le(raw + i * (size_t)l->size, l->size);
-      /* sign-extend signed values so that negatives show as such */
-      const int shift = 64 - 8 * l->size;
-      const int64_t v = l->is_signed ? (int64_t)(u << shift) >> shift : (int64_t)-1;
-      if ((l->is_signed && v < 0) || u >= vocab)
-        return GT_ERROR(GT_ERR_INPUT,
-                        "'%s': token %lld at position %lld is outside the vocabulary [0, %lld); "
-                        "give the right --vocab or check the file",
-                        s->path, l->is_signed ? (long long)v : (long long)u, at + (long long)i,
-                        o->vocab);
-      ids[i] = (uint32_t)u;
-    }
+    GT_CALL(gt_tokens_fread(s, l, f, n, raw));
+    GT_CALL(gt_tokens_decode(s, l, raw, n, at, o->vocab,
+                             "; give the right --vocab or check the file", ids));
     GT_CALL(gt_ingest_out_append(o, split, ids, n));
     at += (long long)n;
   }
@@ -443,5 +461,52 @@ int gt_ingest_tokens(int nfiles, char *const files[], const char *out_path,
   free(src);
   free(lay);
   GT_CALL(status);
+  return GT_SUCCESS;
+}
+
+// ---- a whole file in memory ------------------------------------------------------------------
+
+int gt_tokens_read_file(const char *path, const char *format, long long vocab, const char *hint,
+                        uint32_t **ids, long long *n)
+{
+  *ids = NULL;
+  *n = 0;
+  format = format ? format : "auto";
+  GT_CHECK(strcmp(format, "auto") == 0 || strcmp(format, "nanogpt") == 0 ||
+               strcmp(format, "llmc") == 0 || strcmp(format, "npy") == 0,
+           GT_ERR_INPUT, "unknown token file format '%s'; choose auto, nanogpt, llmc or npy",
+           format);
+  GT_CHECK(vocab >= 1 && vocab <= GT_VOCAB_MAX, GT_ERR_INPUT,
+           "the vocabulary size %lld is outside [1, %lld]", vocab, GT_VOCAB_MAX);
+  gt_ingest_source s;
+  gt_token_layout l;
+  GT_CALL(gt_ingest_stat(&s, path));
+  GT_CALL(gt_token_layout_of(&s, format, &l));
+  GT_CHECK(l.count >= 1, GT_ERR_INPUT, "'%s' holds no tokens", path);
+  FILE *f = fopen(path, "rb");
+  GT_CHECK(f, GT_ERR_INPUT, "cannot read input '%s': %s", path, strerror(errno));
+  unsigned char *raw = malloc(GT_TOKENS_BLOCK * 8);
+  uint32_t *out = malloc(sizeof *out * (size_t)l.count);
+  int status = raw && out ? GT_SUCCESS
+                          : GT_ERROR(GT_ERR_SYSTEM, "out of memory for the %lld tokens of '%s'",
+                                     l.count, path);
+  if (status == GT_SUCCESS && fseeko(f, (off_t)l.offset, SEEK_SET) != 0)
+    status = GT_ERROR(GT_ERR_INPUT, "cannot read input '%s': %s", path, strerror(errno));
+  for (long long at = 0; at < l.count && status == GT_SUCCESS;) {
+    const size_t k =
+        l.count - at < (long long)GT_TOKENS_BLOCK ? (size_t)(l.count - at) : GT_TOKENS_BLOCK;
+    status = gt_tokens_fread(&s, &l, f, k, raw);
+    if (status == GT_SUCCESS)
+      status = gt_tokens_decode(&s, &l, raw, k, at, vocab, hint ? hint : "", out + at);
+    at += (long long)k;
+  }
+  fclose(f);
+  free(raw);
+  if (status != GT_SUCCESS) {
+    free(out);
+    return gt_error_push(status, __FILE__, __LINE__, __func__);
+  }
+  *ids = out;
+  *n = l.count;
   return GT_SUCCESS;
 }

@@ -183,6 +183,8 @@ static int gt_pipe_forward(gt_pipe *pl, const gt_pipe_feed *feed, int c, int mb,
    * and input gradient) must be out before its buffers are written again. */
   GT_CALL(gt_pipe_wait(pl, gt_pipe_req(pl, slot, GT_SEND_ACT), pl->ev.pp_comm));
   GT_CALL(gt_pipe_wait(pl, gt_pipe_req(pl, slot, GT_SEND_GRAD), pl->ev.pp_comm));
+  if (loss_acc && feed->counts && !next && !feed->counts(feed->ctx, mb))
+    loss_acc = NULL; /* a filler of a short pass: computed, not counted */
   gt_pipe_begin(pl, pl->ev.forward);
   int status = gt_gpt_forward(pl->model, slot, tokens, targets, pl->B, pl->T, dlogit_scale,
                               loss_acc);

@@ -60,7 +60,7 @@ gt_pipe_feed gt_trainer_feed(gt_trainer *tr, gt_reader *reader, long long base, 
   tr->feed_reader = reader;
   tr->feed_base = base;
   tr->feed_more = more;
-  return (gt_pipe_feed){gt_trainer_feed_read, tr};
+  return (gt_pipe_feed){.read = gt_trainer_feed_read, .ctx = tr};
 }
 
 int gt_trainer_feed_settle(gt_trainer *tr, int status)
