@@ -24,6 +24,10 @@ for k in gpt2 gpt2-untied llama llama-sharded llama-bf16 llama-tied; do
   ok $? "ckpt verify accepts the import of $k" || show "$GT_TMP/$k.out"
   "$py" "$check" tensors "$GT_TMP/$k" "$GT_TMP/$k.h5" >"$GT_TMP/$k.check" 2>&1
   ok $? "$k: /model tensors equal the HF tensors under the mapping" || show "$GT_TMP/$k.check"
+  dt=fp32; [ $k = llama-bf16 ] && dt=bf16
+  "$GT_BIN" ckpt convert "$GT_TMP/$k.h5" --format hf --dtype $dt "$GT_TMP/$k.hf" >"$GT_TMP/$k.exp" 2>&1 &&
+    "$py" "$check" same "$GT_TMP/$k" "$GT_TMP/$k.hf" >>"$GT_TMP/$k.exp" 2>&1
+  ok $? "$k: import then export gives transformers the identical state_dict" || show "$GT_TMP/$k.exp"
 done
 "$GT_BIN" ckpt info "$GT_TMP/llama.h5" >"$GT_TMP/info.out" 2>&1 &&
   grep -q "^model *llama: layers 2" "$GT_TMP/info.out" && grep -q "kv_heads *= *2" "$GT_TMP/info.out" &&
