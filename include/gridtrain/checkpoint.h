@@ -72,6 +72,13 @@ typedef struct gt_ckpt_meta {
 
 void gt_ckpt_meta_free(gt_ckpt_meta *meta);
 
+/* The model shape of a checkpoint: its deck's [model] section
+ * (gt_gpt_shape_config), which must agree with the model_shape attribute;
+ * a checkpoint without a deck is GPT-2 of model_shape. GT_ERR_INPUT naming
+ * path for a deck that does not parse or disagrees. Not collective. */
+struct gt_gpt_shape;
+int gt_ckpt_meta_shape(const gt_ckpt_meta *meta, const char *path, struct gt_gpt_shape *shape);
+
 /* One logical tensor of the model (the same list, in the same order, on
  * every rank). */
 typedef struct gt_ckpt_tensor {
@@ -186,6 +193,25 @@ int gt_ckpt_weights_open(const char *path, gt_ckpt_weights **reader);
 int gt_ckpt_weights_get(gt_ckpt_weights *reader, const char *name, int ndim, const long *dims,
                        const float **values);
 int gt_ckpt_weights_close(gt_ckpt_weights **reader);
+
+/* Not collective: a checkpoint written by one process from host memory, one
+ * tensor at a time (imports: hf_import.h). open creates path.tmp with meta's
+ * attributes and the datasets of every tensor of the list (/model and the
+ * moments /optim/m, /optim/v, all zero), stores tok (NULL: none) as a dataset
+ * stores it (tokenizer.h: the root attribute `tokenizer` and /tokenizer/model,
+ * which gt_tokenizer_from_file reads back from the checkpoint); put writes
+ * tensor i's values (its logical shape, row-major) and their checksums; close
+ * with keep (every tensor put) writes the checksums, syncs and renames
+ * path.tmp to path, else (or on any error) removes path.tmp. Memory: the
+ * checksum terms of one tensor. Errors: GT_ERR_INPUT for a path that cannot
+ * be written, GT_ERR_HDF5 for HDF5's failures. */
+struct gt_tokenizer;
+typedef struct gt_ckpt_stream gt_ckpt_stream;
+int gt_ckpt_stream_open(const char *path, const gt_ckpt_meta *meta, int ntensors,
+                        const gt_ckpt_tensor *tensors, const struct gt_tokenizer *tok,
+                        gt_ckpt_stream **s);
+int gt_ckpt_stream_put(gt_ckpt_stream *s, int i, const float *values);
+int gt_ckpt_stream_close(gt_ckpt_stream **s, bool keep);
 
 /* ---- a directory of checkpoints ---------------------------------------- */
 

@@ -16,6 +16,7 @@
 #include "gridtrain/path.h"
 #include "gridtrain/gpt.h"
 #include "gridtrain/hf_export.h"
+#include "gridtrain/hf_import.h"
 #include "gridtrain/log.h"
 
 static void gt_ckpt_usage(void)
@@ -27,6 +28,7 @@ static void gt_ckpt_usage(void)
          "       gridtrain ckpt convert FILE OUT.h5\n"
          "       gridtrain ckpt convert FILE --format hf [--dtype fp32|bf16|fp16]\n"
          "                              [--data DATA.h5] [--force] OUT_DIR\n"
+         "       gridtrain ckpt import HF_DIR -o OUT.h5\n"
          "\n"
          "Inspect checkpoints written by 'gridtrain train' ([checkpoint] dir).\n"
          "\n"
@@ -41,30 +43,46 @@ static void gt_ckpt_usage(void)
          "           checkpoint's /model group, with attributes layers, heads, dim,\n"
          "           seq_len, vocab (docs/checkpoints.md shows how to load it with h5py\n"
          "           and PyTorch); the whole checkpoint is verified first\n"
-         "    --format hf: a Hugging Face GPT-2 directory OUT_DIR (created if missing):\n"
-         "           config.json (GPT2LMHeadModel), model.safetensors (GPT-2's names,\n"
-         "           Conv1D weights transposed, the LM head tied, the vocabulary cut to\n"
-         "           the tokenizer's), README.txt, and tokenizer.model for SentencePiece\n"
+         "    --format hf: a Hugging Face directory OUT_DIR (created if missing):\n"
+         "           config.json (GPT2LMHeadModel for [model] type = gpt,\n"
+         "           LlamaForCausalLM for llama), model.safetensors (HF's names; GPT-2's\n"
+         "           Conv1D weights transposed, Llama's q/k/v and gate/up split out;\n"
+         "           lm_head.weight when the head is untied; the vocabulary cut to the\n"
+         "           tokenizer's), README.txt, and tokenizer.model for SentencePiece\n"
          "           data, tokenizer.json and tokenizer_config.json for byte-level BPE\n"
-         "           data (byte data needs no tokenizer file)\n"
+         "           data or an imported checkpoint's tokenizer (byte data needs none)\n"
          "    --dtype T   hf: the weights' type, fp32 (default), bf16 or fp16 (rounded\n"
          "           to nearest even; a weight beyond fp16's range is an error)\n"
          "    --data F    hf: the dataset that gives the vocabulary and tokenizer\n"
          "           (default: [data] train of the checkpoint's deck)\n"
          "    --force     hf: write into an OUT_DIR that is not empty (its export\n"
          "           files are replaced; without --force that is an error)\n"
+         "  import   read a Hugging Face GPT2LMHeadModel or LlamaForCausalLM directory\n"
+         "           (config.json; model.safetensors or the shards of\n"
+         "           model.safetensors.index.json, in F32, BF16 or F16; tokenizer.json)\n"
+         "           and write the gridtrain checkpoint OUT.h5: step 0, [model] from\n"
+         "           config.json in its deck, the fp32 weights, zero moments, the\n"
+         "           tokenizer stored in the file. One tensor is in memory at a time.\n"
+         "           Unsupported settings (rope_scaling other than linear/llama3,\n"
+         "           biases in Llama, sliding windows, ...) are one error naming the key.\n"
+         "           '[checkpoint] init = HF_DIR' starts training from such a directory.\n"
          "\n"
          "Exit status: 0 ok, 1 a checkpoint is damaged or incomplete (verify) or\n"
          "another error, 2 bad usage or a file that is missing or not a checkpoint.\n");
 }
 
-static int gt_ckpt_shape(const gt_ckpt_meta *m, gt_gpt_shape *shape)
+/* Parameters of the checkpoint's tensors. */
+static double gt_ckpt_nparams(const gt_gpt_shape *shape)
 {
-  *shape = (gt_gpt_shape){m->layers, m->heads, m->dim, m->seq_len, m->vocab, .arch = GT_MODEL_GPT};
-  GT_CHECK(m->layers > 0 && m->heads > 0 && m->dim > 0 && m->seq_len > 0 && m->vocab > 0 &&
-               m->dim % m->heads == 0,
-           GT_ERR_INPUT, "checkpoint has an invalid model shape");
-  return GT_SUCCESS;
+  double n = 0;
+  for (int i = 0; i < gt_hf_logical_count(shape); i++) {
+    char name[GT_PARAM_NAME_MAX];
+    int ndim;
+    long dims[GT_TENSOR_MAX_DIMS];
+    gt_hf_logical_param(shape, i, name, &ndim, dims);
+    n += (double)dims[0] * (double)(ndim == 2 ? dims[1] : 1);
+  }
+  return n;
 }
 
 static int gt_ckpt_info(const char *path)
@@ -72,13 +90,13 @@ static int gt_ckpt_info(const char *path)
   gt_ckpt_meta m;
   GT_CALL(gt_ckpt_read_meta(path, MPI_COMM_SELF, &m));
   gt_gpt_shape shape;
-  int status = gt_ckpt_shape(&m, &shape);
+  int status = gt_ckpt_meta_shape(&m, path, &shape);
   if (status == GT_SUCCESS) {
     struct stat sb;
     char disk[32] = "?", tensors[32];
     if (stat(path, &sb) == 0)
       gt_format_bytes((double)sb.st_size, disk, sizeof disk);
-    const double nparams = (double)gt_gpt_param_count(&shape);
+    const double nparams = gt_ckpt_nparams(&shape);
     gt_format_bytes(4.0 * nparams, tensors, sizeof tensors);
     printf("checkpoint     %s\n", path);
     printf("format         gridtrain checkpoint, version %d\n", m.format);
@@ -96,11 +114,12 @@ static int gt_ckpt_info(const char *path)
            m.loss_scale, m.scale_good_steps, m.skipped_steps);
     printf("layout         dp=%d x pp=%d x tp=%d (%d ranks)\n", m.dp, m.pp, m.tp,
            m.dp * m.pp * m.tp);
-    printf("model          gpt: layers %d, heads %d, dim %d, seq_len %d, vocab %d; %.2fM "
+    printf("model          %s: layers %d, heads %d, dim %d, seq_len %d, vocab %d; %.2fM "
            "parameters\n",
-           m.layers, m.heads, m.dim, m.seq_len, m.vocab, nparams / 1e6);
+           gt_gpt_shape_llama(&shape) ? "llama" : "gpt", m.layers, m.heads, m.dim, m.seq_len,
+           m.vocab, nparams / 1e6);
     printf("sizes          %s on disk; /model, /optim/m, /optim/v %s each (%d tensors)\n",
-           disk, tensors, gt_gpt_logical_count(&shape));
+           disk, tensors, gt_hf_logical_count(&shape));
     printf("written by     gridtrain %s at %s\n", m.code_version, m.created);
     printf("deck           (the resolved configuration of the run that wrote it)\n");
     const char *deck = m.deck ? m.deck : "";
@@ -123,14 +142,14 @@ static int gt_ckpt_verify_one(const char *path)
   gt_ckpt_meta m;
   GT_CALL(gt_ckpt_read_meta(path, MPI_COMM_SELF, &m));
   gt_gpt_shape shape;
-  int status = gt_ckpt_shape(&m, &shape);
+  int status = gt_ckpt_meta_shape(&m, path, &shape);
   gt_ckpt_meta_free(&m);
   GT_CALL(status);
-  const int n = gt_gpt_logical_count(&shape);
+  const int n = gt_hf_logical_count(&shape);
   gt_ckpt_tensor *tensors = calloc((size_t)n, sizeof *tensors);
   GT_CHECK_ALLOC(tensors, sizeof *tensors * (size_t)n);
   for (int i = 0; i < n; i++)
-    gt_gpt_logical_param(&shape, i, tensors[i].name, &tensors[i].ndim, tensors[i].dims);
+    gt_hf_logical_param(&shape, i, tensors[i].name, &tensors[i].ndim, tensors[i].dims);
   gt_ckpt_state st = {.ntensors = n, .tensors = tensors};
   status = gt_ckpt_read(path, &st, MPI_COMM_SELF);
   free(tensors);
@@ -262,6 +281,38 @@ static int gt_ckpt_convert(int argc, char **argv)
   return GT_SUCCESS;
 }
 
+/* ckpt import HF_DIR -o OUT.h5 (or --output OUT.h5, in any order). */
+static int gt_ckpt_import(int argc, char **argv)
+{
+  const char *dir = NULL, *out = NULL;
+  for (int i = 2; i < argc; i++) {
+    if (strcmp(argv[i], "-o") == 0 || strcmp(argv[i], "--output") == 0) {
+      GT_CHECK(i + 1 < argc && !out, GT_ERR_INPUT,
+               "ckpt import: -o needs one output file; see 'gridtrain ckpt --help'");
+      out = argv[++i];
+      continue;
+    }
+    GT_CHECK(argv[i][0] != '-', GT_ERR_INPUT,
+             "ckpt import: unknown option '%s'; see 'gridtrain ckpt --help'", argv[i]);
+    GT_CHECK(!dir, GT_ERR_INPUT, "ckpt import: too many arguments ('%s'); give one Hugging "
+             "Face directory and -o OUT.h5", argv[i]);
+    dir = argv[i];
+  }
+  GT_CHECK(dir && out, GT_ERR_INPUT,
+           "ckpt import: give the Hugging Face directory and the output: gridtrain ckpt "
+           "import HF_DIR -o OUT.h5");
+  gt_hf_import_summary s;
+  GT_CALL(gt_hf_import(dir, out, &s));
+  char largest[32];
+  gt_format_bytes((double)s.largest, largest, sizeof largest);
+  printf("%s: %s imported to %s: %d tensors (%s from %d safetensors file%s, stored as fp32; "
+         "largest %s), step 0, zero moments; tokenizer %s%s%s\n",
+         dir, s.arch, out, s.tensors, s.dtype, s.files, s.files == 1 ? "" : "s", largest,
+         s.tokenizer, s.tokenizer_note[0] ? ": " : "", s.tokenizer_note);
+  fflush(stdout);
+  return GT_SUCCESS;
+}
+
 static int gt_ckpt_run(int argc, char **argv)
 {
   const char *sub = argv[1];
@@ -289,9 +340,12 @@ static int gt_ckpt_run(int argc, char **argv)
   }
   if (strcmp(sub, "convert") == 0)
     return gt_ckpt_convert(argc, argv);
+  if (strcmp(sub, "import") == 0)
+    return gt_ckpt_import(argc, argv);
   return gt_error_set(GT_ERR_INPUT, __FILE__, __LINE__, __func__,
                       "ckpt: bad arguments; usage: gridtrain ckpt info FILE | verify FILE... "
-                      "| convert FILE [--format h5|hf ...] OUT (see 'gridtrain ckpt --help')");
+                      "| convert FILE [--format h5|hf ...] OUT | import HF_DIR -o OUT.h5 (see "
+                      "'gridtrain ckpt --help')");
 }
 
 int gt_cmd_ckpt(int argc, char **argv, MPI_Comm world)
@@ -302,7 +356,7 @@ int gt_cmd_ckpt(int argc, char **argv, MPI_Comm world)
   }
   if (argc < 2) {
     gt_error_set(GT_ERR_INPUT, __FILE__, __LINE__, __func__,
-                 "ckpt: missing subcommand (info, verify, convert); see 'gridtrain ckpt "
+                 "ckpt: missing subcommand (info, verify, convert, import); see 'gridtrain ckpt "
                  "--help'");
     gt_error_set_collective(true);
     return GT_ERR_INPUT;

@@ -18,6 +18,7 @@
 #include "gridtrain/bar.h"
 #include "gridtrain/comm.h"
 #include "gridtrain/error.h"
+#include "gridtrain/gpt.h"
 #include "gridtrain/log.h"
 #include "gridtrain/path.h"
 #include "ckpt_internal.h"
@@ -27,6 +28,35 @@ void gt_ckpt_meta_free(gt_ckpt_meta *meta)
 {
   free(meta->deck);
   meta->deck = NULL;
+}
+
+int gt_ckpt_meta_shape(const gt_ckpt_meta *m, const char *path, gt_gpt_shape *shape)
+{
+  *shape = (gt_gpt_shape){m->layers, m->heads, m->dim, m->seq_len, m->vocab,
+                          .arch = GT_MODEL_GPT};
+  if (m->deck && m->deck[0]) {
+    gt_config *cfg = malloc(sizeof *cfg);
+    GT_CHECK_ALLOC(cfg, sizeof *cfg);
+    gt_config_defaults(cfg);
+    const int status = gt_config_parse(cfg, m->deck, path, 0, NULL);
+    if (status == GT_SUCCESS)
+      *shape = gt_gpt_shape_config(cfg);
+    free(cfg);
+    if (status != GT_SUCCESS)
+      return gt_error_wrap(GT_ERR_INPUT, __FILE__, __LINE__, __func__,
+                           "checkpoint %s: its deck does not parse", path);
+  }
+  const long have[5] = {shape->layers, shape->heads, shape->dim, shape->max_seq, shape->vocab};
+  const long want[5] = {m->layers, m->heads, m->dim, m->seq_len, m->vocab};
+  const char *key[5] = {"layers", "heads", "dim", "seq_len", "vocab"};
+  for (int k = 0; k < 5; k++)
+    GT_CHECK(have[k] == want[k], GT_ERR_INPUT,
+             "checkpoint %s: its deck has [model] %s = %ld but model_shape has %ld; the file "
+             "is damaged", path, key[k], have[k], want[k]);
+  GT_CHECK(m->layers > 0 && m->heads > 0 && m->dim > 0 && m->seq_len > 0 && m->vocab > 0 &&
+               m->dim % m->heads == 0,
+           GT_ERR_INPUT, "checkpoint %s has an invalid model shape", path);
+  return GT_SUCCESS;
 }
 
 // ---- verification and export (serial) ------------------------------------------------------

@@ -157,6 +157,10 @@ int gt_ckpt_swap_post(MPI_Comm comm, int g, const float *send, const size_t *sco
 int gt_ckpt_write_file(const char *path, const char *shown, const gt_ckpt_meta *meta,
                        const gt_ckpt_state *st, MPI_Comm comm, int fault_rank);
 
+/* The root attributes of meta (gt_ckpt_meta) into an open checkpoint being
+ * written (ckpt_write.c); collective with MPI-IO. */
+int gt_ckpt_write_meta(hid_t file, const gt_ckpt_meta *m);
+
 /* The format of an open checkpoint (1..GT_CKPT_FORMAT), checking the
  * checksum block size of format 3 (ckpt_read.c). */
 int gt_ckpt_read_format(hid_t file, const char *path, int *format);

@@ -25,7 +25,7 @@
 
 // ---- the file's attributes ------------------------------------------------------------------
 
-static int gt_ckpt_write_meta(hid_t file, const gt_ckpt_meta *m)
+int gt_ckpt_write_meta(hid_t file, const gt_ckpt_meta *m)
 {
   GT_CALL(gt_h5_write_attr_i64(file, "format_version", m->format));
   GT_CALL(gt_h5_write_attr_str(file, "format", "gridtrain checkpoint"));

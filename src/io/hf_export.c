@@ -22,12 +22,15 @@
 #include "gridtrain/error.h"
 #include "gridtrain/gpt.h"
 #include "gridtrain/half.h"
+#include "gridtrain/rope.h"
+#include "gridtrain/hf_import.h"
 #include "gridtrain/path.h"
 #include "gridtrain/safetensors.h"
 #include "gridtrain/tokenizer.h"
 #include "gridtrain/version.h"
 #include "ckpt_internal.h"
 #include "h5util.h"
+#include "hf_names.h"
 
 #define GT_HF_LN_EPS "1e-05"    /* GT_LN_EPS of the backends */
 #define GT_HF_ACTIVATION "gelu_new" /* GPT-2's tanh GELU, the backends' */
@@ -40,61 +43,30 @@
 static const char *const gt_hf_bos[] = {"<|begin_of_text|>", "<|endoftext|>"};
 static const char *const gt_hf_eos[] = {"<|end_of_text|>", "<|endoftext|>"};
 
-// ---- names ------------------------------------------------------------------------------
-
-/* gridtrain's name inside a block -> GPT-2's; the renamed weights are
- * nn.Linear (out, in) in gridtrain and Conv1D (in, out) in GPT-2. */
-static const char *const gt_hf_renames[][2] = {
-    {"attn.qkv.", "attn.c_attn."},
-    {"attn.proj.", "attn.c_proj."},
-    {"mlp.fc.", "mlp.c_fc."},
-    {"mlp.proj.", "mlp.c_proj."},
-};
-
-/* GPT-2's name of gridtrain's tensor `name`, and whether it is transposed. */
-static int gt_hf_name(const char *name, char *hf, size_t size, bool *transpose)
-{
-  *transpose = false;
-  int n;
-  if (strcmp(name, "wte") == 0 || strcmp(name, "wpe") == 0)
-    n = snprintf(hf, size, "transformer.%s.weight", name);
-  else if (strncmp(name, "ln_f.", 5) == 0)
-    n = snprintf(hf, size, "transformer.%s", name);
-  else {
-    int layer, used = 0;
-    GT_CHECK(sscanf(name, "h.%d.%n", &layer, &used) == 1 && used > 0, GT_ERR_INTERNAL,
-             "the model has a tensor %s that the Hugging Face export does not know", name);
-    const char *rest = name + used, *renamed = NULL;
-    for (size_t k = 0; k < sizeof gt_hf_renames / sizeof gt_hf_renames[0]; k++) {
-      const size_t len = strlen(gt_hf_renames[k][0]);
-      if (strncmp(rest, gt_hf_renames[k][0], len) == 0) {
-        renamed = gt_hf_renames[k][1];
-        *transpose = strcmp(rest + len, "weight") == 0;
-        rest += len;
-        break;
-      }
-    }
-    GT_CHECK(renamed || strncmp(rest, "ln_", 3) == 0, GT_ERR_INTERNAL,
-             "the model has a tensor %s that the Hugging Face export does not know", name);
-    n = snprintf(hf, size, "transformer.h.%d.%s%s", layer, renamed ? renamed : "", rest);
-  }
-  GT_ASSERT(n > 0 && (size_t)n < size);
-  return GT_SUCCESS;
-}
-
 // ---- the weights ------------------------------------------------------------------------
+
+/* One tensor of model.safetensors: piece `piece` (rows [row0, row0 + rows))
+ * of gridtrain's tensor `logical`, or all of it transposed (hf_names.h). */
+typedef struct {
+  int logical;
+  long row0, rows;
+  bool transpose;
+} gt_hf_entry;
 
 typedef struct {
   gt_ckpt_weights *reader;
   gt_gpt_shape shape;
-  int vocab; /* rows of wte written */
+  int vocab; /* rows of wte (and lm_head) written */
   gt_dtype dtype;
+  int n;     /* entries */
   gt_st_tensor *t;
-  char (*names)[GT_PARAM_NAME_MAX];  /* gridtrain's */
-  char (*hf)[GT_PARAM_NAME_MAX + 16]; /* GPT-2's */
-  bool *transpose;
+  gt_hf_entry *e;
+  char (*names)[GT_PARAM_NAME_MAX];  /* gridtrain's, per logical tensor */
+  char (*hf)[GT_HF_NAME_MAX];        /* HF's, per entry */
   long (*src)[GT_TENSOR_MAX_DIMS];   /* the checkpoint's shapes */
   int *ndim;
+  int loaded;                        /* logical tensor in values, or -1 */
+  const float *values;
   float *scratch;
   size_t cap;
 } gt_hf_weights;
@@ -102,9 +74,9 @@ typedef struct {
 static void gt_hf_weights_free(gt_hf_weights *w)
 {
   free(w->t);
+  free(w->e);
   free(w->names);
   free(w->hf);
-  free(w->transpose);
   free(w->src);
   free(w->ndim);
   free(w->scratch);
@@ -113,47 +85,64 @@ static void gt_hf_weights_free(gt_hf_weights *w)
 /* The tensors of model.safetensors, in gridtrain's order. */
 static int gt_hf_weights_plan(gt_hf_weights *w)
 {
-  const int n = gt_gpt_logical_count(&w->shape);
-  w->t = calloc((size_t)n, sizeof *w->t);
+  const int n = gt_hf_logical_count(&w->shape), most = n * GT_HF_PIECES_MAX;
+  w->t = calloc((size_t)most, sizeof *w->t);
+  w->e = calloc((size_t)most, sizeof *w->e);
   w->names = calloc((size_t)n, sizeof *w->names);
-  w->hf = calloc((size_t)n, sizeof *w->hf);
-  w->transpose = calloc((size_t)n, sizeof *w->transpose);
+  w->hf = calloc((size_t)most, sizeof *w->hf);
   w->src = calloc((size_t)n, sizeof *w->src);
   w->ndim = calloc((size_t)n, sizeof *w->ndim);
-  GT_CHECK(w->t && w->names && w->hf && w->transpose && w->src && w->ndim, GT_ERR_SYSTEM,
+  GT_CHECK(w->t && w->e && w->names && w->hf && w->src && w->ndim, GT_ERR_SYSTEM,
            "out of memory for the names of %d tensors", n);
+  w->loaded = -1;
   for (int i = 0; i < n; i++) {
-    gt_gpt_logical_param(&w->shape, i, w->names[i], &w->ndim[i], w->src[i]);
-    GT_CALL(gt_hf_name(w->names[i], w->hf[i], sizeof w->hf[i], &w->transpose[i]));
-    gt_st_tensor *t = &w->t[i];
-    *t = (gt_st_tensor){.name = w->hf[i], .dtype = w->dtype, .ndim = w->ndim[i]};
-    memcpy(t->dims, w->src[i], sizeof t->dims);
-    if (w->transpose[i]) {
-      GT_ASSERT(t->ndim == 2);
-      t->dims[0] = w->src[i][1];
-      t->dims[1] = w->src[i][0];
+    gt_hf_logical_param(&w->shape, i, w->names[i], &w->ndim[i], w->src[i]);
+    gt_hf_pieces p;
+    GT_CALL(gt_hf_pieces_of(&w->shape, w->names[i], w->ndim[i], w->src[i], &p));
+    const bool vocab_rows = strcmp(w->names[i], "wte") == 0 ||
+                            strcmp(w->names[i], "lm_head.weight") == 0;
+    long row = 0;
+    for (int k = 0; k < p.n; k++) {
+      gt_st_tensor *t = &w->t[w->n];
+      gt_hf_entry *e = &w->e[w->n];
+      snprintf(w->hf[w->n], sizeof w->hf[w->n], "%s", p.name[k]);
+      *e = (gt_hf_entry){i, row, vocab_rows ? w->vocab : p.rows[k], p.transpose};
+      *t = (gt_st_tensor){.name = w->hf[w->n], .dtype = w->dtype, .ndim = w->ndim[i]};
+      t->dims[0] = e->rows;
+      t->dims[1] = w->src[i][1];
+      if (p.transpose) {
+        GT_ASSERT(t->ndim == 2);
+        t->dims[0] = w->src[i][1];
+        t->dims[1] = e->rows;
+      }
+      row += p.rows[k];
+      w->n++;
     }
-    if (strcmp(w->names[i], "wte") == 0)
-      t->dims[0] = w->vocab;
   }
   return GT_SUCCESS;
 }
 
-/* gt_st_fill_fn: tensor i read, transposed or cut, and rounded. */
-static int gt_hf_fill(void *ctx, int i, void *data, size_t bytes)
+/* gt_st_fill_fn: entry j read, cut, transposed and rounded. */
+static int gt_hf_fill(void *ctx, int j, void *data, size_t bytes)
 {
   gt_hf_weights *w = ctx;
-  const float *values;
-  GT_CALL(gt_ckpt_weights_get(w->reader, w->names[i], w->ndim[i], w->src[i], &values));
+  const gt_hf_entry *e = &w->e[j];
+  const int i = e->logical;
+  if (w->loaded != i) {
+    GT_CALL(gt_ckpt_weights_get(w->reader, w->names[i], w->ndim[i], w->src[i], &w->values));
+    w->loaded = i;
+  }
   const size_t n = bytes / gt_dtype_size(w->dtype);
+  const size_t cols = w->ndim[i] == 2 ? (size_t)w->src[i][1] : 1;
+  const float *values = w->values + (size_t)e->row0 * cols;
   GT_CALL(gt_ckpt_grow((void **)&w->scratch, &w->cap, n, sizeof(float)));
-  if (w->transpose[i]) { /* (rows, cols) -> (cols, rows) */
-    const size_t rows = (size_t)w->src[i][0], cols = (size_t)w->src[i][1];
+  if (e->transpose) { /* (rows, cols) -> (cols, rows) */
+    const size_t rows = (size_t)e->rows;
     GT_ASSERT(rows * cols == n);
     for (size_t r = 0; r < rows; r++)
       for (size_t c = 0; c < cols; c++)
         w->scratch[c * rows + r] = values[r * cols + c];
-  } else { /* as it is, or its first rows (wte) */
+  } else { /* its rows as they are (wte and lm_head: the first vocab) */
     memcpy(w->scratch, values, n * sizeof(float));
   }
   gt_from_f32(w->dtype, data, w->scratch, n);
@@ -162,7 +151,7 @@ static int gt_hf_fill(void *ctx, int i, void *data, size_t bytes)
     for (size_t k = 0; k < n; k++)
       GT_CHECK((h[k] & inf) != inf, GT_ERR_INPUT,
                "%s (%s) holds %g, which is beyond %s's range; export with --dtype fp32%s",
-               w->names[i], w->hf[i], (double)w->scratch[k], gt_dtype_name(w->dtype),
+               w->names[i], w->hf[j], (double)w->scratch[k], gt_dtype_name(w->dtype),
                w->dtype == GT_F16 ? " or bf16" : "");
   }
   return GT_SUCCESS;
@@ -175,6 +164,8 @@ typedef struct {
   long vocab;             /* its vocab_size */
   gt_tokenizer *tok;      /* NULL: the data names no tokenizer */
   gt_spm_special special; /* SentencePiece's, BPE's bos and eos; all -1 otherwise */
+  bool own;               /* no dataset: the checkpoint's own tokenizer (an import's),
+                             every row of wte kept */
 } gt_hf_data;
 
 static bool gt_hf_is(const gt_hf_data *d, gt_tokenizer_kind kind)
@@ -262,10 +253,30 @@ static int gt_hf_data_find(const gt_ckpt_meta *meta, const char *ckpt, const cha
                            gt_hf_data *d)
 {
   d->special = (gt_spm_special){-1, -1, -1, -1};
+  bool names = false;
+  if (!data && gt_hf_names_tokenizer(ckpt, &names) == GT_SUCCESS && names) {
+    /* an imported checkpoint carries its tokenizer and has no dataset */
+    snprintf(d->spec, sizeof d->spec, "%s", ckpt);
+    d->own = true;
+    d->vocab = meta->vocab;
+    GT_CALL(gt_tokenizer_from_file(ckpt, &d->tok));
+    if (gt_hf_is(d, GT_TOKENIZER_BPE)) {
+      d->special.bos = gt_hf_added(d->tok, gt_hf_bos, 2);
+      d->special.eos = gt_hf_added(d->tok, gt_hf_eos, 2);
+    }
+    return GT_SUCCESS;
+  }
+  gt_error_clear();
   if (data)
     snprintf(d->spec, sizeof d->spec, "%s", data);
-  else
-    GT_CALL(gt_hf_deck_data(meta, ckpt, d->spec, sizeof d->spec));
+  else if (gt_hf_deck_data(meta, ckpt, d->spec, sizeof d->spec) != GT_SUCCESS) {
+    /* no dataset (an import without a tokenizer): the token ids as they are */
+    gt_error_clear();
+    snprintf(d->spec, sizeof d->spec, "%s", ckpt);
+    d->own = true;
+    d->vocab = meta->vocab;
+    return GT_SUCCESS;
+  }
   if (gt_hf_data_open(d->spec, d) != GT_SUCCESS)
     return gt_error_wrap(GT_ERR_INPUT, __FILE__, __LINE__, __func__,
                          "the Hugging Face export takes the vocabulary and tokenizer from the "
@@ -294,37 +305,86 @@ static const char *gt_hf_torch_dtype(gt_dtype t)
 static int gt_hf_config(const char *path, const gt_gpt_shape *s, int vocab, gt_dtype dtype,
                         const gt_spm_special *sp)
 {
-  char bos[16], eos[16], pad[16], text[2048];
-  const int n = snprintf(
-      text, sizeof text,
-      "{\n"
-      "  \"architectures\": [\"GPT2LMHeadModel\"],\n"
-      "  \"model_type\": \"gpt2\",\n"
-      "  \"vocab_size\": %d,\n"
-      "  \"n_positions\": %d,\n"
-      "  \"n_embd\": %d,\n"
-      "  \"n_layer\": %d,\n"
-      "  \"n_head\": %d,\n"
-      "  \"n_inner\": %d,\n"
-      "  \"activation_function\": \"%s\",\n"
-      "  \"layer_norm_epsilon\": %s,\n"
-      "  \"resid_pdrop\": 0.0,\n"
-      "  \"embd_pdrop\": 0.0,\n"
-      "  \"attn_pdrop\": 0.0,\n"
-      "  \"initializer_range\": 0.02,\n"
-      "  \"scale_attn_weights\": true,\n"
-      "  \"scale_attn_by_inverse_layer_idx\": false,\n"
-      "  \"reorder_and_upcast_attn\": false,\n"
-      "  \"tie_word_embeddings\": true,\n"
-      "  \"use_cache\": true,\n"
-      "  \"bos_token_id\": %s,\n"
-      "  \"eos_token_id\": %s,\n"
-      "  \"pad_token_id\": %s,\n"
-      "  \"torch_dtype\": \"%s\"\n"
-      "}\n",
-      vocab, s->max_seq, s->dim, s->layers, s->heads, 4 * s->dim, GT_HF_ACTIVATION,
-      GT_HF_LN_EPS, gt_hf_id(sp->bos, bos, sizeof bos), gt_hf_id(sp->eos, eos, sizeof eos),
-      gt_hf_id(sp->pad, pad, sizeof pad), gt_hf_torch_dtype(dtype));
+  char bos[16], eos[16], pad[16], text[4096], rope[512] = "null";
+  const char *tie = gt_gpt_shape_tied(s) ? "true" : "false";
+  int n;
+  if (gt_gpt_shape_llama(s)) {
+    if (s->rope.type == GT_ROPE_LINEAR)
+      snprintf(rope, sizeof rope, "{\"rope_type\": \"linear\", \"factor\": %.17g}",
+               s->rope.factor);
+    else if (s->rope.type == GT_ROPE_LLAMA3)
+      snprintf(rope, sizeof rope,
+               "{\"rope_type\": \"llama3\", \"factor\": %.17g, \"low_freq_factor\": %.17g, "
+               "\"high_freq_factor\": %.17g, \"original_max_position_embeddings\": %d}",
+               s->rope.factor, s->rope.low_freq_factor, s->rope.high_freq_factor,
+               (int)s->rope.original_max_position_embeddings);
+    n = snprintf(
+        text, sizeof text,
+        "{\n"
+        "  \"architectures\": [\"LlamaForCausalLM\"],\n"
+        "  \"model_type\": \"llama\",\n"
+        "  \"vocab_size\": %d,\n"
+        "  \"hidden_size\": %d,\n"
+        "  \"intermediate_size\": %d,\n"
+        "  \"num_hidden_layers\": %d,\n"
+        "  \"num_attention_heads\": %d,\n"
+        "  \"num_key_value_heads\": %d,\n"
+        "  \"head_dim\": %d,\n"
+        "  \"max_position_embeddings\": %d,\n"
+        "  \"hidden_act\": \"silu\",\n"
+        "  \"rms_norm_eps\": %.9g,\n"
+        "  \"rope_theta\": %.17g,\n"
+        "  \"rope_scaling\": %s,\n"
+        "  \"attention_bias\": false,\n"
+        "  \"attention_dropout\": 0.0,\n"
+        "  \"mlp_bias\": false,\n"
+        "  \"pretraining_tp\": 1,\n"
+        "  \"initializer_range\": 0.02,\n"
+        "  \"tie_word_embeddings\": %s,\n"
+        "  \"use_cache\": true,\n"
+        "  \"bos_token_id\": %s,\n"
+        "  \"eos_token_id\": %s,\n"
+        "  \"pad_token_id\": %s,\n"
+        "  \"torch_dtype\": \"%s\"\n"
+        "}\n",
+        vocab, s->dim, gt_gpt_shape_ffn(s), s->layers, s->heads, gt_gpt_shape_kv_heads(s),
+        gt_gpt_shape_head_size(s), s->max_seq, (double)gt_gpt_shape_norm_eps(s),
+        s->rope_theta > 0 ? s->rope_theta : 10000.0, rope, tie,
+        gt_hf_id(sp->bos, bos, sizeof bos), gt_hf_id(sp->eos, eos, sizeof eos),
+        gt_hf_id(sp->pad, pad, sizeof pad), gt_hf_torch_dtype(dtype));
+  } else {
+    n = snprintf(
+        text, sizeof text,
+        "{\n"
+        "  \"architectures\": [\"GPT2LMHeadModel\"],\n"
+        "  \"model_type\": \"gpt2\",\n"
+        "  \"vocab_size\": %d,\n"
+        "  \"n_positions\": %d,\n"
+        "  \"n_embd\": %d,\n"
+        "  \"n_layer\": %d,\n"
+        "  \"n_head\": %d,\n"
+        "  \"n_inner\": %d,\n"
+        "  \"activation_function\": \"%s\",\n"
+        "  \"layer_norm_epsilon\": %s,\n"
+        "  \"resid_pdrop\": 0.0,\n"
+        "  \"embd_pdrop\": 0.0,\n"
+        "  \"attn_pdrop\": 0.0,\n"
+        "  \"initializer_range\": 0.02,\n"
+        "  \"scale_attn_weights\": true,\n"
+        "  \"scale_attn_by_inverse_layer_idx\": false,\n"
+        "  \"reorder_and_upcast_attn\": false,\n"
+        "  \"tie_word_embeddings\": %s,\n"
+        "  \"use_cache\": true,\n"
+        "  \"bos_token_id\": %s,\n"
+        "  \"eos_token_id\": %s,\n"
+        "  \"pad_token_id\": %s,\n"
+        "  \"torch_dtype\": \"%s\"\n"
+        "}\n",
+        vocab, s->max_seq, s->dim, s->layers, s->heads, 4 * s->dim, GT_HF_ACTIVATION,
+        GT_HF_LN_EPS, tie, gt_hf_id(sp->bos, bos, sizeof bos),
+        gt_hf_id(sp->eos, eos, sizeof eos), gt_hf_id(sp->pad, pad, sizeof pad),
+        gt_hf_torch_dtype(dtype));
+  }
   GT_ASSERT(n > 0 && (size_t)n < sizeof text);
   GT_CALL(gt_path_replace_bytes(path, text, (size_t)n));
   return GT_SUCCESS;
@@ -520,7 +580,7 @@ static int gt_hf_write(const char *ckpt, const char *out_dir, const gt_hf_option
       {"checkpoint_vocab", vocab},
   };
   GT_CALL(gt_hf_join(out_dir, "model.safetensors", path, sizeof path));
-  sum->tensors = gt_gpt_logical_count(&w->shape);
+  sum->tensors = w->n;
   GT_CALL(gt_safetensors_write(path, sum->tensors, w->t,
                                (int)(sizeof metadata / sizeof metadata[0]), metadata,
                                gt_hf_fill, w, &sum->bytes));
@@ -541,13 +601,9 @@ static int gt_hf_export_in(const char *ckpt, const char *out_dir, const gt_hf_op
            GT_ERR_INPUT, "the Hugging Face export writes fp32, bf16 or fp16, not %s",
            gt_dtype_name(opt->dtype));
   GT_CALL(gt_ckpt_read_meta(ckpt, MPI_COMM_SELF, meta));
-  w->shape = (gt_gpt_shape){meta->layers, meta->heads, meta->dim, meta->seq_len, meta->vocab,
-                            .arch = GT_MODEL_GPT};
-  GT_CHECK(meta->layers > 0 && meta->heads > 0 && meta->dim > 0 && meta->seq_len > 0 &&
-               meta->vocab > 0 && meta->dim % meta->heads == 0,
-           GT_ERR_INPUT, "checkpoint %s has an invalid model shape", ckpt);
+  GT_CALL(gt_ckpt_meta_shape(meta, ckpt, &w->shape));
   GT_CALL(gt_hf_data_find(meta, ckpt, opt->data, data));
-  const long vocab = data->tok ? gt_tokenizer_vocab(data->tok) : data->vocab;
+  const long vocab = data->tok && !data->own ? gt_tokenizer_vocab(data->tok) : data->vocab;
   GT_CHECK(vocab <= meta->vocab, GT_ERR_INPUT,
            "the dataset %s has a vocabulary of %ld but the model of checkpoint %s has %d; "
            "it was not trained on this data (give --data FILE.h5)",
