@@ -12,7 +12,7 @@
  * Written: a checkpoint of format GT_CKPT_FORMAT at step 0 (layout 1x1x1,
  * precision fp32, loss NaN) whose deck holds the [model] section config.json
  * describes, whose /model holds the weights under gridtrain's names
- * (gt_hf_logical_param), whose moments are zero, and which stores the
+ * (gt_gpt_logical_param), whose moments are zero, and which stores the
  * tokenizer as a dataset does (root attribute `tokenizer`, /tokenizer/model),
  * so that `ckpt convert --format hf` and gt_tokenizer_from_file(OUT.h5) find
  * it. One tensor is in memory at a time (with its pieces: q, k and v).
@@ -35,18 +35,6 @@
 #include "gridtrain/config.h"
 #include "gridtrain/gpt.h"
 #include "gridtrain/tensor.h"
-
-/* The checkpoint's tensors of a model shape, in registration order:
- * GPT-2's as gt_gpt_logical_param gives them, then lm_head.weight (vocab,
- * dim) when the head is untied; Llama's wte, per block ln_1.weight,
- * attn.qkv.weight ((H + 2K) hs, dim), attn.proj.weight (dim, H hs),
- * ln_2.weight, mlp.fc.weight (2F, dim), mlp.proj.weight (dim, F), then
- * ln_f.weight and, untied, lm_head.weight. (Until the model registers the
- * Llama tensors itself, this list is where import, export and verify take
- * them from.) */
-int gt_hf_logical_count(const gt_gpt_shape *s);
-void gt_hf_logical_param(const gt_gpt_shape *s, int i, char name[GT_PARAM_NAME_MAX],
-                         int *ndim, long dims[GT_TENSOR_MAX_DIMS]);
 
 /* Not collective: set the [model] keys of cfg (type, layers, heads, dim,
  * seq_len, vocab, kv_heads, ffn_dim, tie_embeddings, norm_eps, rope_*) from

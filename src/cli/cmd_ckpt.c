@@ -75,11 +75,11 @@ static void gt_ckpt_usage(void)
 static double gt_ckpt_nparams(const gt_gpt_shape *shape)
 {
   double n = 0;
-  for (int i = 0; i < gt_hf_logical_count(shape); i++) {
+  for (int i = 0; i < gt_gpt_logical_count(shape); i++) {
     char name[GT_PARAM_NAME_MAX];
     int ndim;
     long dims[GT_TENSOR_MAX_DIMS];
-    gt_hf_logical_param(shape, i, name, &ndim, dims);
+    gt_gpt_logical_param(shape, i, name, &ndim, dims);
     n += (double)dims[0] * (double)(ndim == 2 ? dims[1] : 1);
   }
   return n;
@@ -119,7 +119,7 @@ static int gt_ckpt_info(const char *path)
            gt_gpt_shape_llama(&shape) ? "llama" : "gpt", m.layers, m.heads, m.dim, m.seq_len,
            m.vocab, nparams / 1e6);
     printf("sizes          %s on disk; /model, /optim/m, /optim/v %s each (%d tensors)\n",
-           disk, tensors, gt_hf_logical_count(&shape));
+           disk, tensors, gt_gpt_logical_count(&shape));
     printf("written by     gridtrain %s at %s\n", m.code_version, m.created);
     printf("deck           (the resolved configuration of the run that wrote it)\n");
     const char *deck = m.deck ? m.deck : "";
@@ -145,11 +145,11 @@ static int gt_ckpt_verify_one(const char *path)
   int status = gt_ckpt_meta_shape(&m, path, &shape);
   gt_ckpt_meta_free(&m);
   GT_CALL(status);
-  const int n = gt_hf_logical_count(&shape);
+  const int n = gt_gpt_logical_count(&shape);
   gt_ckpt_tensor *tensors = calloc((size_t)n, sizeof *tensors);
   GT_CHECK_ALLOC(tensors, sizeof *tensors * (size_t)n);
   for (int i = 0; i < n; i++)
-    gt_hf_logical_param(&shape, i, tensors[i].name, &tensors[i].ndim, tensors[i].dims);
+    gt_gpt_logical_param(&shape, i, tensors[i].name, &tensors[i].ndim, tensors[i].dims);
   gt_ckpt_state st = {.ntensors = n, .tensors = tensors};
   status = gt_ckpt_read(path, &st, MPI_COMM_SELF);
   free(tensors);

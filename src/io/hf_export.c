@@ -85,7 +85,7 @@ static void gt_hf_weights_free(gt_hf_weights *w)
 /* The tensors of model.safetensors, in gridtrain's order. */
 static int gt_hf_weights_plan(gt_hf_weights *w)
 {
-  const int n = gt_hf_logical_count(&w->shape), most = n * GT_HF_PIECES_MAX;
+  const int n = gt_gpt_logical_count(&w->shape), most = n * GT_HF_PIECES_MAX;
   w->t = calloc((size_t)most, sizeof *w->t);
   w->e = calloc((size_t)most, sizeof *w->e);
   w->names = calloc((size_t)n, sizeof *w->names);
@@ -96,7 +96,7 @@ static int gt_hf_weights_plan(gt_hf_weights *w)
            "out of memory for the names of %d tensors", n);
   w->loaded = -1;
   for (int i = 0; i < n; i++) {
-    gt_hf_logical_param(&w->shape, i, w->names[i], &w->ndim[i], w->src[i]);
+    gt_gpt_logical_param(&w->shape, i, w->names[i], &w->ndim[i], w->src[i]);
     gt_hf_pieces p;
     GT_CALL(gt_hf_pieces_of(&w->shape, w->names[i], w->ndim[i], w->src[i], &p));
     const bool vocab_rows = strcmp(w->names[i], "wte") == 0 ||

@@ -29,56 +29,6 @@
 
 // ---- the tensors ------------------------------------------------------------------------
 
-enum { GT_LL_LN1, GT_LL_QKV, GT_LL_PROJ, GT_LL_LN2, GT_LL_FC, GT_LL_DOWN, GT_LL_BLOCK };
-
-int gt_hf_logical_count(const gt_gpt_shape *s)
-{
-  const int head = gt_gpt_shape_tied(s) ? 0 : 1;
-  if (!gt_gpt_shape_llama(s))
-    return gt_gpt_logical_count(s) + head;
-  return 1 + GT_LL_BLOCK * s->layers + 1 + head;
-}
-
-void gt_hf_logical_param(const gt_gpt_shape *s, int i, char name[GT_PARAM_NAME_MAX],
-                         int *ndim, long dims[GT_TENSOR_MAX_DIMS])
-{
-  const long C = s->dim, hs = gt_gpt_shape_head_size(s), H = s->heads;
-  const long K = gt_gpt_shape_kv_heads(s), F = gt_gpt_shape_ffn(s);
-  const int body = gt_hf_logical_count(s) - (gt_gpt_shape_tied(s) ? 0 : 1);
-  *ndim = 2;
-  if (i == body) { /* the untied head, last */
-    snprintf(name, GT_PARAM_NAME_MAX, "lm_head.weight");
-    dims[0] = s->vocab;
-    dims[1] = C;
-    return;
-  }
-  if (!gt_gpt_shape_llama(s)) {
-    gt_gpt_logical_param(s, i, name, ndim, dims);
-    return;
-  }
-  if (i == 0) {
-    snprintf(name, GT_PARAM_NAME_MAX, "wte");
-    dims[0] = s->vocab;
-    dims[1] = C;
-    return;
-  }
-  if (i == body - 1) {
-    snprintf(name, GT_PARAM_NAME_MAX, "ln_f.weight");
-    *ndim = 1;
-    dims[0] = C;
-    return;
-  }
-  static const char *const suffix[GT_LL_BLOCK] = {"ln_1.weight",      "attn.qkv.weight",
-                                                  "attn.proj.weight", "ln_2.weight",
-                                                  "mlp.fc.weight",    "mlp.proj.weight"};
-  const long rows[GT_LL_BLOCK] = {C, (H + 2 * K) * hs, C, C, 2 * F, C};
-  const long cols[GT_LL_BLOCK] = {0, C, H * hs, 0, C, F};
-  const int l = (i - 1) / GT_LL_BLOCK, k = (i - 1) % GT_LL_BLOCK;
-  snprintf(name, GT_PARAM_NAME_MAX, "h.%d.%s", l, suffix[k]);
-  *ndim = cols[k] ? 2 : 1;
-  dims[0] = rows[k];
-  dims[1] = cols[k];
-}
 
 static void gt_hf_piece(gt_hf_pieces *p, long rows, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -694,12 +644,12 @@ static int gt_hf_import_in(const char *dir, const char *out, gt_hf_import_state 
   const gt_gpt_shape shape = gt_gpt_shape_config(st->cfg);
   snprintf(sum->arch, sizeof sum->arch, "%s",
            gt_gpt_shape_llama(&shape) ? "LlamaForCausalLM" : "GPT2LMHeadModel");
-  const int n = gt_hf_logical_count(&shape);
+  const int n = gt_gpt_logical_count(&shape);
   st->tensors = calloc((size_t)n, sizeof *st->tensors);
   GT_CHECK_ALLOC(st->tensors, sizeof *st->tensors * (size_t)n);
   for (int i = 0; i < n; i++) {
     gt_ckpt_tensor *t = &st->tensors[i];
-    gt_hf_logical_param(&shape, i, t->name, &t->ndim, t->dims);
+    gt_gpt_logical_param(&shape, i, t->name, &t->ndim, t->dims);
     sum->largest = gt_ckpt_tensor_numel(t) * sizeof(float) > sum->largest
                        ? gt_ckpt_tensor_numel(t) * sizeof(float)
                        : sum->largest;

@@ -16,7 +16,7 @@
 /* The HF tensors of gridtrain's tensor `name`: n pieces, stacked by rows
  * (rows[k] of them each; 1-D tensors: entries), or one transposed piece
  * (GPT-2's Conv1D (in, out) of our (out, in)). GT_ERR_INTERNAL for a name
- * that is not one of gt_hf_logical_param's. */
+ * that is not one of gt_gpt_logical_param's. */
 typedef struct gt_hf_pieces {
   int n;
   char name[GT_HF_PIECES_MAX][GT_HF_NAME_MAX];
