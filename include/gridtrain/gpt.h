@@ -68,6 +68,16 @@ bool gt_gpt_shape_llama(const gt_gpt_shape *s);
 int gt_gpt_shape_head_size(const gt_gpt_shape *s);
 float gt_gpt_shape_norm_eps(const gt_gpt_shape *s);
 
+/* The first [model] key in which two shapes differ (resolved values), with
+ * both values as text. weights_only: only what the weights' shapes depend
+ * on (a llama's seq_len, norm_eps and rope keys may differ). */
+typedef struct gt_gpt_shape_field {
+  const char *key;
+  char a[32], b[32];
+} gt_gpt_shape_field;
+bool gt_gpt_shape_differ(const gt_gpt_shape *a, const gt_gpt_shape *b, bool weights_only,
+                         gt_gpt_shape_field *f);
+
 typedef struct gt_gpt gt_gpt;
 
 /* The part of the model one rank holds: blocks [layer_begin, layer_end) of a

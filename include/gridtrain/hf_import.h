@@ -34,6 +34,7 @@
 
 #include "gridtrain/config.h"
 #include "gridtrain/gpt.h"
+#include "gridtrain/params.h"
 #include "gridtrain/tensor.h"
 
 /* Not collective: set the [model] keys of cfg (type, layers, heads, dim,
@@ -65,5 +66,13 @@ typedef struct gt_hf_import_summary {
 /* Not collective: import dir into the checkpoint out (written as out.tmp and
  * renamed; an existing out is replaced). sum may be NULL. */
 int gt_hf_import(const char *dir, const char *out, gt_hf_import_summary *sum);
+
+/* Not collective: this rank's parameters (the part of the model a
+ * gt_params set holds: any stages, tp pieces or ZeRO piece of the master)
+ * from the weights of dir, each tensor read from its safetensors file(s),
+ * assembled in fp32 and cut to the rank's part, one tensor in memory at a
+ * time (gt_params_fill); then the compute copy. The model the params
+ * describe must be dir's (gt_hf_check_model). GT_ERR_INPUT as above. */
+int gt_hf_load_params(const char *dir, gt_params *params);
 
 #endif /* GRIDTRAIN_HF_IMPORT_H */

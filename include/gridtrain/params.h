@@ -174,6 +174,15 @@ int gt_params_layout(gt_params *p);
 /* Allocate the buffers (64-byte aligned views) and zero the gradients. */
 int gt_params_finalize(gt_params *p);
 
+/* Fill t's logical (full, unsharded) tensor into full (fp32 host memory of
+ * gt_param_full_numel(t) floats). GT_SUCCESS or an error (pushed). */
+typedef int (*gt_param_fill_fn)(void *ctx, const gt_param *t, float *full);
+
+/* Not collective: set every parameter's fp32 master values (this rank's
+ * part of them) from the logical tensors fill gives, one tensor in host
+ * memory at a time, then the compute copy. */
+int gt_params_fill(gt_params *p, gt_param_fill_fn fill, void *ctx);
+
 /* Fill every value from the seed (see above): each rank generates the
  * logical tensor and keeps its part (of the master range), so every layout
  * starts from the same weights. Refreshes the compute copy (see

@@ -19,6 +19,8 @@
 #include "gridtrain/log.h"
 #include "gridtrain/path.h"
 #include "gridtrain/score.h"
+#include "gridtrain/gpt.h"
+#include "gridtrain/hf_import.h"
 #include "gridtrain/tokenizer.h"
 
 #define GT_SCORE_HINT "; see 'gridtrain score --help'"
@@ -73,6 +75,7 @@ static void gt_score_usage(void)
 typedef struct {
   const char *ckpt, *data;
   bool tokens, json;
+  bool hf; /* ckpt is a Hugging Face model directory */
   int nfiles, noverrides;
   char **files, **overrides;
 } gt_score_args;
@@ -135,12 +138,17 @@ static int gt_score_parse(int argc, char **argv, gt_score_args *a)
  * without step files). This is where a Hugging Face model directory
  * (config.json, *.safetensors) will be imported; until then it is not a
  * checkpoint. */
-static int gt_score_other_source(const char *arg)
+/* A directory without checkpoints: a Hugging Face model directory (its
+ * config.json and weights), or an error. Rank 0. */
+static int gt_score_other_source(const char *arg, bool *hf)
 {
-  return GT_ERROR(GT_ERR_INPUT,
-                  "%s is not a checkpoint: a directory without checkpoints (step_NNNNNNNN.h5); "
-                  "give a checkpoint file or a [checkpoint] dir",
-                  arg);
+  *hf = gt_hf_is_model_dir(arg);
+  GT_CHECK(*hf, GT_ERR_INPUT,
+           "%s is not a checkpoint: a directory without checkpoints (step_NNNNNNNN.h5) or "
+           "config.json; give a checkpoint file, a [checkpoint] dir or a Hugging Face model "
+           "directory",
+           arg);
+  return GT_SUCCESS;
 }
 
 /* The checkpoint's deck with the command line's overrides; the grid sizes
@@ -149,24 +157,31 @@ static int gt_score_other_source(const char *arg)
 static int gt_score_config(const gt_score_args *a, const char *path, const gt_ckpt_meta *meta,
                            int ranks, gt_config *cfg)
 {
-  GT_CHECK(meta->deck && meta->deck[0], GT_ERR_INPUT,
-           "checkpoint %s holds no deck (the configuration that wrote it)", path);
   gt_config_defaults(cfg);
-  char source[GT_PATH_MAX + 32];
-  snprintf(source, sizeof source, "%s (its deck)", path);
-  GT_CALL(gt_config_parse(cfg, meta->deck, source, 0, NULL));
+  if (a->hf) { /* the model config.json describes */
+    GT_CALL(gt_hf_config_read(path, cfg));
+  } else {
+    GT_CHECK(meta->deck && meta->deck[0], GT_ERR_INPUT,
+             "checkpoint %s holds no deck (the configuration that wrote it)", path);
+    char source[GT_PATH_MAX + 32];
+    snprintf(source, sizeof source, "%s (its deck)", path);
+    GT_CALL(gt_config_parse(cfg, meta->deck, source, 0, NULL));
+  }
   cfg->grid.dp = cfg->grid.pp = cfg->grid.tp = 0; /* auto: the training layout need not fit */
   cfg->data.batch = -1;                           /* -1: not on the command line */
   GT_CALL(gt_config_parse(cfg, NULL, NULL, a->noverrides, a->overrides));
   cfg->parallel.sequence_parallel = false;
-  const long have[5] = {meta->layers, meta->heads, meta->dim, meta->seq_len, meta->vocab};
-  const long want[5] = {cfg->model.layers, cfg->model.heads, cfg->model.dim,
-                        cfg->model.seq_len, cfg->model.vocab};
-  const char *key[5] = {"layers", "heads", "dim", "seq_len", "vocab"};
-  for (int i = 0; i < 5; i++)
-    GT_CHECK(have[i] == want[i], GT_ERR_INPUT,
-             "model.%s=%ld: the model shape comes from the checkpoint (%s = %ld)", key[i],
-             want[i], key[i], have[i]);
+  if (a->hf) {
+    GT_CALL(gt_hf_check_model(path, cfg));
+  } else {
+    gt_gpt_shape have;
+    GT_CALL(gt_ckpt_meta_shape(meta, path, &have));
+    const gt_gpt_shape want = gt_gpt_shape_config(cfg);
+    gt_gpt_shape_field f;
+    GT_CHECK(!gt_gpt_shape_differ(&have, &want, true, &f), GT_ERR_INPUT,
+             "model.%s=%s: the model shape comes from the checkpoint (%s = %s)", f.key, f.b,
+             f.key, f.a);
+  }
   if (cfg->data.batch == -1) { /* one window per micro-batch on each replica */
     gt_layout l;
     cfg->data.batch = (long)ranks * cfg->data.microbatches;
@@ -175,7 +190,7 @@ static int gt_score_config(const gt_score_args *a, const char *path, const gt_ck
   }
   if (a->data)
     snprintf(cfg->data.train, sizeof cfg->data.train, "%s", a->data);
-  GT_CHECK(a->tokens || cfg->data.train[0], GT_ERR_INPUT,
+  GT_CHECK(a->tokens || a->hf || cfg->data.train[0], GT_ERR_INPUT,
            "the deck of %s names no [data] train for the tokenizer; give --data FILE.h5 or "
            "score token files (--tokens)",
            path);
@@ -257,7 +272,10 @@ static int gt_score_read(const gt_score_args *a, const gt_config *cfg, gt_score_
   const long long vocab = cfg->model.vocab;
   gt_tokenizer *tok = NULL;
   if (!a->tokens) {
-    GT_CALL(gt_tokenizer_from_file(cfg->data.train, &tok));
+    if (a->hf && !a->data)
+      GT_CALL(gt_tokenizer_load_hf(a->ckpt, &tok)); /* the model's own */
+    else
+      GT_CALL(gt_tokenizer_from_file(cfg->data.train, &tok));
     const int tv = gt_tokenizer_vocab(tok);
     if (tv > vocab) {
       gt_tokenizer_free(tok);
@@ -337,24 +355,30 @@ static void gt_score_print(const gt_score_args *a, long long tokens, double loss
   fflush(stdout);
 }
 
-static int gt_score_main(const gt_score_args *a, MPI_Comm world)
+static int gt_score_main(const gt_score_args *args, MPI_Comm world)
 {
   int ranks;
   GT_CALL_MPI(MPI_Comm_size(world, &ranks));
+  gt_score_args local = *args, *a = &local;
   char path[GT_PATH_MAX];
   bool none = false;
   int status = gt_log_rank() == 0 ? gt_cli_checkpoint(a->ckpt, path, sizeof path, &none)
                                   : GT_SUCCESS;
-  if (status == GT_SUCCESS && gt_log_rank() == 0 && none)
-    status = gt_score_other_source(a->ckpt);
+  if (status == GT_SUCCESS && gt_log_rank() == 0 && none) {
+    status = gt_score_other_source(a->ckpt, &a->hf);
+    snprintf(path, sizeof path, "%s", a->ckpt);
+  }
   GT_CALL(gt_error_agree(status, world));
   GT_CALL(gt_bcast_bytes(path, sizeof path, 0, world));
-  gt_ckpt_meta meta;
-  status = gt_error_agree(gt_ckpt_read_meta(path, world, &meta), world);
-  if (status == GT_ERR_HDF5)
-    status = gt_error_wrap(GT_ERR_INPUT, __FILE__, __LINE__, __func__,
-                           "cannot read checkpoint %s", path);
-  GT_CALL(status);
+  GT_CALL(gt_bcast_bytes(&a->hf, sizeof a->hf, 0, world));
+  gt_ckpt_meta meta = {0};
+  if (!a->hf) {
+    status = gt_error_agree(gt_ckpt_read_meta(path, world, &meta), world);
+    if (status == GT_ERR_HDF5)
+      status = gt_error_wrap(GT_ERR_INPUT, __FILE__, __LINE__, __func__,
+                             "cannot read checkpoint %s", path);
+    GT_CALL(status);
+  }
   gt_config cfg;
   status = gt_score_config(a, path, &meta, ranks, &cfg);
   gt_ckpt_meta_free(&meta);

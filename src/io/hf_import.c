@@ -411,7 +411,8 @@ int gt_hf_check_model(const char *dir, const gt_config *deck)
       {"layers", llama ? "num_hidden_layers" : "n_layer", a.layers, b.layers, true},
       {"heads", llama ? "num_attention_heads" : "n_head", a.heads, b.heads, true},
       {"dim", llama ? "hidden_size" : "n_embd", a.dim, b.dim, true},
-      {"seq_len", llama ? "max_position_embeddings" : "n_positions", a.max_seq, b.max_seq, true},
+      /* gpt: wpe's rows; a llama takes any context up to the one it was made for */
+      {"seq_len", "n_positions", a.max_seq, b.max_seq, !llama},
       {"vocab", "vocab_size", a.vocab, b.vocab, true},
       {"kv_heads", "num_key_value_heads", gt_gpt_shape_kv_heads(&a), gt_gpt_shape_kv_heads(&b),
        llama},
@@ -451,6 +452,10 @@ int gt_hf_check_model(const char *dir, const gt_config *deck)
                     "describe the Hugging Face model it starts from",
                     keys[k].key, have, dir, keys[k].hf_key, want);
   }
+  GT_CHECK(!llama || a.max_seq <= b.max_seq, GT_ERR_INPUT,
+           "[model] seq_len = %d but %s/config.json has max_position_embeddings = %d; choose a "
+           "seq_len of at most %d",
+           a.max_seq, dir, b.max_seq, b.max_seq);
   return GT_SUCCESS;
 }
 
@@ -704,6 +709,41 @@ int gt_hf_import(const char *dir, const char *out, gt_hf_import_summary *sum)
   free(st.tensors);
   free(st.deck);
   free(st.cfg);
+  GT_CALL(status);
+  return GT_SUCCESS;
+}
+
+// ---- straight into a model's parameters ([checkpoint] init, score) -------------------------
+
+typedef struct {
+  gt_gpt_shape shape;
+  gt_hf_src src;
+} gt_hf_fill_ctx;
+
+static int gt_hf_fill(void *ctx, const gt_param *t, float *full)
+{
+  gt_hf_fill_ctx *c = ctx;
+  gt_hf_pieces p;
+  GT_CALL(gt_hf_pieces_of(&c->shape, t->name, t->ndim, t->full_shape, &p));
+  GT_CALL(gt_hf_src_read(&c->src, t->name, t->ndim, t->full_shape, &p, full));
+  return GT_SUCCESS;
+}
+
+int gt_hf_load_params(const char *dir, gt_params *params)
+{
+  gt_config *cfg = malloc(sizeof *cfg);
+  GT_CHECK_ALLOC(cfg, sizeof *cfg);
+  gt_config_defaults(cfg);
+  gt_hf_fill_ctx c = {0};
+  int status = gt_hf_config_read(dir, cfg);
+  if (status == GT_SUCCESS) {
+    c.shape = gt_gpt_shape_config(cfg);
+    status = gt_hf_src_open(dir, &c.src);
+  }
+  if (status == GT_SUCCESS)
+    status = gt_params_fill(params, gt_hf_fill, &c);
+  gt_hf_src_free(&c.src);
+  free(cfg);
   GT_CALL(status);
   return GT_SUCCESS;
 }

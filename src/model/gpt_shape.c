@@ -2,6 +2,8 @@
  * gpt_shape.c - the model's shape: what a configuration describes, and the
  * resolved fields of the two architectures (gpt.h).
  */
+#include <stdio.h>
+
 #include "gridtrain/config.h"
 #include "gridtrain/gpt.h"
 
@@ -54,4 +56,48 @@ int gt_gpt_shape_head_size(const gt_gpt_shape *s) { return s->dim / s->heads; }
 float gt_gpt_shape_norm_eps(const gt_gpt_shape *s)
 {
   return s->norm_eps > 0.0f ? s->norm_eps : 1e-5f;
+}
+
+bool gt_gpt_shape_differ(const gt_gpt_shape *a, const gt_gpt_shape *b, bool weights_only,
+                         gt_gpt_shape_field *f)
+{
+  const bool llama = gt_gpt_shape_llama(a) && gt_gpt_shape_llama(b);
+  const struct {
+    const char *key;
+    double va, vb;
+    bool applies;
+  } k[] = {
+    {"type", a->arch, b->arch, true},
+    {"layers", a->layers, b->layers, true},
+    {"heads", a->heads, b->heads, true},
+    {"dim", a->dim, b->dim, true},
+    {"seq_len", a->max_seq, b->max_seq, !llama || !weights_only}, /* gpt: wpe's rows */
+    {"vocab", a->vocab, b->vocab, true},
+    {"kv_heads", gt_gpt_shape_kv_heads(a), gt_gpt_shape_kv_heads(b), true},
+    {"ffn_dim", gt_gpt_shape_ffn(a), gt_gpt_shape_ffn(b), true},
+    {"tie_embeddings", gt_gpt_shape_tied(a), gt_gpt_shape_tied(b), true},
+    {"norm_eps", gt_gpt_shape_norm_eps(a), gt_gpt_shape_norm_eps(b), llama && !weights_only},
+    {"rope_theta", a->rope_theta, b->rope_theta, llama && !weights_only},
+    {"rope_scaling", a->rope.type, b->rope.type, llama && !weights_only},
+  };
+  for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
+    if (!k[i].applies || k[i].va == k[i].vb)
+      continue;
+    f->key = k[i].key;
+    if (i == 0) {
+      snprintf(f->a, sizeof f->a, "%s", gt_model_type_names[a->arch]);
+      snprintf(f->b, sizeof f->b, "%s", gt_model_type_names[b->arch]);
+    } else if (i == 8) {
+      snprintf(f->a, sizeof f->a, "%s", k[i].va ? "on" : "off");
+      snprintf(f->b, sizeof f->b, "%s", k[i].vb ? "on" : "off");
+    } else if (i == 11) {
+      snprintf(f->a, sizeof f->a, "%s", gt_rope_scaling_names[a->rope.type]);
+      snprintf(f->b, sizeof f->b, "%s", gt_rope_scaling_names[b->rope.type]);
+    } else {
+      snprintf(f->a, sizeof f->a, "%.10g", k[i].va);
+      snprintf(f->b, sizeof f->b, "%.10g", k[i].vb);
+    }
+    return true;
+  }
+  return false;
 }

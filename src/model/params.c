@@ -249,7 +249,7 @@ int gt_params_finalize(gt_params *p)
   return GT_SUCCESS;
 }
 
-int gt_params_init(gt_params *p, uint64_t seed)
+int gt_params_fill(gt_params *p, gt_param_fill_fn fill, void *ctx)
 {
   GT_ASSERT(p->finalized);
   size_t largest = 0;
@@ -262,18 +262,10 @@ int gt_params_init(gt_params *p, uint64_t seed)
   int status = GT_SUCCESS;
   for (int i = 0; i < p->count && status == GT_SUCCESS; i++) {
     gt_param *t = &p->list[i];
-    const size_t full_n = gt_param_full_numel(t);
-    float *full = host, *local = host + full_n;
-    switch (t->init) {
-    case GT_INIT_NORMAL:
-      gt_rng_normal_fill(full, full_n, gt_rng_stream(seed, t->name), 0, t->init_std);
+    float *full = host, *local = host + gt_param_full_numel(t);
+    status = fill(ctx, t, full);
+    if (status != GT_SUCCESS)
       break;
-    case GT_INIT_ZEROS: memset(full, 0, full_n * sizeof(float)); break;
-    case GT_INIT_ONES:
-      for (size_t j = 0; j < full_n; j++)
-        full[j] = 1.0f;
-      break;
-    }
     gt_param_extract(t, full, local);
     size_t lo, hi;
     gt_params_master_range(p, &lo, &hi);
@@ -288,6 +280,31 @@ int gt_params_init(gt_params *p, uint64_t seed)
   free(host);
   GT_CALL(status);
   GT_CALL(gt_params_refresh_compute(p));
+  return GT_SUCCESS;
+}
+
+/* The initial values of t (its init kind; the normal draws from the stream
+ * of its name, so every layout draws the same logical tensor). */
+static int gt_param_fill_init(void *ctx, const gt_param *t, float *full)
+{
+  const uint64_t seed = *(const uint64_t *)ctx;
+  const size_t full_n = gt_param_full_numel(t);
+  switch (t->init) {
+  case GT_INIT_NORMAL:
+    gt_rng_normal_fill(full, full_n, gt_rng_stream(seed, t->name), 0, t->init_std);
+    break;
+  case GT_INIT_ZEROS: memset(full, 0, full_n * sizeof(float)); break;
+  case GT_INIT_ONES:
+    for (size_t j = 0; j < full_n; j++)
+      full[j] = 1.0f;
+    break;
+  }
+  return GT_SUCCESS;
+}
+
+int gt_params_init(gt_params *p, uint64_t seed)
+{
+  GT_CALL(gt_params_fill(p, gt_param_fill_init, &seed));
   return GT_SUCCESS;
 }
 

@@ -13,6 +13,7 @@
 
 #include "gridtrain/comm.h"
 #include "gridtrain/error.h"
+#include "gridtrain/hf_import.h"
 #include "gridtrain/log.h"
 #include "gridtrain/version.h"
 
@@ -148,18 +149,30 @@ int gt_trainer_save(gt_trainer *tr, const char *dir, char *path, size_t size)
   return GT_SUCCESS;
 }
 
-/* The checkpoint's model must be the deck's. */
-static int gt_check_ckpt_model(const gt_trainer *tr, const char *path, const gt_ckpt_meta *m)
+/* The checkpoint's model must be the deck's (weights_only: its weights'
+ * shapes, for init). */
+static int gt_check_ckpt_model(const gt_trainer *tr, const char *path, const gt_ckpt_meta *m,
+                               bool weights_only)
 {
-  const gt_gpt_shape *s = &tr->shape;
-  const long have[5] = {m->layers, m->heads, m->dim, m->seq_len, m->vocab};
-  const long want[5] = {s->layers, s->heads, s->dim, s->max_seq, s->vocab};
-  const char *key[5] = {"layers", "heads", "dim", "seq_len", "vocab"};
-  for (int i = 0; i < 5; i++)
-    GT_CHECK(have[i] == want[i], GT_ERR_INPUT,
-             "checkpoint %s holds a model with %s = %ld but the deck has [model] %s = %ld; "
-             "use the deck that wrote it (gridtrain ckpt info %s)",
-             path, key[i], have[i], key[i], want[i], path);
+  gt_gpt_shape have;
+  GT_CALL(gt_ckpt_meta_shape(m, path, &have));
+  gt_gpt_shape_field f;
+  GT_CHECK(!gt_gpt_shape_differ(&have, &tr->shape, weights_only, &f), GT_ERR_INPUT,
+           "checkpoint %s holds a model with %s = %s but the deck has [model] %s = %s; "
+           "use the deck that wrote it (gridtrain ckpt info %s)",
+           path, f.key, f.a, f.key, f.b, path);
+  return GT_SUCCESS;
+}
+
+/* After every rank read its weights (status): agreed, then with ZeRO the
+ * other pieces of the compute copy. Collective on the world. */
+static int gt_trainer_weights_read(gt_trainer *tr, int status)
+{
+  const gt_grid *g = tr->grid;
+  status = gt_error_agree(status, g->world);
+  if (status == GT_SUCCESS) /* zero: the other pieces of the compute copy */
+    status = gt_error_agree(gt_dp_gather_compute(tr->dp), g->world);
+  GT_CALL(status);
   return GT_SUCCESS;
 }
 
@@ -176,7 +189,7 @@ static int gt_trainer_read(gt_trainer *tr, const char *path, bool with_state,
   memset(meta, 0, sizeof *meta);
   *rank_loaded = false;
   GT_CALL(gt_error_agree(gt_ckpt_read_meta(path, g->world, meta), g->world));
-  int status = gt_check_ckpt_model(tr, path, meta);
+  int status = gt_check_ckpt_model(tr, path, meta, !with_state);
   if (status == GT_SUCCESS) {
     gt_ckpt_state st = gt_trainer_ckpt_state(tr);
     /* each rank loads what it holds: with ZeRO its piece of the master
@@ -205,10 +218,7 @@ static int gt_trainer_read(gt_trainer *tr, const char *path, bool with_state,
   }
   if (status == GT_SUCCESS) /* the compute copy follows the master just read */
     status = gt_params_refresh_compute(gt_gpt_params(tr->model));
-  status = gt_error_agree(status, g->world);
-  if (status == GT_SUCCESS) /* zero: the other pieces of the compute copy */
-    status = gt_error_agree(gt_dp_gather_compute(tr->dp), g->world);
-  GT_CALL(status);
+  GT_CALL(gt_trainer_weights_read(tr, status));
   return GT_SUCCESS;
 }
 
@@ -243,6 +253,29 @@ int gt_trainer_load(gt_trainer *tr, const char *path)
   return GT_SUCCESS;
 }
 
+/* [checkpoint] init = a Hugging Face model directory: its config.json must
+ * describe the deck's model; each rank reads the tensors of its part
+ * straight from the safetensors files. */
+static int gt_trainer_init_hf(gt_trainer *tr, const char *path, bool quiet)
+{
+  const gt_grid *g = tr->grid;
+  int status = gt_hf_check_model(path, &tr->cfg);
+  if (status != GT_SUCCESS) {
+    status = gt_error_wrap(status, __FILE__, __LINE__, __func__, "[checkpoint] init");
+    gt_error_set_collective(true); /* the same files and deck everywhere */
+    return status;
+  }
+  status = gt_hf_load_params(path, gt_gpt_params(tr->model));
+  if (status == GT_ERR_INPUT)
+    status = gt_error_wrap(status, __FILE__, __LINE__, __func__, "[checkpoint] init");
+  GT_CALL(gt_trainer_weights_read(tr, status));
+  if (!quiet && g->world_rank == 0)
+    gt_info("gridtrain: initial weights from the Hugging Face model %s; training starts at "
+            "step 0 with a fresh optimizer\n",
+            path);
+  return GT_SUCCESS;
+}
+
 /* [checkpoint] init: the weights of a checkpoint, nothing else of its run
  * (step 0, the deck's data order, fresh moments and loss scale). */
 static int gt_trainer_init_weights(gt_trainer *tr, const char *path, bool quiet)
@@ -250,12 +283,16 @@ static int gt_trainer_init_weights(gt_trainer *tr, const char *path, bool quiet)
   const gt_grid *g = tr->grid;
   struct stat sb;
   if (stat(path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
-    const int status = GT_ERROR(GT_ERR_INPUT,
-                                "[checkpoint] init = %s is a directory; it takes a gridtrain "
-                                "checkpoint file (step_NNNNNNNN.h5)",
-                                path);
-    gt_error_set_collective(true); /* every rank sees the same file system entry */
-    return status;
+    if (!gt_hf_is_model_dir(path)) {
+      const int status = GT_ERROR(GT_ERR_INPUT,
+                                  "[checkpoint] init = %s is a directory without config.json; "
+                                  "it takes a gridtrain checkpoint file (step_NNNNNNNN.h5) or a "
+                                  "Hugging Face model directory",
+                                  path);
+      gt_error_set_collective(true); /* every rank sees the same file system entry */
+      return status;
+    }
+    return gt_trainer_init_hf(tr, path, quiet);
   }
   gt_ckpt_meta meta;
   bool rank_loaded = false;

@@ -13,6 +13,7 @@
 #include "gridtrain/collectives.h"
 #include "gridtrain/comm.h"
 #include "gridtrain/error.h"
+#include "gridtrain/hf_import.h"
 #include "gridtrain/gpt.h"
 #include "gridtrain/grid.h"
 #include "gridtrain/layout.h"
@@ -113,7 +114,11 @@ static int gt_score_load(gt_scorer *s, const gt_gpt_shape *shape, const char *ck
   /* the weights only: an empty range of the moments */
   const gt_ckpt_state st = {.ntensors = n, .tensors = s->tensors, .params = params,
                             .mlo = params->numel, .mhi = params->numel};
-  const int status = gt_error_agree(gt_ckpt_read(ckpt, &st, world), world);
+  /* a Hugging Face model directory: each rank reads its tensors from it */
+  const int status =
+      gt_error_agree(gt_hf_is_model_dir(ckpt) ? gt_hf_load_params(ckpt, params)
+                                              : gt_ckpt_read(ckpt, &st, world),
+                     world);
   GT_CALL(gt_score_ckpt_error(status, ckpt));
   GT_CALL(gt_error_agree(gt_params_refresh_compute(params), world));
   return GT_SUCCESS;
