@@ -17,6 +17,7 @@
 
 #include "../../src/io/h5util.h"
 #include "../test_util.h"
+#include "ref_h5.h"
 #include "gridtrain/gpt.h"
 #include "gridtrain/optim.h"
 
@@ -27,54 +28,6 @@ static gt_gpt_part whole;
 static const gt_adamw_config hp = {.lr = 1e-3, .min_lr = 1e-3, .warmup = 0, .steps = 1,
                                    .weight_decay = 0.1, .beta1 = 0.9, .beta2 = 0.95,
                                    .eps = 1e-8, .grad_clip = 0.5};
-
-static int write_dataset(hid_t loc, const char *name, hid_t type, int ndim, const long *shp,
-                         const void *data)
-{
-  hsize_t dims[4];
-  for (int i = 0; i < ndim; i++)
-    dims[i] = (hsize_t)shp[i];
-  hid_t s = H5Screate_simple(ndim, dims, NULL);
-  hid_t d = H5Dcreate2(loc, name, type, s, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
-  herr_t rc = d < 0 ? -1 : H5Dwrite(d, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data);
-  if (d >= 0)
-    H5Dclose(d);
-  H5Sclose(s);
-  return rc < 0 ? -1 : 0;
-}
-
-/* Read a float64 dataset into a float array of n elements; -1 on failure. */
-static int read_f64(hid_t f, const char *path, float *out, size_t n)
-{
-  hid_t d = H5Dopen2(f, path, H5P_DEFAULT);
-  if (d < 0)
-    return -1;
-  hid_t s = H5Dget_space(d);
-  hssize_t count = H5Sget_simple_extent_npoints(s);
-  double *buf = malloc(sizeof(double) * n);
-  int rc = -1;
-  if (count == (hssize_t)n && H5Dread(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) >= 0) {
-    for (size_t i = 0; i < n; i++)
-      out[i] = (float)buf[i];
-    rc = 0;
-  }
-  free(buf);
-  H5Sclose(s);
-  H5Dclose(d);
-  return rc;
-}
-
-static double read_scalar(hid_t f, const char *path)
-{
-  double v = NAN;
-  hid_t d = H5Dopen2(f, path, H5P_DEFAULT);
-  if (d >= 0) {
-    if (H5Dread(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, &v) < 0)
-      v = NAN;
-    H5Dclose(d);
-  }
-  return v;
-}
 
 /* values: the host copy of p's master values. */
 static int write_input(const char *path, gt_params *p, const float *values, const int32_t *tok,
