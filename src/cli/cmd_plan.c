@@ -11,6 +11,7 @@
 #include "gridtrain/config.h"
 #include "gridtrain/costmodel.h"
 #include "gridtrain/error.h"
+#include "gridtrain/gpt.h"
 #include "gridtrain/layout.h"
 #include "gridtrain/log.h"
 #include "gridtrain/memory.h"
@@ -228,10 +229,15 @@ static int gt_plan_run(const gt_plan_args *a, const gt_config *cfg_in, const gt_
   GT_CALL(gt_plan_search(&cfg, pins, (int)ranks, &c, &rows, &n));
   int status = GT_SUCCESS;
   if (root) {
-    printf("# plan: GPT L%ld H%ld C%ld V%ld, %ld sequences x %ld tokens per step, on %ld ranks "
-           "(%d node%s x %d)\n",
-           cfg.model.layers, cfg.model.heads, cfg.model.dim, cfg.model.vocab, cfg.data.batch,
-           cfg.model.seq_len, ranks, c.nodes, c.nodes == 1 ? "" : "s", c.ranks_per_node);
+    const gt_gpt_shape shape = gt_gpt_shape_config(&cfg);
+    char kv[32] = "";
+    if (gt_gpt_shape_kv_heads(&shape) != shape.heads)
+      snprintf(kv, sizeof kv, " KV%d", gt_gpt_shape_kv_heads(&shape));
+    printf("# plan: %s L%d H%d%s C%d F%d V%d, %ld sequences x %ld tokens per step, on %ld "
+           "ranks (%d node%s x %d)\n",
+           gt_gpt_shape_llama(&shape) ? "Llama" : "GPT", shape.layers, shape.heads, kv,
+           shape.dim, gt_gpt_shape_ffn(&shape), shape.vocab, cfg.data.batch, cfg.model.seq_len,
+           ranks, c.nodes, c.nodes == 1 ? "" : "s", c.ranks_per_node);
     gt_plan_print_top(stdout, rows, n, (int)a->top, &c, (int)ranks);
     if (!rows[0].cost.fits)
       printf("# no layout fits the memory of a rank: use more nodes, a smaller batch or model\n");

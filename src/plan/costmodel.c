@@ -58,15 +58,25 @@ int gt_cost_block_kernels(const gt_gpt_shape *shape, int mbs, int seq, int tp, b
 {
   const double E = (double)gt_dtype_size(dt), T = seq, C = shape->dim;
   const double N = (double)mbs * T, Nr = seq_par && tp > 1 ? N / tp : N;
-  const double Cl = C / tp, F = 4.0 * C / tp, Hl = (double)shape->heads / tp;
-  const double hs = C / shape->heads;
+  const bool llama = gt_gpt_shape_llama(shape);
+  const double Cl = C / tp, F = (double)gt_gpt_shape_ffn(shape) / tp;
+  const double Hl = (double)shape->heads / tp;
+  const double hs = C / shape->heads, Kl = (double)gt_gpt_shape_kv_heads(shape) / tp * hs;
+  /* the norms: LayerNorm, or RMSNorm (no mean, no bias: about 3/4 the work) */
+  const double norm = llama ? 0.75 : 1.0;
   int n = 0;
   k[n++] = gt_k_ln("ln_1", Nr, C, E);
-  k[n++] = gt_k_gemm("qkv", N, 3.0 * Cl, C, E, 1);
+  k[n - 1].flops *= norm;
+  k[n++] = gt_k_gemm("qkv", N, Cl + 2.0 * Kl, C, E, 1);
+  if (llama) /* rope on q and k in place: read and write them, forward and backward */
+    k[n++] = gt_k_mem("rope", 6.0 * N * (Cl + Kl), 2.0 * E * N * (Cl + Kl),
+                      2.0 * E * N * (Cl + Kl));
   if (c->flash) {
-    /* causal: each query meets on average T/2 keys; q.k and p.v */
-    gt_kernel a = gt_k_mem("attention", 2.0 * N * T * Cl, E * 4.0 * N * Cl + 4.0 * N * Hl,
-                           E * 8.0 * N * Cl + 4.0 * N * Hl);
+    /* causal: each query meets on average T/2 keys; q.k and p.v; grouped-
+     * query attention reads Kl wide keys and values */
+    gt_kernel a = gt_k_mem("attention", 2.0 * N * T * Cl, E * (2.0 * N * Cl + 2.0 * N * Kl) +
+                                                              4.0 * N * Hl,
+                           E * (4.0 * N * Cl + 4.0 * N * Kl) + 4.0 * N * Hl);
     a.bwd_flops = 2.5 * a.flops; /* rebuilds the probabilities; dq, dk, dv, dp */
     a.attn_core = true;
     k[n++] = a;
@@ -92,8 +102,14 @@ int gt_cost_block_kernels(const gt_gpt_shape *shape, int mbs, int seq, int tp, b
   k[n++] = gt_k_gemm("attn_proj", N, C, Cl, E, 1);
   k[n++] = gt_k_resid("resid_1", Nr, C, E, c->dropout);
   k[n++] = gt_k_ln("ln_2", Nr, C, E);
-  k[n++] = gt_k_gemm("fc", N, F, C, E, 1);
-  k[n++] = gt_k_mem("gelu", 10.0 * N * F, 2.0 * E * N * F, 3.0 * E * N * F);
+  k[n - 1].flops *= norm;
+  if (llama) { /* gate and up in one product; silu(gate) * up reads both */
+    k[n++] = gt_k_gemm("fc", N, 2.0 * F, C, E, 1);
+    k[n++] = gt_k_mem("swiglu", 8.0 * N * F, 3.0 * E * N * F, 5.0 * E * N * F);
+  } else {
+    k[n++] = gt_k_gemm("fc", N, F, C, E, 1);
+    k[n++] = gt_k_mem("gelu", 10.0 * N * F, 2.0 * E * N * F, 3.0 * E * N * F);
+  }
   k[n++] = gt_k_gemm("fc_proj", N, C, F, E, 1);
   k[n++] = gt_k_resid("resid_2", Nr, C, E, c->dropout);
   return n;

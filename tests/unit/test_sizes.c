@@ -110,6 +110,16 @@ int main(int argc, char **argv)
              16777216ULL * 12288ULL + 2048ULL * 12288ULL +
                  96ULL * (12ULL * 12288ULL * 12288ULL + 13ULL * 12288ULL) + 2ULL * 12288ULL,
          "parameter count of a 16M-vocabulary, 96-layer, width-12288 model in 64 bits");
+  /* Meta's published counts: Llama 3 8B 8,030,261,248 (untied), Llama 3.2
+   * 1B 1,235,814,400 (tied head) */
+  const gt_gpt_shape l3 = {32, 32, 4096, 8192, 128256, .arch = GT_MODEL_LLAMA, .kv_heads = 8,
+                           .ffn_dim = 14336, .tie = GT_TRI_OFF};
+  const gt_gpt_shape l32 = {16, 32, 2048, 8192, 128256, .arch = GT_MODEL_LLAMA, .kv_heads = 8,
+                            .ffn_dim = 8192, .tie = GT_TRI_ON};
+  tap_ok(gt_gpt_param_count(&l3) == 8030261248ULL, "Llama 3 8B: %zu parameters (8030261248)",
+         gt_gpt_param_count(&l3));
+  tap_ok(gt_gpt_param_count(&l32) == 1235814400ULL,
+         "Llama 3.2 1B with its tied head: %zu parameters (1235814400)", gt_gpt_param_count(&l32));
   int rc = tap_done();
   MPI_Finalize();
   return rc;
