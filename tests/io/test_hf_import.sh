@@ -7,6 +7,7 @@
 # tensors under the mapping, bit for bit in fp32 (check_hf_import.py); and
 # unsupported or damaged inputs are exit 2 with one line naming the problem.
 # The models are a few KiB so that the whole test takes seconds.
+# gt-test: tier=quick
 . "$GT_SRCDIR/tests/lib.sh"
 
 py=/usr/bin/python3
