@@ -2,7 +2,7 @@
 """Training-step benchmark: gridtrain vs PyTorch on the CPU, per precision.
 
 usage: /usr/bin/python3 benchmarks/bench_step.py [--gridtrain PATH]
-           [--steps N] [--warmup W] [--threads T] [--shapes default,small,124m]
+           [--steps N] [--warmup W] [--threads T] [--shapes default,small,124m,llama-small,llama-100m]
            [--precisions fp32,bf16,fp16] [--csv FILE] [--no-torch]
            [--no-gridtrain] [--openblas-both]
 
@@ -44,20 +44,55 @@ TARGET_SPEEDUP = 2.0
 OPENBLAS_VARS = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
 
 # Fixed shapes; "default" is read from inputs/default.in at run time.
+# The llama shapes (docs/models.md): grouped-query attention, SwiGLU MLP,
+# untied head; PyTorch runs transformers' LlamaForCausalLM on them.
 SHAPES = {
     "small": dict(layers=4, dim=256, heads=4, seq_len=128, vocab=256, batch=16),
     "124m": dict(layers=12, dim=768, heads=12, seq_len=64, vocab=50304, batch=4),
+    "llama-small": dict(arch="llama", layers=4, dim=256, heads=4, kv_heads=2, ffn_dim=688,
+                        seq_len=128, vocab=256, batch=16),
+    "llama-100m": dict(arch="llama", layers=12, dim=768, heads=12, kv_heads=4, ffn_dim=2048,
+                       seq_len=64, vocab=32000, batch=4),
 }
 
-FLOP_FORMULA = ("flops/step = 6*N*B*T + 12*L*C*T*B*T, "
-                "N = 12*L*C^2 + 13*L*C + V*C")
+FLOP_FORMULA = ("flops/step = 6*N*B*T + 12*L*C*T*B*T, N = the matrix and norm "
+                "parameters with the head: GPT 12*L*C^2 + 13*L*C + V*C, llama "
+                "L*(C*(H+2K)*C/H + C^2 + 3*C*F + 2*C) + 2*V*C")
+
+
+def is_llama(s):
+    return s.get("arch") == "llama"
 
 
 def flops_per_step(s):
     """Training FLOPs of one step (forward + backward), see FLOP_FORMULA."""
     L, C, V, T, B = s["layers"], s["dim"], s["vocab"], s["seq_len"], s["batch"]
-    n = 12 * L * C * C + 13 * L * C + V * C
+    if is_llama(s):
+        H, K, F = s["heads"], s["kv_heads"], s["ffn_dim"]
+        n = L * (C * (H + 2 * K) * (C // H) + C * C + 3 * C * F + 2 * C) + 2 * V * C
+    else:
+        n = 12 * L * C * C + 13 * L * C + V * C
     return 6 * n * B * T + 12 * L * C * T * B * T
+
+
+def torch_llama(s):
+    """transformers' LlamaForCausalLM of shape s (fp32, eager attention), its
+    loss function of (tokens, targets) and its parameter list."""
+    import torch
+    import transformers as tf
+    torch.manual_seed(1234)
+    cfg = tf.LlamaConfig(vocab_size=s["vocab"], hidden_size=s["dim"],
+                         intermediate_size=s["ffn_dim"], num_hidden_layers=s["layers"],
+                         num_attention_heads=s["heads"], num_key_value_heads=s["kv_heads"],
+                         max_position_embeddings=s["seq_len"], tie_word_embeddings=False,
+                         attn_implementation="eager", use_cache=False)
+    model = tf.LlamaForCausalLM(cfg)
+    V = s["vocab"]
+
+    def loss_fn(tokens, targets):
+        logits = model(tokens).logits
+        return torch.nn.functional.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))
+    return loss_fn, list(model.parameters())
 
 
 # ------------------------------------------------------------ torch worker
@@ -153,12 +188,20 @@ def torch_worker(spec):
         return
 
     s = spec["shape"]
-    params = torch_gpt.init_params(s["layers"], s["heads"], s["dim"],
-                                   s["seq_len"], s["vocab"],
-                                   dtype=torch.float32, seed=1234)
-    opt = torch_gpt.make_adamw(params, lr=3e-4, betas=(0.9, 0.95), eps=1e-8,
-                               weight_decay=0.1)
-    plist = list(params.values())
+    if is_llama(s):
+        loss_of, plist = torch_llama(s)
+        opt = torch.optim.AdamW(plist, lr=3e-4, betas=(0.9, 0.95), eps=1e-8,
+                                weight_decay=0.1)
+    else:
+        params = torch_gpt.init_params(s["layers"], s["heads"], s["dim"],
+                                       s["seq_len"], s["vocab"],
+                                       dtype=torch.float32, seed=1234)
+        opt = torch_gpt.make_adamw(params, lr=3e-4, betas=(0.9, 0.95), eps=1e-8,
+                                   weight_decay=0.1)
+        plist = list(params.values())
+
+        def loss_of(tokens, targets):
+            return torch_gpt.loss_fn(params, tokens, targets, s["heads"])
     gen = torch.Generator().manual_seed(42)
     B, T, V = s["batch"], s["seq_len"], s["vocab"]
     times, losses = [], []
@@ -168,7 +211,7 @@ def torch_worker(spec):
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         with autocast():
-            loss = torch_gpt.loss_fn(params, tokens, targets, s["heads"])
+            loss = loss_of(tokens, targets)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(plist, 1.0)
         opt.step()
@@ -308,6 +351,9 @@ class Bench:
             f"model.layers={s['layers']}", f"model.heads={s['heads']}",
             f"model.dim={s['dim']}", f"model.seq_len={s['seq_len']}",
             f"model.vocab={s['vocab']}", f"data.batch={s['batch']}",
+            f"model.type={s.get('arch', 'gpt')}"] + (
+            [f"model.kv_heads={s['kv_heads']}", f"model.ffn_dim={s['ffn_dim']}",
+             "model.tie_embeddings=off"] if is_llama(s) else []) + [
             "data.microbatches=1", f"data.train={data}", "data.val=",
             f"run.steps={a.warmup + a.steps}", "run.log_every=1000",
             "run.eval_every=0", f"run.metrics={metrics}",
@@ -432,7 +478,7 @@ def main(argv=None):
     ap.add_argument("--steps", type=int, default=5, help="timed steps (5)")
     ap.add_argument("--warmup", type=int, default=2, help="untimed first steps (2)")
     ap.add_argument("--threads", type=int, default=2, help="threads per impl (2)")
-    ap.add_argument("--shapes", default="default,small,124m",
+    ap.add_argument("--shapes", default="default,small,124m,llama-small,llama-100m",
                     help="comma list of default,small,124m")
     ap.add_argument("--precisions", default=",".join(PRECISIONS),
                     help="comma list of fp32,bf16,fp16 (all three)")
