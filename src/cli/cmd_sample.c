@@ -14,6 +14,7 @@
 #include "gridtrain/comm.h"
 #include "gridtrain/config.h"
 #include "gridtrain/error.h"
+#include "gridtrain/gpt.h"
 #include "gridtrain/grid.h"
 #include "gridtrain/layout.h"
 #include "gridtrain/log.h"
@@ -224,19 +225,17 @@ static int gt_sample_config(const gt_sample_args *a, const gt_ckpt_meta *meta, i
   snprintf(cfg->parallel.schedule, sizeof cfg->parallel.schedule, "1f1b");
   cfg->parallel.sequence_parallel = false;
   cfg->data.batch = cfg->data.microbatches = 1;
-  const long have[5] = {meta->layers, meta->heads, meta->dim, meta->seq_len, meta->vocab};
-  const long want[5] = {cfg->model.layers, cfg->model.heads, cfg->model.dim,
-                        cfg->model.seq_len, cfg->model.vocab};
-  const char *key[5] = {"layers", "heads", "dim", "seq_len", "vocab"};
-  for (int i = 0; i < 5; i++)
-    GT_CHECK(have[i] == want[i], GT_ERR_INPUT,
-             "model.%s=%ld: the model shape comes from the checkpoint (%s = %ld)", key[i],
-             want[i], key[i], have[i]);
+  gt_gpt_shape have;
+  GT_CALL(gt_ckpt_meta_shape(meta, a->ckpt, &have));
+  const gt_gpt_shape want = gt_gpt_shape_config(cfg);
+  gt_gpt_shape_field f;
+  GT_CHECK(!gt_gpt_shape_differ(&have, &want, true, &f), GT_ERR_INPUT,
+           "model.%s=%s: the model shape comes from the checkpoint (%s = %s)", f.key, f.b,
+           f.key, f.a);
   if (a->data)
     snprintf(cfg->data.train, sizeof cfg->data.train, "%s", a->data);
-  GT_CHECK(cfg->data.train[0], GT_ERR_INPUT,
-           "the deck of %s names no [data] train for the tokenizer; give --data FILE.h5",
-           a->ckpt);
+  else if (!cfg->data.train[0]) /* an imported checkpoint holds its own tokenizer */
+    snprintf(cfg->data.train, sizeof cfg->data.train, "%s", a->ckpt);
   GT_CALL(gt_config_check_values(cfg));
   return GT_SUCCESS;
 }

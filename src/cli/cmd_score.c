@@ -190,10 +190,8 @@ static int gt_score_config(const gt_score_args *a, const char *path, const gt_ck
   }
   if (a->data)
     snprintf(cfg->data.train, sizeof cfg->data.train, "%s", a->data);
-  GT_CHECK(a->tokens || a->hf || cfg->data.train[0], GT_ERR_INPUT,
-           "the deck of %s names no [data] train for the tokenizer; give --data FILE.h5 or "
-           "score token files (--tokens)",
-           path);
+  else if (!a->hf && !cfg->data.train[0]) /* an imported checkpoint holds its own tokenizer */
+    snprintf(cfg->data.train, sizeof cfg->data.train, "%s", path);
   GT_CALL(gt_config_check_values(cfg));
   return GT_SUCCESS;
 }

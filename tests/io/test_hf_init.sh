@@ -71,6 +71,37 @@ ok $? "score takes the Hugging Face directory" || show "$GT_TMP/s1.out"
 [ -s "$GT_TMP/s1.out" ] && cmp -s "$GT_TMP/s1.out" "$GT_TMP/s2.out"
 ok $? "and gives its import's result, to the last digit ($(cat "$GT_TMP/s1.out"))" || show "$GT_TMP/s2.out"
 
+# the directory's tokenizer: a byte-level BPE of 300 ids trained here by the
+# tokenizers package next to a llama of that vocabulary. score encodes text
+# with it (the directory) or with its copy in the import (the checkpoint);
+# sample decodes with the copy.
+tk="$GT_TMP/llama-tok"
+text="$GT_SRCDIR/tests/data/genesis.txt"
+"$py" "$GT_SRCDIR/tests/io/make_hf.py" llama-tok "$tk" >"$GT_TMP/make.out" 2>&1 &&
+  "$py" - "$text" "$tk" >"$GT_TMP/tok.out" 2>&1 <<'PY' || { show "$GT_TMP/tok.out"; bail "cannot make the tokenizer"; }
+import sys
+from tokenizers import Tokenizer, models, pre_tokenizers, decoders, trainers
+tok = Tokenizer(models.BPE())
+tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+tok.decoder = decoders.ByteLevel()
+tok.train([sys.argv[1]], trainers.BpeTrainer(vocab_size=300, show_progress=False,
+          initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+tok.save(sys.argv[2] + "/tokenizer.json")
+print(len(tok.encode(open(sys.argv[1], encoding="utf-8").read()).ids) - 1,
+      file=open(sys.argv[2] + "/predicted", "w"))
+PY
+"$GT_BIN" ckpt import "$tk" -o "$GT_TMP/tok.h5" >"$GT_TMP/tokimport.out" 2>&1
+ok $? "ckpt import of a directory with a tokenizer.json" || show "$GT_TMP/tokimport.out"
+"$GT_BIN" score "$tk" "$text" --json >"$GT_TMP/t1.out" 2>&1 &&
+  "$GT_BIN" score "$GT_TMP/tok.h5" "$text" --json >"$GT_TMP/t2.out" 2>&1
+ok $? "score encodes text with the directory's tokenizer and with the import's" || show "$GT_TMP/t1.out"
+grep -q "\"tokens\": $(cat "$tk/predicted")," "$GT_TMP/t1.out" && cmp -s "$GT_TMP/t1.out" "$GT_TMP/t2.out"
+ok $? "both predict the tokens the tokenizers package makes of Genesis ($(cat "$tk/predicted")), with the same loss" ||
+  show "$GT_TMP/t2.out"
+"$GT_BIN" sample "$GT_TMP/tok.h5" --prompt "In the beginning" --tokens 8 >"$GT_TMP/sample.out" 2>&1 &&
+  grep -q "^In the beginning" "$GT_TMP/sample.out"
+ok $? "sample decodes with the tokenizer the import stored" || show "$GT_TMP/sample.out"
+
 # a deck that is not the directory's model
 common=$(echo "$common" | sed 's/model.kv_heads=2/model.kv_heads=4/')
 train bad 1 1 checkpoint.init="$hf"
