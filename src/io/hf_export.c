@@ -1,5 +1,5 @@
 /*
- * hf_export.c - a checkpoint as a Hugging Face GPT-2 directory
+ * hf_export.c - a checkpoint as a Hugging Face GPT-2 or Llama directory
  * (hf_export.h, docs/checkpoints.md "Hugging Face"): the vocabulary and
  * tokenizer from the dataset, the weights renamed, transposed, cut and
  * rounded into model.safetensors, then the tokenizer's files
@@ -396,6 +396,7 @@ typedef struct {
   const gt_hf_data *data;
   const gt_hf_summary *sum;
   gt_dtype dtype;
+  const gt_gpt_shape *shape;
 } gt_hf_readme;
 
 static int gt_hf_readme_write(void *ctx, int fd, const char *tmp)
@@ -407,20 +408,29 @@ static int gt_hf_readme_write(void *ctx, int fd, const char *tmp)
   if (s->vocab < s->model_vocab)
     snprintf(cut, sizeof cut, " (the checkpoint's %d rows of wte cut to %d)", s->model_vocab,
              s->vocab);
+  const bool llama = gt_gpt_shape_llama(r->shape), tied = gt_gpt_shape_tied(r->shape);
+  const char *arch = llama ? "Llama" : "GPT-2";
+  char kv[64] = "";
+  if (llama)
+    snprintf(kv, sizeof kv, " (%d key/value), MLP %d", gt_gpt_shape_kv_heads(r->shape),
+             gt_gpt_shape_ffn(r->shape));
   int n = snprintf(
       text, sizeof text,
-      "A Hugging Face GPT-2 model exported from a gridtrain checkpoint\n"
+      "A Hugging Face %s model exported from a gridtrain checkpoint\n"
       "(gridtrain ckpt convert --format hf; docs/checkpoints.md, \"Hugging Face\").\n\n"
       "checkpoint  %s (step %ld, written by gridtrain %s at %s)\n"
       "exported by gridtrain %s\n"
       "dataset     %s\n"
-      "model       GPT-2: %d layers, %d heads, dim %d, context %d, vocabulary %d%s\n"
-      "weights     model.safetensors, %s (%s), under GPT-2's names; the LM head is tied\n"
-      "            to transformer.wte.weight and not stored\n",
-      r->ckpt, m->step, m->code_version, m->created, gt_version(), r->data->spec, m->layers,
-      m->heads, m->dim, m->seq_len, s->vocab, cut, gt_dtype_name(r->dtype),
+      "model       %s: %d layers, %d heads%s, dim %d, context %d, vocabulary %d%s\n"
+      "weights     model.safetensors, %s (%s), under %s's names; %s\n",
+      arch, r->ckpt, m->step, m->code_version, m->created, gt_version(), r->data->spec, arch,
+      m->layers, m->heads, kv, m->dim, m->seq_len, s->vocab, cut, gt_dtype_name(r->dtype),
       r->dtype == GT_F32 ? "the fp32 master weights as they are"
-                         : "the fp32 master weights rounded to nearest even");
+                         : "the fp32 master weights rounded to nearest even",
+      arch,
+      !tied ? "the LM head is\n            its own lm_head.weight"
+      : llama ? "the LM head is tied\n            to model.embed_tokens.weight and not stored"
+              : "the LM head is tied\n            to transformer.wte.weight and not stored");
   GT_ASSERT(n > 0 && (size_t)n < sizeof text);
   const gt_spm_special *sp = &r->data->special;
   int k;
@@ -585,7 +595,7 @@ static int gt_hf_write(const char *ckpt, const char *out_dir, const gt_hf_option
                                (int)(sizeof metadata / sizeof metadata[0]), metadata,
                                gt_hf_fill, w, &sum->bytes));
   GT_CALL(gt_hf_tokenizer_files(out_dir, data, w->shape.max_seq));
-  gt_hf_readme readme = {ckpt, meta, data, sum, opt->dtype};
+  gt_hf_readme readme = {ckpt, meta, data, sum, opt->dtype, &w->shape};
   GT_CALL(gt_hf_join(out_dir, "README.txt", path, sizeof path));
   GT_CALL(gt_path_replace(path, gt_hf_readme_write, &readme));
   GT_CALL(gt_hf_join(out_dir, "config.json", path, sizeof path));
