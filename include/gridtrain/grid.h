@@ -18,6 +18,7 @@
 #define GRIDTRAIN_GRID_H
 
 #include <mpi.h>
+#include <stdbool.h>
 
 typedef struct gt_grid {
   MPI_Comm world, dp, pp, tp, embed, node;
@@ -38,5 +39,15 @@ int gt_grid_create(MPI_Comm world, const int sizes[3], gt_grid **grid);
 /* Collective on the grid's world: free the communicators and the grid and set
  * *grid to NULL. */
 int gt_grid_destroy(gt_grid **grid);
+
+/* The OpenMP/BLAS threads of a rank: `setting` ([backend] threads) when >
+ * 0, else OMP_NUM_THREADS when set, else the node's cores shared among its
+ * ranks (at least 1). Not collective. */
+int gt_grid_threads(const gt_grid *g, long setting);
+
+/* How MPI waits (comm.h's gt_comm_set_wait_mode) for ranks of `threads`
+ * threads: yield when `yield` says so, or when auto (neither forced) and
+ * the node's ranks oversubscribe its cores; else busy-poll. */
+void gt_grid_set_wait(const gt_grid *g, int threads, bool yield, bool busy);
 
 #endif /* GRIDTRAIN_GRID_H */

@@ -295,13 +295,8 @@ static int gt_sample_load(const gt_sample_args *a, const gt_config *cfg, MPI_Com
   const int sizes[3] = {l.dp, l.pp, l.tp};
   GT_CALL(gt_grid_create(world, sizes, &r->grid));
   const gt_grid *g = r->grid;
-  const char *env = getenv("OMP_NUM_THREADS");
-  int threads = cfg->backend.threads > 0 ? (int)cfg->backend.threads
-                : env && atoi(env) > 0  ? atoi(env)
-                                        : g->node_cores / g->node_size;
-  threads = threads >= 1 ? threads : 1;
-  gt_comm_set_wait_mode((long)g->node_size * threads > g->node_cores ? GT_WAIT_YIELD
-                                                                     : GT_WAIT_BUSY);
+  const int threads = gt_grid_threads(g, cfg->backend.threads);
+  gt_grid_set_wait(g, threads, false, false);
   const gt_backend_options opt = {threads, g->node_rank, cfg->backend.attention};
   status = gt_backend_create_device(cfg->backend.device, &opt, &r->be);
   if (status == GT_SUCCESS)

@@ -133,3 +133,20 @@ int gt_grid_destroy(gt_grid **grid)
   GT_CALL_MPI(first_error);
   return GT_SUCCESS;
 }
+
+int gt_grid_threads(const gt_grid *g, long setting)
+{
+  if (setting > 0)
+    return (int)setting;
+  const char *env = getenv("OMP_NUM_THREADS");
+  if (env && atoi(env) > 0)
+    return atoi(env);
+  const int t = g->node_cores / g->node_size;
+  return t >= 1 ? t : 1;
+}
+
+void gt_grid_set_wait(const gt_grid *g, int threads, bool yield, bool busy)
+{
+  const bool oversubscribed = (long)g->node_size * threads > g->node_cores;
+  gt_comm_set_wait_mode(yield || (!busy && oversubscribed) ? GT_WAIT_YIELD : GT_WAIT_BUSY);
+}

@@ -55,13 +55,8 @@ static int gt_score_ckpt_error(int status, const char *path)
 static int gt_score_device(gt_scorer *s, const gt_config *cfg)
 {
   const gt_grid *g = s->grid;
-  const char *env = getenv("OMP_NUM_THREADS");
-  int threads = cfg->backend.threads > 0 ? (int)cfg->backend.threads
-                : env && atoi(env) > 0  ? atoi(env)
-                                        : g->node_cores / g->node_size;
-  threads = threads >= 1 ? threads : 1;
-  gt_comm_set_wait_mode((long)g->node_size * threads > g->node_cores ? GT_WAIT_YIELD
-                                                                     : GT_WAIT_BUSY);
+  const int threads = gt_grid_threads(g, cfg->backend.threads);
+  gt_grid_set_wait(g, threads, false, false);
   const gt_backend_options opt = {threads, g->node_rank, cfg->backend.attention};
   GT_CALL(gt_backend_create_device(cfg->backend.device, &opt, &s->be));
   GT_CALL(gt_coll_create(s->be, gt_tristate_names[cfg->backend.mpi_device], &s->coll));

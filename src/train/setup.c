@@ -25,18 +25,6 @@
 
 // ---- resolved values ---------------------------------------------------------------------
 
-static int gt_resolve_threads(const gt_config *cfg, const gt_grid *g)
-{
-  if (cfg->backend.threads > 0)
-    return (int)cfg->backend.threads;
-  const char *env = getenv("OMP_NUM_THREADS");
-  if (env && atoi(env) > 0)
-    return atoi(env);
-  int t = g->node_cores / g->node_size;
-  return t >= 1 ? t : 1;
-}
-
-
 static int gt_check_data(const gt_trainer *tr, const gt_dataset *ds, long needed_seqs)
 {
   const gt_config *cfg = &tr->cfg;
@@ -259,13 +247,9 @@ int gt_trainer_create(const gt_config *cfg, MPI_Comm world, bool quiet, gt_train
   gt_scaler_init(&tr->scaler, tr->layout.dtype == GT_F16, cfg->backend.loss_scale,
                  cfg->backend.loss_scale_factor, cfg->backend.loss_scale_min,
                  cfg->backend.loss_scale_interval);
-  tr->threads = gt_resolve_threads(cfg, g);
-  const bool oversubscribed = (long)g->node_size * tr->threads > g->node_cores;
-  if (cfg->parallel.wait == GT_WAIT_SETTING_YIELD ||
-      (cfg->parallel.wait == GT_WAIT_SETTING_AUTO && oversubscribed))
-    gt_comm_set_wait_mode(GT_WAIT_YIELD);
-  else
-    gt_comm_set_wait_mode(GT_WAIT_BUSY);
+  tr->threads = gt_grid_threads(g, cfg->backend.threads);
+  gt_grid_set_wait(g, tr->threads, cfg->parallel.wait == GT_WAIT_SETTING_YIELD,
+                   cfg->parallel.wait == GT_WAIT_SETTING_BUSY);
 
   int status = gt_trainer_plan(tr);
   if (status != GT_SUCCESS && status != GT_ERR_SYSTEM)
