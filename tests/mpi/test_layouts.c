@@ -43,6 +43,14 @@
  * schedule's code path once, as the test modes do: every 4-rank layout with
  * 4 micro-batches, GPipe and 1F1B and (pp > 1) interleaved:2, about 30 s.
  *
+ * Then a llama (4 layers, 4 heads over 2 key/value heads, dim 32, MLP 48,
+ * untied head, llama3 rope) in a small set of layouts, one per mode: tp,
+ * 1f1b, dp, interleaved:2, zero 1 with sequence parallelism, zero 3 with
+ * recompute block (8 ranks only), multi-query (kv_heads 1 at tp 1), bf16 and
+ * fp16, each against one rank of the same model and precision at the GPT
+ * bounds (fp32: TOL; bf16, fp16: test_precision.c's). The 6-rank set skips
+ * it (its cases would repeat); it adds about 5 s at 4 and 8 ranks.
+ *
  * gt-test: ranks=8 tier=full
  */
 #include <stdio.h>
