@@ -64,6 +64,21 @@ static void gt_divisors(long n, char *buf, size_t size)
   snprintf(buf + len, size - len, "}");
 }
 
+/* ", rope_factor = 8, ...": the rope keys that cfg's rope_scaling reads. */
+static const char *gt_layout_rope_keys(const gt_config *cfg, char *buf, size_t size)
+{
+  buf[0] = '\0';
+  if (cfg->model.rope_scaling == GT_ROPE_SCALING_LINEAR)
+    snprintf(buf, size, ", rope_factor = %g", cfg->model.rope_factor);
+  else if (cfg->model.rope_scaling == GT_ROPE_SCALING_LLAMA3)
+    snprintf(buf, size,
+             ", rope_factor = %g, rope_low_freq_factor = %g, rope_high_freq_factor = %g, "
+             "rope_original_seq_len = %ld",
+             cfg->model.rope_factor, cfg->model.rope_low_freq_factor,
+             cfg->model.rope_high_freq_factor, cfg->model.rope_original_seq_len);
+  return buf;
+}
+
 /* The architecture's keys against each other (docs/models.md). */
 static int gt_layout_check_arch(const gt_config *cfg)
 {
@@ -99,7 +114,11 @@ static int gt_layout_check_arch(const gt_config *cfg)
   GT_CHECK_ALLOC(inv_freq, (size_t)hs / 2 * sizeof *inv_freq);
   const int status = gt_rope_inv_freq(hs, s.rope_theta, &s.rope, inv_freq);
   free(inv_freq);
-  GT_CALL(status);
+  if (status != GT_SUCCESS) /* its message speaks transformers' names: say the deck's */
+    return gt_error_wrap(status, __FILE__, __LINE__, __func__,
+                         "[model] rope_theta = %g, rope_scaling = %s%s", cfg->model.rope_theta,
+                         gt_rope_scaling_names[cfg->model.rope_scaling],
+                         gt_layout_rope_keys(cfg, divs, sizeof divs));
   return GT_SUCCESS;
 }
 

@@ -43,6 +43,14 @@
  * schedule's code path once, as the test modes do: every 4-rank layout with
  * 4 micro-batches, GPipe and 1F1B and (pp > 1) interleaved:2, about 30 s.
  *
+ * Then a llama (4 layers, 4 heads over 2 key/value heads, dim 32, MLP 48,
+ * untied head, llama3 rope) in a small set of layouts, one per mode: tp,
+ * 1f1b, dp, interleaved:2, zero 1 with sequence parallelism, zero 3 with
+ * recompute block (8 ranks only), multi-query (kv_heads 1 at tp 1), bf16 and
+ * fp16, each against one rank of the same model and precision at the GPT
+ * bounds (fp32: TOL; bf16, fp16: test_precision.c's). The 6-rank set skips
+ * it (its cases would repeat); it adds about 5 s at 4 and 8 ranks.
+ *
  * gt-test: ranks=8 tier=full
  */
 #include <stdio.h>
@@ -145,6 +153,134 @@ static double param_err(const gt_gpt_shape *shape, const float *a, const float *
     off += ne;
   }
   return err;
+}
+
+// ---- llama: a small set of layouts against one llama rank ----
+
+/* One llama case: a layout and what it switches on. kv: key/value heads
+ * (tp must divide them); prec: the compute type (its one-rank reference
+ * runs in the same type). */
+typedef struct llama_case {
+  int dp, pp, tp;
+  const char *schedule;
+  int m;
+  int zero;
+  bool seq_par;
+  const char *recompute;
+  int kv;
+  const char *prec;
+} llama_case;
+
+/* The llama cases (test header): each mode's code path once on the llama
+ * block, on at most 8 ranks; the 8-rank one is left out at 4 ranks. */
+static const llama_case llama_cases[] = {
+    {1, 1, 2, "gpipe", 1, 0, false, "none", 2, "fp32"},
+    {1, 2, 1, "1f1b", 4, 0, false, "none", 2, "fp32"},
+    {2, 1, 1, "gpipe", 1, 0, false, "none", 2, "fp32"},
+    {1, 2, 2, "interleaved:2", 4, 0, false, "none", 2, "fp32"},
+    {2, 1, 2, "1f1b", 2, 1, true, "none", 2, "fp32"},
+    {2, 2, 2, "1f1b", 2, 3, false, "block", 2, "fp32"},
+    {2, 2, 1, "1f1b", 2, 0, false, "none", 1, "fp32"},
+    {2, 1, 2, "gpipe", 2, 0, false, "none", 2, "bf16"},
+    {1, 2, 2, "1f1b", 2, 0, false, "none", 2, "fp16"},
+};
+
+static gt_config llama_config(const gt_config *base, int kv, const char *prec)
+{
+  gt_config c = *base;
+  tu_config_set(&c, "model.type=llama");
+  tu_config_set(&c, "model.layers=4");
+  tu_config_set(&c, "model.heads=4");
+  tu_config_set(&c, "model.dim=32");
+  tu_config_set(&c, "model.kv_heads=%d", kv);
+  tu_config_set(&c, "model.ffn_dim=48");
+  tu_config_set(&c, "model.rope_scaling=llama3");
+  tu_config_set(&c, "model.rope_original_seq_len=8");
+  tu_config_set(&c, "backend.precision=%s", prec);
+  c.grid.dp = c.grid.pp = c.grid.tp = 1;
+  return c;
+}
+
+/* Every llama case against one rank of the same model and precision: fp32
+ * within TOL (loss of each step, every final tensor) as the GPT layouts;
+ * bf16 and fp16 within test_precision.c's bounds (losses 1e-3, tensors 5e-2
+ * of max(max|b|, lr * steps)). */
+static void test_llama(const gt_config *base, int nranks, int rank)
+{
+  const int kvs[] = {2, 1};
+  const char *precs[] = {"fp32", "bf16", "fp16"};
+  outcome refs[2][3];
+  memset(refs, 0, sizeof refs);
+  int st = GT_SUCCESS;
+  for (int k = 0; k < 2; k++)
+    for (int p = 0; p < 3; p++) {
+      bool used = false;
+      for (size_t i = 0; i < sizeof llama_cases / sizeof *llama_cases; i++)
+        used |= llama_cases[i].kv == kvs[k] && strcmp(llama_cases[i].prec, precs[p]) == 0;
+      if (!used || rank != 0 || st != GT_SUCCESS)
+        continue;
+      const gt_config one = llama_config(base, kvs[k], precs[p]);
+      st = train(&one, MPI_COMM_SELF, false, &refs[k][p]);
+      if (st != GT_SUCCESS)
+        tap_diag("llama reference kv_heads %d %s: %s", kvs[k], precs[p], gt_error_message());
+    }
+  tu_sleepy_barrier(MPI_COMM_WORLD);
+  MPI_Bcast(&st, 1, MPI_INT, 0, MPI_COMM_WORLD);
+  if (rank == 0)
+    tap_ok(st == GT_SUCCESS && refs[0][0].loss[STEPS - 1] < refs[0][0].loss[0] - 0.1,
+           "llama: the single-rank references train (fp32 loss %.4f -> %.4f)",
+           refs[0][0].loss[0], refs[0][0].loss[STEPS - 1]);
+  for (size_t i = 0; i < sizeof llama_cases / sizeof *llama_cases && st == GT_SUCCESS; i++) {
+    const llama_case *lc = &llama_cases[i];
+    const int size = lc->dp * lc->pp * lc->tp;
+    char run[200];
+    snprintf(run, sizeof run,
+             "llama kv_heads %d %s (dp,pp,tp)=(%d,%d,%d) %s mb=%d zero %d%s recompute %s",
+             lc->kv, lc->prec, lc->dp, lc->pp, lc->tp, lc->schedule, lc->m, lc->zero,
+             lc->seq_par ? " sequence parallel" : "", lc->recompute);
+    if (!tu_fits_world(size, run) || size > nranks)
+      continue;
+    gt_config c = llama_config(base, lc->kv, lc->prec);
+    c.grid.dp = lc->dp, c.grid.pp = lc->pp, c.grid.tp = lc->tp;
+    snprintf(c.parallel.schedule, sizeof c.parallel.schedule, "%s", lc->schedule);
+    c.data.microbatches = lc->m;
+    c.parallel.zero = lc->zero;
+    c.parallel.sequence_parallel = lc->seq_par;
+    tu_config_set(&c, "model.recompute=%s", lc->recompute);
+    MPI_Comm comm;
+    MPI_Comm_split(MPI_COMM_WORLD, rank < size ? 0 : MPI_UNDEFINED, rank, &comm);
+    outcome got = {0};
+    int rs = GT_SUCCESS;
+    const double t0 = seconds();
+    if (comm != MPI_COMM_NULL) {
+      rs = train(&c, comm, false, &got);
+      MPI_Comm_free(&comm);
+    }
+    tu_sleepy_barrier(MPI_COMM_WORLD);
+    if (rank == 0) {
+      const int k = lc->kv == 2 ? 0 : 1;
+      const int p = strcmp(lc->prec, "fp32") == 0 ? 0 : strcmp(lc->prec, "bf16") == 0 ? 1 : 2;
+      const outcome *ref = &refs[k][p];
+      const bool fp32 = p == 0;
+      const double ltol = fp32 ? TOL : 1e-3, ptol = fp32 ? TOL : 5e-2;
+      const double floor = fp32 ? 0.0 : 1e-3 * STEPS; /* lr * steps */
+      if (rs != GT_SUCCESS)
+        tap_diag("%s: %s", run, gt_error_message());
+      const gt_gpt_shape shape = gt_gpt_shape_config(&c);
+      const double le = rs == GT_SUCCESS ? tu_loss_err(got.loss, ref->loss, STEPS) : INFINITY;
+      const double pe = rs == GT_SUCCESS && got.numel == ref->numel
+                            ? tu_param_err_at(&shape, got.final, ref->final, floor, ptol)
+                            : INFINITY;
+      tap_ok(le <= ltol, "%s: loss of each of %d steps within %.0e (worst %.2e; %.1f s)", run,
+             STEPS, ltol, le, seconds() - t0);
+      tap_ok(pe <= ptol, "%s: final parameters within %.0e (worst %.2e)", run, ptol, pe);
+    }
+    free(got.initial);
+    free(got.final);
+  }
+  for (int k = 0; k < 2; k++)
+    for (int p = 0; p < 3; p++)
+      free(refs[k][p].final);
 }
 
 
@@ -332,6 +468,8 @@ int main(int argc, char **argv)
   }
   tap_diag("worst loss error %.2e (%s); worst parameter error %.2e (%s)", worst_loss,
            worst_loss_run, worst_param, worst_param_run);
+  if (nranks != 6) /* the 6-rank set would repeat the cases of up to 6 ranks */
+    test_llama(&cfg, nranks, rank);
   free(ref.initial);
   free(ref.final);
   int rc = tap_done();

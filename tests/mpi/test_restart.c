@@ -20,6 +20,9 @@
  *    without O_DIRECT, the file's datasets (values and both moments) are
  *    bitwise the (2,2,2) file's.
  *
+ * 6. A llama (GQA, untied head, llama3 rope) at (2,2,2) with ZeRO 1 resumes
+ *    bit for bit, and its file loads into one rank bitwise.
+ *
  * [optim] eps = 1e-4 for the reason given in test_layouts.c (parameters whose
  * gradient is rounding noise); the same-layout checks are exact either way.
  *
@@ -171,6 +174,74 @@ static bool same_datasets(const char *a, const char *b, int *n, char *bad, size_
   return ok && !c.bad[0] && c.n > 0;
 }
 
+
+// ---- 6. a llama resumes bit for bit ----
+
+/* A llama (GQA 4/2, untied head on the last stage, llama3 rope) at (2,2,2)
+ * with ZeRO 1: N steps, a checkpoint, N more after resume = auto are bitwise
+ * the uninterrupted 2N; the file loads into one rank bitwise, and N steps
+ * there follow within TOL. */
+static void test_llama_restart(const gt_config *base, const char *dir, int rank)
+{
+  gt_config cfg = *base;
+  tu_config_set(&cfg, "model.type=llama");
+  tu_config_set(&cfg, "model.kv_heads=2");
+  tu_config_set(&cfg, "model.ffn_dim=48");
+  tu_config_set(&cfg, "model.rope_scaling=llama3");
+  tu_config_set(&cfg, "model.rope_original_seq_len=8");
+  cfg.grid.dp = cfg.grid.pp = cfg.grid.tp = 2;
+  cfg.parallel.zero = 1;
+  const gt_gpt_shape shape = shape_of(&cfg);
+  const size_t numel = gt_gpt_param_count(&shape);
+  char ckdir[900];
+  snprintf(ckdir, sizeof ckdir, "%s/ck_llama", dir);
+  outcome ref = {0}, first = {0}, second = {0}, one = {0};
+  int st = run(&cfg, MPI_COMM_WORLD, 2 * N, NULL, numel, &ref);
+  tu_ok_status(st, "llama (2,2,2) zero 1: the uninterrupted run");
+  st = run(&cfg, MPI_COMM_WORLD, N, ckdir, numel, &first);
+  tu_ok_status(st, "llama (2,2,2) zero 1: N steps and a checkpoint");
+  gt_config resumed = cfg;
+  snprintf(resumed.checkpoint.dir, sizeof resumed.checkpoint.dir, "%s", ckdir);
+  snprintf(resumed.checkpoint.resume, sizeof resumed.checkpoint.resume, "auto");
+  st = run(&resumed, MPI_COMM_WORLD, N, NULL, numel, &second);
+  tu_ok_status(st, "llama (2,2,2) zero 1: resume = auto");
+  if (rank == 0) {
+    const bool same = second.start == N && same_bits(second.loaded, first.final, numel) &&
+                      memcmp(second.loss, ref.loss + N, N * sizeof(double)) == 0 &&
+                      same_bits(second.final, ref.final, numel);
+    tap_ok(same,
+           "llama (2,2,2) zero 1: resumed at step %ld, steps %d..%d and the final parameters "
+           "bit for bit the uninterrupted run's",
+           second.start, N, 2 * N - 1);
+    if (!same)
+      for (int k = 0; k < N; k++)
+        tap_diag("  step %d: %.17g vs %.17g", N + k, second.loss[k], ref.loss[N + k]);
+  }
+  char path[1024];
+  snprintf(path, sizeof path, "%s", first.saved);
+  MPI_Bcast(path, sizeof path, MPI_CHAR, 0, MPI_COMM_WORLD);
+  gt_config c = cfg;
+  c.grid.dp = c.grid.pp = c.grid.tp = 1;
+  c.parallel.zero = 0;
+  snprintf(c.checkpoint.resume, sizeof c.checkpoint.resume, "%s", path);
+  if (rank == 0) {
+    st = run(&c, MPI_COMM_SELF, N, NULL, numel, &one);
+    if (tu_ok_status(st, "llama (1,1,1) loads the (2,2,2) zero 1 checkpoint")) {
+      double worst = 0;
+      for (int k = 0; k < N; k++)
+        worst = fmax(worst, fabs(one.loss[k] - ref.loss[N + k]) / fabs(ref.loss[N + k]));
+      tap_ok(one.start == N && same_bits(one.loaded, first.final, numel) && worst <= TOL,
+             "llama (1,1,1): bitwise the saved parameters at step %ld; %d steps follow within "
+             "%.0e (worst %.2e)",
+             one.start, N, TOL, worst);
+    }
+  }
+  tu_sleepy_barrier(MPI_COMM_WORLD);
+  free_outcome(&ref);
+  free_outcome(&first);
+  free_outcome(&second);
+  free_outcome(&one);
+}
 
 int main(int argc, char **argv)
 {
@@ -345,6 +416,7 @@ int main(int argc, char **argv)
   }
   free_outcome(&first);
   free_outcome(&ref);
+  test_llama_restart(&cfg, dir, rank);
   int status = tap_done();
   MPI_Finalize();
   return status;

@@ -12,6 +12,14 @@
  * the sampled entries (the norm floored so an all-but-zero gradient cannot
  * pass by luck or fail on noise).
  *
+ * The llama block (RMSNorm, rotary positions, grouped-query attention with 2
+ * key/value heads for 4 query heads, SwiGLU, no biases) and the whole llama
+ * (untied head, GQA, llama3 rope scaling) go through the same checks at the
+ * same bounds. Head size 4, so that rope rotates two frequencies; its
+ * llama3 scaling (original length 8, factors 1 and 4) puts one frequency
+ * in the smoothed band and divides the other by the factor, two of its
+ * three branches.
+ *
  * gt-test: ranks=1 tier=quick
  */
 #include <stdio.h>
@@ -21,6 +29,7 @@
 #include "gridtrain/backend.h"
 #include "gridtrain/gpt.h"
 #include "gridtrain/layers.h"
+#include "gridtrain/rope.h"
 
 
 static gt_backend *fast, *ref;
@@ -139,6 +148,145 @@ static void test_block(gt_backend *be)
     free(acts[i]);
 }
 
+// ---- llama block: RMSNorm, rope, GQA, SwiGLU, no biases ----------------------------------------
+
+/* The rope tables (T, hs/2) in a backend's memory, computed on the host. */
+static float *rope_upload(gt_backend *be, const float *host, size_t n)
+{
+  float *dev = NULL;
+  if (be->ops->alloc(be, n * sizeof(float), (void **)&dev) != GT_SUCCESS ||
+      tu_upload(be, dev, host, n * sizeof(float)) != GT_SUCCESS)
+    return NULL;
+  return dev;
+}
+
+/* blk_ctx plus the tables of each backend (FD runs on ref, gradients on be). */
+typedef struct {
+  blk_ctx b;
+  gt_backend *be;
+  gt_block_kind kind_be, kind_ref;
+} llama_ctx;
+
+static double llama_blk_loss(fd_case *c, gt_backend *be)
+{
+  llama_ctx *l = c->ctx;
+  blk_ctx *b = &l->b;
+  b->d.kind = be == l->be ? l->kind_be : l->kind_ref;
+  gt_block_forward(be, &b->w, &b->a, b->x, b->y, b->d);
+  be->ops->sync(be);
+  return dot_r(b->y, b->r, (size_t)b->d.B * b->d.T * b->d.C);
+}
+
+enum { LL_B = 2, LL_T = 6, LL_C = 16, LL_H = 4, LL_HKV = 2, LL_F = 24, LL_HS = LL_C / LL_H };
+
+static void llama_blk_grads(fd_case *c, gt_backend *be)
+{
+  llama_ctx *l = c->ctx;
+  blk_ctx *b = &l->b;
+  const size_t N = LL_B * LL_T, C = LL_C, QKV = (LL_H + 2 * LL_HKV) * LL_HS;
+  float *gs[6] = {b->g.ln1_w, b->g.qkv_w, b->g.proj_w, b->g.ln2_w, b->g.fc_w, b->g.fcproj_w};
+  size_t sizes[6] = {C, QKV * C, C * C, C, 2 * LL_F * C, C * LL_F};
+  for (int i = 0; i < 6; i++)
+    memset(gs[i], 0, sizes[i] * sizeof(float));
+  llama_blk_loss(c, be);
+  memcpy(b->dres, b->r, N * C * sizeof(float));
+  gt_block_backward(be, &b->w, &b->g, &b->a, b->x, b->dres, &b->s, b->d);
+  be->ops->sync(be);
+  memcpy(b->dx, b->dres, N * C * sizeof(float));
+}
+
+static void test_llama_block(gt_backend *be)
+{
+  llama_ctx l;
+  memset(&l, 0, sizeof l);
+  blk_ctx *b = &l.b;
+  l.be = be;
+  const size_t N = LL_B * LL_T, C = LL_C, F = LL_F, QKV = (LL_H + 2 * LL_HKV) * LL_HS;
+  b->d = (gt_layer_dims){.B = LL_B, .T = LL_T, .C = LL_C, .H = LL_H, .dt = GT_F32,
+                         .Hkv = LL_HKV, .F = LL_F};
+  /* theta 100: the second frequency turns by a visible angle over 6 positions */
+  const size_t nt = (size_t)LL_T * LL_HS / 2;
+  float *cs = tu_alloc(2 * nt);
+  if (gt_rope_tables(LL_HS, LL_T, 100.0, NULL, cs, cs + nt) != GT_SUCCESS) {
+    tap_ok(false, "llama block: rope tables: %s", gt_error_message());
+    free(cs);
+    return;
+  }
+  gt_block_kind k = {.norm = {.rms = true, .eps = 1e-5f}, .rope = true, .swiglu = true};
+  l.kind_be = l.kind_ref = k;
+  l.kind_be.rope_cos = rope_upload(be, cs, nt);
+  l.kind_be.rope_sin = rope_upload(be, cs + nt, nt);
+  l.kind_ref.rope_cos = rope_upload(ref, cs, nt);
+  l.kind_ref.rope_sin = rope_upload(ref, cs + nt, nt);
+  free(cs);
+  float *ws[6], *gs[6];
+  const char *names[6] = {"ln_1.weight", "attn.qkv.weight", "attn.proj.weight",
+                          "ln_2.weight", "mlp.fc.weight",   "mlp.proj.weight"};
+  size_t sizes[6] = {C, QKV * C, C * C, C, 2 * F * C, C * F};
+  for (int i = 0; i < 6; i++) {
+    ws[i] = blk_buf(sizes[i]);
+    gs[i] = blk_buf(sizes[i]);
+    bool ln_weight = i == 0 || i == 3;
+    tu_fill(ws[i], sizes[i], 140 + (uint64_t)i, ln_weight ? 0.5f : -0.5f, ln_weight ? 1.5f : 0.5f);
+  }
+  b->w = (gt_block_weights){.ln1_w = ws[0], .qkv_w = ws[1], .proj_w = ws[2], .ln2_w = ws[3],
+                            .fc_w = ws[4], .fcproj_w = ws[5]};
+  b->g = (gt_block_grads){.ln1_w = gs[0], .qkv_w = gs[1], .proj_w = gs[2], .ln2_w = gs[3],
+                          .fc_w = gs[4], .fcproj_w = gs[5]};
+  b->a = (gt_block_acts){.ln1 = blk_buf(N * C), .ln1_mean = blk_buf(N), .ln1_rstd = blk_buf(N),
+                         .qkv = blk_buf(N * QKV), .lse = blk_buf(N * LL_H),
+                         .atty = blk_buf(N * C), .res2 = blk_buf(N * C), .ln2 = blk_buf(N * C),
+                         .ln2_mean = blk_buf(N), .ln2_rstd = blk_buf(N),
+                         .fc = blk_buf(2 * N * F), .gelu = blk_buf(N * F)};
+  b->s = (gt_block_scratch){.dln = blk_buf(N * C), .dqkv = blk_buf(N * QKV),
+                            .datty = blk_buf(N * C), .dfc = blk_buf(2 * N * F),
+                            .dact = blk_buf(N * F)};
+  b->x = blk_buf(N * C);
+  b->dx = blk_buf(N * C);
+  b->y = blk_buf(N * C);
+  b->r = blk_buf(N * C);
+  b->dres = blk_buf(N * C);
+  tu_fill(b->x, N * C, 150, -1, 1);
+  tu_fill(b->r, N * C, 151, -1, 1);
+  float *xs[7] = {b->x}, *grads[7] = {b->dx};
+  size_t ns[7] = {N * C};
+  const char *xn[7] = {"x"};
+  for (int i = 0; i < 6; i++) {
+    xs[i + 1] = ws[i];
+    grads[i + 1] = gs[i];
+    ns[i + 1] = sizes[i];
+    xn[i + 1] = names[i];
+  }
+  const bool tables = l.kind_be.rope_cos && l.kind_be.rope_sin && l.kind_ref.rope_cos &&
+                      l.kind_ref.rope_sin;
+  if (!tap_ok(tables, "llama block [%s]: rope tables uploaded", be->name))
+    return;
+  for (int g0 = 0; g0 < 7; g0 += 4) {
+    fd_case c = {.name = "llama block", .loss = llama_blk_loss, .grads = llama_blk_grads,
+                 .ctx = &l};
+    for (int j = 0; j < 4 && g0 + j < 7; j++) {
+      c.x[j] = xs[g0 + j];
+      c.grad[j] = grads[g0 + j];
+      c.n[j] = ns[g0 + j];
+      c.xname[j] = xn[g0 + j];
+      c.ninputs = j + 1;
+    }
+    fd_run(&c, be, ref);
+  }
+  for (int i = 0; i < 6; i++)
+    free(ws[i]), free(gs[i]);
+  void *acts[] = {b->a.ln1, b->a.ln1_mean, b->a.ln1_rstd, b->a.qkv, b->a.lse, b->a.atty,
+                  b->a.res2, b->a.ln2, b->a.ln2_mean, b->a.ln2_rstd, b->a.fc, b->a.gelu,
+                  b->s.dln, b->s.dqkv, b->s.datty, b->s.dfc, b->s.dact, b->x, b->dx, b->y,
+                  b->r, b->dres};
+  for (size_t i = 0; i < sizeof acts / sizeof acts[0]; i++)
+    free(acts[i]);
+  be->ops->free(be, (void *)l.kind_be.rope_cos);
+  be->ops->free(be, (void *)l.kind_be.rope_sin);
+  ref->ops->free(ref, (void *)l.kind_ref.rope_cos);
+  ref->ops->free(ref, (void *)l.kind_ref.rope_sin);
+}
+
 // ---- the whole GPT -----------------------------------------------------------------------------
 
 /* The loss sum of one forward of m (device accumulator acc). */
@@ -153,9 +301,8 @@ static double gpt_loss_sum(gt_gpt *m, double *acc, const int32_t *tok, const int
   return sum;
 }
 
-static void test_gpt(gt_backend *be)
+static void test_gpt(gt_backend *be, const gt_gpt_shape shape, const char *what)
 {
-  gt_gpt_shape shape = {2, 2, 8, 8, 11, .arch = GT_MODEL_GPT};
   const int B = 2, T = 6, N = B * T;
   const gt_gpt_part whole = gt_gpt_whole(&shape);
   gt_gpt *fwd = NULL, *model = NULL; /* cpu-ref model perturbed for FD; the one under test */
@@ -164,7 +311,7 @@ static void test_gpt(gt_backend *be)
       gt_gpt_create(be, &shape, &whole, NULL, GT_F32, B, T, 1, &model) ||
       ref->ops->alloc(ref, sizeof(double), (void **)&acc_f) ||
       be->ops->alloc(be, sizeof(double), (void **)&acc_m)) {
-    tap_ok(false, "gpt create: %s", gt_error_message());
+    tap_ok(false, "%s create: %s", what, gt_error_message());
     return;
   }
   gt_params *pf = gt_gpt_params(fwd), *pm = gt_gpt_params(model);
@@ -210,10 +357,10 @@ static void test_gpt(gt_backend *be)
       worst_name = pf->list[p].name;
     }
     if (err > FD_TOL)
-      tap_diag("gpt [%s] %s: error %.3e", be->name, pf->list[p].name, err);
+      tap_diag("%s [%s] %s: error %.3e", what, be->name, pf->list[p].name, err);
   }
-  tap_ok(worst <= FD_TOL, "gpt [%s] all %d parameter gradients vs finite differences (worst %.2e, %s)",
-         be->name, pf->count, worst, worst_name);
+  tap_ok(worst <= FD_TOL, "%s [%s] all %d parameter gradients vs finite differences (worst %.2e, %s)",
+         what, be->name, pf->count, worst, worst_name);
   free(w);
   free(grads);
   ref->ops->free(ref, acc_f);
@@ -221,6 +368,14 @@ static void test_gpt(gt_backend *be)
   gt_gpt_destroy(&fwd);
   gt_gpt_destroy(&model);
 }
+
+/* A llama: untied head, 4 heads over 2 key/value heads (head size 4), an
+ * MLP of 24 (not 4 dim), llama3 rope scaling (see the top). */
+static const gt_gpt_shape llama_shape = {
+    2, 4, 16, 8, 11, .arch = GT_MODEL_LLAMA, .kv_heads = 2, .ffn_dim = 24, .tie = GT_TRI_OFF,
+    .norm_eps = 1e-5f, .rope_theta = 10000.0,
+    .rope = {.type = GT_ROPE_LLAMA3, .factor = 8, .low_freq_factor = 1, .high_freq_factor = 4,
+             .original_max_position_embeddings = 8}};
 
 int main(int argc, char **argv)
 {
@@ -230,7 +385,9 @@ int main(int argc, char **argv)
   gt_backend *backends[2] = {ref, fast};
   for (int i = 0; i < 2; i++) {
     test_block(backends[i]);
-    test_gpt(backends[i]);
+    test_gpt(backends[i], (gt_gpt_shape){2, 2, 8, 8, 11, .arch = GT_MODEL_GPT}, "gpt");
+    test_llama_block(backends[i]);
+    test_gpt(backends[i], llama_shape, "llama");
   }
   gt_backend_destroy(&fast);
   gt_backend_destroy(&ref);

@@ -246,11 +246,73 @@ static void test_describe(void)
          "description at dp = 1: '%s'", buf);
 }
 
+/* The llama keys against each other and the layout: each error is one line
+ * that names the key to change. */
+static void expect_llama_error(const gt_config *cfg, int tp, const char *key, const char *needle,
+                               const char *what)
+{
+  gt_config c = *cfg;
+  c.grid.dp = 1, c.grid.pp = 1, c.grid.tp = tp;
+  gt_layout l;
+  gt_error_clear();
+  const int st = gt_layout_resolve(&c, tp, &l);
+  const char *msg = gt_error_message();
+  if (!tap_ok(st == GT_ERR_INPUT && strstr(msg, key) && strstr(msg, needle) && !strchr(msg, '\n'),
+              "%s: refused in one line naming %s ('%s')", what, key, needle))
+    tap_diag("status %d: %s", st, msg);
+}
+
+static void test_llama_checks(void)
+{
+  gt_config cfg;
+  small_config(&cfg); /* 4 heads, dim 128: head size 32 */
+  cfg.model.type = GT_MODEL_LLAMA;
+  cfg.model.kv_heads = 2;
+  cfg.model.ffn_dim = 96;
+  gt_layout l;
+  tap_ok(resolve_at(&cfg, 1, 1, 2, &l) == GT_SUCCESS, "llama heads 4, kv_heads 2, ffn_dim 96 at tp=2");
+  gt_config c = cfg;
+  c.model.kv_heads = 3;
+  expect_llama_error(&c, 1, "kv_heads=3", "does not divide heads=4", "llama kv_heads 3 of 4 heads");
+  expect_llama_error(&cfg, 4, "kv_heads=2", "tp=4 does not divide", "llama tp=4 over kv_heads 2");
+  c = cfg;
+  c.model.kv_heads = 1;
+  expect_llama_error(&c, 2, "kv_heads=1", "tp=2 does not divide", "llama tp=2 over kv_heads 1");
+  c = cfg;
+  c.model.kv_heads = 4;
+  c.model.ffn_dim = 90;
+  expect_llama_error(&c, 4, "ffn_dim=90", "tp=4 does not divide", "llama tp=4 over ffn_dim 90");
+  c = cfg;
+  c.model.kv_heads = 4;
+  c.model.dim = 4 * 5; /* head size 5 */
+  c.model.ffn_dim = 80;
+  expect_llama_error(&c, 1, "dim / heads", "even head size", "llama head size 5");
+  c = cfg;
+  c.model.type = GT_MODEL_GPT;
+  c.model.ffn_dim = 0;
+  expect_llama_error(&c, 1, "kv_heads=2", "type = gpt", "gpt with kv_heads 2 of 4 heads");
+  c = cfg;
+  c.model.type = GT_MODEL_GPT;
+  c.model.kv_heads = 0;
+  expect_llama_error(&c, 1, "ffn_dim=96", "type = gpt", "gpt with ffn_dim 96, not 4 dim");
+  c = cfg;
+  c.model.rope_scaling = GT_ROPE_SCALING_LINEAR;
+  c.model.rope_factor = 0;
+  expect_llama_error(&c, 1, "rope_factor = 0", "positive", "llama linear rope_factor 0");
+  c = cfg;
+  c.model.rope_scaling = GT_ROPE_SCALING_LLAMA3;
+  c.model.rope_low_freq_factor = 4;
+  c.model.rope_high_freq_factor = 2;
+  expect_llama_error(&c, 1, "rope_high_freq_factor = 2", "high_freq_factor > low_freq_factor",
+                     "llama3 rope_high_freq_factor below rope_low_freq_factor");
+}
+
 int main(int argc, char **argv)
 {
   tu_mpi_init(&argc, &argv);
   test_sizes();
   test_model_checks();
+  test_llama_checks();
   test_what_applies();
   test_round_trip();
   test_describe();
