@@ -109,7 +109,7 @@ static void test_block(gt_backend *be)
                         blk_buf(B * H * T), blk_buf(N * C), blk_buf(N * C), blk_buf(N * C),
                         blk_buf(N), blk_buf(N), blk_buf(4 * N * C), blk_buf(4 * N * C)};
   b.s = (gt_block_scratch){blk_buf(N * C), blk_buf(3 * N * C), blk_buf(N * C),
-                           blk_buf(4 * N * C)};
+                           blk_buf(4 * N * C), NULL}; /* dact: SwiGLU only */
   b.x = blk_buf(N * C);
   b.dx = blk_buf(N * C);
   b.y = blk_buf(N * C);
