@@ -6,8 +6,8 @@
  * Read: config.json (GPT2LMHeadModel / model_type gpt2, or LlamaForCausalLM
  * / model_type llama), the weights from model.safetensors or the shards that
  * model.safetensors.index.json names (F32, BF16 or F16, converted to fp32
- * exactly), and the tokenizer: tokenizer.json, or GPT-2's vocab.json and
- * merges.txt (tokenizer.h, gt_tokenizer_load_hf).
+ * exactly), and the tokenizer: tokenizer.model (SentencePiece, Llama 2),
+ * else tokenizer.json, or GPT-2's vocab.json and merges.txt (tokenizer.h).
  *
  * Written: a checkpoint of format GT_CKPT_FORMAT at step 0 (layout 1x1x1,
  * precision fp32, loss NaN) whose deck holds the [model] section config.json
@@ -66,6 +66,12 @@ typedef struct gt_hf_import_summary {
 /* Not collective: import dir into the checkpoint out (written as out.tmp and
  * renamed; an existing out is replaced). sum may be NULL. */
 int gt_hf_import(const char *dir, const char *out, gt_hf_import_summary *sum);
+
+/* Not collective: the tokenizer of dir: tokenizer.model (SentencePiece,
+ * Llama 2) when there is one, else tokenizer.json or GPT-2's vocab.json and
+ * merges.txt (byte-level BPE); GT_ERR_INPUT when there is none. */
+struct gt_tokenizer;
+int gt_hf_load_tokenizer(const char *dir, struct gt_tokenizer **tok);
 
 /* Not collective: this rank's parameters (the part of the model a
  * gt_params set holds: any stages, tp pieces or ZeRO piece of the master)

@@ -271,7 +271,7 @@ static int gt_score_read(const gt_score_args *a, const gt_config *cfg, gt_score_
   gt_tokenizer *tok = NULL;
   if (!a->tokens) {
     if (a->hf && !a->data)
-      GT_CALL(gt_tokenizer_load_hf(a->ckpt, &tok)); /* the model's own */
+      GT_CALL(gt_hf_load_tokenizer(a->ckpt, &tok)); /* the model's own */
     else
       GT_CALL(gt_tokenizer_from_file(cfg->data.train, &tok));
     const int tv = gt_tokenizer_vocab(tok);

@@ -610,14 +610,30 @@ static int gt_hf_tokenizer(const char *dir, long vocab, gt_tokenizer **tok, char
                            size_t size)
 {
   *tok = NULL;
-  if (!gt_hf_exists(dir, "tokenizer.json") && !gt_hf_exists(dir, "vocab.json")) {
-    snprintf(note, size, "%s has no tokenizer.json (nor vocab.json and merges.txt)", dir);
+  if (gt_hf_exists(dir, "tokenizer.model")) {
+    /* SentencePiece (Llama 2 and others of its time): its own model file,
+     * which its tokenizer.json only mirrors (Metaspace, not byte-level) */
+    char path[GT_PATH_MAX];
+    GT_CALL(gt_hf_join(dir, "tokenizer.model", path, sizeof path));
+    GT_CALL(gt_tokenizer_load(path, tok));
+  } else if (!gt_hf_exists(dir, "tokenizer.json") && !gt_hf_exists(dir, "vocab.json")) {
+    snprintf(note, size, "%s has no tokenizer.model, tokenizer.json (nor vocab.json and "
+             "merges.txt)", dir);
     return GT_SUCCESS;
+  } else {
+    GT_CALL(gt_tokenizer_load_hf(dir, tok));
   }
-  GT_CALL(gt_tokenizer_load_hf(dir, tok));
   GT_CHECK(gt_tokenizer_vocab(*tok) <= vocab, GT_ERR_INPUT,
            "%s: the tokenizer has %d ids but config.json's vocab_size is %ld", dir,
            gt_tokenizer_vocab(*tok), vocab);
+  return GT_SUCCESS;
+}
+
+int gt_hf_load_tokenizer(const char *dir, gt_tokenizer **tok)
+{
+  char note[GT_PATH_MAX + 96] = "";
+  GT_CALL(gt_hf_tokenizer(dir, INT32_MAX, tok, note, sizeof note));
+  GT_CHECK(*tok != NULL, GT_ERR_INPUT, "%s", note);
   return GT_SUCCESS;
 }
 

@@ -102,6 +102,22 @@ ok $? "both predict the tokens the tokenizers package makes of Genesis ($(cat "$
   grep -q "^In the beginning" "$GT_TMP/sample.out"
 ok $? "sample decodes with the tokenizer the import stored" || show "$GT_TMP/sample.out"
 
+# Llama 2's kind: a SentencePiece tokenizer.model next to the weights (the
+# test's 80-piece model); score encodes with it as the sentencepiece
+# package does, line by line (a line with its newline: tokenizer.h)
+sp="$GT_TMP/llama-spm"
+rm -rf "$sp" && cp -r "$tk" "$sp" && rm "$sp/tokenizer.json" &&
+  cp "$GT_SRCDIR/tests/data/spm_default.model" "$sp/tokenizer.model" &&
+  "$py" -c 'import sentencepiece as s, sys
+m = s.SentencePieceProcessor(model_file=sys.argv[1])
+lines = open(sys.argv[2], encoding="utf-8", newline="").read().splitlines(keepends=True)
+print(sum(len(m.encode(l)) for l in lines) - 1)' "$sp/tokenizer.model" "$text" >"$sp/predicted" 2>"$GT_TMP/spm.err" ||
+  { show "$GT_TMP/spm.err"; bail "cannot make the SentencePiece directory"; }
+"$GT_BIN" score "$sp" "$text" --json >"$GT_TMP/sp.out" 2>&1 &&
+  grep -q "\"tokens\": $(cat "$sp/predicted")," "$GT_TMP/sp.out"
+ok $? "a directory with a SentencePiece tokenizer.model: score predicts the $(cat "$sp/predicted") tokens the sentencepiece package makes" ||
+  show "$GT_TMP/sp.out"
+
 # a deck that is not the directory's model
 common=$(echo "$common" | sed 's/model.kv_heads=2/model.kv_heads=4/')
 train bad 1 1 checkpoint.init="$hf"
