@@ -1772,12 +1772,14 @@ int main(int argc, char **argv)
   /* attention: cpu-ref once, then the default backend and both variants;
    * the long case is T = 1024 on a GPU, and T = 300 under the emulator (it
    * still spans many tiles each way, at a tenth of the host's work) */
-  /* grouped-query shapes: 2 query heads per key/value head, and one
-   * key/value head for all (multi-query), over several key tiles */
+  /* grouped-query shapes: 2 query heads per key/value head, 4 per head
+   * with hs = 64 (Llama's group and head size), and one key/value head for
+   * all (multi-query), over several key tiles */
   const shape shapes[] = {{2, 1, 3, 16, 3},     {2, 1, 3, 64, 3},  {2, 17, 3, 16, 3},
                           {2, 17, 3, 64, 3},    {2, 64, 3, 16, 3}, {2, 64, 3, 64, 3},
                           {2, 130, 3, 16, 3},   {2, 130, 3, 64, 3}, {2, 70, 4, 32, 2},
-                          {1, 130, 3, 64, 1},   {1, emulated() ? 300 : 1024, 3, 64, 3}};
+                          {2, 100, 8, 64, 2},   {1, 130, 3, 64, 1},
+                          {1, emulated() ? 300 : 1024, 3, 64, 3}};
   const int nsh = (int)(sizeof shapes / sizeof *shapes);
   attn_case cases[3 * sizeof shapes / sizeof *shapes];
   int nc = 0;
