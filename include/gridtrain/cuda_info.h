@@ -29,6 +29,7 @@ typedef struct {
   long cudnn_forward, cudnn_backward, own_forward, own_backward;
   bool cudnn_built;  /* this build has cuDNN */
   bool cudnn_loaded; /* ... and this backend started it */
+  bool cudnn_gqa;    /* ... and sends it grouped-query shapes (Hkv < H): compute capability 9.x */
 } gt_cuda_attention_stats;
 void gt_cuda_attention_counts(gt_backend *be, gt_cuda_attention_stats *st);
 

@@ -53,6 +53,8 @@ deck=$src/tests/decks/tiny.in
 now() { date +%s; }
 # sh_quote VALUE: VALUE as one single-quoted shell word
 sh_quote() { printf "'%s'" "$(printf '%s' "$1" | sed "s/'/'\\\\''/g")"; }
+# model_kv [KV_HEADS]: the overrides of a Llama with KV_HEADS key/value heads (none: GPT-2)
+model_kv() { [ -z "${1:-}" ] || echo "model.type=llama model.kv_heads=$1"; }
 # keep NAME...: write the variables to env.sh, which each step's process reads
 keep() {
   for k_name in "$@"; do
@@ -100,12 +102,14 @@ tap_prog() {
   cd "$src" && GT_SRCDIR=$src GT_BUILDDIR=$work/tb "$tdir/$t_prog" "$@"
 }
 
-# curves STEPS: test_cuda_train's loss curves; their gaps to the cpu fp32 curve as results
+# curves MODEL STEPS: test_cuda_train's loss curves of MODEL (gpt, llama); their gaps
+# to the cpu fp32 curve as results
 curves() {
-  tap_prog test_cuda_train --curves --steps "$1" >"$logs/curves.tap" 2>&1
+  v_tap=$logs/curves-$1.tap
+  tap_prog test_cuda_train --curves --model "$1" --steps "$2" >"$v_tap" 2>&1
   v_rc=$?
-  cat "$logs/curves.tap"
-  grep -E '^(not )?ok .*(tracks|at every step|skips no step)' "$logs/curves.tap" |
+  cat "$v_tap"
+  grep -E '^(not )?ok .*(tracks|at every step|skips no step)' "$v_tap" |
     sed 's/^ok [0-9]* - /result: curves: /; s/^not ok [0-9]* - /result: curves: FAIL: /'
   return $v_rc
 }
@@ -299,11 +303,14 @@ sanitize() {
   return $z_rc
 }
 
-# bench NAME LAYERS DIM HEADS BATCH: GPT-2 NAME in bf16 at T = seq, one GPU:
-# gridtrain, PyTorch eager and torch.compile, each under its own time limit; the
-# step fails only when gridtrain's run does (a torch failure is reported)
+# bench NAME LAYERS DIM HEADS BATCH [KV_HEADS]: GPT-2 NAME in bf16 at T = seq, one
+# GPU: gridtrain, PyTorch eager and torch.compile, each under its own time limit;
+# the step fails only when gridtrain's run does (a torch failure is reported).
+# With KV_HEADS: a Llama of that shape (model.type = llama, grouped-query
+# attention with KV_HEADS key/value heads, SwiGLU of the default width), gridtrain
+# alone (bench_gpu_torch.py builds GPT-2 only): ms/step, tok/s, MFU by 6N + 12LCT
 bench() {
-  b_name=$1 b_L=$2 b_C=$3 b_H=$4 b_B=$5
+  b_name=$1 b_L=$2 b_C=$3 b_H=$4 b_B=$5 b_KV=${6:-}
   b_py=$src/benchmarks/bench_gpu_torch.py
   b_dev=cuda
   [ "$dev" = cuda ] || b_dev=cpu # the dry run's own check of this code (GT_GPU_DRY_EXTRAS)
@@ -325,19 +332,23 @@ bench() {
     return $q_rc
   }
   [ -s "$logs/ceiling.json" ] || part ceiling 60 orig_env "$py" "$b_py" --gemm-ceiling --device "$b_dev"
+  # shellcheck disable=SC2046 # model_kv prints whole words
   part "gridtrain-$b_name" 120 "$mpx" -n 1 "$gt" train "$src/inputs/default.in" data.train="$work/g.h5" \
     data.val= run.eval_every=0 grid.dp=1 grid.pp=1 grid.tp=1 backend.device="$dev" \
-    backend.precision=bf16 model.layers="$b_L" model.dim="$b_C" model.heads="$b_H" \
+    backend.precision=bf16 model.layers="$b_L" model.dim="$b_C" model.heads="$b_H" $(model_kv "$b_KV") \
     model.seq_len="$bench_seq" model.vocab=50304 data.batch="$b_B" data.microbatches=1 run.steps=13 \
     run.log_every=1 checkpoint.dir= checkpoint.resume=never run.metrics="$logs/bench-$b_name.jsonl"
   b_rc=$?
   cat "$logs/gridtrain-$b_name.json" "$logs/gridtrain-$b_name.err" | tail -n 30
-  set -- --layers "$b_L" --dim "$b_C" --heads "$b_H" --seq "$bench_seq" --batch "$b_B" --device "$b_dev"
-  part "eager-$b_name" 120 orig_env "$py" "$b_py" "$@"
-  part "compile-$b_name" 300 orig_env "$py" "$b_py" "$@" --compile
-  orig_env "$py" - "$logs" "$b_name" "$b_L" "$b_C" "$b_B" "$bench_seq" "$bench_sized" <<'PY'
+  if [ -z "$b_KV" ]; then
+    set -- --layers "$b_L" --dim "$b_C" --heads "$b_H" --seq "$bench_seq" --batch "$b_B" --device "$b_dev"
+    part "eager-$b_name" 120 orig_env "$py" "$b_py" "$@"
+    part "compile-$b_name" 300 orig_env "$py" "$b_py" "$@" --compile
+  fi
+  orig_env "$py" - "$logs" "$b_name" "$b_L" "$b_C" "$b_B" "$bench_seq" "$bench_sized" "$b_H" "$b_KV" <<'PY'
 import json, statistics, sys
 logs, name, L, C, B, T, sized = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]), sys.argv[7]
+H, KV = int(sys.argv[8]), int(sys.argv[9] or 0)
 V = 50304
 def last_json(f):
     try:
@@ -354,10 +365,13 @@ def why(part):
     status = [l for l in lines if l.startswith("part ")]
     return "; ".join(status[-1:] + err[-1:])[:400] or "no output"
 N = 12 * L * C * C + 13 * L * C + V * C
+if KV:  # llama: q, o (C x C), k, v (C x KV*hs), SwiGLU 3 C F, two norms; wte and an untied head
+    F = -(-(8 * C // 3) // 256) * 256
+    N = L * (2 * C * C + 2 * C * (C // H) * KV + 3 * C * F + 2 * C) + C + 2 * V * C
 flops = 6 * N + 12 * L * C * T          # per token, attention included
 ceil = last_json("ceiling.json")
 ceiling = ceil.get("gemm_tflops", 0) if ceil else 0
-print(f"bench: {name} (L={L} C={C}) bf16 B={B} T={T}; {sized}")
+print(f"bench: {name} (L={L} C={C}" + (f", llama, {H} heads over {KV} kv heads" if KV else "") + f") bf16 B={B} T={T}; {sized}")
 print(f"bench: bf16 GEMM ceiling " + (f"{ceiling:.3g} TFLOP/s ({ceil.get('n')}^3, torch {ceil.get('torch')})"
       if ceiling else f"not measured: {why('ceiling')}"))
 try:
@@ -378,7 +392,7 @@ if len(recs) >= 4:
           f"989 TFLOP/s{vs}; {split}; device memory peak {peak:.1f} GiB (median of steps 3-{len(recs) - 1})")
 else:
     print(f"bench: gridtrain FAILED ({len(recs)} steps logged): {why('gridtrain-' + name)}")
-for part, label in (("eager", "torch eager"), ("compile", "torch.compile")):
+for part, label in () if KV else (("eager", "torch eager"), ("compile", "torch.compile")):
     t = last_json(f"{part}-{name}.json")
     if t and t.get("tok_s"):
         rel = f" (gridtrain {tok / t['tok_s']:.2f}x)" if tok else ""
@@ -859,15 +873,18 @@ curve_steps=${GT_GPU_CURVE_STEPS:-$([ "$dev" = cuda ] && echo 200 || echo 40)}
 layout_list=${GT_GPU_LAYOUTS:-dp2 tp2 pp2 pp2-1f1b 3d staged}
 parity_steps=${GT_GPU_PARITY_STEPS:-20}
 bench_seq=${GT_GPU_BENCH_SEQ:-1024}
-bench_models=${GT_GPU_BENCH_MODELS:-124m:12:768:12 350m:24:1024:16}
+# NAME:LAYERS:DIM:HEADS[:KV_HEADS] (KV_HEADS: a Llama with grouped-query attention)
+bench_models=${GT_GPU_BENCH_MODELS:-124m:12:768:12 llama-350m:24:1024:16:4 350m:24:1024:16}
 # the batch: the largest of 64, 32, 16, 8 whose planned peak (gridtrain plan
 # --memory) is at most 30% of the device's memory, so that PyTorch eager, which
 # keeps more, fits too: 32 and 16 (124M, 350M) on an H100 80 GB, 64 and 32 on an H200
+# batch_for LAYERS DIM HEADS [KV_HEADS]
 batch_for() {
   [ -n "${GT_GPU_BENCH_BATCH:-}" ] && { echo "$GT_GPU_BENCH_BATCH"; return; }
   for bf_b in 64 32 16 8; do
+    # shellcheck disable=SC2046 # model_kv prints whole words
     bf_p=$(timeout 30 "$gt" plan --memory "$src/inputs/default.in" --ranks 1 grid.dp=1 grid.pp=1 grid.tp=1 \
-      model.layers="$1" model.dim="$2" model.heads="$3" model.seq_len="$bench_seq" model.vocab=50304 \
+      model.layers="$1" model.dim="$2" model.heads="$3" $(model_kv "${4:-}") model.seq_len="$bench_seq" model.vocab=50304 \
       data.batch="$bf_b" data.microbatches=1 backend.precision=bf16 backend.device="$dev" 2>/dev/null |
       awk '/^ *[0-9]+ / {v = $(NF - 1); u = $NF; m = u == "GiB" ? 1024 : u == "MiB" ? 1 : u == "KiB" ? 1 / 1024 : 1 / 1048576; t = v * m} END {print int(t)}')
     { [ -n "$bf_p" ] && [ "$bf_p" -gt 0 ]; } || break
@@ -901,7 +918,7 @@ keep sanitizer
 extras=$([ "$dev" = cuda ] || [ "${GT_GPU_DRY_EXTRAS:-0}" = 1 ] && echo yes || echo no)
 if [ -n "$setup_fail" ]; then
   for s in device ops-smoke train-one-step ops curves nccl-shared-gpu layouts-fp32 layouts-bf16 \
-           checkpoint signal memcheck racecheck; do skip_step "$s" "setup failed"; done
+           checkpoint signal curves-llama memcheck racecheck; do skip_step "$s" "setup failed"; done
   for m in $bench_models; do skip_step "bench-${m%%:*}" "setup failed"; done
 else
   # the first minute: the device, one GEMM per precision and one attention against
@@ -913,13 +930,17 @@ else
   step train-one-step 25 tap_prog test_cuda_train --one-step
   # then everything else
   step ops 120 tap_prog test_cuda_ops
-  step curves 90 curves "$curve_steps"
+  step curves 90 curves gpt "$curve_steps"
   if [ "$dev" = cuda ]; then step nccl-shared-gpu 20 nccl_shared
   else skip_step nccl-shared-gpu "dry run: needs a GPU"; fi
   step layouts-fp32 60 layouts fp32
   step layouts-bf16 75 layouts bf16
   step checkpoint 40 ckpt
   step signal 30 sig
+  # Llama's curves (cuDNN's grouped-query attention in training) after the ten
+  # above, so that they cannot take those steps' time: run when the deadline
+  # leaves room, else reported skipped (deadline)
+  step curves-llama 60 curves llama "$curve_steps"
 
   # compute-sanitizer on the op test: the full one where the deadline allows it
   # and still leaves the benchmark its time, else --smoke
@@ -953,16 +974,16 @@ else
 
   # the benchmark, last: GPT-2 124M and 350M, bf16, T = 1024, against PyTorch
   for m in $bench_models; do
-    IFS=: read -r b_name b_L b_C b_H <<EOF
+    IFS=: read -r b_name b_L b_C b_H b_KV <<EOF
 $m
 EOF
     selected "bench-$b_name" || continue
     if [ "$extras" = no ]; then skip_step "bench-$b_name" "dry run: no GPU"; continue; fi
-    b_B=$(batch_for "$b_L" "$b_C" "$b_H")
+    b_B=$(batch_for "$b_L" "$b_C" "$b_H" "$b_KV")
     if [ -n "${GT_GPU_BENCH_BATCH:-}" ]; then echo "bench: $b_name at batch $b_B (GT_GPU_BENCH_BATCH)"
     else echo "bench: $b_name at batch $b_B, $bench_sized: the largest of 64/32/16/8 whose peak by gridtrain plan --memory is <= 30% of the device's memory"
     fi >>"$rep/bench"
-    step "bench-$b_name" 300:60 bench "$b_name" "$b_L" "$b_C" "$b_H" "$b_B"
+    step "bench-$b_name" 300:60 bench "$b_name" "$b_L" "$b_C" "$b_H" "$b_B" "$b_KV"
     grep -a '^bench: ' "$logs/bench-$b_name.log" 2>/dev/null >>"$rep/bench"
     echo >>"$rep/bench"
     write_report

@@ -67,7 +67,10 @@
  * Attention runs under the backend's default implementation and, for
  * "cuda", again with GT_CUDA_ATTENTION=own and =cudnn set before creating
  * the backend (cuDNN falls back to our kernels for fp32 and where no engine
- * fits). The reference results are computed once.
+ * fits; grouped-query shapes, Hkv < H, run on cuDNN, and are counted as
+ * such, only where the backend sends them there: compute capability 9.x,
+ * gt_cuda_attention_stats.cudnn_gqa). The reference results are computed
+ * once.
  *
  * Skips (exit 77, one line "1..0 # SKIP ...") only when creating "cuda"
  * fails because the build has no CUDA or no GPU is visible; any other
@@ -952,17 +955,21 @@ static bool check_lse(const char *what, const float *a, const float *b, size_t n
  * and each twice for the same bits. */
 /* Who runs attention in each variant of the cuda backend: cuDNN for
  * bf16 / fp16 (every case here has 16-byte aligned tensors) where this
- * build has cuDNN and the variant asks for it, else our own kernels. */
+ * build has cuDNN and the variant asks for it, grouped-query shapes (Hkv <
+ * H) only where the backend sends them to cuDNN (compute capability 9.x),
+ * else our own kernels. */
 typedef enum { WANT_ANY, WANT_CUDNN, WANT_OWN } attn_want;
 
-static attn_want attn_expect(const char *variant, gt_dtype dt)
+static attn_want attn_expect(gt_backend *be, const char *variant, gt_dtype dt, shape s)
 {
   if (strcmp(gpu_name, "cuda") != 0)
     return WANT_ANY; /* a cpu backend checking this test */
   if (dt == GT_F32 || strstr(variant, "own"))
     return WANT_OWN;
   gt_cuda_attention_stats st;
-  gt_cuda_attention_counts(gpu, &st);
+  gt_cuda_attention_counts(be, &st);
+  if (tu_attn_kv(s) != s.H && !st.cudnn_gqa)
+    return WANT_OWN;
   return st.cudnn_built ? WANT_CUDNN : WANT_OWN;
 }
 
@@ -1005,7 +1012,7 @@ static void attn_run(gt_backend *be, const char *variant, attn_case *cs, int nca
     const long by_cudnn = st1.cudnn_forward - st0.cudnn_forward + st1.cudnn_backward -
                           st0.cudnn_backward,
                by_own = st1.own_forward - st0.own_forward + st1.own_backward - st0.own_backward;
-    const attn_want want = attn_expect(variant, dt);
+    const attn_want want = attn_expect(be, variant, dt, s);
     if (want != WANT_ANY)
       tap_ok(want == WANT_CUDNN ? by_cudnn == 4 && by_own == 0 : by_own == 4 && by_cudnn == 0,
              "attention %s ran on %s (forward and backward twice: %ld calls by cuDNN, %ld by "
@@ -1765,12 +1772,14 @@ int main(int argc, char **argv)
   /* attention: cpu-ref once, then the default backend and both variants;
    * the long case is T = 1024 on a GPU, and T = 300 under the emulator (it
    * still spans many tiles each way, at a tenth of the host's work) */
-  /* grouped-query shapes: 2 query heads per key/value head, and one
-   * key/value head for all (multi-query), over several key tiles */
+  /* grouped-query shapes: 2 query heads per key/value head, 4 per head
+   * with hs = 64 (Llama's group and head size), and one key/value head for
+   * all (multi-query), over several key tiles */
   const shape shapes[] = {{2, 1, 3, 16, 3},     {2, 1, 3, 64, 3},  {2, 17, 3, 16, 3},
                           {2, 17, 3, 64, 3},    {2, 64, 3, 16, 3}, {2, 64, 3, 64, 3},
                           {2, 130, 3, 16, 3},   {2, 130, 3, 64, 3}, {2, 70, 4, 32, 2},
-                          {1, 130, 3, 64, 1},   {1, emulated() ? 300 : 1024, 3, 64, 3}};
+                          {2, 100, 8, 64, 2},   {1, 130, 3, 64, 1},
+                          {1, emulated() ? 300 : 1024, 3, 64, 3}};
   const int nsh = (int)(sizeof shapes / sizeof *shapes);
   attn_case cases[3 * sizeof shapes / sizeof *shapes];
   int nc = 0;

@@ -1,12 +1,17 @@
 /*
- * test_cuda_train.c - training the GPT on "cuda" gives the numbers of "cpu":
- * one fp32 step in detail, then whole loss curves in every precision.
+ * test_cuda_train.c - training on "cuda" gives the numbers of "cpu": one
+ * fp32 step in detail, then whole loss curves, for the GPT and for Llama.
  *
  * The model and data are those of tests/mpi/test_precision_curve.c: the
  * default deck's model (4 layers, width 128, 4 heads, context 128, bytes) on
  * Genesis, batch 8, one rank (dp = pp = tp = 1), one micro-batch, each run
  * through the public trainer API (gt_trainer_create / gt_trainer_step) with
- * only [backend] device and precision changed.
+ * only [backend] device and precision changed. The same again as Llama
+ * ([model] type = llama, kv_heads = 2: RMSNorm, RoPE, SwiGLU, no biases, an
+ * untied head, and grouped-query attention with 2 query heads per key/value
+ * head, hs = 32, which cuDNN runs in bf16/fp16 on an H100/H200), the step of
+ * part 1 and a bf16 curve of part 2: the ops the GPT does not reach, and
+ * cuDNN's GQA graphs in training, for a quarter more time.
  *
  * 1. One fp32 step on cuda and on cpu from the same weights and batch
  *    (bitwise the same initial parameters, checked). [optim] eps = 1e-4
@@ -28,7 +33,8 @@
  *      norm-wise (the rule of test_torch_ref.c: the update is ~lr, and the
  *      fp32 rounding of p1 is 6e-8 of |p|).
  * 2. 200 steps of the same model in fp32 on cpu (eps 1e-8, the deck's) as
- *    the reference curve, and 200 steps on cuda in bf16, fp16 and fp32, each
+ *    the reference curve, and 200 steps on cuda in bf16, fp16 and fp32
+ *    (Llama: bf16), each
  *    held to test_precision_curve.c's rule (reused, with its reasons):
  *    mean |loss - loss_fp32| over the last 50 steps <= 1% of the fp32
  *    loss, every step within 3%, every run learns (the last 50 steps
@@ -65,6 +71,9 @@
 #define UPD_TOL 1e-3
 
 static const char *gpu_name = "cuda";
+/* the model under test: "gpt" (the deck's) or "llama", and its overrides */
+static const char *model = "gpt";
+static char *const llama_kv[2] = {"model.type=llama", "model.kv_heads=2"};
 static char data_kv[1300], threads_kv[64];
 static int steps = MAX_STEPS, tail_steps = 50; /* the curves: length, tail averaged */
 
@@ -84,6 +93,9 @@ static int load(gt_config *cfg, const char *dev, const char *prec, int nextra,
                     "grid.pp=1", "grid.tp=1", "data.microbatches=1", threads_kv,
                     "parallel.wait=yield"};
   int n = 16;
+  if (strcmp(model, "llama") == 0)
+    for (int i = 0; i < 2; i++)
+      over[n++] = llama_kv[i];
   for (int i = 0; i < nextra && n < 24; i++)
     over[n++] = extra[i];
   return gt_config_load(cfg, deck, n, over, MPI_COMM_SELF);
@@ -155,26 +167,28 @@ static void test_one_step(void)
 {
   one_step g, c;
   const int sg = step_once(gpu_name, &g);
-  if (!tu_ok_status(sg, "one fp32 step on the GPU backend")) {
+  if (!tu_ok_status(sg, strcmp(model, "llama") ? "gpt: one fp32 step on the GPU backend"
+                                               : "llama: one fp32 step on the GPU backend")) {
     free_step(&g);
     return;
   }
   const int sc = step_once("cpu", &c);
-  if (!tu_ok_status(sc, "one fp32 step on cpu")) {
+  if (!tu_ok_status(sc, strcmp(model, "llama") ? "gpt: one fp32 step on cpu"
+                                               : "llama: one fp32 step on cpu")) {
     free_step(&g), free_step(&c);
     return;
   }
   tap_ok(c.layout->count == g.layout->count && c.numel == g.numel,
-         "both trainers hold the same %d parameter tensors (%zu values)", g.layout->count,
-         g.numel);
+         "%s: both trainers hold the same %d parameter tensors (%zu values)", model,
+         g.layout->count, g.numel);
   tap_ok(!memcmp(g.p0, c.p0, g.numel * sizeof(float)),
-         "the initial parameters are the same bits on both");
+         "%s: the initial parameters are the same bits on both", model);
   const double el = fabs(g.loss - c.loss) / fabs(c.loss);
-  tap_ok(el <= LOSS_TOL, "fp32 step 0: loss %.9f vs cpu %.9f (rel %.2e <= %.0e)", g.loss, c.loss,
-         el, LOSS_TOL);
+  tap_ok(el <= LOSS_TOL, "%s fp32 step 0: loss %.9f vs cpu %.9f (rel %.2e <= %.0e)", model,
+         g.loss, c.loss, el, LOSS_TOL);
   const double en = fabs(g.norm - c.norm) / fabs(c.norm);
-  tap_ok(en <= LOSS_TOL, "fp32 step 0: gradient norm %.9f vs cpu %.9f (rel %.2e <= %.0e)",
-         g.norm, c.norm, en, LOSS_TOL);
+  tap_ok(en <= LOSS_TOL, "%s fp32 step 0: gradient norm %.9f vs cpu %.9f (rel %.2e <= %.0e)",
+         model, g.norm, c.norm, en, LOSS_TOL);
 
   /* every gradient, by name */
   int bad = 0;
@@ -200,7 +214,8 @@ static void test_one_step(void)
       worst_name = t->name;
     }
   }
-  tap_ok(bad == 0, "fp32 step 0: all %d parameter gradients within %.0e of cpu (worst %.2e, %s)",
+  tap_ok(bad == 0,
+         "%s fp32 step 0: all %d parameter gradients within %.0e of cpu (worst %.2e, %s)", model,
          g.layout->count, GRAD_TOL, worst, worst_name);
 
   /* the parameters after one AdamW step, logical tensor by tensor */
@@ -233,17 +248,18 @@ static void test_one_step(void)
     free(ug), free(uc);
     off += ne;
   }
-  tap_ok(bad_w == 0, "fp32 step 0: every parameter after AdamW within %.0e of cpu (worst %.2e)",
+  tap_ok(bad_w == 0,
+         "%s fp32 step 0: every parameter after AdamW within %.0e of cpu (worst %.2e)", model,
          PARAM_TOL, worst_w);
-  tap_ok(bad_u == 0, "fp32 step 0: every update p1 - p0 within %.0e of cpu's (worst %.2e)",
-         UPD_TOL, worst_u);
+  tap_ok(bad_u == 0, "%s fp32 step 0: every update p1 - p0 within %.0e of cpu's (worst %.2e)",
+         model, UPD_TOL, worst_u);
   free_step(&g), free_step(&c);
 }
 
 // ---- 2. loss curves ---------------------------------------------------------------------------
 
 typedef struct {
-  const char *dev, *prec;
+  const char *model, *dev, *prec;
   double loss[MAX_STEPS];
   int skipped_late, status;
   double seconds;
@@ -255,6 +271,7 @@ static void train_curve(curve *cv)
   gt_trainer *tr = NULL;
   memset(cv->loss, 0, sizeof cv->loss);
   cv->skipped_late = 0;
+  model = cv->model;
   const double t0 = MPI_Wtime();
   int st = load(&cfg, cv->dev, cv->prec, 0, NULL);
   if (st == GT_SUCCESS)
@@ -266,7 +283,7 @@ static void train_curve(curve *cv)
     cv->skipped_late += s >= 20 && stats.skipped;
   }
   if (st != GT_SUCCESS)
-    tap_diag("%s %s: %s", cv->dev, cv->prec, gt_error_message());
+    tap_diag("%s %s %s: %s", cv->model, cv->dev, cv->prec, gt_error_message());
   if (tr)
     gt_trainer_destroy(&tr);
   gt_error_clear();
@@ -292,19 +309,19 @@ static void check_curve(const curve *cv, const curve *ref)
     }
   }
   tap_ok(cv->status == GT_SUCCESS && tail < 0.75 * cv->loss[0],
-         "%s %s trains %d steps: loss %.4f -> %.4f (mean of the last %d; %.1f s)", cv->dev,
-         cv->prec, steps, cv->loss[0], tail, tail_n, cv->seconds);
+         "%s %s %s trains %d steps: loss %.4f -> %.4f (mean of the last %d; %.1f s)", cv->model,
+         cv->dev, cv->prec, steps, cv->loss[0], tail, tail_n, cv->seconds);
   if (cv == ref)
     return;
   tap_ok(cv->status == GT_SUCCESS && mean <= MEAN_TOL * rtail,
-         "%s %s tracks cpu fp32 over the last %d steps: mean |gap| %.4f <= %.0f%% of %.3f",
-         cv->dev, cv->prec, tail_n, mean, 100 * MEAN_TOL, rtail);
+         "%s %s %s tracks cpu fp32 over the last %d steps: mean |gap| %.4f <= %.0f%% of %.3f",
+         cv->model, cv->dev, cv->prec, tail_n, mean, 100 * MEAN_TOL, rtail);
   tap_ok(cv->status == GT_SUCCESS && worst <= STEP_TOL,
-         "%s %s within %.0f%% of cpu fp32 at every step (worst %.2f%% at step %d)", cv->dev,
-         cv->prec, 100 * STEP_TOL, 100 * worst, at);
+         "%s %s %s within %.0f%% of cpu fp32 at every step (worst %.2f%% at step %d)",
+         cv->model, cv->dev, cv->prec, 100 * STEP_TOL, 100 * worst, at);
   if (strcmp(cv->prec, "fp16") == 0)
-    tap_ok(cv->skipped_late == 0, "%s fp16 skips no step after the first 20 (%d)", cv->dev,
-           cv->skipped_late);
+    tap_ok(cv->skipped_late == 0, "%s %s fp16 skips no step after the first 20 (%d)", cv->model,
+           cv->dev, cv->skipped_late);
 }
 
 // ---- set-up -----------------------------------------------------------------------------------
@@ -331,16 +348,17 @@ static void probe_gpu(void)
 
 static int usage(void)
 {
-  return tap_bail("usage: test_cuda_train [--one-step | --curves] [--steps N (40..%d)]",
-                  MAX_STEPS);
+  return tap_bail("usage: test_cuda_train [--one-step | --curves] [--model gpt|llama] "
+                  "[--steps N (40..%d)]", MAX_STEPS);
 }
 
 int main(int argc, char **argv)
 {
   tu_mpi_init(&argc, &argv);
-  /* --one-step: part 1 only; --curves: part 2 only; --steps N: curves of
-   * N steps (the tail averaged is the last quarter, at most 50) */
-  bool one = true, curves = true;
+  /* --one-step: part 1 only; --curves: part 2 only; --model M: that model
+   * only (default both); --steps N: curves of N steps (the tail averaged is
+   * the last quarter, at most 50) */
+  bool one = true, curves = true, gpt = true, llama = true;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--one-step") == 0)
       curves = false;
@@ -348,6 +366,11 @@ int main(int argc, char **argv)
       one = false;
     else if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc)
       steps = atoi(argv[++i]);
+    else if (strcmp(argv[i], "--model") == 0 && i + 1 < argc && (!strcmp(argv[i + 1], "gpt") ||
+                                                                 !strcmp(argv[i + 1], "llama"))) {
+      gpt = !strcmp(argv[++i], "gpt");
+      llama = !gpt;
+    }
     else
       return usage();
   }
@@ -381,23 +404,39 @@ int main(int argc, char **argv)
   snprintf(threads_kv, sizeof threads_kv, "backend.threads=%ld",
            cores < 1 ? 1 : cores > 8 ? 8 : cores);
 
-  if (one)
+  if (one && gpt) {
+    model = "gpt";
     test_one_step();
+  }
+  if (one && llama) {
+    model = "llama";
+    test_one_step();
+  }
   if (!curves) {
     const int rc = tap_done();
     MPI_Finalize();
     return rc;
   }
 
-  static curve ref = {.dev = "cpu", .prec = "fp32"}, runs[3] = {{.prec = "bf16"},
-                                                                {.prec = "fp16"},
-                                                                {.prec = "fp32"}};
-  train_curve(&ref);
-  check_curve(&ref, &ref);
-  for (int k = 0; k < 3 && ref.status == GT_SUCCESS; k++) {
-    runs[k].dev = gpu_name;
-    train_curve(&runs[k]);
-    check_curve(&runs[k], &ref);
+  /* per model: the cpu fp32 reference, then the GPU runs */
+  static curve ref[2] = {{.model = "gpt", .dev = "cpu", .prec = "fp32"},
+                         {.model = "llama", .dev = "cpu", .prec = "fp32"}},
+               runs[4] = {{.model = "gpt", .prec = "bf16"},
+                          {.model = "gpt", .prec = "fp16"},
+                          {.model = "gpt", .prec = "fp32"},
+                          {.model = "llama", .prec = "bf16"}};
+  for (int m = 0; m < 2; m++) {
+    if (!(m == 0 ? gpt : llama))
+      continue;
+    train_curve(&ref[m]);
+    check_curve(&ref[m], &ref[m]);
+    for (int k = 0; k < 4 && ref[m].status == GT_SUCCESS; k++) {
+      if (strcmp(runs[k].model, ref[m].model) != 0)
+        continue;
+      runs[k].dev = gpu_name;
+      train_curve(&runs[k]);
+      check_curve(&runs[k], &ref[m]);
+    }
   }
   int rc = tap_done();
   MPI_Finalize();

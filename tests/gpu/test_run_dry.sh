@@ -16,7 +16,8 @@
 #    the TAP summary, the hang ended, the sanitizer's summary. The benchmark's
 #    code runs too (GT_GPU_DRY_EXTRAS), on a tiny model on the cpu, its
 #    PyTorch parts with $PYTHON_REF: whether torch runs there or fails, the
-#    step passes on gridtrain's numbers and reports torch's.
+#    step passes on gridtrain's numbers and reports torch's; and on a tiny
+#    Llama (grouped-query attention), gridtrain alone.
 # About a minute on 2 cores.
 # shellcheck disable=SC1091
 # gt-test: tier=full
@@ -48,23 +49,25 @@ rc=$?
 r=$GT_TMP/a/report.txt
 ok $rc "the dry run passes (exit $rc, $(($(date +%s) - t)) s)"
 [ $rc -eq 0 ] || diag "$(head -n 40 "$r" 2>/dev/null || tail -n 20 "$GT_TMP/a.stdout")"
-ok "$([ "$(head -n 1 "$r")" = "gpu-run: 10 passed, 0 failed, 5 skipped" ]; echo $?)" \
+ok "$([ "$(head -n 1 "$r")" = "gpu-run: 11 passed, 0 failed, 6 skipped" ]; echo $?)" \
   "the report's first line: '$(head -n 1 "$r")'"
 ok "$(sed -n 2p "$r" | grep -q -E '^cpu \(dry run\); [0-9]+ s so far \(deadline 540 s\)$'; echo $?)" \
   "its second line: '$(sed -n 2p "$r")'"
 bad=
-for s in setup device ops-smoke train-one-step ops curves layouts-fp32 layouts-bf16 checkpoint signal; do
+for s in setup device ops-smoke train-one-step ops curves layouts-fp32 layouts-bf16 checkpoint signal \
+         curves-llama; do
   [ "$(result "$s" "$r")" = PASS ] || bad="$bad $s"
 done
 ok "$([ -z "$bad" ]; echo $?)" "every step passed${bad:+; not:$bad}"
 bad=
-for s in nccl-shared-gpu memcheck racecheck bench-124m bench-350m; do
+for s in nccl-shared-gpu memcheck racecheck bench-124m bench-llama-350m bench-350m; do
   [ "$(result "$s" "$r")" = SKIP ] && grep -q "^$s .*dry run" "$r" || bad="$bad $s"
 done
 ok "$([ -z "$bad" ]; echo $?)" "the GPU-only steps are skipped with the reason${bad:+; not:$bad}"
 has "$r" "fp32 tp2       worst relative loss gap" && has "$r" "bf16 3d        worst relative loss gap" &&
   has "$r" "bit for bit to step 20: ok" && has "$r" "signal: exit status 3 (want 3)" &&
-  has "$r" "curves: cpu bf16 tracks cpu fp32 over the last 10 steps"
+  has "$r" "curves: gpt cpu bf16 tracks cpu fp32 over the last 10 steps" &&
+  has "$r" "curves: llama cpu bf16 tracks cpu fp32 over the last 10 steps"
 ok $? "the results: parity per layout and precision, checkpoints, the signal, the curves"
 has "$r" "# failures: " && has "$r" "# machine" && has "$r" "## signal: PASS" && ! has "$r" "incomplete"
 ok $? "the report is complete"
@@ -120,14 +123,14 @@ EOF
 chmod +x "$fake/tests/gpu/test_cuda_ops" "$fake/tests/gpu/test_cuda_train" "$fake/compute-sanitizer"
 t=$(date +%s)
 env GT_GPU_RUN_DEVICE=cpu GT_GPU_BUILD="$fake" OUT="$GT_TMP/c" GT_GPU_LIMIT_SCALE=20 \
-  GT_GPU_ONLY="ops-smoke train-one-step memcheck bench-tiny" GT_GPU_DRY_EXTRAS=1 \
+  GT_GPU_ONLY="ops-smoke train-one-step memcheck bench-tiny bench-tinyllama" GT_GPU_DRY_EXTRAS=1 \
   GT_GPU_SANITIZER="$fake/compute-sanitizer" GT_GPU_PYTHON="$PYTHON_REF" \
-  GT_GPU_BENCH_MODELS="tiny:2:64:4" GT_GPU_BENCH_SEQ=64 GT_GPU_BENCH_BATCH=4 \
+  GT_GPU_BENCH_MODELS="tiny:2:64:4 tinyllama:2:64:4:2" GT_GPU_BENCH_SEQ=64 GT_GPU_BENCH_BATCH=4 \
   timeout -k 10 150 sh "$run" >"$GT_TMP/c.stdout" 2>&1
 rc=$?
 took=$(($(date +%s) - t))
 r=$GT_TMP/c/report.txt
-ok "$([ $rc -eq 1 ] && [ "$(head -n 1 "$r")" = "gpu-run: 2 passed, 3 failed, 0 skipped" ]; echo $?)" \
+ok "$([ $rc -eq 1 ] && [ "$(head -n 1 "$r")" = "gpu-run: 3 passed, 3 failed, 0 skipped" ]; echo $?)" \
   "failures: exit $rc, '$(head -n 1 "$r")'"
 sed -n '/^# failures/,/^# results/p' "$r" >"$GT_TMP/c.failures"
 has "$GT_TMP/c.failures" "## ops-smoke: FAIL" &&
@@ -144,5 +147,11 @@ ok $? "compute-sanitizer's findings are in the report"
   grep -q -E '^bench: torch eager ([0-9.]+ ms/step|failed: .)' "$r" &&
   grep -q -E '^bench: torch.compile ([0-9.]+ ms/step|failed: .)' "$r"
 ok $? "the benchmark: $(sed -n '/^# benchmark/,/^# machine/p' "$r" | grep -E '^bench: (gridtrain|torch)' | cut -c 1-90 | tr '\n' '|')"
+sed -n '/^# benchmark/,/^# machine/p' "$r" >"$GT_TMP/c.bench"
+[ "$(result bench-tinyllama "$r")" = PASS ] &&
+  grep -q -E '^bench: tinyllama \(L=2 C=64, llama, 4 heads over 2 kv heads\)' "$GT_TMP/c.bench" &&
+  [ "$(grep -c -E '^bench: gridtrain [0-9.]+ ms/step [0-9]+ tok/s, MFU' "$GT_TMP/c.bench")" -eq 2 ] &&
+  [ "$(grep -c -E '^bench: torch eager' "$GT_TMP/c.bench")" -eq 1 ]
+ok $? "the Llama benchmark: gridtrain alone ($(grep -c '^bench: gridtrain' "$GT_TMP/c.bench") gridtrain lines, $(grep -c '^bench: torch eager' "$GT_TMP/c.bench") torch eager in the section)"
 
 done_testing

@@ -12,11 +12,12 @@
  * not (the composite graphs run on those versions too, and the headers we
  * build against do not declare the 9.21 attributes).
  *
- * Layouts (elements; dt = CUDNN_DATA_BFLOAT16 or CUDNN_DATA_HALF; C3 = 3*H*hs):
- *   Q   (B,H,T,hs)  strides (T*C3, hs, C3, 1)      at qkv
- *   K^T (B,H,hs,T)  strides (T*C3, hs, 1, C3)      at qkv + H*hs  (K, transposed view)
- *   V   (B,H,T,hs)  strides (T*C3, hs, C3, 1)      at qkv + 2*H*hs
- *   V^T (B,H,hs,T)  strides (T*C3, hs, 1, C3)      (backward)
+ * Layouts (elements; dt = CUDNN_DATA_BFLOAT16 or CUDNN_DATA_HALF; H query
+ * heads, Hkv key/value heads, C3 = (H + 2*Hkv)*hs, the row of qkv):
+ *   Q   (B,H,T,hs)    strides (T*C3, hs, C3, 1)    at qkv
+ *   K^T (B,Hkv,hs,T)  strides (T*C3, hs, 1, C3)    at qkv + H*hs  (K, transposed view)
+ *   V   (B,Hkv,T,hs)  strides (T*C3, hs, C3, 1)    at qkv + (H+Hkv)*hs
+ *   V^T (B,Hkv,hs,T)  strides (T*C3, hs, 1, C3)    (backward)
  *   O, dO (B,H,T,hs) strides (T*H*hs, hs, H*hs, 1) (out, dout: (B,T,H*hs))
  *   dQ, dK, dV      as Q, K, V, at dqkv
  *   stats (B,H,T,1) fp32 strides (H*T, T, 1, 1)    (lse: (B,H,T))
@@ -61,6 +62,25 @@
  *   dQ  = identity(DQ_ACCUM)               dt
  * Virtual tensors take UIDs from 100 on.
  *
+ * Grouped-query attention (Hkv < H, H a multiple of Hkv; Hkv = 1 is
+ * multi-query): K and V (so K^T, V^T, dK, dV) have Hkv heads, and the
+ * matmuls with Q, P, dO and dS (H heads) broadcast them over each group of
+ * H/Hkv consecutive query heads (query head h reads key/value head
+ * h / (H/Hkv), as backend.h says). The backward computes dK and dV per
+ * query head into virtual (B,H,T,hs) dt tensors, dense strides (H*T*hs,
+ * T*hs, hs, 1), and sums each group into dK, dV with an ADD reduction over
+ * the head axis:
+ *   dK = reduce_add(dK_full = matmul(dS^T, Q))   (B,H,T,hs) -> (B,Hkv,T,hs)
+ *   dV = reduce_add(dV_full = matmul(P^T, dO))
+ * which is what cudnn-frontend's sdpa_backward emits for h_k, h_v < h_q
+ * (the same since frontend 1.0; no cuDNN 9 version limit for fixed-length
+ * batches, only ragged ones needed 9.6). With Hkv = H the graphs are the
+ * ones above, unchanged. GQA goes to cuDNN only on compute capability 9.x
+ * (H100, H200: where tests/gpu checks it); elsewhere our kernels run it,
+ * since a silent GQA error of cuDNN's SDPA on sm_100 with few key/value
+ * heads is reported and open (pytorch/pytorch issue 193893, cuDNN 9.19 and
+ * 9.20).
+ *
  * Both graphs are, operation for operation and tensor for tensor (types,
  * dims, strides, virtual and by-value flags, modes, GEN_INDEX axes), what
  * cudnn-frontend 1.23 lowers sdpa / sdpa_backward with a causal mask and
@@ -75,13 +95,14 @@
  * Engines: heuristics mode A (then FALLBACK) lists engine configs; the
  * first whose execution plan finalizes is kept, with every descriptor the
  * plan was built from, in a 16-entry cache keyed by (direction, dt, B, T, H,
- * hs), least recently used out. Rank 0 logs each plan's engine and the
+ * Hkv, hs), least recently used out. Rank 0 logs each plan's engine and the
  * time it took to build. A graph no engine takes (or whose building fails)
  * is remembered as such, rank 0 warns once naming the shape and why, and
  * the entries report that they did not run (*ran = false): cuda_core.c runs
  * our own kernels for that shape only. Calls cuDNN does not take at all
  * (fp32, tensors not 16-byte aligned, an empty shape) also return
- * *ran = false. cuDNN itself is loaded at run time (cuda_dl.h).
+ * *ran = false, as do grouped-query calls off compute capability 9.x (above).
+ * cuDNN itself is loaded at run time (cuda_dl.h).
  */
 #define GT_DL_WANT_CUDNN /* cuDNN, loaded at run time */
 #include "cuda_dl.h"
@@ -141,7 +162,7 @@ typedef struct {
   bool ok;        /* ... and a plan (else: why no engine took it) */
   attn_dir dir;
   gt_dtype dt;
-  int64_t B, T, H, hs;
+  int64_t B, T, H, Hkv, hs;
   uint64_t stamp; /* last use (LRU) */
   desc_list keep; /* tensors, operations, graph, heuristics, engine config, plan */
   cudnnBackendDescriptor_t plan;
@@ -161,6 +182,7 @@ struct gt_cuda_cudnn {
   size_t version;      /* cudnnGetVersion(): 91900 for 9.19.0 */
   bool verbose;        /* GT_CUDNN_VERBOSE: log each plan built */
   bool fast_backward;  /* attention = cudnn-fast: the atomics variant */
+  bool gqa;            /* grouped-query shapes go to cuDNN (compute capability 9.x) */
   uint64_t clock;
   attn_plan slot[CACHE_SLOTS];
   char last[DIRS][320]; /* the last plan built per direction, described */
@@ -362,7 +384,8 @@ static int matmul(graph_build *g, cudnnBackendDescriptor_t a, cudnnBackendDescri
   return add_op(g, op);
 }
 
-/* y = reduction of x over the dimensions where y has extent 1; fp32. */
+/* y = reduction of x over the dimensions where y is smaller (extent 1: the
+ * whole axis; Hkv of H heads: each group of H/Hkv); fp32. */
 static int reduction(graph_build *g, cudnnReduceTensorOp_t mode, cudnnBackendDescriptor_t x,
                      cudnnBackendDescriptor_t y)
 {
@@ -421,8 +444,10 @@ static int causal_mask(graph_build *g, cudnnBackendDescriptor_t s,
 
 /* The shapes and strides shared by both graphs (see the top of the file). */
 typedef struct {
-  int64_t qkv_dim[4], qkv_str[4]; /* Q, V, dQ, dK, dV, and K seen untransposed */
+  int64_t qkv_dim[4], qkv_str[4]; /* Q, dQ (and, with kv_dim, K, V, dK, dV) */
+  int64_t kv_dim[4];              /* V, dV, dK, and K seen untransposed (strides qkv_str) */
   int64_t kt_dim[4], kt_str[4];   /* K^T, V^T */
+  int64_t full_str[4];            /* GQA: dK, dV per query head (dims qkv_dim), dense */
   int64_t o_str[4];               /* O, dO (dims qkv_dim) */
   int64_t s_dim[4], s_str[4];     /* scores */
   int64_t st_str[4];              /* scores transposed (dims s_dim) */
@@ -431,12 +456,15 @@ typedef struct {
 
 static void layout_of(const attn_plan *p, attn_layout *l)
 {
-  const int64_t B = p->B, T = p->T, H = p->H, hs = p->hs, C3 = 3 * H * hs;
+  const int64_t B = p->B, T = p->T, H = p->H, Hkv = p->Hkv, hs = p->hs;
+  const int64_t C3 = (H + 2 * Hkv) * hs;
   const attn_layout v = {
       .qkv_dim = {B, H, T, hs},
       .qkv_str = {T * C3, hs, C3, 1},
-      .kt_dim = {B, H, hs, T},
+      .kv_dim = {B, Hkv, T, hs},
+      .kt_dim = {B, Hkv, hs, T},
       .kt_str = {T * C3, hs, 1, C3},
+      .full_str = {H * T * hs, T * hs, hs, 1},
       .o_str = {T * H * hs, hs, H * hs, 1},
       .s_dim = {B, H, T, T},
       .s_str = {H * T * T, T * T, T, 1},
@@ -456,7 +484,7 @@ static int graph_forward(graph_build *g, const attn_plan *p)
   cudnnBackendDescriptor_t s, s1, s2, m, sub, e, z, logz, prob;
   GT_CALL(io_tensor(g, &q, UID_Q, io, l.qkv_dim, l.qkv_str));
   GT_CALL(io_tensor(g, &kt, UID_K, io, l.kt_dim, l.kt_str));
-  GT_CALL(io_tensor(g, &v, UID_V, io, l.qkv_dim, l.qkv_str));
+  GT_CALL(io_tensor(g, &v, UID_V, io, l.kv_dim, l.qkv_str));
   GT_CALL(io_tensor(g, &o, UID_O, io, l.qkv_dim, l.o_str));
   GT_CALL(io_tensor(g, &stats, UID_STATS, f32, l.r_dim, l.r_str));
   GT_CALL(scalar_tensor(g, &scale, UID_SCALE));
@@ -486,9 +514,25 @@ static int graph_forward(graph_build *g, const attn_plan *p)
   return GT_SUCCESS;
 }
 
+/* dkv = a b (H heads each) for a key/value gradient: straight, or with
+ * grouped-query heads (gqa) into a virtual per-query-head tensor of type io
+ * whose groups of H/Hkv heads an ADD reduction sums into dkv (Hkv heads). */
+static int matmul_to(graph_build *g, cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t b,
+                     cudnnBackendDescriptor_t dkv, bool gqa, cudnnDataType_t io,
+                     const attn_layout *l)
+{
+  if (!gqa)
+    return matmul(g, a, b, dkv);
+  cudnnBackendDescriptor_t full;
+  GT_CALL(virtual_tensor(g, &full, io, l->qkv_dim, l->full_str));
+  GT_CALL(matmul(g, a, b, full));
+  return reduction(g, CUDNN_REDUCE_TENSOR_ADD, full, dkv);
+}
+
 static int graph_backward(graph_build *g, const attn_plan *p)
 {
   const bool fast = p->dir == DIR_BWD_FAST;
+  const bool gqa = p->Hkv != p->H;
   const cudnnDataType_t io = cudnn_type(p->dt), f32 = CUDNN_DATA_FLOAT;
   const int64_t T = p->T, H = p->H, hs = p->hs;
   /* dO * O as cudnn-frontend shapes it; virtual, so only the dims count */
@@ -506,8 +550,8 @@ static int graph_backward(graph_build *g, const attn_plan *p)
   GT_CALL(io_tensor(g, &dout, UID_DO, io, l.qkv_dim, l.o_str));
   GT_CALL(io_tensor(g, &stats, UID_STATS, f32, l.r_dim, l.r_str));
   GT_CALL(io_tensor(g, &dq, UID_DQ, io, l.qkv_dim, l.qkv_str));
-  GT_CALL(io_tensor(g, &dk, UID_DK, io, l.qkv_dim, l.qkv_str));
-  GT_CALL(io_tensor(g, &dv, UID_DV, io, l.qkv_dim, l.qkv_str));
+  GT_CALL(io_tensor(g, &dk, UID_DK, io, l.kv_dim, l.qkv_str));
+  GT_CALL(io_tensor(g, &dv, UID_DV, io, l.kv_dim, l.qkv_str));
   GT_CALL(scalar_tensor(g, &scale, UID_SCALE));
   GT_CALL(scalar_tensor(g, &neg_inf, UID_NEG_INF));
   GT_CALL(scalar_tensor(g, &one, UID_ONE));
@@ -533,10 +577,10 @@ static int graph_backward(graph_build *g, const attn_plan *p)
   GT_CALL(virtual_tensor(g, &prob, f32, l.s_dim, l.s_str));
   GT_CALL(pw1(g, CUDNN_POINTWISE_EXP, s3, prob));
 
-  /* dV = P^T dO */
+  /* dV = P^T dO (GQA: per query head, then summed over each group) */
   GT_CALL(virtual_tensor(g, &prob_t, io, l.s_dim, l.st_str));
   GT_CALL(reshape(g, prob, prob_t));
-  GT_CALL(matmul(g, prob_t, dout, dv));
+  GT_CALL(matmul_to(g, prob_t, dout, dv, gqa, io, &l));
 
   /* dS = (dO V^T - SOFTMAX_SUM) * P * scale */
   GT_CALL(virtual_tensor(g, &dp, f32, l.s_dim, l.s_str));
@@ -548,14 +592,14 @@ static int graph_backward(graph_build *g, const attn_plan *p)
   GT_CALL(virtual_tensor(g, &ds, f32, l.s_dim, l.s_str));
   GT_CALL(pw2(g, CUDNN_POINTWISE_MUL, ds0, scale, ds));
 
-  /* dK = dS^T Q */
+  /* dK = dS^T Q (GQA: per query head, then summed over each group) */
   GT_CALL(virtual_tensor(g, &ds_t, io, l.s_dim, l.st_str));
   GT_CALL(reshape(g, ds, ds_t));
-  GT_CALL(matmul(g, ds_t, q, dk));
+  GT_CALL(matmul_to(g, ds_t, q, dk, gqa, io, &l));
 
   /* dQ = dS K: straight to dQ (deterministic), or accumulated in fp32 in
    * DQ_ACCUM and then rounded once (fast) */
-  GT_CALL(virtual_tensor(g, &k, f32, l.qkv_dim, l.qkv_str));
+  GT_CALL(virtual_tensor(g, &k, f32, l.kv_dim, l.qkv_str));
   GT_CALL(reshape(g, kt, k));
   if (fast) {
     GT_CALL(matmul(g, ds, k, acc));
@@ -804,8 +848,12 @@ static void plan_release(attn_plan *p)
 }
 
 static int shape_text(char *buf, size_t size, attn_dir dir, gt_dtype dt, int64_t B, int64_t T,
-                      int64_t H, int64_t hs)
+                      int64_t H, int64_t Hkv, int64_t hs)
 {
+  if (Hkv != H)
+    return snprintf(buf, size, "%s (%lld,%lld,%lld,%lld, %lld kv heads, %s)", dir_names[dir],
+                    (long long)B, (long long)T, (long long)H, (long long)hs, (long long)Hkv,
+                    gt_dtype_name(dt));
   return snprintf(buf, size, "%s (%lld,%lld,%lld,%lld, %s)", dir_names[dir], (long long)B,
                   (long long)T, (long long)H, (long long)hs, gt_dtype_name(dt));
 }
@@ -865,17 +913,17 @@ static double now_ms(void)
   return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec * 1e-6;
 }
 
-/* The plan for (dir, dt, B, T, H, hs): cached, or built now. *out = NULL
+/* The plan for (dir, dt, B, T, H, Hkv, hs): cached, or built now. *out = NULL
  * (and GT_SUCCESS) when cuDNN has no usable plan for this shape: the slot
  * remembers why, and rank 0 has warned once, naming the shape. */
 static int plan_get(gt_cuda_cudnn *c, attn_dir dir, gt_dtype dt, int64_t B, int64_t T,
-                    int64_t H, int64_t hs, attn_plan **out)
+                    int64_t H, int64_t Hkv, int64_t hs, attn_plan **out)
 {
   *out = NULL;
   for (int i = 0; i < CACHE_SLOTS; i++) {
     attn_plan *p = &c->slot[i];
     if (p->used && p->dir == dir && p->dt == dt && p->B == B && p->T == T && p->H == H &&
-        p->hs == hs) {
+        p->Hkv == Hkv && p->hs == hs) {
       p->stamp = ++c->clock;
       if (p->ok)
         *out = p;
@@ -888,11 +936,11 @@ static int plan_get(gt_cuda_cudnn *c, attn_dir dir, gt_dtype dt, int64_t B, int6
   p->used = true;
   p->dir = dir;
   p->dt = dt;
-  p->B = B, p->T = T, p->H = H, p->hs = hs;
+  p->B = B, p->T = T, p->H = H, p->Hkv = Hkv, p->hs = hs;
   p->stamp = ++c->clock;
 
   char shape[96];
-  shape_text(shape, sizeof shape, dir, dt, B, T, H, hs);
+  shape_text(shape, sizeof shape, dir, dt, B, T, H, Hkv, hs);
   const double t0 = now_ms();
   int status = plan_build(c, p);
   p->build_ms = now_ms() - t0;
@@ -951,12 +999,15 @@ done:
   return rc;
 }
 
-/* cuDNN takes the call: bf16 or fp16, a non-empty shape, and every tensor
- * 16-byte aligned (the tensors declare it; H*hs a multiple of 8 makes the
- * K and V views aligned). */
-static bool attn_takes(gt_dtype dt, int64_t B, int64_t T, const void *const *ptrs, int n)
+/* cuDNN takes the call: bf16 or fp16, a non-empty shape, key/value heads
+ * that divide the query heads (grouped-query ones only where c->gqa), and
+ * every tensor 16-byte aligned (the tensors declare it; H*hs and Hkv*hs
+ * multiples of 8 make the K and V views, and so every row, aligned). */
+static bool attn_takes(const gt_cuda_cudnn *c, gt_dtype dt, int64_t B, int64_t T, int64_t H,
+                       int64_t Hkv, const void *const *ptrs, int n)
 {
-  if ((dt != GT_BF16 && dt != GT_F16) || B <= 0 || T <= 0)
+  if ((dt != GT_BF16 && dt != GT_F16) || B <= 0 || T <= 0 || H <= 0 || Hkv <= 0 ||
+      H % Hkv != 0 || (Hkv != H && !c->gqa))
     return false;
   for (int i = 0; i < n; i++)
     if (((uintptr_t)ptrs[i] & 15u) != 0)
@@ -969,16 +1020,15 @@ int gt_cuda_attention_forward_cudnn(gt_backend *be, gt_dtype dt, void *out, floa
                                     int64_t Hkv, int64_t hs, bool *ran)
 {
   *ran = false;
-  if (Hkv != H) /* grouped-query attention: gridtrain's own kernels (docs/cuda.md) */
-    return GT_SUCCESS;
   gt_cuda_cudnn *c = gt_cuda_of(be)->cudnn;
-  const size_t part = (size_t)(H * hs) * gt_dtype_size(dt);
+  const size_t e = gt_dtype_size(dt), k_at = (size_t)(H * hs) * e,
+               v_at = (size_t)((H + Hkv) * hs) * e;
   char *q = (char *)qkv;
-  void *ptrs[7] = {q, q + part, q + 2 * part, out, lse, NULL, NULL};
-  if (!c || !attn_takes(dt, B, T, (const void *const *)ptrs, 5))
+  void *ptrs[7] = {q, q + k_at, q + v_at, out, lse, NULL, NULL};
+  if (!c || !attn_takes(c, dt, B, T, H, Hkv, (const void *const *)ptrs, 5))
     return GT_SUCCESS;
   attn_plan *p = NULL;
-  GT_CALL(plan_get(c, DIR_FWD, dt, B, T, H, hs, &p));
+  GT_CALL(plan_get(c, DIR_FWD, dt, B, T, H, Hkv, hs, &p));
   if (!p)
     return GT_SUCCESS;
   ptrs[5] = &p->scale;
@@ -998,18 +1048,17 @@ int gt_cuda_attention_backward_cudnn(gt_backend *be, gt_dtype dt, void *dqkv,
                                      int64_t Hkv, int64_t hs, bool *ran)
 {
   *ran = false;
-  if (Hkv != H) /* grouped-query attention: gridtrain's own kernels (docs/cuda.md) */
-    return GT_SUCCESS;
   gt_cuda_cudnn *c = gt_cuda_of(be)->cudnn;
-  const size_t part = (size_t)(H * hs) * gt_dtype_size(dt);
+  const size_t e = gt_dtype_size(dt), k_at = (size_t)(H * hs) * e,
+               v_at = (size_t)((H + Hkv) * hs) * e;
   char *q = (char *)qkv, *dq = (char *)dqkv;
-  void *ptrs[14] = {q,  q + part,  q + 2 * part,  (void *)out, (void *)dout, (void *)lse, dq,
-                    dq + part, dq + 2 * part, NULL, NULL, NULL, NULL, NULL};
-  if (!c || !attn_takes(dt, B, T, (const void *const *)ptrs, 9))
+  void *ptrs[14] = {q,  q + k_at,  q + v_at,  (void *)out, (void *)dout, (void *)lse, dq,
+                    dq + k_at, dq + v_at, NULL, NULL, NULL, NULL, NULL};
+  if (!c || !attn_takes(c, dt, B, T, H, Hkv, (const void *const *)ptrs, 9))
     return GT_SUCCESS;
   const attn_dir dir = c->fast_backward ? DIR_BWD_FAST : DIR_BWD;
   attn_plan *p = NULL;
-  GT_CALL(plan_get(c, dir, dt, B, T, H, hs, &p));
+  GT_CALL(plan_get(c, dir, dt, B, T, H, Hkv, hs, &p));
   if (!p)
     return GT_SUCCESS;
   void *ws;
@@ -1046,6 +1095,7 @@ int gt_cuda_cudnn_init(gt_backend *be, bool fast_backward)
   gt_cuda_cudnn *c = calloc(1, sizeof *c);
   GT_CHECK_ALLOC(c, sizeof *c);
   c->fast_backward = fast_backward;
+  c->gqa = g->cc_major == 9; /* see the top of the file */
   c->version = cudnnGetVersion();
   c->stream = gt_cuda_compute(be);
   const char *verbose = getenv("GT_CUDNN_VERBOSE");
@@ -1082,6 +1132,12 @@ void gt_cuda_cudnn_fini(gt_backend *be)
   (void)cudnnDestroy(c->handle);
   free(c);
   g->cudnn = NULL;
+}
+
+bool gt_cuda_cudnn_takes_gqa(gt_backend *be)
+{
+  gt_cuda *g = be ? gt_cuda_of(be) : NULL;
+  return g && g->cudnn && g->cudnn->gqa;
 }
 
 const char *gt_cuda_cudnn_engine_info(gt_backend *be)

@@ -16,6 +16,12 @@ int gt_cuda_cudnn_init(gt_backend *be, bool fast_backward)
 
 void gt_cuda_cudnn_fini(gt_backend *be) { (void)be; }
 
+bool gt_cuda_cudnn_takes_gqa(gt_backend *be)
+{
+  (void)be;
+  return false;
+}
+
 const char *gt_cuda_cudnn_engine_info(gt_backend *be)
 {
   (void)be;

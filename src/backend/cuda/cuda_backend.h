@@ -189,11 +189,13 @@ int gt_cuda_attention_decode(gt_backend *be, gt_dtype dt, void *out, const void 
  * deterministic one. The forward/backward entries set *ran = false, and
  * return GT_SUCCESS, where cuDNN does not take the call (no handle, fp32,
  * unaligned tensors, no engine for the shape: warned once per shape;
- * grouped-query attention, Hkv < H, which the graphs do not express); the
- * caller then runs our own kernels. */
+ * grouped-query attention, Hkv < H, off compute capability 9.x); the caller
+ * then runs our own kernels. gt_cuda_cudnn_takes_gqa: whether be sends
+ * grouped-query shapes to cuDNN (false without a cuDNN handle). */
 bool gt_cuda_cudnn_built(void);
 int gt_cuda_cudnn_init(gt_backend *be, bool fast_backward);
 void gt_cuda_cudnn_fini(gt_backend *be);
+bool gt_cuda_cudnn_takes_gqa(gt_backend *be);
 int gt_cuda_attention_forward_cudnn(gt_backend *be, gt_dtype dt, void *out, float *lse,
                                     const void *qkv, int64_t B, int64_t T, int64_t H,
                                     int64_t Hkv, int64_t hs, bool *ran);

@@ -438,6 +438,7 @@ void gt_cuda_attention_counts(gt_backend *be, gt_cuda_attention_stats *st)
   st->own_backward = c->attn_calls[1][1];
   st->cudnn_built = gt_cuda_cudnn_built();
   st->cudnn_loaded = c->cudnn != NULL;
+  st->cudnn_gqa = gt_cuda_cudnn_takes_gqa(be);
 }
 
 // ---- the table --------------------------------------------------------------------------------
