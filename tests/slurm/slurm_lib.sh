@@ -380,3 +380,130 @@ job_diag() {
   tail_log "$cl_dir/log/slurmctld.log" 15
   for jd_node in $cl_nodes; do tail_log "$cl_dir/log/slurmd-$jd_node.log" 10; done
 }
+
+# ---- a cluster of network namespaces (the multi-node tests) ------------------------
+# Used by tests/slurm/test_slurm_multinode.sh and test_slurm_elastic.sh (their
+# headers say why namespaces): one namespace per node, each with its own
+# slurmd, address on a private bridge and host name, and one more that
+# holds the bridge and slurmctld:
+#
+#   namespace gt$$-ctl   bridge gtbr0 10.77.0.1/24, slurmctld; veth gtn1..N
+#   namespace gt$$-nI    veth gtnet0 10.77.0.1I/24, slurmd -N gtnI, host gtnI
+#
+# ns_init N: names for N nodes (N <= 9): ns_nodes ("1 2 3"), ns_ctl, net,
+# ctl_addr, cl_nodes (gtn1 ...), cl_in=in_ctl; made_ns (the namespaces made
+# so far, for ns_cleanup) empty.
+ns_init() {
+  ns_nodes=$(seq -s ' ' 1 "$1")
+  ns_ctl="gt$$-ctl"
+  net=10.77.0
+  ctl_addr=$net.1
+  made_ns=""
+  cl_nodes=""
+  for ni_n in $ns_nodes; do cl_nodes="$cl_nodes gtn$ni_n"; done
+  cl_in=in_ctl
+}
+
+# in_ctl CMD...: a Slurm client (or anything) inside the controller's
+# namespace, with a time limit; the lib's clients run so.
+in_ctl() { timeout -k 5 30 ip netns exec "$ns_ctl" "$@"; }
+
+# ns_cleanup: the jobs left cancelled and the daemons stopped by PID
+# (stop_cluster); whatever still runs in our namespaces (a slurmstepd, a
+# rank) was started by the test: killed by PID; then the namespaces are
+# deleted, which removes their links (veths, bridge) with them.
+ns_cleanup() {
+  stop_cluster
+  for nc_ns in $made_ns; do
+    for nc_p in $(ip netns pids "$nc_ns" 2>/dev/null); do kill -9 "$nc_p" 2>/dev/null; done
+  done
+  for nc_ns in $made_ns; do ip netns del "$nc_ns" 2>/dev/null; done
+  return 0
+}
+
+# make_ns NAME: a namespace with its loopback up.
+make_ns() {
+  ip netns add "$1" 2>"$cl_dir/log/netns.err" || return 1
+  made_ns="$made_ns $1"
+  ip -n "$1" link set lo up
+}
+
+# ns_network: the namespaces, the bridge and a veth per node. Returns 1 with
+# ns_skip set to the TAP skip reason when the machine cannot make them.
+# Nothing is added to the host's own network: the addresses exist only
+# inside the namespaces, so parallel runs cannot clash (their namespace
+# names carry the PID).
+ns_network() {
+  ns_skip=""
+  if ! make_ns "$ns_ctl"; then
+    ns_skip="network namespaces are not available: $(head -n 1 "$cl_dir/log/netns.err")"
+    return 1
+  fi
+  nn_err=""
+  {
+    ip -n "$ns_ctl" link add gtbr0 type bridge &&
+      ip -n "$ns_ctl" addr add "$ctl_addr/24" dev gtbr0 &&
+      ip -n "$ns_ctl" link set gtbr0 up
+  } 2>>"$cl_dir/log/netns.err" || nn_err="bridge"
+  for nn_n in $ns_nodes; do
+    [ -n "$nn_err" ] && break
+    nn_ns="gt$$-n$nn_n"
+    make_ns "$nn_ns" || { nn_err="namespace $nn_ns"; break; }
+    # One end on the bridge (gtnN), the other in the node (gtnet0 in every
+    # node: UCX_NET_DEVICES names it once for all); made in place, so that no
+    # link ever appears in the host's namespace.
+    {
+      ip -n "$ns_ctl" link add "gtn$nn_n" type veth peer name gtnet0 netns "$nn_ns" &&
+        ip -n "$ns_ctl" link set "gtn$nn_n" master gtbr0 up &&
+        ip -n "$nn_ns" addr add "$net.1$nn_n/24" dev gtnet0 &&
+        ip -n "$nn_ns" link set gtnet0 up
+    } 2>>"$cl_dir/log/netns.err" || nn_err="veth to $nn_ns"
+  done
+  if [ -n "$nn_err" ]; then
+    ns_skip="cannot make the test network ($nn_err): $(tail -n 1 "$cl_dir/log/netns.err")"
+    return 1
+  fi
+}
+
+# ns_slurm_conf NAME COMMENT: slurm.conf of the namespace cluster to stdout
+# (the lines every private cluster shares, then the nodes and the
+# partition); the caller adds its own lines after them. The namespaces are
+# private: the default ports cannot clash. slurmd's spool, pid and log
+# paths carry the node name (%n, as cl_nodes is set): one set per slurmd.
+ns_slurm_conf() {
+  echo "# $2"
+  slurm_conf "$1" "gtctl($ctl_addr)" 6817 6818
+  for nsc_n in $ns_nodes; do
+    echo "NodeName=gtn$nsc_n NodeAddr=$net.1$nsc_n CPUs=8 RealMemory=16000 State=UNKNOWN"
+  done
+  echo "PartitionName=debug Nodes=gtn[1-${ns_nodes##* }] Default=YES MaxTime=INFINITE State=UP"
+}
+
+# ns_start_daemons: slurmctld in the controller's namespace and a slurmd in
+# each node's (slurmctld_pid; slurmd_pids in node order), with SLURM_CONF.
+# `ip netns exec`, `nsenter` and `unshare` exec their command: $! is the
+# daemon's PID. Each daemon gets a UTS namespace of its own with the node's
+# host name. A node's processes need a /sys of their namespace (UCX lists
+# its TCP devices from /sys/class/net) but also the cgroup tree under it
+# (slurmd 22.05 does not start without one, even with proctrack/linuxproc
+# and task/none: "No filesystem mounted on /sys/fs/cgroup", which is what
+# `ip netns exec` gives). So slurmd enters the network namespace with
+# nsenter, makes a mount namespace of its own, and in it sets this
+# machine's cgroup tree aside, mounts the namespace's sysfs on /sys and
+# moves the cgroup tree back in place; nothing of it reaches the host.
+ns_start_daemons() {
+  # shellcheck disable=SC2016 # $1, $2: the inner sh's arguments
+  ip netns exec "$ns_ctl" unshare --uts sh -c 'hostname gtctl && exec slurmctld -D -c -f "$1"' \
+    sh "$SLURM_CONF" >"$cl_dir/log/slurmctld.stderr" 2>&1 &
+  slurmctld_pid=$!
+  slurmd_pids=""
+  for nd_n in $ns_nodes; do
+    mkdir -p "$cl_dir/spool/gtn$nd_n" "$cl_dir/cgroup-gtn$nd_n"
+    # shellcheck disable=SC2016
+    nsenter --net="/run/netns/gt$$-n$nd_n" unshare --mount --uts --propagation slave sh -c '
+      hostname "$1" && mount --rbind /sys/fs/cgroup "$3" && mount -t sysfs gtsys /sys &&
+        mount --move "$3" /sys/fs/cgroup && exec slurmd -D -f "$2" -N "$1"' \
+      sh "gtn$nd_n" "$SLURM_CONF" "$cl_dir/cgroup-gtn$nd_n" >"$cl_dir/log/slurmd-gtn$nd_n.stderr" 2>&1 &
+    slurmd_pids="$slurmd_pids $!"
+  done
+}

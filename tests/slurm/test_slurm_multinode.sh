@@ -74,33 +74,19 @@ C="$tmp/cluster"
 cluster_dirs "$C" || bail "cannot create $C"
 
 NODES="1 2 3"
-ns_ctl="gt$$-ctl"
-net=10.77.0
-ctl_addr=$net.1
-# slurmd N runs as node gtnN, with files of its own (slurmd-gtnN.log, ...).
-for n in $NODES; do cl_nodes="$cl_nodes gtn$n"; done
+# slurmd N runs as node gtnN, with files of its own (slurmd-gtnN.log, ...);
+# ns_init (slurm_lib.sh) names the namespaces and sets cl_in=in_ctl.
+ns_init 3
 up_title="a private 3-node Slurm cluster in network namespaces comes up"
 
 t_start=$(now)
 
 # ---- tear-down ----------------------------------------------------------------
 watchdog_pid=""
-made_ns=""
-# in_ctl CMD...: a Slurm client (or anything) inside the controller's
-# namespace, with a time limit; the lib's clients run so.
-in_ctl() { timeout -k 5 30 ip netns exec "$ns_ctl" "$@"; }
-cl_in=in_ctl
 cleanup() {
   set +e
-  # The jobs left cancelled, the daemons stopped by PID (slurm_lib.sh).
-  stop_cluster
-  # Whatever still runs in our namespaces (a slurmstepd, a rank) was started
-  # by this test: kill it by PID, then delete the namespaces, which removes
-  # their links (veths, bridge) with them.
-  for ns in $made_ns; do
-    for p in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
-  done
-  for ns in $made_ns; do ip netns del "$ns" 2>/dev/null; done
+  # The jobs, daemons, processes and namespaces of the cluster (slurm_lib.sh).
+  ns_cleanup
   [ -n "$watchdog_pid" ] && kill "$watchdog_pid" 2>/dev/null
 }
 trap cleanup EXIT
@@ -117,39 +103,9 @@ trap '[ -f "$C/watchdog.fired" ] && echo "not ok - the test ran over 280 s and w
 ) </dev/null >/dev/null 2>&1 &
 watchdog_pid=$!
 
-# ---- the network: namespaces, bridge, veths ------------------------------------
-# make_ns NAME: a namespace with its loopback up.
-make_ns() {
-  ip netns add "$1" 2>"$C/log/netns.err" || return 1
-  made_ns="$made_ns $1"
-  ip -n "$1" link set lo up
-}
-net_err=""
-if ! make_ns "$ns_ctl"; then
-  echo "1..0 # SKIP network namespaces are not available: $(head -n 1 "$C/log/netns.err")"
-  exit 0
-fi
-{
-  ip -n "$ns_ctl" link add gtbr0 type bridge &&
-    ip -n "$ns_ctl" addr add "$ctl_addr/24" dev gtbr0 &&
-    ip -n "$ns_ctl" link set gtbr0 up
-} 2>>"$C/log/netns.err" || net_err="bridge"
-for n in $NODES; do
-  [ -n "$net_err" ] && break
-  ns="gt$$-n$n"
-  make_ns "$ns" || { net_err="namespace $ns"; break; }
-  # One end on the bridge (gtnN), the other in the node (gtnet0 in every
-  # node: UCX_NET_DEVICES names it once for all); made in place, so that no
-  # link ever appears in the host's namespace.
-  {
-    ip -n "$ns_ctl" link add "gtn$n" type veth peer name gtnet0 netns "$ns" &&
-      ip -n "$ns_ctl" link set "gtn$n" master gtbr0 up &&
-      ip -n "$ns" addr add "$net.1$n/24" dev gtnet0 &&
-      ip -n "$ns" link set gtnet0 up
-  } 2>>"$C/log/netns.err" || net_err="veth to $ns"
-done
-if [ -n "$net_err" ]; then
-  echo "1..0 # SKIP cannot make the test network ($net_err): $(tail -n 1 "$C/log/netns.err")"
+# ---- the network: namespaces, bridge, veths (slurm_lib.sh) ------------------------
+if ! ns_network; then
+  echo "1..0 # SKIP $ns_skip"
   exit 0
 fi
 
@@ -170,50 +126,21 @@ bridge_bytes() {
 # ---- the cluster ---------------------------------------------------------------
 start_munged || bail "$up_err"
 
-# The namespaces are private: the default ports cannot clash. slurmd's
-# spool, pid and log paths carry the node name (%n, as cl_nodes is set):
-# one set per slurmd.
 export SLURM_CONF="$C/slurm.conf"
 {
-  echo "# a private 3-node cluster in network namespaces: tests/slurm/test_slurm_multinode.sh"
-  slurm_conf gtmulti "gtctl($ctl_addr)" 6817 6818
+  ns_slurm_conf gtmulti "a private 3-node cluster in network namespaces: tests/slurm/test_slurm_multinode.sh"
   cat <<EOF
 # SIGTERM to SIGKILL (Slurm's default 30 s): time for a requeued job's
 # ranks to checkpoint and exit even on a machine this busy
 KillWait=120
 JobRequeue=1
 EOF
-  for n in $NODES; do
-    echo "NodeName=gtn$n NodeAddr=$net.1$n CPUs=8 RealMemory=16000 State=UNKNOWN"
-  done
-  echo "PartitionName=debug Nodes=gtn[1-3] Default=YES MaxTime=INFINITE State=UP"
 } >"$SLURM_CONF"
 
 wait_munged || up_fail "$up_err"
-# `ip netns exec`, `nsenter` and `unshare` exec their command: $! is the
-# daemon's PID. Each daemon gets a UTS namespace of its own with the node's
-# host name. A node's processes need a /sys of their namespace (UCX lists
-# its TCP devices from /sys/class/net) but also the cgroup tree under it
-# (slurmd 22.05 does not start without one, even with proctrack/linuxproc
-# and task/none: "No filesystem mounted on /sys/fs/cgroup", which is what
-# `ip netns exec` gives). So slurmd enters the network namespace with
-# nsenter, makes a mount namespace of its own, and in it sets this
-# machine's cgroup tree aside, mounts the namespace's sysfs on /sys and
-# moves the cgroup tree back in place; nothing of it reaches the host.
+# the daemons in their namespaces (slurm_lib.sh says how)
 t_up=$(now)
-# shellcheck disable=SC2016 # $1, $2: the inner sh's arguments
-ip netns exec "$ns_ctl" unshare --uts sh -c 'hostname gtctl && exec slurmctld -D -c -f "$1"' \
-  sh "$SLURM_CONF" >"$C/log/slurmctld.stderr" 2>&1 &
-slurmctld_pid=$!
-for n in $NODES; do
-  mkdir -p "$C/spool/gtn$n" "$C/cgroup-gtn$n"
-  # shellcheck disable=SC2016
-  nsenter --net="/run/netns/gt$$-n$n" unshare --mount --uts --propagation slave sh -c '
-    hostname "$1" && mount --rbind /sys/fs/cgroup "$3" && mount -t sysfs gtsys /sys &&
-      mount --move "$3" /sys/fs/cgroup && exec slurmd -D -f "$2" -N "$1"' \
-    sh "gtn$n" "$SLURM_CONF" "$C/cgroup-gtn$n" >"$C/log/slurmd-gtn$n.stderr" 2>&1 &
-  slurmd_pids="$slurmd_pids $!"
-done
+ns_start_daemons
 wait_idle 3 ||
   up_fail "${up_err:-not 3 idle nodes after 30 s: $(in_ctl sinfo -h -N -o '%N %T' 2>&1 | tr '\n' ' ')}"
 ok 0 "$up_title (idle after $(elapsed_since "$t_up") s)"
