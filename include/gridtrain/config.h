@@ -37,6 +37,8 @@ typedef struct gt_config {
     double hang_timeout;         /* watchdog: seconds without progress, 0 = off */
     long sample_every;           /* a greedy text sample every N steps, 0 = off */
     double peak_tflops;          /* MFU: one rank's peak TFLOP/s, 0 = table or calibration */
+    double straggler_margin;     /* a rank this much over its stage's median is slow, 0 = off */
+    long straggler_reports;      /* ... for this many reports in a row: named in the log */
   } run;
   struct {
     long dp, pp, tp; /* 0 means auto */

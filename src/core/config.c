@@ -84,6 +84,13 @@ static const gt_key gt_keys[] = {
    "peak TFLOP/s of one rank that MFU is measured against; 0: the GPU's dense peak from "
    "gridtrain's table, or on the CPU an sgemm calibration (cached per machine)", false,
    false},
+  {"run", "straggler_margin", GT_KEY_REAL, GT_OFF(run.straggler_margin), 0, 1e6, NULL, "0.2",
+   "a rank whose own time a step (the step less its waits for other ranks) is above the median "
+   "of the other ranks of its pipeline stage by more than this fraction of the step time, "
+   "straggler_reports reports in a row, is named in the log; 0 turns it off", false, false},
+  {"run", "straggler_reports", GT_KEY_INT, GT_OFF(run.straggler_reports), 1, 1e6, NULL, "5",
+   "log reports ([run] log_every) in a row that a rank must be slow for to be named as a "
+   "straggler", false, false},
 
   {"grid", "dp", GT_KEY_INT_AUTO, GT_OFF(grid.dp), 1, 1e6, NULL, "auto",
    "data-parallel size; auto takes what the world size leaves", false, false},

@@ -342,3 +342,135 @@ int gt_trainer_report_setup(gt_trainer *tr, FILE *out)
   GT_CALL(gt_report_placement(tr, out));
   return GT_SUCCESS;
 }
+
+// ---- stragglers ----------------------------------------------------------------------------
+
+struct gt_straggler {
+  bool off;       /* margin 0, or no stage with two ranks */
+  double own_ms;  /* this rank's own time since the last report */
+  double step_ms; /* the steps' time since the last report */
+  long steps;     /* steps since the last report */
+  long first;     /* the first of them */
+  double *mean;   /* world size: each rank's mean own time of the interval (reduced to rank 0) */
+  double *sorted; /* rank 0: one stage's means, sorted */
+  long *slow;     /* rank 0: reports in a row each rank was slow */
+  long *since;    /* rank 0: the first step of each rank's slow reports */
+};
+
+void gt_straggler_destroy(gt_straggler **s)
+{
+  if (!*s)
+    return;
+  free((*s)->mean);
+  free((*s)->sorted);
+  free((*s)->slow);
+  free((*s)->since);
+  free(*s);
+  *s = NULL;
+}
+
+/* Collective on world (an agreement on the allocations). */
+static int gt_straggler_create(const gt_trainer *tr, gt_straggler **out)
+{
+  const gt_grid *g = tr->grid;
+  const size_t n = (size_t)g->world_size, per = (size_t)g->dp_size * (size_t)g->tp_size;
+  gt_straggler *s = calloc(1, sizeof *s);
+  bool ok = s != NULL;
+  if (ok) {
+    s->off = tr->cfg.run.straggler_margin <= 0 || per < 2;
+    if (!s->off) {
+      s->mean = calloc(n, sizeof *s->mean);
+      ok = s->mean != NULL;
+      if (g->world_rank == 0) {
+        s->sorted = malloc(per * sizeof *s->sorted);
+        s->slow = calloc(n, sizeof *s->slow);
+        s->since = calloc(n, sizeof *s->since);
+        ok = ok && s->sorted && s->slow && s->since;
+      }
+    }
+  }
+  int status = gt_error_agree(ok ? GT_SUCCESS
+                                 : GT_ERROR(GT_ERR_SYSTEM, "out of memory for the straggler watch"),
+                              g->world);
+  if (status != GT_SUCCESS) {
+    gt_straggler_destroy(&s);
+    GT_CALL(status);
+  }
+  *out = s;
+  return GT_SUCCESS;
+}
+
+static int gt_cmp_double(const void *a, const void *b)
+{
+  const double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* The median of sorted[0..n) without the entry at k. */
+static double gt_median_without(const double *sorted, int n, int k)
+{
+  const int m = n - 1;
+#define GT_AT(j) ((j) < k ? sorted[(j)] : sorted[(j) + 1])
+  const double med = m % 2 ? GT_AT(m / 2) : 0.5 * (GT_AT(m / 2 - 1) + GT_AT(m / 2));
+#undef GT_AT
+  return med;
+}
+
+int gt_trainer_watch_stragglers(gt_trainer *tr, const gt_step_stats *st, bool report)
+{
+  if (!tr->straggler)
+    GT_CALL(gt_straggler_create(tr, &tr->straggler));
+  gt_straggler *s = tr->straggler;
+  if (s->off)
+    return GT_SUCCESS;
+  const gt_grid *g = tr->grid;
+  if (s->steps == 0)
+    s->first = st->step;
+  s->own_ms += fmax(0.0, st->step_ms - st->comm_ms - st->bubble_ms);
+  s->step_ms += st->step_ms;
+  s->steps++;
+  if (!report)
+    return GT_SUCCESS;
+  memset(s->mean, 0, sizeof(double) * (size_t)g->world_size);
+  s->mean[g->world_rank] = s->own_ms / (double)s->steps;
+  const long first = s->first;
+  const double step_ms = s->step_ms / (double)s->steps; /* rank 0's is the one used */
+  s->step_ms = 0;
+  s->own_ms = 0;
+  s->steps = 0;
+  GT_CALL(gt_reduce_f64(s->mean, g->world_size, MPI_SUM, 0, g->world));
+  if (g->world_rank != 0)
+    return GT_SUCCESS;
+  /* rank = (pp DP + dp) TP + tp: a stage's ranks are consecutive */
+  const int per = g->dp_size * g->tp_size;
+  const double margin = tr->cfg.run.straggler_margin;
+  for (int stage = 0; stage < g->pp_size; stage++) {
+    const double *v = s->mean + (size_t)stage * (size_t)per;
+    memcpy(s->sorted, v, sizeof(double) * (size_t)per);
+    qsort(s->sorted, (size_t)per, sizeof(double), gt_cmp_double);
+    for (int i = 0; i < per; i++) {
+      const int r = stage * per + i;
+      int k = 0;
+      while (k < per - 1 && s->sorted[k] < v[i])
+        k++;
+      const double others = gt_median_without(s->sorted, per, k);
+      if (!(v[i] - others > margin * step_ms)) {
+        s->slow[r] = 0;
+        continue;
+      }
+      if (s->slow[r]++ == 0)
+        s->since[r] = first;
+      if (s->slow[r] != tr->cfg.run.straggler_reports)
+        continue;
+      gt_info("gridtrain: straggler: rank %d (dp %d pp %d tp %d) works %.1f ms a step (the "
+              "step less its waits for other ranks), %.1f ms more than the median of the other "
+              "ranks of pipeline stage %d, %.0f%% of the %.1f ms step, in each of the last %ld "
+              "reports (steps %ld-%ld; [run] straggler_margin = %g); its node is in the "
+              "'# ranks' table\n",
+              r, (r / g->tp_size) % g->dp_size, stage, r % g->tp_size, v[i], v[i] - others,
+              stage, 100 * (v[i] - others) / step_ms, step_ms, s->slow[r], s->since[r],
+              st->step, margin);
+    }
+  }
+  return GT_SUCCESS;
+}

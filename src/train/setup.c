@@ -344,6 +344,7 @@ int gt_trainer_destroy(gt_trainer **trainer)
   int status = tr->be ? tr->be->ops->sync(tr->be) : GT_SUCCESS;
   gt_metrics_close(&tr->metrics);
   gt_pace_destroy(&tr->pace);
+  gt_straggler_destroy(&tr->straggler);
   gt_reader_destroy(&tr->val_reader); /* before the datasets they read */
   gt_reader_destroy(&tr->train_reader);
   if (tr->val)

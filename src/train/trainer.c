@@ -339,6 +339,7 @@ int gt_trainer_run(gt_trainer *tr)
         gt_info("%s\n", line);
       }
     }
+    GT_CALL(gt_trainer_watch_stragglers(tr, &st, st.step % cfg->run.log_every == 0 || last));
     GT_CALL(gt_trainer_sample(tr)); /* [run] sample_every */
     /* Step boundary: every rank learns whether any rank was signalled. */
     int signo = 0;

@@ -37,6 +37,8 @@
 /* Device scalars of a step: reduced over the world at its end. */
 enum { GT_SC_LOSS = 0, GT_SC_SUMSQ, GT_SC_EVAL, GT_NSCALARS };
 
+typedef struct gt_straggler gt_straggler; /* report.c */
+
 struct gt_trainer {
   gt_config cfg;
   gt_grid *grid;
@@ -55,6 +57,7 @@ struct gt_trainer {
   gt_dataset *train, *val;
   gt_metrics *metrics;
   gt_pace *pace;          /* MFU and ETA: made by gt_trainer_run */
+  gt_straggler *straggler; /* [run] straggler_margin: made by the first report (report.c) */
 
   int T;          /* tokens per sequence */
   int B;          /* global batch, sequences */
@@ -103,6 +106,17 @@ struct gt_trainer {
  * what was resolved, the expected memory per rank, the devices and where the
  * ranks run (report.c). Collective on the trainer's world. */
 int gt_trainer_report_setup(gt_trainer *tr, FILE *out);
+
+/* report.c: stragglers. Every step, each rank adds its own time (the step
+ * less its waits for others: st's step_ms - comm_ms - bubble_ms); at a
+ * report step (`report`: the same on every rank) rank 0 gets every rank's
+ * mean since the last report and names, once, a rank that was above the
+ * median of its pipeline stage's ranks by more than [run] straggler_margin
+ * [run] straggler_reports reports in a row. Collective on the trainer's
+ * world at report steps; nothing when the margin is 0 or no stage has two
+ * ranks. */
+int gt_trainer_watch_stragglers(gt_trainer *tr, const gt_step_stats *st, bool report);
+void gt_straggler_destroy(gt_straggler **s);
 
 /* checkpointing.c: the checkpoint policy's start-up part, run by
  * gt_trainer_create: [checkpoint] resume, and when nothing was resumed the
