@@ -57,7 +57,8 @@
 #          requeues; a requeued job starts on all its nodes: it grows back)
 #   1      no layout fits the healthy nodes, or the tries are used up; one
 #          line "elastic: giving up: ..." says which
-# SIGUSR1 and SIGTERM to this script are passed on to the running step.
+# SIGUSR1 and SIGTERM to this script are passed on to the running step; a
+# step that then fails is not restarted (the job is being ended).
 #
 # Log lines start "elastic: <date time.ms>": the failure (status, time),
 # the probes, the chosen layout, and "restart k of K" with the time since
@@ -209,8 +210,10 @@ probe_nodes() {
 
 # ---- the loop ------------------------------------------------------------------------------
 step_pid=""
+signalled=""
 # shellcheck disable=SC2317 # (called from the traps)
 forward() {
+  signalled=$1
   if [ -n "$step_pid" ]; then
     log "caught SIG$1; forwarding it to the training step"
     kill "-$1" "$step_pid" 2>/dev/null || true
@@ -251,6 +254,10 @@ while :; do
     2) log "the training step ended with status 2 (bad input): not restarting"; exit 2 ;;
     3 | 130) log "the training step checkpointed on a signal (status $status)"; exit "$status" ;;
   esac
+  if [ -n "$signalled" ]; then
+    log "the training step ended with status $status after SIG$signalled: not restarting"
+    exit "$status"
+  fi
   t_fail=$(now)
   log "failure: the training step ended with status $status (at epoch $(printf '%.3f' "$t_fail") s)"
   if [ "$restart" -ge "$tries" ]; then
