@@ -60,10 +60,12 @@ ckdir=""
 # shellcheck disable=SC2317 # (called from the trap)
 cleanup() {
   set +e
+  # the watchdog first: its TERM would end the tear-down half way
+  trap '' HUP INT TERM
+  [ -n "$watchdog_pid" ] && kill "$watchdog_pid" 2>/dev/null
   [ -n "$ref_pid" ] && kill "$ref_pid" 2>/dev/null
   ns_cleanup
   case $ckdir in /dev/shm/gt-el.*) rm -rf "$ckdir" ;; esac
-  [ -n "$watchdog_pid" ] && kill "$watchdog_pid" 2>/dev/null
 }
 trap cleanup EXIT
 trap '[ -f "$C/watchdog.fired" ] && echo "not ok - the test ran over 150 s and was stopped"; exit 1' \

@@ -83,11 +83,14 @@ t_start=$(now)
 
 # ---- tear-down ----------------------------------------------------------------
 watchdog_pid=""
+# shellcheck disable=SC2317 # (called from the trap)
 cleanup() {
   set +e
-  # The jobs, daemons, processes and namespaces of the cluster (slurm_lib.sh).
-  ns_cleanup
+  # The watchdog first: its TERM would end the tear-down half way. Then the
+  # jobs, daemons, processes and namespaces of the cluster (slurm_lib.sh).
+  trap '' HUP INT TERM
   [ -n "$watchdog_pid" ] && kill "$watchdog_pid" 2>/dev/null
+  ns_cleanup
 }
 trap cleanup EXIT
 # The watchdog: whatever hangs, the test ends (and cleans up) after 280 s.
