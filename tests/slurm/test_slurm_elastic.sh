@@ -27,7 +27,7 @@
 # marked "state:" below (the checkpoint keys and the steps lost at most).
 # Skipped (exit 0) when Slurm, munge or iproute2 is missing, when not root,
 # or when network namespaces cannot be made; a watchdog ends the test after
-# 150 s. Takes 40-60 s on 2 cores.
+# 150 s. Takes 45-65 s on 2 cores (busy with other work: load 12-16).
 # gt-test: tier=full
 . "$GT_SRCDIR/tests/lib.sh"
 # shellcheck source=tests/slurm/slurm_lib.sh
