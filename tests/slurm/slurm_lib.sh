@@ -3,14 +3,16 @@
 # logs under one directory, nothing of the machine's own Slurm or munge used.
 # POSIX sh, sourced by
 #   tests/slurm/test_slurm.sh            . "$GT_SRCDIR/tests/slurm/slurm_lib.sh"
-#   tests/slurm/test_slurm_multinode.sh  (both after tests/lib.sh)
+#   tests/slurm/test_slurm_multinode.sh  (all three after tests/lib.sh)
+#   tests/slurm/test_slurm_elastic.sh
 #   benchmarks/scaling/local_cluster.sh  . "$(dirname "$0")/../../tests/slurm/slurm_lib.sh"
-# It provides the steps the three share: the command check, the clean
+# It provides the steps they share: the command check, the clean
 # environment, the cluster directory, ports, munged, slurm.conf, the
 # single-node daemons, the waits for them, the tear-down by PID, and the
-# job helpers of the tests (job_field, wait_job, job_diag). What differs
-# stays with the caller: the multi-node test starts its daemons inside
-# network namespaces and runs every client there.
+# job helpers of the tests (job_field, wait_job, job_diag); and, at the
+# end, the cluster of network namespaces of the two multi-node tests
+# (ns_init, ns_network, ns_slurm_conf, ns_start_daemons, ns_cleanup), whose
+# daemons start inside the namespaces and whose clients run there.
 #
 # The caller sets, after sourcing:
 #   cl_dir    the cluster directory (cluster_dirs sets it): state/, spool/,
