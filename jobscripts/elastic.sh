@@ -240,7 +240,12 @@ while :; do
     log "restart $restart of $tries, $(since "$t_fail") s after the failure: $what"
   fi
   # nodes, nnodes, ntasks, tpn: read by the launch command
-  eval "$launch"' "$gridtrain" train "$deck" "${kept[@]}" grid.dp=$dp grid.pp=$pp grid.tp=$tp data.microbatches=$micro' &
+  # (errexit off in the background shell: under it a failed eval exits 1,
+  # not with the launcher's status)
+  {
+    set +e
+    eval "$launch"' "$gridtrain" train "$deck" "${kept[@]}" grid.dp=$dp grid.pp=$pp grid.tp=$tp data.microbatches=$micro'
+  } &
   step_pid=$!
   # A trapped signal makes wait return early while the step runs on.
   while kill -0 "$step_pid" 2>/dev/null; do
