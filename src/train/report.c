@@ -346,7 +346,7 @@ int gt_trainer_report_setup(gt_trainer *tr, FILE *out)
 // ---- stragglers ----------------------------------------------------------------------------
 
 struct gt_straggler {
-  bool off;       /* margin 0, or no stage with two ranks */
+  bool off;       /* margin 0, no stage with two ranks, or sync = stale:S */
   double own_ms;  /* this rank's own time since the last report */
   double step_ms; /* the steps' time since the last report */
   long steps;     /* steps since the last report */
@@ -377,7 +377,9 @@ static int gt_straggler_create(const gt_trainer *tr, gt_straggler **out)
   gt_straggler *s = calloc(1, sizeof *s);
   bool ok = s != NULL;
   if (ok) {
-    s->off = tr->cfg.run.straggler_margin <= 0 || per < 2;
+    /* stale:S keeps its replicas out of step on purpose (its signal
+     * agreement does not block either): a blocking reduction would undo it */
+    s->off = tr->cfg.run.straggler_margin <= 0 || per < 2 || tr->sig_req != NULL;
     if (!s->off) {
       s->mean = calloc(n, sizeof *s->mean);
       ok = s->mean != NULL;

@@ -113,8 +113,8 @@ int gt_trainer_report_setup(gt_trainer *tr, FILE *out);
  * mean since the last report and names, once, a rank that was above the
  * median of its pipeline stage's ranks by more than [run] straggler_margin
  * [run] straggler_reports reports in a row. Collective on the trainer's
- * world at report steps; nothing when the margin is 0 or no stage has two
- * ranks. */
+ * world at report steps; nothing when the margin is 0, no stage has two
+ * ranks, or with sync = stale:S (whose replicas run out of step). */
 int gt_trainer_watch_stragglers(gt_trainer *tr, const gt_step_stats *st, bool report);
 void gt_straggler_destroy(gt_straggler **s);
 
