@@ -52,4 +52,9 @@ int gt_path_write_all(int fd, const void *data, size_t bytes, const char *what);
  * a directory afterwards is the caller's question. Not collective. */
 int gt_path_mkdirs(const char *dir, char *failed, size_t size);
 
+/* Expand $VAR and ${VAR} of in from the environment into out (size bytes).
+ * Returns 0; or -1 with *why (msize bytes) saying what is wrong ("$X is not
+ * set", "the path is too long", "an unterminated ${"). Not collective. */
+int gt_path_expand_env(const char *in, char *out, size_t size, char *why, size_t msize);
+
 #endif /* GRIDTRAIN_PATH_H */
