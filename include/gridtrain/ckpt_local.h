@@ -89,12 +89,18 @@ int gt_local_part_write(const char *path, gt_local_header *h, const float *paylo
  * GT_ERR_INPUT naming the file for one that is short or damaged. */
 int gt_local_part_header(const char *path, gt_local_header *h);
 
-/* Read the whole part at path, whose header is h (read before), into
- * payload (gt_local_payload_len(h) floats, the caller's), and verify the
- * sums table and every block. GT_ERR_INPUT naming the file and the block
- * that fails; *bytes gets the bytes read. */
-int gt_local_part_read(const char *path, const gt_local_header *h, float *payload,
-                       double *bytes);
+/* Map the whole part at path, whose header is h (read before), and verify
+ * the sums table and every block of its payload: *payload points to
+ * gt_local_payload_len(h) floats, read-only, until gt_local_part_unmap(map).
+ * No copy is made (a file in /dev/shm is read at memory speed). GT_ERR_INPUT
+ * naming the file and the block that fails; *bytes gets the file's bytes. */
+typedef struct gt_local_map {
+  void *addr;
+  size_t len;
+} gt_local_map;
+int gt_local_part_map(const char *path, const gt_local_header *h, const float **payload,
+                      gt_local_map *map, double *bytes);
+void gt_local_part_unmap(gt_local_map *map);
 
 /* Mark step complete for rank (DIR/step_N/done_RRRRR, synced). */
 int gt_local_mark(const char *dir, long step, int rank);

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -111,7 +112,7 @@ int gt_local_part_write(const char *path, gt_local_header *h, const float *paylo
 
 // ---- read -----------------------------------------------------------------------------------
 
-/* Read n bytes at offset off of fd. */
+/* Read n bytes at offset off of fd (the header). */
 static int gt_local_pread(int fd, void *buf, size_t n, off_t off, const char *path)
 {
   size_t done = 0;
@@ -150,53 +151,72 @@ int gt_local_part_header(const char *path, gt_local_header *h)
   return GT_SUCCESS;
 }
 
-int gt_local_part_read(const char *path, const gt_local_header *h, float *payload,
-                       double *bytes)
+int gt_local_part_map(const char *path, const gt_local_header *h, const float **payload,
+                      gt_local_map *map, double *bytes)
 {
   *bytes = 0;
+  *payload = NULL;
+  map->addr = NULL;
+  map->len = 0;
   const int fd = open(path, O_RDONLY | O_CLOEXEC);
   GT_CHECK(fd >= 0, GT_ERR_INPUT, "cannot open node-local part %s: %s", path, strerror(errno));
   struct stat sb;
-  int status = fstat(fd, &sb) == 0 ? GT_SUCCESS
-                                   : GT_ERROR(GT_ERR_SYSTEM, "cannot stat %s: %s", path,
-                                              strerror(errno));
   const size_t nsums = h->nblocks * sizeof(uint32_t), data = h->payload * sizeof(float);
-  const off_t expect = (off_t)(sizeof *h + nsums + data);
-  if (status == GT_SUCCESS && sb.st_size != expect)
+  const size_t expect = sizeof *h + nsums + data;
+  int status = GT_SUCCESS;
+  if (fstat(fd, &sb) != 0)
+    status = GT_ERROR(GT_ERR_SYSTEM, "cannot stat %s: %s", path, strerror(errno));
+  else if ((size_t)sb.st_size != expect)
     status = GT_ERROR(GT_ERR_INPUT,
-                      "node-local part %s has %lld bytes where its header says %lld", path,
-                      (long long)sb.st_size, (long long)expect);
-  uint32_t *sums = status == GT_SUCCESS ? malloc(nsums + sizeof *sums) : NULL;
-  if (status == GT_SUCCESS && !sums)
-    status = GT_ERROR(GT_ERR_SYSTEM, "out of memory (%zu bytes)", nsums);
-  if (status == GT_SUCCESS)
-    status = gt_local_pread(fd, sums, nsums, (off_t)sizeof *h, path);
-  if (status == GT_SUCCESS)
-    status = gt_local_pread(fd, payload, data, (off_t)(sizeof *h + nsums), path);
+                      "node-local part %s has %lld bytes where its header says %zu", path,
+                      (long long)sb.st_size, expect);
+  void *addr = MAP_FAILED;
+  if (status == GT_SUCCESS) {
+    addr = mmap(NULL, expect, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+    if (addr == MAP_FAILED)
+      status = GT_ERROR(GT_ERR_SYSTEM, "cannot map %s: %s", path, strerror(errno));
+  }
   close(fd);
-  if (status == GT_SUCCESS && gt_local_sum_bytes(sums, nsums) != h->sums_sum)
+  GT_CALL(status);
+  const uint32_t *sums = (const uint32_t *)((const char *)addr + sizeof *h);
+  const float *pay = (const float *)((const char *)addr + sizeof *h + nsums);
+  if (memcmp(addr, h, sizeof *h) != 0)
+    status = GT_ERROR(GT_ERR_INPUT, "node-local part %s changed while it was read", path);
+  else if (gt_local_sum_bytes(sums, nsums) != h->sums_sum)
     status = GT_ERROR(GT_ERR_INPUT,
                       "node-local part %s is damaged: the checksum of its block table fails",
                       path);
   for (uint64_t b = 0; status == GT_SUCCESS && b < h->nblocks; b++) {
-    const uint32_t have = gt_local_block_sum(payload, h->payload, b);
+    const uint32_t have = gt_local_block_sum(pay, h->payload, b);
     if (have != sums[b]) {
       const uint64_t lo = sizeof *h + nsums + b * GT_LOCAL_BLOCK_BYTES;
+      const uint64_t len = b + 1 < h->nblocks ? GT_LOCAL_BLOCK_BYTES
+                                              : data - b * GT_LOCAL_BLOCK_BYTES;
       status = GT_ERROR(GT_ERR_INPUT,
                         "node-local part %s is damaged: the checksum of its bytes %llu-%llu "
                         "(block %llu of %llu) fails (Fletcher-32 %08x, stored %08x)",
-                        path, (unsigned long long)lo,
-                        (unsigned long long)(lo + (b + 1 < h->nblocks
-                                                       ? GT_LOCAL_BLOCK_BYTES
-                                                       : data - b * GT_LOCAL_BLOCK_BYTES) - 1),
+                        path, (unsigned long long)lo, (unsigned long long)(lo + len - 1),
                         (unsigned long long)b + 1, (unsigned long long)h->nblocks,
                         (unsigned)have, (unsigned)sums[b]);
     }
   }
-  free(sums);
-  GT_CALL(status);
+  if (status != GT_SUCCESS) {
+    munmap(addr, expect);
+    GT_CALL(status);
+  }
+  map->addr = addr;
+  map->len = expect;
+  *payload = pay;
   *bytes = (double)expect;
   return GT_SUCCESS;
+}
+
+void gt_local_part_unmap(gt_local_map *map)
+{
+  if (map->addr)
+    munmap(map->addr, map->len);
+  map->addr = NULL;
+  map->len = 0;
 }
 
 // ---- markers and listing --------------------------------------------------------------------

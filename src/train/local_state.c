@@ -469,10 +469,11 @@ static int gt_local_scan(gt_trainer *tr, gt_local_entry **out, int *n)
 }
 
 /* A transfer of the plan: len floats of entry e's payload from src to
- * needer's staging buffer at dst (e -1: zeros). */
+ * needer's section sec (0 values, 1 m, 2 v, 3 rank state) at flat index x
+ * (sec 3: at index x of the rank state); e -1: zeros. */
 typedef struct gt_local_move {
-  int e, needer;
-  size_t src, dst, len;
+  int e, needer, sec;
+  size_t src, x, len;
 } gt_local_move;
 
 typedef struct gt_local_plan {
@@ -480,8 +481,7 @@ typedef struct gt_local_plan {
   int n, cap;
 } gt_local_plan;
 
-static int gt_local_plan_add(gt_local_plan *pl, int e, int needer, size_t src, size_t dst,
-                             size_t len)
+static int gt_local_plan_add(gt_local_plan *pl, gt_local_move mv)
 {
   if (pl->n == pl->cap) {
     pl->cap = pl->cap ? 2 * pl->cap : 64;
@@ -489,16 +489,14 @@ static int gt_local_plan_add(gt_local_plan *pl, int e, int needer, size_t src, s
     GT_CHECK_ALLOC(more, (size_t)pl->cap * sizeof *more);
     pl->moves = more;
   }
-  pl->moves[pl->n++] = (gt_local_move){e, needer, src, dst, len};
+  pl->moves[pl->n++] = mv;
   return GT_SUCCESS;
 }
 
-/* The moves that fill needer's flat range [a, b) of section `sec` (0
- * values, 1 m, 2 v) at dst of its staging buffer, from the chosen entries
- * src[0..ns) in order of preference. */
+/* The moves that fill needer's flat range [a, b) of section sec (0 values,
+ * 1 m, 2 v) from the chosen entries src[0..ns), in order of preference. */
 static int gt_local_plan_range(gt_local_plan *pl, const gt_local_entry *ents, const int *src,
-                               int ns, int needer, int sec, size_t a, size_t b, size_t dst,
-                               size_t data_end)
+                               int ns, int needer, int sec, size_t a, size_t b, size_t data_end)
 {
   size_t x = a;
   while (x < b) {
@@ -521,13 +519,14 @@ static int gt_local_plan_range(gt_local_plan *pl, const gt_local_entry *ents, co
         if (lo > x && lo < end)
           end = lo;
       }
-      x = end; /* the staging buffer is zero there */
+      GT_CALL(gt_local_plan_add(pl, (gt_local_move){-1, needer, sec, 0, x, end - x}));
+      x = end;
       continue;
     }
     const gt_local_header *h = &ents[best].h;
     const size_t nv = h->vhi - h->vlo, nm = h->mhi - h->mlo;
     const size_t off = sec == 0 ? x - h->vlo : (sec == 1 ? nv : nv + nm) + (x - h->mlo);
-    GT_CALL(gt_local_plan_add(pl, best, needer, off, dst + (x - a), end - x));
+    GT_CALL(gt_local_plan_add(pl, (gt_local_move){best, needer, sec, off, x, end - x}));
     x = end;
   }
   return GT_SUCCESS;
@@ -630,41 +629,32 @@ static bool gt_local_usable(gt_trainer *tr, const gt_local_entry *ents, int ne,
  * every rank learns which entries verified (bad[i]), and rank 0 the first
  * failure's message (warned). Collective on world. */
 static int gt_local_read_step(gt_trainer *tr, const gt_local_entry *ents, int ne,
-                              const gt_local_try *t, float **bufs, double *bytes,
-                              double *seconds, int *bad)
+                              const gt_local_try *t, const float **bufs, gt_local_map *maps,
+                              double *bytes, double *seconds, int *bad)
 {
   const gt_grid *g = tr->grid;
   struct gt_local_state *ls = tr->local;
-  int status = GT_SUCCESS, mine = GT_SUCCESS;
+  int mine = GT_SUCCESS;
   double t0 = gt_now();
   *bytes = 0;
   for (int i = 0; i < ne; i++) {
     bad[i] = ents[i].step == t->step && !ents[i].ok;
     if (ents[i].step != t->step || ents[i].holder != g->world_rank || !ents[i].ok)
       continue;
-    const size_t n = gt_local_payload_len(&ents[i].h);
-    bufs[i] = malloc((n ? n : 1) * sizeof(float));
-    if (!bufs[i]) {
-      status = GT_ERROR(GT_ERR_SYSTEM, "out of memory (%zu floats)", n);
-      break;
-    }
     char path[GT_PATH_MAX + 64];
     double b = 0;
     int st = gt_local_part_path(ls->dir, t->step, (gt_local_kind)ents[i].kind, ents[i].owner,
                                 path, sizeof path);
     if (st == GT_SUCCESS)
-      st = gt_local_part_read(path, &ents[i].h, bufs[i], &b);
+      st = gt_local_part_map(path, &ents[i].h, &bufs[i], &maps[i], &b);
     *bytes += b;
     if (st != GT_SUCCESS) {
       bad[i] = 1;
-      free(bufs[i]);
-      bufs[i] = NULL;
       if (mine == GT_SUCCESS)
         mine = st; /* the message stays for the agreement below */
     }
   }
   *seconds = gt_now() - t0;
-  GT_CALL(gt_error_agree(status, g->world));
   GT_CALL(gt_allreduce_int(bad, ne, MPI_MAX, g->world));
   /* the first damaged part, named on rank 0 (not an error: another copy,
    * or another state, may do; the lowest failing rank's message) */
@@ -701,17 +691,33 @@ static bool gt_local_choose(const gt_local_entry *ents, int ne, const int *bad, 
   return true;
 }
 
+/* Where move mv lands on this rank: device memory of section 0-2, or the
+ * host rank state. */
+static void *gt_local_dest(gt_trainer *tr, const gt_local_need *me, float *rank_state,
+                           const gt_local_move *mv)
+{
+  float *m, *v;
+  gt_adamw_moments(tr->opt, &m, &v);
+  switch (mv->sec) {
+  case 0: return gt_params_master(gt_gpt_params(tr->model), mv->x);
+  case 1: return m + (mv->x - me->mlo);
+  case 2: return v + (mv->x - me->mlo);
+  default: return rank_state + mv->x;
+  }
+}
+
 /* Fill this rank's state from the chosen entries: plan the moves of every
- * rank, send what this rank holds, receive what it needs, upload. */
-static int gt_local_load(gt_trainer *tr, const gt_local_entry *ents, float **bufs,
+ * rank, send what this rank holds, receive what it needs; what it holds
+ * itself goes from the mapped file to the device directly. */
+static int gt_local_load(gt_trainer *tr, const gt_local_entry *ents, const float **bufs,
                          const gt_local_need *needs, const gt_local_try *t, bool *rank_loaded)
 {
   const gt_grid *g = tr->grid;
   const int W = g->world_size;
+  gt_backend *be = tr->be;
   gt_local_plan pl = {0};
   int *src = malloc((size_t)t->world * sizeof *src);
-  int *first = calloc((size_t)W + 1, sizeof *first);
-  int status = src && first ? GT_SUCCESS : GT_ERROR(GT_ERR_SYSTEM, "out of memory");
+  int status = src ? GT_SUCCESS : GT_ERROR(GT_ERR_SYSTEM, "out of memory");
   /* the rank state comes over only into the same layout with the same tag */
   bool tags = t->same_layout;
   char tag[GT_LOCAL_TAG_BYTES];
@@ -725,8 +731,8 @@ static int gt_local_load(gt_trainer *tr, const gt_local_entry *ents, float **buf
   *rank_loaded = tagged;
   for (int n = 0; status == GT_SUCCESS && n < W; n++) {
     const gt_local_need *nd = &needs[n];
-    /* candidates: the chosen parts of this coordinate; its own dp rank's
-     * first in the same layout (replicas that may differ), then by dp rank */
+    /* candidates: the chosen parts of this coordinate by dp rank, its own
+     * dp rank's first in the same layout (replicas that may differ) */
     int ns = 0;
     for (int o = 0; o < t->world; o++) {
       const gt_local_header *h = &ents[t->chosen[o]].h;
@@ -739,68 +745,80 @@ static int gt_local_load(gt_trainer *tr, const gt_local_entry *ents, float **buf
         src[j] = src[j - 1];
         src[j - 1] = x;
       }
-    if (t->same_layout)
-      for (int i = 0; i < ns; i++)
-        if (ents[src[i]].h.dp_rank == nd->dp_rank) {
-          const int x = src[i];
-          memmove(src + 1, src, (size_t)i * sizeof *src);
-          src[0] = x;
-        }
+    for (int i = 0; t->same_layout && i < ns; i++)
+      if (ents[src[i]].h.dp_rank == nd->dp_rank) {
+        const int x = src[i];
+        memmove(src + 1, src, (size_t)i * sizeof *src);
+        src[0] = x;
+      }
     const size_t end = ns ? ents[src[0]].h.data_end : 0;
-    const size_t nv = nd->vhi - nd->vlo, nm = nd->mhi - nd->mlo;
-    first[n] = pl.n;
-    status = gt_local_plan_range(&pl, ents, src, ns, n, 0, nd->vlo, nd->vhi, 0, end);
+    status = gt_local_plan_range(&pl, ents, src, ns, n, 0, nd->vlo, nd->vhi, end);
     if (status == GT_SUCCESS)
-      status = gt_local_plan_range(&pl, ents, src, ns, n, 1, nd->mlo, nd->mhi, nv, end);
+      status = gt_local_plan_range(&pl, ents, src, ns, n, 1, nd->mlo, nd->mhi, end);
     if (status == GT_SUCCESS)
-      status = gt_local_plan_range(&pl, ents, src, ns, n, 2, nd->mlo, nd->mhi, nv + nm, end);
+      status = gt_local_plan_range(&pl, ents, src, ns, n, 2, nd->mlo, nd->mhi, end);
     if (status == GT_SUCCESS && tagged && nd->rank_n) {
       const int e = t->chosen[n];
       const gt_local_header *h = &ents[e].h;
-      status = gt_local_plan_add(&pl, e, n, gt_local_payload_len(h) - h->rank_n,
-                                 nv + 2 * nm, nd->rank_n);
+      status = gt_local_plan_add(
+          &pl, (gt_local_move){e, n, 3, gt_local_payload_len(h) - h->rank_n, 0, nd->rank_n});
     }
   }
   const gt_local_need *me = &needs[g->world_rank];
-  const size_t nv = me->vhi - me->vlo, nm = me->mhi - me->mlo;
-  const size_t total = nv + 2 * nm + me->rank_n;
-  float *stage = status == GT_SUCCESS ? calloc(total ? total : 1, sizeof *stage) : NULL;
-  if (status == GT_SUCCESS && !stage)
-    status = GT_ERROR(GT_ERR_SYSTEM, "out of memory (%zu floats)", total);
+  /* staging: what comes from other ranks, and the rank state */
+  size_t nstage = me->rank_n;
+  for (int k = 0; k < pl.n; k++) {
+    const gt_local_move *mv = &pl.moves[k];
+    if (mv->needer == g->world_rank && mv->e >= 0 && ents[mv->e].holder != g->world_rank &&
+        mv->sec < 3)
+      nstage += mv->len;
+  }
+  float *stage = status == GT_SUCCESS ? malloc((nstage + 1) * sizeof *stage) : NULL;
   gt_p2p *ops = status == GT_SUCCESS ? calloc((size_t)pl.n + 1, sizeof *ops) : NULL;
-  if (status == GT_SUCCESS && !ops)
-    status = GT_ERROR(GT_ERR_SYSTEM, "out of memory");
+  size_t *at = status == GT_SUCCESS ? calloc((size_t)pl.n + 1, sizeof *at) : NULL;
+  if (status == GT_SUCCESS && (!stage || !ops || !at))
+    status = GT_ERROR(GT_ERR_SYSTEM, "out of memory (%zu floats)", nstage);
+  float *rank_state = stage;
+  size_t used = me->rank_n;
   int nops = 0;
   for (int k = 0; status == GT_SUCCESS && k < pl.n; k++) {
     const gt_local_move *mv = &pl.moves[k];
-    const int holder = ents[mv->e].holder;
-    if (holder == g->world_rank && mv->needer == g->world_rank)
-      memcpy(stage + mv->dst, bufs[mv->e] + mv->src, mv->len * sizeof(float));
-    else if (holder == g->world_rank)
+    const int holder = mv->e >= 0 ? ents[mv->e].holder : -1;
+    if (mv->needer == g->world_rank && holder == g->world_rank) {
+      void *dst = gt_local_dest(tr, me, rank_state, mv);
+      if (mv->sec == 3)
+        memcpy(dst, bufs[mv->e] + mv->src, mv->len * sizeof(float));
+      else
+        status = be->ops->upload(be, dst, bufs[mv->e] + mv->src, mv->len * sizeof(float), NULL);
+    } else if (mv->needer == g->world_rank && holder < 0) {
+      status = be->ops->zero(be, gt_local_dest(tr, me, rank_state, mv), mv->len * sizeof(float));
+    } else if (mv->needer == g->world_rank) {
+      at[k] = mv->sec == 3 ? (size_t)(rank_state - stage) : used;
+      if (mv->sec < 3)
+        used += mv->len;
+      status = gt_p2p_recv(stage + at[k], mv->len * sizeof(float), holder, GT_LOCAL_TAG,
+                           g->world, &ops[nops++]);
+    } else if (holder == g->world_rank) {
       status = gt_p2p_send(bufs[mv->e] + mv->src, mv->len * sizeof(float), mv->needer,
                            GT_LOCAL_TAG, g->world, &ops[nops++]);
-    else if (mv->needer == g->world_rank)
-      status = gt_p2p_recv(stage + mv->dst, mv->len * sizeof(float), holder, GT_LOCAL_TAG,
-                           g->world, &ops[nops++]);
+    }
   }
   const int wst = gt_p2p_waitall(nops, ops);
   status = status == GT_SUCCESS ? wst : status;
-  /* into the device buffers */
-  gt_params *p = gt_gpt_params(tr->model);
-  gt_backend *be = tr->be;
-  float *m, *v;
-  gt_adamw_moments(tr->opt, &m, &v);
-  if (status == GT_SUCCESS && nv)
-    status = be->ops->upload(be, gt_params_master(p, me->vlo), stage, nv * sizeof(float), NULL);
-  if (status == GT_SUCCESS && nm)
-    status = be->ops->upload(be, m, stage + nv, nm * sizeof(float), NULL);
-  if (status == GT_SUCCESS && nm)
-    status = be->ops->upload(be, v, stage + nv + nm, nm * sizeof(float), NULL);
+  for (int k = 0; status == GT_SUCCESS && k < pl.n; k++) { /* what came over, to the device */
+    const gt_local_move *mv = &pl.moves[k];
+    if (mv->needer != g->world_rank || mv->e < 0 || ents[mv->e].holder == g->world_rank ||
+        mv->sec == 3)
+      continue;
+    status = be->ops->upload(be, gt_local_dest(tr, me, rank_state, mv), stage + at[k],
+                             mv->len * sizeof(float), NULL);
+  }
   if (status == GT_SUCCESS)
     status = be->ops->sync(be);
   status = gt_error_agree(status, g->world);
+  gt_params *p = gt_gpt_params(tr->model);
   if (status == GT_SUCCESS)
-    status = gt_dp_state_restore(tr->dp, t->step, stage + nv + 2 * nm, tagged);
+    status = gt_dp_state_restore(tr->dp, t->step, rank_state, tagged);
   if (status == GT_SUCCESS)
     status = gt_params_refresh_compute(p);
   status = gt_error_agree(status, g->world);
@@ -808,9 +826,9 @@ static int gt_local_load(gt_trainer *tr, const gt_local_entry *ents, float **buf
     status = gt_error_agree(gt_dp_gather_compute(tr->dp), g->world);
   free(stage);
   free(ops);
+  free(at);
   free(pl.moves);
   free(src);
-  free(first);
   GT_CALL(status);
   return GT_SUCCESS;
 }
@@ -917,8 +935,9 @@ int gt_local_state_resume(gt_trainer *tr, const char *global, bool quiet, bool *
   /* the candidate steps, newest first (the same list on every rank) */
   long *steps = status == GT_SUCCESS ? malloc(((size_t)ne + 1) * sizeof *steps) : NULL;
   int *bad = status == GT_SUCCESS ? calloc((size_t)ne + 1, sizeof *bad) : NULL;
-  float **bufs = status == GT_SUCCESS ? calloc((size_t)ne + 1, sizeof *bufs) : NULL;
-  if (status == GT_SUCCESS && (!steps || !bad || !bufs))
+  const float **bufs = status == GT_SUCCESS ? calloc((size_t)ne + 1, sizeof *bufs) : NULL;
+  gt_local_map *maps = status == GT_SUCCESS ? calloc((size_t)ne + 1, sizeof *maps) : NULL;
+  if (status == GT_SUCCESS && (!steps || !bad || !bufs || !maps))
     status = GT_ERROR(GT_ERR_SYSTEM, "out of memory");
   int nsteps = 0;
   for (int i = 0; status == GT_SUCCESS && i < ne; i++) {
@@ -963,7 +982,7 @@ int gt_local_state_resume(gt_trainer *tr, const char *global, bool quiet, bool *
       break;
     }
     double bytes = 0, seconds = 0;
-    status = gt_local_read_step(tr, ents, ne, &t, bufs, &bytes, &seconds, bad);
+    status = gt_local_read_step(tr, ents, ne, &t, bufs, maps, &bytes, &seconds, bad);
     bool ok = status == GT_SUCCESS && gt_local_choose(ents, ne, bad, &t, why, sizeof why);
     if (status == GT_SUCCESS && !ok && say)
       gt_info("gridtrain: the node-local state of step %ld is not used: %s; trying an older "
@@ -975,7 +994,7 @@ int gt_local_state_resume(gt_trainer *tr, const char *global, bool quiet, bool *
       status = gt_local_load(tr, ents, bufs, needs, &t, &rank_loaded);
     const double load_s = gt_now() - load_t0;
     for (int i = 0; i < ne; i++) {
-      free(bufs[i]);
+      gt_local_part_unmap(&maps[i]);
       bufs[i] = NULL;
     }
     if (!ok || status != GT_SUCCESS)
@@ -1010,8 +1029,9 @@ int gt_local_state_resume(gt_trainer *tr, const char *global, bool quiet, bool *
               load_s);
   }
   free(t.chosen);
-  for (int i = 0; bufs && i < ne; i++)
-    free(bufs[i]);
+  for (int i = 0; maps && i < ne; i++)
+    gt_local_part_unmap(&maps[i]);
+  free(maps);
   free(bufs);
   free(bad);
   free(steps);
