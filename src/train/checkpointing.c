@@ -325,6 +325,7 @@ int gt_trainer_resume(gt_trainer *tr, bool quiet)
     gt_info("gridtrain: [checkpoint] init = %s not used: the run continues from its own "
             "checkpoint\n",
             init);
+  GT_CALL(gt_local_state_settle(tr)); /* node-local states past the start (local_state.c) */
   return GT_SUCCESS;
 }
 

@@ -206,6 +206,25 @@ static int gt_local_map_partners(gt_trainer *tr)
   return GT_SUCCESS;
 }
 
+int gt_local_state_settle(gt_trainer *tr)
+{
+  const gt_grid *g = tr->grid;
+  if (!tr->cfg.checkpoint.local_dir[0])
+    return GT_SUCCESS;
+  GT_CALL(gt_local_open(tr));
+  long *all = NULL;
+  int n = 0, status = GT_SUCCESS;
+  if (g->node_rank == 0) {
+    status = gt_local_all_steps(tr->local->dir, &all, &n);
+    for (int i = 0; status == GT_SUCCESS && i < n; i++)
+      if (all[i] > tr->step)
+        status = gt_local_remove(tr->local->dir, all[i]);
+    free(all);
+  }
+  GT_CALL(gt_error_agree(status, g->world));
+  return GT_SUCCESS;
+}
+
 void gt_local_state_free(gt_trainer *tr)
 {
   if (!tr->local)

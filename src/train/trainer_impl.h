@@ -193,6 +193,12 @@ int gt_local_state_save(gt_trainer *tr);
  * Collective on world. */
 int gt_local_state_resume(gt_trainer *tr, const char *global, bool quiet, bool *resumed);
 
+/* local_state.c: after start-up chose where to begin (tr->step): delete
+ * the node-local states of later steps (an abandoned or refused history),
+ * so that a state of this run is never mixed with them. Collective on
+ * world. */
+int gt_local_state_settle(gt_trainer *tr);
+
 void gt_local_state_free(gt_trainer *tr);
 
 #endif /* GT_TRAINER_IMPL_H */
