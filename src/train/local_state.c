@@ -797,6 +797,8 @@ static int gt_local_load(gt_trainer *tr, const gt_local_entry *ents, const float
   size_t *at = status == GT_SUCCESS ? calloc((size_t)pl.n + 1, sizeof *at) : NULL;
   if (status == GT_SUCCESS && (!stage || !ops || !at))
     status = GT_ERROR(GT_ERR_SYSTEM, "out of memory (%zu floats)", nstage);
+  /* every rank posts its part of the plan, or none does */
+  status = gt_error_agree(status, g->world);
   float *rank_state = stage;
   size_t used = me->rank_n;
   int nops = 0;
@@ -1015,6 +1017,15 @@ int gt_local_state_resume(gt_trainer *tr, const char *global, bool quiet, bool *
     for (int i = 0; i < ne; i++) {
       gt_local_part_unmap(&maps[i]);
       bufs[i] = NULL;
+    }
+    if (ok && status == GT_ERR_INPUT && gt_error_is_collective()) {
+      if (say) /* the parts do not add up: every range is loaded again from what comes next */
+        gt_info("gridtrain: the node-local state of step %ld is not used: %s; trying an older "
+                "state\n",
+                t.step, gt_error_message());
+      gt_error_clear();
+      status = GT_SUCCESS;
+      continue;
     }
     if (!ok || status != GT_SUCCESS)
       continue;
