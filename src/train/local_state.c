@@ -303,12 +303,17 @@ static int gt_local_partner_copies(gt_trainer *tr, const gt_local_header *mine)
                      : GT_ERROR(GT_ERR_SYSTEM, "out of memory (%zu floats)", n);
   }
   if (status == GT_SUCCESS && ls->partner >= 0)
-    status = gt_p2p_send(ls->buf, gt_local_payload_len(mine) * sizeof(float), ls->partner,
+    status = gt_p2p_send(ls->buf ? (const void *)ls->buf : (const void *)mine,
+                         gt_local_payload_len(mine) * sizeof(float), ls->partner,
                          GT_LOCAL_TAG, g->world, &ops[nops++]);
   wst = gt_p2p_waitall(nops, ops);
   status = status == GT_SUCCESS ? wst : status;
   char path[GT_PATH_MAX + 64];
   for (int i = 0; status == GT_SUCCESS && i < ns; i++) {
+    if (hs[i].owner < 0) { /* its owner failed before it could send it */
+      status = GT_ERROR(GT_ERR_SYSTEM, "rank %d sent no part to keep", ls->senders[i]);
+      break;
+    }
     status = gt_local_part_path(ls->dir, mine->step, GT_LOCAL_PARTNER, hs[i].owner, path,
                                 sizeof path);
     if (status == GT_SUCCESS)
@@ -379,6 +384,10 @@ int gt_local_state_save(gt_trainer *tr)
   if (status == GT_SUCCESS)
     status = gt_local_part_write(path, &h, ls->buf);
   if (cfg->checkpoint.partner) { /* every rank takes part, failed or not */
+    if (status != GT_SUCCESS) { /* nothing to send: an empty part of no owner */
+      memset(&h, 0, sizeof h);
+      h.owner = -1;
+    }
     const int pst = gt_local_partner_copies(tr, &h);
     status = status == GT_SUCCESS ? pst : status;
   }
