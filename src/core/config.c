@@ -296,7 +296,8 @@ static const gt_key gt_keys[] = {
    "checkpoint and a signal's always stop", false, false},
   {"checkpoint", "local_dir", GT_KEY_STRING, GT_OFF(checkpoint.local_dir), 0, 0, NULL, "",
    "node-local directory of each rank's part of the training state (/dev/shm/run-$SLURM_JOB_ID, "
-   "a local SSD; $VAR and ${VAR} come from the environment); empty: no node-local tier",
+   "a local SSD; $VAR and ${VAR} come from the environment, %h is the host name); empty: no "
+   "node-local tier",
    false, false},
   {"checkpoint", "local_every", GT_KEY_INT, GT_OFF(checkpoint.local_every), 0, 1e12, NULL, "0",
    "write every rank's part of the state to local_dir every N steps; 0: never", false, false},

@@ -147,6 +147,23 @@ int gt_path_expand_env(const char *in, char *out, size_t size, char *why, size_t
   for (const char *p = in; *p;) {
     const char *value = NULL;
     char name[128];
+    if (p[0] == '%' && (p[1] == 'h' || p[1] == '%')) { /* the host name, or a '%' */
+      char host[256] = "%";
+      if (p[1] == 'h' && gethostname(host, sizeof host) != 0) {
+        snprintf(why, msize, "%%h: gethostname failed");
+        return -1;
+      }
+      host[sizeof host - 1] = '\0';
+      const size_t len = strlen(host);
+      if (o + len + 1 > size) {
+        snprintf(why, msize, "the path is too long");
+        return -1;
+      }
+      memcpy(out + o, host, len);
+      o += len;
+      p += 2;
+      continue;
+    }
     if (p[0] == '$' && p[1] == '{') {
       const char *end = strchr(p + 2, '}');
       if (!end) {
