@@ -18,6 +18,9 @@
  * Part file (format GT_LOCAL_FORMAT, native byte order: the tier never
  * leaves the machine kind that wrote it):
  *   gt_local_header                 fixed size, its own Fletcher-32
+ *   gt_local_param table[nparams]   each tensor of the flat buffer: name,
+ *                                   logical shape, split, offset (its own
+ *                                   Fletcher-32 in the header)
  *   uint32 sums[nblocks]            Fletcher-32 of each GT_LOCAL_BLOCK_BYTES
  *                                   block of the payload (the checkpoint's
  *                                   helper, ckpt_internal.h)
@@ -64,11 +67,24 @@ typedef struct gt_local_header {
   uint64_t vlo, vhi, mlo, mhi; /* flat ranges of values and moments held */
   uint64_t rank_n;         /* floats of rank state */
   char rank_tag[GT_LOCAL_TAG_BYTES];
+  uint64_t nparams;        /* entries of the parameter table */
+  uint32_t table_sum;      /* Fletcher-32 of the parameter table */
+  uint32_t pad_;
   uint64_t payload;        /* floats after the sums */
   uint64_t nblocks;        /* checksum blocks of the payload */
   uint32_t sums_sum;       /* Fletcher-32 of the sums table */
   uint32_t header_sum;     /* Fletcher-32 of this header with header_sum 0 */
 } gt_local_header;
+
+/* One tensor of a part's flat buffer (params.h's gt_param, as data). */
+typedef struct gt_local_param {
+  char name[64];
+  int32_t ndim, axis, blocks, parts, index;
+  int32_t units[4];
+  int32_t pad_;
+  int64_t full_shape[4];
+  uint64_t offset, numel;
+} gt_local_param;
 
 /* Floats of payload a header describes: (vhi - vlo) + 2 (mhi - mlo) + rank_n. */
 uint64_t gt_local_payload_len(const gt_local_header *h);
@@ -83,11 +99,16 @@ int gt_local_part_path(const char *dir, long step, gt_local_kind kind, int owner
  * PATH.tmp, fsync, rename to path, fsync the directory (gt_path_replace).
  * The step directory must exist. GT_ERR_SYSTEM naming the file on failure
  * (PATH.tmp removed). */
-int gt_local_part_write(const char *path, gt_local_header *h, const float *payload);
+int gt_local_part_write(const char *path, gt_local_header *h, const gt_local_param *table,
+                        const float *payload);
 
 /* Read and check a part's header (magic, version, size, its checksum).
  * GT_ERR_INPUT naming the file for one that is short or damaged. */
 int gt_local_part_header(const char *path, gt_local_header *h);
+
+/* Read and check a part's parameter table (h->nparams entries, the
+ * caller's memory). GT_ERR_INPUT naming the file when it is damaged. */
+int gt_local_part_table(const char *path, const gt_local_header *h, gt_local_param *table);
 
 /* Map the whole part at path, whose header is h (read before), and verify
  * the sums table and every block of its payload: *payload points to

@@ -72,11 +72,13 @@ static uint32_t gt_local_block_sum(const float *payload, uint64_t total, uint64_
 }
 
 _Static_assert(sizeof(gt_local_header) % sizeof(float) == 0, "header of whole words");
+_Static_assert(sizeof(gt_local_param) % sizeof(float) == 0, "table of whole words");
 
 // ---- write ----------------------------------------------------------------------------------
 
 typedef struct {
   const gt_local_header *h;
+  const gt_local_param *table;
   const uint32_t *sums;
   const float *payload;
 } gt_local_writing;
@@ -85,12 +87,14 @@ static int gt_local_write_fd(void *ctx, int fd, const char *tmp)
 {
   const gt_local_writing *w = ctx;
   GT_CALL(gt_path_write_all(fd, w->h, sizeof *w->h, tmp));
+  GT_CALL(gt_path_write_all(fd, w->table, w->h->nparams * sizeof *w->table, tmp));
   GT_CALL(gt_path_write_all(fd, w->sums, w->h->nblocks * sizeof(uint32_t), tmp));
   GT_CALL(gt_path_write_all(fd, w->payload, w->h->payload * sizeof(float), tmp));
   return GT_SUCCESS;
 }
 
-int gt_local_part_write(const char *path, gt_local_header *h, const float *payload)
+int gt_local_part_write(const char *path, gt_local_header *h, const gt_local_param *table,
+                        const float *payload)
 {
   memcpy(h->magic, GT_LOCAL_MAGIC, sizeof h->magic);
   h->version = GT_LOCAL_FORMAT;
@@ -102,8 +106,9 @@ int gt_local_part_write(const char *path, gt_local_header *h, const float *paylo
   for (uint64_t b = 0; b < h->nblocks; b++)
     sums[b] = gt_local_block_sum(payload, h->payload, b);
   h->sums_sum = gt_local_sum_bytes(sums, h->nblocks * sizeof *sums);
+  h->table_sum = gt_local_sum_bytes(table, h->nparams * sizeof *table);
   h->header_sum = gt_local_header_sum(h);
-  gt_local_writing w = {h, sums, payload};
+  gt_local_writing w = {h, table, sums, payload};
   const int status = gt_path_replace(path, gt_local_write_fd, &w);
   free(sums);
   GT_CALL(status);
@@ -145,9 +150,22 @@ int gt_local_part_header(const char *path, gt_local_header *h)
            "node-local part %s is damaged: the checksum of its header fails (Fletcher-32 %08x, "
            "stored %08x)",
            path, (unsigned)have, (unsigned)h->header_sum);
-  GT_CHECK(h->payload == gt_local_payload_len(h) &&
+  GT_CHECK(h->nparams < (1u << 20) && h->payload == gt_local_payload_len(h) &&
                h->nblocks == (h->payload + GT_LOCAL_BLOCK_FLOATS - 1) / GT_LOCAL_BLOCK_FLOATS,
            GT_ERR_INPUT, "node-local part %s is damaged: its header does not add up", path);
+  return GT_SUCCESS;
+}
+
+int gt_local_part_table(const char *path, const gt_local_header *h, gt_local_param *table)
+{
+  const int fd = open(path, O_RDONLY | O_CLOEXEC);
+  GT_CHECK(fd >= 0, GT_ERR_INPUT, "cannot open node-local part %s: %s", path, strerror(errno));
+  const size_t n = h->nparams * sizeof *table;
+  const int status = gt_local_pread(fd, table, n, (off_t)sizeof *h, path);
+  close(fd);
+  GT_CALL(status);
+  GT_CHECK(gt_local_sum_bytes(table, n) == h->table_sum, GT_ERR_INPUT,
+           "node-local part %s is damaged: the checksum of its parameter table fails", path);
   return GT_SUCCESS;
 }
 
@@ -162,7 +180,8 @@ int gt_local_part_map(const char *path, const gt_local_header *h, const float **
   GT_CHECK(fd >= 0, GT_ERR_INPUT, "cannot open node-local part %s: %s", path, strerror(errno));
   struct stat sb;
   const size_t nsums = h->nblocks * sizeof(uint32_t), data = h->payload * sizeof(float);
-  const size_t expect = sizeof *h + nsums + data;
+  const size_t ntab = h->nparams * sizeof(gt_local_param);
+  const size_t expect = sizeof *h + ntab + nsums + data;
   int status = GT_SUCCESS;
   if (fstat(fd, &sb) != 0)
     status = GT_ERROR(GT_ERR_SYSTEM, "cannot stat %s: %s", path, strerror(errno));
@@ -178,8 +197,8 @@ int gt_local_part_map(const char *path, const gt_local_header *h, const float **
   }
   close(fd);
   GT_CALL(status);
-  const uint32_t *sums = (const uint32_t *)((const char *)addr + sizeof *h);
-  const float *pay = (const float *)((const char *)addr + sizeof *h + nsums);
+  const uint32_t *sums = (const uint32_t *)((const char *)addr + sizeof *h + ntab);
+  const float *pay = (const float *)((const char *)addr + sizeof *h + ntab + nsums);
   if (memcmp(addr, h, sizeof *h) != 0)
     status = GT_ERROR(GT_ERR_INPUT, "node-local part %s changed while it was read", path);
   else if (gt_local_sum_bytes(sums, nsums) != h->sums_sum)
@@ -189,7 +208,7 @@ int gt_local_part_map(const char *path, const gt_local_header *h, const float **
   for (uint64_t b = 0; status == GT_SUCCESS && b < h->nblocks; b++) {
     const uint32_t have = gt_local_block_sum(pay, h->payload, b);
     if (have != sums[b]) {
-      const uint64_t lo = sizeof *h + nsums + b * GT_LOCAL_BLOCK_BYTES;
+      const uint64_t lo = sizeof *h + ntab + nsums + b * GT_LOCAL_BLOCK_BYTES;
       const uint64_t len = b + 1 < h->nblocks ? GT_LOCAL_BLOCK_BYTES
                                               : data - b * GT_LOCAL_BLOCK_BYTES;
       status = GT_ERROR(GT_ERR_INPUT,

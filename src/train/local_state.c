@@ -33,7 +33,35 @@ struct gt_local_state {
   int *senders;     /* world ranks whose partner this rank is */
   int nsenders;
   bool mapped;      /* partner and senders are set */
+  gt_local_param *table; /* this rank's parameter table (count entries) */
 };
+
+_Static_assert(GT_TENSOR_MAX_DIMS <= 4 && GT_SHARD_MAX_BLOCKS <= 4, "gt_local_param's arrays");
+
+/* The parameter table of a flat buffer (malloc'ed). */
+static int gt_local_table_of(const gt_params *p, gt_local_param **out)
+{
+  gt_local_param *tab = calloc((size_t)p->count + 1, sizeof *tab);
+  GT_CHECK_ALLOC(tab, ((size_t)p->count + 1) * sizeof *tab);
+  for (int i = 0; i < p->count; i++) {
+    const gt_param *t = &p->list[i];
+    gt_local_param *e = &tab[i];
+    snprintf(e->name, sizeof e->name, "%s", t->name);
+    e->ndim = t->ndim;
+    e->axis = t->shard.axis;
+    e->blocks = t->shard.blocks;
+    e->parts = t->shard.parts;
+    e->index = t->shard.index;
+    for (int k = 0; k < GT_SHARD_MAX_BLOCKS; k++)
+      e->units[k] = t->shard.units[k];
+    for (int k = 0; k < t->ndim; k++)
+      e->full_shape[k] = t->full_shape[k];
+    e->offset = t->offset;
+    e->numel = t->numel;
+  }
+  *out = tab;
+  return GT_SUCCESS;
+}
 
 // ---- identity of a part ---------------------------------------------------------------------
 
@@ -231,6 +259,7 @@ void gt_local_state_free(gt_trainer *tr)
     return;
   free(tr->local->buf);
   free(tr->local->senders);
+  free(tr->local->table);
   free(tr->local);
   tr->local = NULL;
 }
@@ -256,7 +285,10 @@ static int gt_local_fill(gt_trainer *tr, gt_local_header *h)
   gt_params *p = gt_gpt_params(tr->model);
   gt_local_header_fill(tr, h);
   const size_t nv = h->vhi - h->vlo, nm = h->mhi - h->mlo;
-  int status = gt_local_reserve(&ls->buf, &ls->cap, gt_local_payload_len(h));
+  int status = ls->table ? GT_SUCCESS : gt_local_table_of(p, &ls->table);
+  h->nparams = (uint64_t)p->count;
+  if (status == GT_SUCCESS)
+    status = gt_local_reserve(&ls->buf, &ls->cap, gt_local_payload_len(h));
   if (status == GT_SUCCESS && h->rank_n)
     status = gt_dp_state_save(tr->dp, tr->step, ls->buf + nv + 2 * nm);
   gt_backend *be = tr->be;
@@ -284,8 +316,10 @@ static int gt_local_partner_copies(gt_trainer *tr, const gt_local_header *mine)
   const int ns = ls->nsenders;
   gt_local_header *hs = calloc((size_t)ns + 1, sizeof *hs);
   float **bufs = calloc((size_t)ns + 1, sizeof *bufs);
-  gt_p2p *ops = calloc((size_t)ns + 2, sizeof *ops);
-  int status = hs && bufs && ops ? GT_SUCCESS : GT_ERROR(GT_ERR_SYSTEM, "out of memory");
+  gt_local_param **tabs = calloc((size_t)ns + 1, sizeof *tabs);
+  gt_p2p *ops = calloc(2 * (size_t)ns + 2, sizeof *ops);
+  int status = hs && bufs && tabs && ops ? GT_SUCCESS
+                                         : GT_ERROR(GT_ERR_SYSTEM, "out of memory");
   int nops = 0;
   for (int i = 0; status == GT_SUCCESS && i < ns; i++)
     status = gt_p2p_recv(&hs[i], sizeof hs[i], ls->senders[i], GT_LOCAL_TAG, g->world,
@@ -296,12 +330,23 @@ static int gt_local_partner_copies(gt_trainer *tr, const gt_local_header *mine)
   status = status == GT_SUCCESS ? wst : status;
   nops = 0;
   for (int i = 0; status == GT_SUCCESS && i < ns; i++) {
-    const size_t n = gt_local_payload_len(&hs[i]);
+    const size_t n = gt_local_payload_len(&hs[i]), np = hs[i].nparams;
     bufs[i] = malloc((n ? n : 1) * sizeof(float));
-    status = bufs[i] ? gt_p2p_recv(bufs[i], n * sizeof(float), ls->senders[i], GT_LOCAL_TAG,
-                                   g->world, &ops[nops++])
-                     : GT_ERROR(GT_ERR_SYSTEM, "out of memory (%zu floats)", n);
+    tabs[i] = malloc((np ? np : 1) * sizeof(gt_local_param));
+    if (!bufs[i] || !tabs[i]) {
+      status = GT_ERROR(GT_ERR_SYSTEM, "out of memory (%zu floats)", n);
+      break;
+    }
+    status = gt_p2p_recv(tabs[i], np * sizeof(gt_local_param), ls->senders[i], GT_LOCAL_TAG,
+                         g->world, &ops[nops++]);
+    if (status == GT_SUCCESS)
+      status = gt_p2p_recv(bufs[i], n * sizeof(float), ls->senders[i], GT_LOCAL_TAG, g->world,
+                           &ops[nops++]);
   }
+  if (status == GT_SUCCESS && ls->partner >= 0)
+    status = gt_p2p_send(ls->table ? (const void *)ls->table : (const void *)mine,
+                         mine->nparams * sizeof(gt_local_param), ls->partner, GT_LOCAL_TAG,
+                         g->world, &ops[nops++]);
   if (status == GT_SUCCESS && ls->partner >= 0)
     status = gt_p2p_send(ls->buf ? (const void *)ls->buf : (const void *)mine,
                          gt_local_payload_len(mine) * sizeof(float), ls->partner,
@@ -317,11 +362,14 @@ static int gt_local_partner_copies(gt_trainer *tr, const gt_local_header *mine)
     status = gt_local_part_path(ls->dir, mine->step, GT_LOCAL_PARTNER, hs[i].owner, path,
                                 sizeof path);
     if (status == GT_SUCCESS)
-      status = gt_local_part_write(path, &hs[i], bufs[i]);
+      status = gt_local_part_write(path, &hs[i], tabs[i], bufs[i]);
   }
-  for (int i = 0; bufs && i < ns; i++)
+  for (int i = 0; bufs && tabs && i < ns; i++) {
     free(bufs[i]);
+    free(tabs[i]);
+  }
   free(bufs);
+  free(tabs);
   free(hs);
   free(ops);
   GT_CALL(status);
@@ -382,7 +430,7 @@ int gt_local_state_save(gt_trainer *tr)
     status = gt_local_part_path(ls->dir, tr->step, GT_LOCAL_OWN, g->world_rank, path,
                                 sizeof path);
   if (status == GT_SUCCESS)
-    status = gt_local_part_write(path, &h, ls->buf);
+    status = gt_local_part_write(path, &h, ls->table, ls->buf);
   if (cfg->checkpoint.partner) { /* every rank takes part, failed or not */
     if (status != GT_SUCCESS) { /* nothing to send: an empty part of no owner */
       memset(&h, 0, sizeof h);
