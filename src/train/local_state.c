@@ -4,7 +4,8 @@
  * written, the partner copies on another node, and at start-up the choice
  * between the node-local states and the global checkpoint, with the
  * redistribution of the parts' flat ranges over another data-parallel width
- * (docs/checkpoints.md, "Node-local and partner copies"). Files:
+ * or, at another pp or tp, tensor by tensor through the parts' parameter
+ * tables (docs/checkpoints.md, "Node-local and partner copies"). Files:
  * src/io/ckpt_local.c.
  */
 #include "trainer_impl.h"
@@ -480,14 +481,18 @@ typedef struct gt_local_entry {
 
 /* What a rank of this run needs. */
 typedef struct gt_local_need {
-  int32_t dp_rank, pp_rank, tp_rank, pad_;
+  int32_t dp_rank, pp_rank, tp_rank, nparams;
   uint64_t vlo, vhi, mlo, mhi, rank_n, layout_hash;
 } gt_local_need;
 
 /* This rank's share of the parts on its node: the files whose owner is
  * its node rank modulo the node's ranks. */
-static int gt_local_scan(gt_trainer *tr, gt_local_entry **out, int *n)
+static int gt_local_scan(gt_trainer *tr, gt_local_entry **out, int *n, gt_local_param **tabs,
+                         size_t *ntabs)
 {
+  *tabs = NULL;
+  *ntabs = 0;
+  size_t tcap = 0;
   const gt_grid *g = tr->grid;
   struct gt_local_state *ls = tr->local;
   *out = NULL;
@@ -527,6 +532,16 @@ static int gt_local_scan(gt_trainer *tr, gt_local_entry **out, int *n)
       if (status == GT_SUCCESS) {
         e->ok = gt_local_part_header(path, &e->h) == GT_SUCCESS && e->h.owner == e->owner &&
                 e->h.step == e->step;
+        if (e->ok && *ntabs + e->h.nparams > tcap) {
+          tcap = 2 * (*ntabs + e->h.nparams) + 64;
+          gt_local_param *more = realloc(*tabs, tcap * sizeof *more);
+          e->ok = more != NULL;
+          if (more)
+            *tabs = more;
+        }
+        e->ok = e->ok && gt_local_part_table(path, &e->h, *tabs + *ntabs) == GT_SUCCESS;
+        if (e->ok)
+          *ntabs += e->h.nparams;
         gt_error_clear();
       }
     }
@@ -539,6 +554,9 @@ static int gt_local_scan(gt_trainer *tr, gt_local_entry **out, int *n)
     free(*out);
     *out = NULL;
     *n = 0;
+    free(*tabs);
+    *tabs = NULL;
+    *ntabs = 0;
   }
   GT_CALL(status);
   return GT_SUCCESS;
@@ -614,6 +632,7 @@ typedef struct gt_local_try {
   int world, dp, pp, tp;
   int *chosen;       /* per owner: the entry used */
   bool same_layout;  /* written at this run's dp, pp, tp */
+  bool logical;      /* another pp or tp: moved tensor by tensor (gt_local_load_logical) */
 } gt_local_try;
 
 /* Whether the parts of step t->step make a complete state this run can
@@ -676,28 +695,15 @@ static bool gt_local_usable(gt_trainer *tr, const gt_local_entry *ents, int ne,
       return false;
     }
   }
-  if (t->pp != g->pp_size || t->tp != g->tp_size) {
-    snprintf(why, wsize,
-             "it was written at pp=%d x tp=%d and this run has pp=%d x tp=%d: node-local parts "
-             "load only at another dp",
-             t->pp, t->tp, g->pp_size, g->tp_size);
-    *fallback = true;
-    return false;
-  }
-  for (int r = 0; r < g->world_size; r++)
-    for (int i = 0; i < ne; i++) {
+  /* the same flat buffers, or else the tensors by name (another pp or tp) */
+  t->logical = t->pp != g->pp_size || t->tp != g->tp_size;
+  for (int r = 0; r < g->world_size && !t->logical; r++)
+    for (int i = 0; i < ne && !t->logical; i++) {
       const gt_local_header *h = &ents[i].h;
-      if (ents[i].step == t->step && ents[i].ok && h->pp_rank == needs[r].pp_rank &&
-          h->tp_rank == needs[r].tp_rank && h->layout_hash != needs[r].layout_hash) {
-        snprintf(why, wsize,
-                 "its flat parameter buffer of pp rank %d, tp rank %d is laid out differently "
-                 "from this run's",
-                 h->pp_rank, h->tp_rank);
-        *fallback = true;
-        return false;
-      }
+      t->logical = ents[i].step == t->step && ents[i].ok && h->pp_rank == needs[r].pp_rank &&
+                   h->tp_rank == needs[r].tp_rank && h->layout_hash != needs[r].layout_hash;
     }
-  t->same_layout = t->world == g->world_size && t->dp == g->dp_size;
+  t->same_layout = t->world == g->world_size && t->dp == g->dp_size && !t->logical;
   return true;
 }
 
@@ -911,6 +917,267 @@ static int gt_local_load(gt_trainer *tr, const gt_local_entry *ents, const float
   return GT_SUCCESS;
 }
 
+// ---- another pp or tp: tensor by tensor ------------------------------------------------------
+
+/* A run of a rank's tensor: len entries from local index local are the
+ * logical entries from logical on (row-major). */
+typedef struct gt_local_run {
+  size_t local, logical, len;
+} gt_local_run;
+
+/* The runs of t's real entries (padding left out), by logical index. */
+static int gt_local_runs(const gt_local_param *t, gt_local_run **runs, size_t *n)
+{
+  *runs = NULL;
+  *n = 0;
+  if (t->axis < 0) {
+    *runs = malloc(sizeof **runs);
+    GT_CHECK_ALLOC(*runs, sizeof **runs);
+    (*runs)[0] = (gt_local_run){0, 0, t->numel};
+    *n = 1;
+    return GT_SUCCESS;
+  }
+  gt_shard sh = {t->axis, t->blocks, t->parts, t->index, {0}};
+  for (int k = 0; k < GT_SHARD_MAX_BLOCKS; k++)
+    sh.units[k] = t->units[k];
+  size_t outer = 1, inner = 1;
+  for (int i = 0; i < t->axis; i++)
+    outer *= (size_t)t->full_shape[i];
+  for (int i = t->axis + 1; i < t->ndim; i++)
+    inner *= (size_t)t->full_shape[i];
+  const long full_len = t->full_shape[t->axis], local_len = gt_shard_extent(&sh, full_len);
+  *runs = malloc(outer * (size_t)t->blocks * sizeof **runs + 1);
+  GT_CHECK_ALLOC(*runs, outer * (size_t)t->blocks * sizeof **runs);
+  for (size_t o = 0; o < outer; o++)
+    for (int b = 0; b < t->blocks; b++) {
+      const gt_shard_block bk = gt_shard_block_of(&sh, full_len, b);
+      const long start = (long)t->index * bk.piece;
+      long valid = bk.len - start;
+      valid = valid < 0 ? 0 : valid > bk.piece ? bk.piece : valid;
+      if (valid > 0)
+        (*runs)[(*n)++] = (gt_local_run){(o * (size_t)local_len + (size_t)bk.lfirst) * inner,
+                                         (o * (size_t)full_len + (size_t)(bk.first + start)) *
+                                             inner,
+                                         (size_t)valid * inner};
+    }
+  return GT_SUCCESS;
+}
+
+/* needer's flat entries [fn, fn + len) are source coordinate's flat entries
+ * [fs, fs + len): the moves of each section that this rank takes part in,
+ * split over the parts (chosen entries src[0..ns)) that hold them. */
+static int gt_local_logical_segment(gt_local_plan *pl, const gt_local_entry *ents, const int *src,
+                                    int ns, int needer, const gt_local_need *nd, size_t fn,
+                                    size_t fs, size_t len, int me)
+{
+  for (int sec = 0; sec < 3; sec++) {
+    const size_t lo = sec == 0 ? nd->vlo : nd->mlo, hi = sec == 0 ? nd->vhi : nd->mhi;
+    size_t a = fn > lo ? fn : lo;
+    const size_t b = fn + len < hi ? fn + len : hi;
+    while (a < b) {
+      const size_t x = fs + (a - fn); /* source flat index */
+      int best = -1;
+      size_t end = b;
+      for (int i = 0; i < ns && best < 0; i++) {
+        const gt_local_header *h = &ents[src[i]].h;
+        const size_t slo = sec == 0 ? h->vlo : h->mlo, shi = sec == 0 ? h->vhi : h->mhi;
+        if (slo <= x && x < shi) {
+          best = src[i];
+          if (a + (shi - x) < end)
+            end = a + (shi - x);
+        }
+      }
+      GT_CHECK(best >= 0, GT_ERR_INPUT,
+               "the node-local parts do not hold flat entry %zu of pp rank %d, tp rank %d", x,
+               ents[src[0]].h.pp_rank, ents[src[0]].h.tp_rank);
+      const gt_local_header *h = &ents[best].h;
+      const size_t nv = h->vhi - h->vlo, nm = h->mhi - h->mlo;
+      const size_t off = sec == 0 ? x - h->vlo : (sec == 1 ? nv : nv + nm) + (x - h->mlo);
+      if (needer == me || ents[best].holder == me)
+        GT_CALL(gt_local_plan_add(pl, (gt_local_move){best, needer, sec, off, a, end - a}));
+      a = end;
+    }
+  }
+  return GT_SUCCESS;
+}
+
+/* Load a state written at another pp or tp: every tensor of every rank is
+ * matched by name with the tensors of the written coordinates, their
+ * logical entries intersected, and the moves packed into one message per
+ * pair of ranks. Collective on world. */
+static int gt_local_load_logical(gt_trainer *tr, const gt_local_entry *ents,
+                                 const gt_local_param *const *etab, const float **bufs,
+                                 const gt_local_need *needs, const gt_local_param *const *ntab,
+                                 const gt_local_try *t)
+{
+  const gt_grid *g = tr->grid;
+  const int W = g->world_size, me = g->world_rank;
+  gt_backend *be = tr->be;
+  gt_local_plan pl = {0};
+  /* the written coordinates, in (pp, tp) order, each with its chosen parts by dp rank */
+  const int ncoord = t->pp * t->tp;
+  int *src = malloc(((size_t)t->world + 1) * sizeof *src);
+  int *nsrc = calloc((size_t)ncoord + 1, sizeof *nsrc);
+  int status = src && nsrc ? GT_SUCCESS : GT_ERROR(GT_ERR_SYSTEM, "out of memory");
+  int at = 0;
+  for (int c = 0; status == GT_SUCCESS && c < ncoord; c++)
+    for (int dpr = 0; dpr < t->dp; dpr++)
+      for (int o = 0; o < t->world; o++) {
+        const gt_local_header *h = &ents[t->chosen[o]].h;
+        if (h->pp_rank * t->tp + h->tp_rank == c && h->dp_rank == dpr) {
+          src[at++] = t->chosen[o];
+          nsrc[c]++;
+        }
+      }
+  for (int n = 0; status == GT_SUCCESS && n < W; n++) {
+    const gt_local_need *nd = &needs[n];
+    for (int k = 0; status == GT_SUCCESS && k < nd->nparams; k++) {
+      const gt_local_param *tn = &ntab[n][k];
+      gt_local_run *rn = NULL;
+      size_t nrn = 0, want = 0, covered = 0;
+      status = gt_local_runs(tn, &rn, &nrn);
+      for (size_t i = 0; i < nrn; i++)
+        want += rn[i].len;
+      int first = 0;
+      for (int c = 0; status == GT_SUCCESS && c < ncoord && covered < want; first += nsrc[c++]) {
+        if (!nsrc[c])
+          continue;
+        const int e0 = src[first];
+        const gt_local_param *ts = NULL;
+        for (uint64_t j = 0; j < ents[e0].h.nparams && !ts; j++)
+          if (strcmp(etab[e0][j].name, tn->name) == 0)
+            ts = &etab[e0][j];
+        if (!ts)
+          continue;
+        gt_local_run *rs = NULL;
+        size_t nrs = 0;
+        status = gt_local_runs(ts, &rs, &nrs);
+        for (size_t i = 0, j = 0; status == GT_SUCCESS && i < nrn && j < nrs;) {
+          const size_t a = rn[i].logical > rs[j].logical ? rn[i].logical : rs[j].logical;
+          const size_t ea = rn[i].logical + rn[i].len, eb = rs[j].logical + rs[j].len;
+          const size_t b = ea < eb ? ea : eb;
+          if (a < b) {
+            covered += b - a;
+            status = gt_local_logical_segment(
+                &pl, ents, src + first, nsrc[c], n, nd,
+                tn->offset + rn[i].local + (a - rn[i].logical),
+                ts->offset + rs[j].local + (a - rs[j].logical), b - a, me);
+          }
+          if (ea <= eb)
+            i++;
+          else
+            j++;
+        }
+        free(rs);
+      }
+      free(rn);
+      if (status == GT_SUCCESS && covered != want)
+        status = GT_ERROR(GT_ERR_INPUT,
+                          "the node-local parts hold %zu of the %zu entries of %s for rank %d",
+                          covered, want, tn->name, n);
+    }
+  }
+  /* this rank's staging buffer, and one message per peer each way */
+  const gt_local_need *mine = &needs[me];
+  const size_t nv = mine->vhi - mine->vlo, nm = mine->mhi - mine->mlo;
+  float *stage = status == GT_SUCCESS ? calloc(nv + 2 * nm + 1, sizeof *stage) : NULL;
+  size_t *sendn = calloc((size_t)W, sizeof *sendn), *recvn = calloc((size_t)W, sizeof *recvn);
+  float **sendb = calloc((size_t)W, sizeof *sendb), **recvb = calloc((size_t)W, sizeof *recvb);
+  gt_p2p *ops = calloc(2 * (size_t)W + 1, sizeof *ops);
+  if (status == GT_SUCCESS && (!stage || !sendn || !recvn || !sendb || !recvb || !ops))
+    status = GT_ERROR(GT_ERR_SYSTEM, "out of memory (%zu floats)", nv + 2 * nm);
+  for (int k = 0; status == GT_SUCCESS && k < pl.n; k++) {
+    const gt_local_move *mv = &pl.moves[k];
+    const int holder = ents[mv->e].holder;
+    if (holder == me && mv->needer != me)
+      sendn[mv->needer] += mv->len;
+    else if (holder != me && mv->needer == me)
+      recvn[holder] += mv->len;
+  }
+  for (int r = 0; status == GT_SUCCESS && r < W; r++) {
+    sendb[r] = sendn[r] ? malloc(sendn[r] * sizeof(float)) : NULL;
+    recvb[r] = recvn[r] ? malloc(recvn[r] * sizeof(float)) : NULL;
+    if ((sendn[r] && !sendb[r]) || (recvn[r] && !recvb[r]))
+      status = GT_ERROR(GT_ERR_SYSTEM, "out of memory");
+  }
+  status = gt_error_agree(status, g->world); /* every rank posts its messages, or none */
+  size_t *fill = status == GT_SUCCESS ? calloc((size_t)W, sizeof *fill) : NULL;
+  if (status == GT_SUCCESS && !fill)
+    status = GT_ERROR(GT_ERR_SYSTEM, "out of memory");
+  const size_t base[3] = {0, nv, nv + nm};
+  for (int k = 0; status == GT_SUCCESS && k < pl.n; k++) { /* pack, and what stays here */
+    const gt_local_move *mv = &pl.moves[k];
+    const int holder = ents[mv->e].holder;
+    const size_t lo = mv->sec == 0 ? mine->vlo : mine->mlo;
+    if (holder == me && mv->needer == me)
+      memcpy(stage + base[mv->sec] + (mv->x - lo), bufs[mv->e] + mv->src,
+             mv->len * sizeof(float));
+    else if (holder == me) {
+      memcpy(sendb[mv->needer] + fill[mv->needer], bufs[mv->e] + mv->src,
+             mv->len * sizeof(float));
+      fill[mv->needer] += mv->len;
+    }
+  }
+  int nops = 0;
+  for (int r = 0; status == GT_SUCCESS && r < W; r++) {
+    if (recvn[r])
+      status = gt_p2p_recv(recvb[r], recvn[r] * sizeof(float), r, GT_LOCAL_TAG, g->world,
+                           &ops[nops++]);
+    if (status == GT_SUCCESS && sendn[r])
+      status = gt_p2p_send(sendb[r], sendn[r] * sizeof(float), r, GT_LOCAL_TAG, g->world,
+                           &ops[nops++]);
+  }
+  const int wst = gt_p2p_waitall(nops, ops);
+  status = status == GT_SUCCESS ? wst : status;
+  if (fill)
+    memset(fill, 0, (size_t)W * sizeof *fill);
+  for (int k = 0; status == GT_SUCCESS && k < pl.n; k++) { /* unpack */
+    const gt_local_move *mv = &pl.moves[k];
+    const int holder = ents[mv->e].holder;
+    if (holder == me || mv->needer != me)
+      continue;
+    const size_t lo = mv->sec == 0 ? mine->vlo : mine->mlo;
+    memcpy(stage + base[mv->sec] + (mv->x - lo), recvb[holder] + fill[holder],
+           mv->len * sizeof(float));
+    fill[holder] += mv->len;
+  }
+  gt_params *p = gt_gpt_params(tr->model);
+  float *m, *v;
+  gt_adamw_moments(tr->opt, &m, &v);
+  if (status == GT_SUCCESS && nv)
+    status = be->ops->upload(be, gt_params_master(p, mine->vlo), stage, nv * sizeof(float), NULL);
+  if (status == GT_SUCCESS && nm)
+    status = be->ops->upload(be, m, stage + nv, nm * sizeof(float), NULL);
+  if (status == GT_SUCCESS && nm)
+    status = be->ops->upload(be, v, stage + nv + nm, nm * sizeof(float), NULL);
+  if (status == GT_SUCCESS)
+    status = be->ops->sync(be);
+  status = gt_error_agree(status, g->world);
+  if (status == GT_SUCCESS)
+    status = gt_dp_state_restore(tr->dp, t->step, stage, false);
+  if (status == GT_SUCCESS)
+    status = gt_params_refresh_compute(p);
+  status = gt_error_agree(status, g->world);
+  if (status == GT_SUCCESS) /* zero: the other pieces of the compute copy */
+    status = gt_error_agree(gt_dp_gather_compute(tr->dp), g->world);
+  for (int r = 0; sendb && recvb && r < W; r++) {
+    free(sendb[r]);
+    free(recvb[r]);
+  }
+  free(sendb);
+  free(recvb);
+  free(sendn);
+  free(recvn);
+  free(fill);
+  free(ops);
+  free(stage);
+  free(pl.moves);
+  free(src);
+  free(nsrc);
+  GT_CALL(status);
+  return GT_SUCCESS;
+}
+
 /* The run's scalars from a part's header (the scaler as gt_trainer_load
  * restores it). */
 static void gt_local_restore_run(gt_trainer *tr, const gt_local_header *h, bool rank_loaded)
@@ -950,44 +1217,93 @@ static long gt_local_global_step(const char *global)
   return sscanf(base, "step_%ld.h5", &step) == 1 ? step : -1;
 }
 
-/* Every rank's entries (all-gathered): *ents, *ne. Collective on world. */
-static int gt_local_gather(gt_trainer *tr, gt_local_entry **ents, int *ne)
+/* Every rank's entries (all-gathered): *ents, *ne, and their parameter
+ * tables (*tabs, the entries' ok ones in order: entry i's at tabof[i]).
+ * Collective on world. */
+static int gt_local_gather(gt_trainer *tr, gt_local_entry **ents, int *ne, gt_local_param **tabs,
+                           const gt_local_param ***tabof)
 {
   const gt_grid *g = tr->grid;
   gt_local_entry *mine = NULL;
+  gt_local_param *mytabs = NULL;
   int nmine = 0;
+  size_t nmytabs = 0;
   *ents = NULL;
   *ne = 0;
-  GT_CALL(gt_error_agree(gt_local_scan(tr, &mine, &nmine), g->world));
-  void *all = NULL;
-  size_t *counts = NULL;
-  const int status =
+  *tabs = NULL;
+  *tabof = NULL;
+  GT_CALL(gt_error_agree(gt_local_scan(tr, &mine, &nmine, &mytabs, &nmytabs), g->world));
+  void *all = NULL, *alltabs = NULL;
+  size_t *counts = NULL, *tcounts = NULL;
+  int status =
       gt_allgatherv_bytes(mine, (size_t)nmine * sizeof *mine, &all, &counts, g->world);
+  if (status == GT_SUCCESS)
+    status = gt_allgatherv_bytes(mytabs, nmytabs * sizeof *mytabs, &alltabs, &tcounts, g->world);
   free(mine);
-  GT_CALL(status);
+  free(mytabs);
   size_t bytes = 0;
-  for (int r = 0; r < g->world_size; r++)
+  for (int r = 0; status == GT_SUCCESS && r < g->world_size; r++)
     bytes += counts[r];
   free(counts);
+  free(tcounts);
   *ents = all;
-  *ne = (int)(bytes / sizeof **ents);
+  *tabs = alltabs;
+  *ne = status == GT_SUCCESS ? (int)(bytes / sizeof **ents) : 0;
+  if (status == GT_SUCCESS) {
+    *tabof = calloc((size_t)*ne + 1, sizeof **tabof);
+    if (!*tabof)
+      status = GT_ERROR(GT_ERR_SYSTEM, "out of memory");
+  }
+  size_t at = 0;
+  for (int i = 0; status == GT_SUCCESS && i < *ne; i++)
+    if ((*ents)[i].ok) {
+      (*tabof)[i] = *tabs + at;
+      at += (*ents)[i].h.nparams;
+    }
+  GT_CALL(status);
   return GT_SUCCESS;
 }
 
-/* Every rank's needs (all-gathered; *needs malloc'ed). Collective on world. */
-static int gt_local_needs(gt_trainer *tr, gt_local_need **needs)
+/* Every rank's needs and parameter tables (all-gathered; *needs, *tabs
+ * malloc'ed, rank r's table at tabof[r]). Collective on world. */
+static int gt_local_needs(gt_trainer *tr, gt_local_need **needs, gt_local_param **tabs,
+                          const gt_local_param ***tabof)
 {
   const gt_grid *g = tr->grid;
+  gt_params *p = gt_gpt_params(tr->model);
   gt_local_header h;
   gt_local_header_fill(tr, &h);
   gt_local_need need = {.dp_rank = g->dp_rank, .pp_rank = g->pp_rank, .tp_rank = g->tp_rank,
-                        .vlo = h.vlo, .vhi = h.vhi, .mlo = h.mlo, .mhi = h.mhi,
-                        .rank_n = h.rank_n, .layout_hash = h.layout_hash};
-  void *all = NULL;
+                        .nparams = p->count, .vlo = h.vlo, .vhi = h.vhi, .mlo = h.mlo,
+                        .mhi = h.mhi, .rank_n = h.rank_n, .layout_hash = h.layout_hash};
+  void *all = NULL, *alltabs = NULL;
   size_t *counts = NULL;
-  GT_CALL(gt_allgatherv_bytes(&need, sizeof need, &all, &counts, g->world));
+  gt_local_param *mytab = NULL;
+  *needs = NULL;
+  *tabs = NULL;
+  *tabof = NULL;
+  GT_CALL(gt_local_table_of(p, &mytab));
+  int status = gt_allgatherv_bytes(&need, sizeof need, &all, &counts, g->world);
   free(counts);
+  counts = NULL;
+  if (status == GT_SUCCESS)
+    status = gt_allgatherv_bytes(mytab, (size_t)p->count * sizeof *mytab, &alltabs, &counts,
+                                 g->world);
+  free(counts);
+  free(mytab);
   *needs = all;
+  *tabs = alltabs;
+  if (status == GT_SUCCESS) {
+    *tabof = calloc((size_t)g->world_size, sizeof **tabof);
+    if (!*tabof)
+      status = GT_ERROR(GT_ERR_SYSTEM, "out of memory");
+  }
+  size_t at = 0;
+  for (int r = 0; status == GT_SUCCESS && r < g->world_size; r++) {
+    (*tabof)[r] = *tabs + at;
+    at += (size_t)(*needs)[r].nparams;
+  }
+  GT_CALL(status);
   return GT_SUCCESS;
 }
 
@@ -1008,8 +1324,11 @@ int gt_local_state_resume(gt_trainer *tr, const char *global, bool quiet, bool *
   gt_local_entry *ents = NULL;
   gt_local_need *needs = NULL;
   int ne = 0;
-  GT_CALL(gt_local_gather(tr, &ents, &ne));
-  int status = gt_local_needs(tr, &needs);
+  gt_local_param *etabs = NULL, *ntabs = NULL;
+  const gt_local_param **etab = NULL, **ntab = NULL;
+  int status = gt_local_gather(tr, &ents, &ne, &etabs, &etab);
+  if (status == GT_SUCCESS)
+    status = gt_local_needs(tr, &needs, &ntabs, &ntab);
   /* the candidate steps, newest first (the same list on every rank) */
   long *steps = status == GT_SUCCESS ? malloc(((size_t)ne + 1) * sizeof *steps) : NULL;
   int *bad = status == GT_SUCCESS ? calloc((size_t)ne + 1, sizeof *bad) : NULL;
@@ -1069,7 +1388,8 @@ int gt_local_state_resume(gt_trainer *tr, const char *global, bool quiet, bool *
     bool rank_loaded = false;
     double load_t0 = gt_now();
     if (ok)
-      status = gt_local_load(tr, ents, bufs, needs, &t, &rank_loaded);
+      status = t.logical ? gt_local_load_logical(tr, ents, etab, bufs, needs, ntab, &t)
+                         : gt_local_load(tr, ents, bufs, needs, &t, &rank_loaded);
     const double load_s = gt_now() - load_t0;
     for (int i = 0; i < ne; i++) {
       gt_local_part_unmap(&maps[i]);
@@ -1103,8 +1423,12 @@ int gt_local_state_resume(gt_trainer *tr, const char *global, bool quiet, bool *
     if (partners)
       snprintf(from, sizeof from, "; %d of its %d parts from partner copies", partners,
                t.world);
-    char layout[128] = "";
-    if (!t.same_layout)
+    char layout[160] = "";
+    if (t.logical)
+      snprintf(layout, sizeof layout, "; written at dp=%d x pp=%d x tp=%d, redistributed to "
+               "dp=%d x pp=%d x tp=%d tensor by tensor", t.dp, t.pp, t.tp, g->dp_size,
+               g->pp_size, g->tp_size);
+    else if (!t.same_layout)
       snprintf(layout, sizeof layout, "; written at dp=%d x pp=%d x tp=%d, redistributed to "
                "dp=%d", t.dp, t.pp, t.tp, g->dp_size);
     char b[32];
@@ -1124,6 +1448,10 @@ int gt_local_state_resume(gt_trainer *tr, const char *global, bool quiet, bool *
   free(steps);
   free(needs);
   free(ents);
+  free(etabs);
+  free(etab);
+  free(ntabs);
+  free(ntab);
   GT_CALL(status);
   return GT_SUCCESS;
 }

@@ -9,9 +9,9 @@
 # part with one byte flipped -> step 8 refused naming the part, step 6 used,
 # bit for bit; rank 1's own parts deleted -> its partner copies serve, bit
 # for bit; a state written at dp=2 x tp=2 with ZeRO 1 resumed at dp=1 x
-# tp=2 follows the uninterrupted run within 1e-5 (the layout bound); one
-# resumed at pp=2 falls back to the global checkpoint with one line saying
-# why; local_dir with an unset $VAR is exit 2 naming the key.
+# tp=2 follows the uninterrupted run within 1e-5 (the layout bound), and so
+# does one resumed at pp=2 (parts matched tensor by tensor); local_dir with
+# an unset $VAR is exit 2 naming the key.
 # Sizes: the tiny deck, 12 steps, 2 and 4 ranks (about a second a run).
 # gt-test: tier=full
 . "$GT_SRCDIR/tests/lib.sh"
@@ -112,13 +112,17 @@ ok $? "rank 1's part of step 8 comes from its partner copy"
 same_losses "$GT_TMP/ref.jsonl" "$GT_TMP/lost.jsonl" 0
 ok $? "its losses are the uninterrupted run's, bit for bit"
 
-# ---- another pipeline split: the global checkpoint ----------------------------------------------
+# ---- another pipeline split: tensor by tensor ------------------------------------------------
 restore pp
-run_train 2 pp grid.pp=2 $local checkpoint.dir="$GT_TMP/pp-ck" checkpoint.local_dir="$GT_TMP/pp"
+run_train 2 pp grid.pp=2 $local checkpoint.dir="$GT_TMP/pp-ck" checkpoint.local_dir="$GT_TMP/pp" \
+  run.metrics="$GT_TMP/pp.jsonl"
 ok $? "rerun at pp=2 exits 0"
-grep -q "node-local state of step 8 is not used: it was written at pp=1 x tp=1 and this run has pp=2 x tp=1.*falling back to the global checkpoint" "$GT_TMP/pp.out" &&
-  grep -q "^gridtrain: resumed from $GT_TMP/pp-ck/step_00000006.h5 at step 6" "$GT_TMP/pp.out"
-ok $? "at another pp the global checkpoint of step 6 is used, with one line saying why"
+grep -q "^gridtrain: resumed from the node-local state of step 8 (global checkpoint: step 6); written at dp=2 x pp=1 x tp=1, redistributed to dp=1 x pp=2 x tp=1 tensor by tensor" \
+  "$GT_TMP/pp.out"
+ok $? "at another pp the parts are matched tensor by tensor"
+[ $? -eq 0 ] || show "$GT_TMP/pp.out"
+same_losses "$GT_TMP/ref.jsonl" "$GT_TMP/pp.jsonl" 1e-5
+ok $? "its losses follow the uninterrupted run within 1e-5"
 
 # ---- written at dp=2 x tp=2 with ZeRO 1, resumed at dp=1 x tp=2 ---------------------------------
 run_train 4 ref4 grid.dp=2 grid.tp=2 parallel.zero=1 run.metrics="$GT_TMP/ref4.jsonl"
