@@ -188,8 +188,8 @@ int gt_local_state_save(gt_trainer *tr);
 
 /* local_state.c: resume = auto: when the newest complete node-local state
  * (own or partner copies, every part verified) is at least as new as the
- * global checkpoint global (NULL: none), load it (any dp with the same pp
- * and tp) and set *resumed; otherwise say why and leave *resumed false.
+ * global checkpoint global (NULL: none), load it (any layout of the same
+ * model) and set *resumed; otherwise say why and leave *resumed false.
  * Collective on world. */
 int gt_local_state_resume(gt_trainer *tr, const char *global, bool quiet, bool *resumed);
 
