@@ -52,6 +52,26 @@ int gt_allreduce_f64(double *buf, int n, MPI_Op op, MPI_Comm comm);
 int gt_allreduce_int(int *buf, int n, MPI_Op op, MPI_Comm comm);
 int gt_bcast_bytes(void *buf, size_t n, int root, MPI_Comm comm);
 
+/* recv (the concatenation, in rank order, of every member's n_i bytes)
+ * "=" every member's send (n bytes; *counts gets every n_i, world size
+ * entries, malloc'ed by the caller). Two all-gathers, recorded.
+ * Collective on comm. */
+int gt_allgatherv_bytes(const void *send, size_t n, void **recv, size_t **counts,
+                        MPI_Comm comm);
+
+/* Point to point in host memory, recorded by the flight recorder (peer is
+ * the rank in comm): start a send or receive of n bytes (any 64-bit n: in
+ * pieces of at most 256 MiB, matched in order), then complete every one
+ * with gt_p2p_waitall, which frees them. Not collective. */
+typedef struct gt_p2p {
+  MPI_Request *reqs;
+  int nreqs;
+  long fl; /* flight record */
+} gt_p2p;
+int gt_p2p_send(const void *buf, size_t n, int peer, int tag, MPI_Comm comm, gt_p2p *op);
+int gt_p2p_recv(void *buf, size_t n, int peer, int tag, MPI_Comm comm, gt_p2p *op);
+int gt_p2p_waitall(int n, gt_p2p ops[]);
+
 /* Every wait of this module (gt_comm_wait and what is built on it) calls
  * fn(ctx) between tests of its request, so that requests that wait for the
  * device (collectives.h) move along whatever the rank waits for. NULL

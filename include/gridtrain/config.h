@@ -104,6 +104,11 @@ typedef struct gt_config {
                                  resume starts from (fine-tuning) */
     gt_tristate direct_io;
     gt_on_error on_error;
+    char local_dir[GT_PATH_MAX]; /* "" | node-local directory ($VAR expanded
+                                    by gt_path_expand_env) */
+    long local_every;         /* steps between node-local states, 0: none */
+    long local_keep;          /* complete node-local states kept */
+    bool partner;             /* a copy of each part on a rank of another node */
   } checkpoint;
 
   char deck_path[GT_PATH_MAX];                 /* "" when no deck */

@@ -52,4 +52,12 @@ int gt_path_write_all(int fd, const void *data, size_t bytes, const char *what);
  * a directory afterwards is the caller's question. Not collective. */
 int gt_path_mkdirs(const char *dir, char *failed, size_t size);
 
+/* Expand $VAR and ${VAR} of in from the environment, %h to this host's
+ * name (gethostname: a node's own directory where nodes share a file
+ * system, such as /dev/shm of network-namespace nodes) and %% to %, into
+ * out (size bytes).
+ * Returns 0; or -1 with *why (msize bytes) saying what is wrong ("$X is not
+ * set", "the path is too long", "an unterminated ${"). Not collective. */
+int gt_path_expand_env(const char *in, char *out, size_t size, char *why, size_t msize);
+
 #endif /* GRIDTRAIN_PATH_H */

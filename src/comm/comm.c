@@ -6,6 +6,7 @@
 
 #include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -177,6 +178,122 @@ int gt_bcast_bytes(void *buf, size_t n, int root, MPI_Comm comm)
   GT_CALL_MPI(MPI_Ibcast(buf, (int)n, MPI_BYTE, root, comm, &req));
   GT_CALL(gt_comm_wait(&req));
   gt_flight_end(fl);
+  return GT_SUCCESS;
+}
+
+// ---- gathers of bytes, point to point ----------------------------------------------------
+
+int gt_allgatherv_bytes(const void *send, size_t n, void **recv, size_t **counts,
+                        MPI_Comm comm)
+{
+  *recv = NULL;
+  *counts = NULL;
+  int size;
+  GT_CALL_MPI(MPI_Comm_size(comm, &size));
+  unsigned long long mine = n, *all = calloc((size_t)size, sizeof *all);
+  int *cnt = calloc((size_t)size, sizeof *cnt), *displ = calloc((size_t)size, sizeof *displ);
+  int status = all && cnt && displ ? GT_SUCCESS : GT_ERROR(GT_ERR_SYSTEM, "out of memory");
+  long fl = status == GT_SUCCESS ? gt_flight_begin(comm, GT_FL_ALLGATHER, sizeof mine) : -1;
+  MPI_Request req;
+  if (status == GT_SUCCESS && fl != GT_FLIGHT_SKIP) {
+    if (MPI_Iallgather(&mine, 1, MPI_UNSIGNED_LONG_LONG, all, 1, MPI_UNSIGNED_LONG_LONG, comm,
+                       &req) != MPI_SUCCESS)
+      status = GT_ERROR(GT_ERR_MPI, "MPI_Iallgather failed");
+    else
+      status = gt_comm_wait(&req);
+    gt_flight_end(fl);
+  }
+  size_t total = 0;
+  for (int i = 0; status == GT_SUCCESS && i < size; i++) {
+    if (total + all[i] > INT_MAX)
+      status = GT_ERROR(GT_ERR_INTERNAL, "internal error: an all-gather of more than 2 GiB");
+    displ[i] = (int)total;
+    cnt[i] = (int)all[i];
+    total += all[i];
+  }
+  char *out = status == GT_SUCCESS ? malloc(total + 1) : NULL;
+  size_t *sizes = status == GT_SUCCESS ? malloc((size_t)size * sizeof *sizes) : NULL;
+  if (status == GT_SUCCESS && (!out || !sizes))
+    status = GT_ERROR(GT_ERR_SYSTEM, "out of memory (%zu bytes)", total);
+  fl = status == GT_SUCCESS ? gt_flight_begin(comm, GT_FL_ALLGATHER, total) : -1;
+  if (status == GT_SUCCESS && fl != GT_FLIGHT_SKIP) {
+    if (MPI_Iallgatherv(send, (int)n, MPI_BYTE, out, cnt, displ, MPI_BYTE, comm, &req) !=
+        MPI_SUCCESS)
+      status = GT_ERROR(GT_ERR_MPI, "MPI_Iallgatherv failed");
+    else
+      status = gt_comm_wait(&req);
+    gt_flight_end(fl);
+  }
+  for (int i = 0; status == GT_SUCCESS && i < size; i++)
+    sizes[i] = all[i];
+  free(all);
+  free(cnt);
+  free(displ);
+  if (status != GT_SUCCESS) {
+    free(out);
+    free(sizes);
+    GT_CALL(status);
+  }
+  *recv = out;
+  *counts = sizes;
+  return GT_SUCCESS;
+}
+
+#define GT_P2P_PIECE ((size_t)256 << 20)
+
+static int gt_p2p_start(void *buf, size_t n, int peer, int tag, MPI_Comm comm, bool send,
+                        gt_p2p *op)
+{
+  op->nreqs = 0;
+  op->reqs = NULL;
+  op->fl = gt_flight_begin_p2p(comm, send ? GT_FL_SEND : GT_FL_RECV, n, peer, tag);
+  if (op->fl == GT_FLIGHT_SKIP) {
+    op->fl = -1;
+    return GT_SUCCESS;
+  }
+  const int pieces = (int)(n / GT_P2P_PIECE) + 1;
+  op->reqs = malloc((size_t)pieces * sizeof *op->reqs);
+  GT_CHECK_ALLOC(op->reqs, (size_t)pieces * sizeof *op->reqs);
+  for (int i = 0; i < pieces; i++) {
+    const size_t off = (size_t)i * GT_P2P_PIECE;
+    const int len = (int)(n - off < GT_P2P_PIECE ? n - off : GT_P2P_PIECE);
+    if (send)
+      GT_CALL_MPI(MPI_Isend((char *)buf + off, len, MPI_BYTE, peer, tag, comm, &op->reqs[i]));
+    else
+      GT_CALL_MPI(MPI_Irecv((char *)buf + off, len, MPI_BYTE, peer, tag, comm, &op->reqs[i]));
+    op->nreqs = i + 1;
+  }
+  return GT_SUCCESS;
+}
+
+int gt_p2p_send(const void *buf, size_t n, int peer, int tag, MPI_Comm comm, gt_p2p *op)
+{
+  GT_CALL(gt_p2p_start((void *)buf, n, peer, tag, comm, true, op));
+  return GT_SUCCESS;
+}
+
+int gt_p2p_recv(void *buf, size_t n, int peer, int tag, MPI_Comm comm, gt_p2p *op)
+{
+  GT_CALL(gt_p2p_start(buf, n, peer, tag, comm, false, op));
+  return GT_SUCCESS;
+}
+
+int gt_p2p_waitall(int n, gt_p2p ops[])
+{
+  int status = GT_SUCCESS;
+  for (int i = 0; i < n; i++) {
+    if (status == GT_SUCCESS && ops[i].nreqs) {
+      const long before = gt_flight_wait_on(ops[i].fl);
+      status = gt_comm_waitall(ops[i].nreqs, ops[i].reqs);
+      gt_flight_wait_on(before);
+    }
+    if (status == GT_SUCCESS)
+      gt_flight_end(ops[i].fl);
+    free(ops[i].reqs);
+    ops[i].reqs = NULL;
+    ops[i].nreqs = 0;
+  }
+  GT_CALL(status);
   return GT_SUCCESS;
 }
 

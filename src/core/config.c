@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "gridtrain/error.h"
+#include "gridtrain/path.h"
 
 #define GT_INI_LINE_MAX 200 /* inih's default INI_MAX_LINE */
 
@@ -300,6 +301,18 @@ static const gt_key gt_keys[] = {
    "a periodic checkpoint that cannot be written (full disk, read-only directory, I/O "
    "error) stops the run (stop) or is reported and training goes on (warn); the last "
    "checkpoint and a signal's always stop", false, false},
+  {"checkpoint", "local_dir", GT_KEY_STRING, GT_OFF(checkpoint.local_dir), 0, 0, NULL, "",
+   "node-local directory of each rank's part of the training state (/dev/shm/run-$SLURM_JOB_ID, "
+   "a local SSD; $VAR and ${VAR} come from the environment, %h is the host name); empty: no "
+   "node-local tier",
+   false, false},
+  {"checkpoint", "local_every", GT_KEY_INT, GT_OFF(checkpoint.local_every), 0, 1e12, NULL, "0",
+   "write every rank's part of the state to local_dir every N steps; 0: never", false, false},
+  {"checkpoint", "local_keep", GT_KEY_INT, GT_OFF(checkpoint.local_keep), 1, 1e6, NULL, "2",
+   "complete node-local states kept (older ones are deleted)", false, false},
+  {"checkpoint", "partner", GT_KEY_SWITCH, GT_OFF(checkpoint.partner), 0, 0, NULL, "off",
+   "on: each rank also sends its node-local part to a rank of another node, which keeps it "
+   "(survives the loss of a node)", false, false},
 };
 
 #define GT_NKEYS ((int)(sizeof gt_keys / sizeof gt_keys[0]))
@@ -702,6 +715,16 @@ int gt_config_check_values(const gt_config *cfg)
            "%s: [optim] min_lr = %g is above lr = %g; the cosine decay goes from lr down to "
            "min_lr",
            src, cfg->optim.min_lr, cfg->optim.lr);
+  char local[GT_PATH_MAX], missing[128];
+  GT_CHECK(gt_path_expand_env(cfg->checkpoint.local_dir, local, sizeof local, missing,
+                              sizeof missing) == 0,
+           GT_ERR_INPUT,
+           "%s: [checkpoint] local_dir = %s: %s; set it in the environment of every rank, or "
+           "write the path out",
+           src, cfg->checkpoint.local_dir, missing);
+  GT_CHECK(!cfg->checkpoint.local_every || local[0], GT_ERR_INPUT,
+           "%s: [checkpoint] local_every = %ld needs [checkpoint] local_dir", src,
+           cfg->checkpoint.local_every);
   const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   GT_CHECK(cfg->backend.threads <= 0 || cpus <= 0 || cfg->backend.threads <= 2 * cpus,
            GT_ERR_INPUT,

@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <libgen.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -138,4 +139,69 @@ int gt_path_mkdirs(const char *dir, char *failed, size_t size)
     if (saved == '\0')
       return 0;
   }
+}
+
+int gt_path_expand_env(const char *in, char *out, size_t size, char *why, size_t msize)
+{
+  size_t o = 0;
+  for (const char *p = in; *p;) {
+    const char *value = NULL;
+    char name[128];
+    if (p[0] == '%' && (p[1] == 'h' || p[1] == '%')) { /* the host name, or a '%' */
+      char host[256] = "%";
+      if (p[1] == 'h' && gethostname(host, sizeof host) != 0) {
+        snprintf(why, msize, "%%h: gethostname failed");
+        return -1;
+      }
+      host[sizeof host - 1] = '\0';
+      const size_t len = strlen(host);
+      if (o + len + 1 > size) {
+        snprintf(why, msize, "the path is too long");
+        return -1;
+      }
+      memcpy(out + o, host, len);
+      o += len;
+      p += 2;
+      continue;
+    }
+    if (p[0] == '$' && p[1] == '{') {
+      const char *end = strchr(p + 2, '}');
+      if (!end) {
+        snprintf(why, msize, "an unterminated ${");
+        return -1;
+      }
+      snprintf(name, sizeof name, "%.*s", (int)(end - p - 2), p + 2);
+      p = end + 1;
+    } else if (p[0] == '$' && (p[1] == '_' || (p[1] >= 'A' && p[1] <= 'Z') ||
+                               (p[1] >= 'a' && p[1] <= 'z'))) {
+      size_t n = 1;
+      while (p[n] == '_' || (p[n] >= 'A' && p[n] <= 'Z') || (p[n] >= 'a' && p[n] <= 'z') ||
+             (p[n] >= '0' && p[n] <= '9'))
+        n++;
+      snprintf(name, sizeof name, "%.*s", (int)(n - 1), p + 1);
+      p += n;
+    } else {
+      if (o + 1 >= size) {
+        snprintf(why, msize, "the path is too long");
+        return -1;
+      }
+      out[o++] = *p++;
+      continue;
+    }
+    value = getenv(name);
+    if (!value || !value[0]) {
+      snprintf(why, msize, "$%s is not set", name);
+      return -1;
+    }
+    const size_t len = strlen(value);
+    if (o + len + 1 > size) {
+      snprintf(why, msize, "the path is too long");
+      return -1;
+    }
+    memcpy(out + o, value, len);
+    o += len;
+  }
+  if (size)
+    out[o] = '\0';
+  return 0;
 }

@@ -325,6 +325,7 @@ int gt_trainer_resume(gt_trainer *tr, bool quiet)
     gt_info("gridtrain: [checkpoint] init = %s not used: the run continues from its own "
             "checkpoint\n",
             init);
+  GT_CALL(gt_local_state_settle(tr)); /* node-local states past the start (local_state.c) */
   return GT_SUCCESS;
 }
 
@@ -344,8 +345,8 @@ static int gt_trainer_resume_from(gt_trainer *tr, bool quiet, bool *resumed)
       gt_info("gridtrain: resumed from %s at step %ld\n", resume, tr->step);
     return GT_SUCCESS;
   }
-  if (!cfg->checkpoint.dir[0])
-    return GT_SUCCESS;
+  if (!cfg->checkpoint.dir[0]) /* the node-local tier alone */
+    return gt_local_state_resume(tr, NULL, quiet, resumed);
   /* Rank 0 lists the directory; every rank tries the same files in turn. */
   char (*list)[GT_PATH_MAX] = NULL, problem[GT_PATH_MAX + 128] = "";
   int n = 0;
@@ -367,6 +368,13 @@ static int gt_trainer_resume_from(gt_trainer *tr, bool quiet, bool *resumed)
   if (status != GT_SUCCESS) {
     free(list);
     return gt_error_push(status, __FILE__, __LINE__, __func__);
+  }
+  /* the node-local tier when its newest complete state is as new (local_state.c) */
+  status = gt_local_state_resume(tr, n > 0 ? list[0] : NULL, quiet, resumed);
+  if (status != GT_SUCCESS || *resumed) {
+    free(list);
+    GT_CALL(status);
+    return GT_SUCCESS;
   }
   if (problem[0])
     gt_warn("%s; looking for other checkpoints", problem);

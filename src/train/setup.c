@@ -343,6 +343,7 @@ int gt_trainer_destroy(gt_trainer **trainer)
   /* Queued work first: nothing may still run on what is freed below. */
   int status = tr->be ? tr->be->ops->sync(tr->be) : GT_SUCCESS;
   gt_metrics_close(&tr->metrics);
+  gt_local_state_free(tr);
   gt_pace_destroy(&tr->pace);
   gt_straggler_destroy(&tr->straggler);
   gt_reader_destroy(&tr->val_reader); /* before the datasets they read */

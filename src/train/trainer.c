@@ -344,6 +344,7 @@ int gt_trainer_run(gt_trainer *tr)
     /* Step boundary: every rank learns whether any rank was signalled. */
     int signo = 0;
     GT_CALL(gt_agree_signal(tr, false, &signo));
+    GT_CALL(gt_local_state_save(tr)); /* [checkpoint] local_every (local_state.c) */
     const bool due = cfg->checkpoint.every > 0 && tr->step % cfg->checkpoint.every == 0;
     if (saving && (due || signo || last)) {
       const double t0 = gt_now();

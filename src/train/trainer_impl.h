@@ -10,6 +10,7 @@
  *   nonfinite.c      a step with non-finite numbers: which rank, which parameter
  *   step_faults.c    the test-only faults of a step (GT_FAULT)
  *   sampling.c       [run] sample_every: text samples during training
+ *   local_state.c    the node-local tier: parts, partner copies, the tier choice
  * The pipeline executor is src/parallel/pipeline.c.
  */
 #ifndef GT_TRAINER_IMPL_H
@@ -70,6 +71,7 @@ struct gt_trainer {
   gt_ckpt_tensor *tensors; /* every logical parameter, for checkpoints */
   MPI_Comm writers;        /* dp rank 0 of every (pp, tp) position; else NULL */
   gt_dir_lock *lock;       /* rank 0: the checkpoint directory's lock (dir_lock.h) */
+  struct gt_local_state *local; /* the node-local tier (local_state.c); NULL: none yet */
   int ntensors;
   int32_t *tokens, *targets; /* host (B_micro, T) each */
   gt_reader *train_reader, *val_reader; /* this rank's share of each batch (feed.c) */
@@ -189,5 +191,28 @@ typedef struct gt_full_state {
 int gt_full_state_gather(gt_trainer *tr, bool moments, gt_full_state *fs);
 
 void gt_full_state_free(gt_trainer *tr, gt_full_state *fs);
+
+/* local_state.c: at a step boundary, when [checkpoint] local_every divides
+ * the step: every rank writes its part of the state to [checkpoint]
+ * local_dir (and with partner = on to its partner's), the ranks agree that
+ * all are written, mark the state complete and delete the states beyond
+ * local_keep. A failed write is reported on rank 0 and training goes on.
+ * Collective on world. */
+int gt_local_state_save(gt_trainer *tr);
+
+/* local_state.c: resume = auto: when the newest complete node-local state
+ * (own or partner copies, every part verified) is at least as new as the
+ * global checkpoint global (NULL: none), load it (any layout of the same
+ * model) and set *resumed; otherwise say why and leave *resumed false.
+ * Collective on world. */
+int gt_local_state_resume(gt_trainer *tr, const char *global, bool quiet, bool *resumed);
+
+/* local_state.c: after start-up chose where to begin (tr->step): delete
+ * the node-local states of later steps (an abandoned or refused history),
+ * so that a state of this run is never mixed with them. Collective on
+ * world. */
+int gt_local_state_settle(gt_trainer *tr);
+
+void gt_local_state_free(gt_trainer *tr);
 
 #endif /* GT_TRAINER_IMPL_H */
