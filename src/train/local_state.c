@@ -290,8 +290,11 @@ static int gt_local_fill(gt_trainer *tr, gt_local_header *h)
   h->nparams = (uint64_t)p->count;
   if (status == GT_SUCCESS)
     status = gt_local_reserve(&ls->buf, &ls->cap, gt_local_payload_len(h));
-  if (status == GT_SUCCESS && h->rank_n)
-    status = gt_dp_state_save(tr->dp, tr->step, ls->buf + nv + 2 * nm);
+  if (h->rank_n) { /* collective on dp: every member enters it, or none */
+    status = gt_error_agree(status, tr->grid->dp);
+    if (status == GT_SUCCESS)
+      status = gt_dp_state_save(tr->dp, tr->step, ls->buf + nv + 2 * nm);
+  }
   gt_backend *be = tr->be;
   float *m, *v;
   gt_adamw_moments(tr->opt, &m, &v);
