@@ -45,10 +45,12 @@
 # on dp, so the run goes on along the same loss curve (docs/reliability.md,
 # "Elastic recovery").
 #
-# The deck must checkpoint ([checkpoint] dir, every few steps) and resume
-# from the newest checkpoint ([checkpoint] resume = auto, the default):
-# each run after a failure resumes from it, and the steps since it are
-# done again.
+# The deck must save its state every few steps - best the node-local tier
+# with partner copies ([checkpoint] local_dir, local_every, partner = on:
+# a lost node's parts survive on another node), besides the global
+# checkpoint ([checkpoint] dir, every) - and resume from the newest
+# complete state ([checkpoint] resume = auto, the default): each run after
+# a failure resumes from it, and the steps since it are done again.
 #
 # What ends the loop (the exit status):
 #   0      training finished

@@ -22,9 +22,14 @@
 #      most 60 s, and the steps lost (done before the kill, done again after
 #      it) at most lost_max (the checkpoint interval). Both are printed
 #      (docs/reliability.md, "Elastic recovery", has the measured values).
-# The state recovered from: the global checkpoint ([checkpoint] dir, every
-# 2 steps). To test the node-local tier instead, change the two lines
-# marked "state:" below (the checkpoint keys and the steps lost at most).
+# The state recovered from: the node-local tier ([checkpoint] local_dir,
+# every 2 steps, partner = on). The "nodes" share the host's /dev/shm, so
+# each takes its own directory (local_dir ends in %h, the host name): the
+# survivors never see gtn3's own parts and must take the partner copies of
+# them that gtn1 and gtn2 keep; the resume line must say so. No global
+# checkpoint is written before the end of the run. The two lines marked
+# "state:" below choose the tier (the global checkpoint: every = 2, and no
+# local_dir).
 # Skipped (exit 0) when Slurm, munge or iproute2 is missing, when not root,
 # or when network namespaces cannot be made; a watchdog ends the test after
 # 150 s. Takes 45-65 s on 2 cores (busy with other work: load 12-16).
@@ -97,8 +102,9 @@ data="$tmp/genesis.h5"
 make_dataset "$data" || bail "cannot make the dataset"
 common="data.train=$data data.microbatches=2 run.steps=$steps run.log_every=1 parallel.wait=yield"
 layout="grid.pp=2 grid.tp=2"
-# state: the checkpoint keys of the job (e.g. checkpoint.local_dir=/dev/shm/gt-el checkpoint.local_every=2 checkpoint.partner=on)
-ckpt="checkpoint.every=2 checkpoint.keep=3"
+ckdir=$(mktemp -d /dev/shm/gt-el.XXXXXX 2>/dev/null) || { ckdir="$tmp/e/ck" && mkdir -p "$ckdir"; }
+# state: the checkpoint keys of the job
+ckpt="checkpoint.local_dir=$ckdir/local-%h checkpoint.local_every=2 checkpoint.partner=on"
 # state: the steps a failure may cost at most (the interval of the newest state)
 lost_max=2
 # The job script picks OpenBLAS's kernels so (train-multinode.sbatch): the
@@ -143,7 +149,6 @@ diag "the uninterrupted run (mpiexec, 12 ranks): status $ref_status"
 # ---- b. the job loses gtn3 ----------------------------------------------------------
 mkdir -p "$tmp/e"
 out="$tmp/e/el.out"
-ckdir=$(mktemp -d /dev/shm/gt-el.XXXXXX 2>/dev/null) || ckdir="$tmp/e/ck"
 export GRIDTRAIN="$GT_BIN"
 t_e=$(now)
 # shellcheck disable=SC2086 # $common, $layout, $ckpt: several words
@@ -197,6 +202,12 @@ ok $? "the job loses gtn3, restarts at dp=2 on gtn1 and gtn2 with the same globa
 resumed=$(sed -n 's/^gridtrain: resumed .* at step \([0-9]*\).*/\1/p' "$out" | tail -n 1)
 [ -n "$resumed" ]
 ok $? "the restarted step resumes from a checkpoint (at step ${resumed:-none})"
+case $ckpt in
+*partner=on*)
+  grep -q "^gridtrain: resumed from the node-local state of step .* parts from partner copies" "$out"
+  ok $? "the lost node's parts come from their partner copies on gtn1 and gtn2: $(grep "^gridtrain: resumed" "$out" | tail -n 1)"
+  ;;
+esac
 
 # ---- c. the losses -------------------------------------------------------------------
 # Steps of the metrics file: the last record of a step wins (the rerun's).
