@@ -102,6 +102,7 @@ typedef struct gt_config {
                                  resume starts from (fine-tuning) */
     gt_tristate direct_io;
     gt_on_error on_error;
+    bool async;               /* write in the background (checkpoints.md) */
   } checkpoint;
 
   char deck_path[GT_PATH_MAX];                 /* "" when no deck */

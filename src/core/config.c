@@ -293,6 +293,10 @@ static const gt_key gt_keys[] = {
    "a periodic checkpoint that cannot be written (full disk, read-only directory, I/O "
    "error) stops the run (stop) or is reported and training goes on (warn); the last "
    "checkpoint and a signal's always stop", false, false},
+  {"checkpoint", "async", GT_KEY_SWITCH, GT_OFF(checkpoint.async), 0, 0, NULL, "on",
+   "on: the step waits only while the state is copied to host memory and the file is "
+   "written in the background (one write in flight; host memory for this rank's part of "
+   "the state); off: the step waits for the whole write", false, false},
 };
 
 #define GT_NKEYS ((int)(sizeof gt_keys / sizeof gt_keys[0]))

@@ -67,6 +67,7 @@ struct gt_trainer {
   gt_ckpt_tensor *tensors; /* every logical parameter, for checkpoints */
   MPI_Comm writers;        /* dp rank 0 of every (pp, tp) position; else NULL */
   gt_dir_lock *lock;       /* rank 0: the checkpoint directory's lock (dir_lock.h) */
+  gt_ckpt_async *ckpt_async; /* [checkpoint] async: made by the first save */
   int ntensors;
   int32_t *tokens, *targets; /* host (B_micro, T) each */
   gt_reader *train_reader, *val_reader; /* this rank's share of each batch (feed.c) */
@@ -103,6 +104,18 @@ struct gt_trainer {
  * what was resolved, the expected memory per rank, the devices and where the
  * ranks run (report.c). Collective on the trainer's world. */
 int gt_trainer_report_setup(gt_trainer *tr, FILE *out);
+
+/* checkpointing.c: the asynchronous checkpoint in flight ([checkpoint]
+ * async; none: nothing): finished once every rank's write is done, or
+ * (wait) waited for and finished; rank 0 says so unless quiet. Errors
+ * collective ("cannot write checkpoint PATH: CAUSE"). Collective on world. */
+int gt_trainer_ckpt_settle(gt_trainer *tr, bool wait, bool quiet);
+
+/* checkpointing.c: a run that ends with an error every rank knows
+ * (status): the write in flight is waited for and finished (its failure a
+ * warning); returns status with the run's error kept as the current one.
+ * Collective on world. */
+int gt_trainer_ckpt_drain(gt_trainer *tr, int status);
 
 /* checkpointing.c: the checkpoint policy's start-up part, run by
  * gt_trainer_create: [checkpoint] resume, and when nothing was resumed the
