@@ -268,6 +268,12 @@ typedef struct gt_ckpt_async_report {
 /* Not collective: a saver whose host copies come from be's alloc_host. */
 int gt_ckpt_async_create(gt_backend *be, gt_ckpt_async **a);
 
+/* Collective on comm: allocate the host memory that writing st will take
+ * and touch it on a thread while training starts, so that the first
+ * checkpoint does not wait for its pages (where the state grows later,
+ * begin allocates more). Errors collective. */
+int gt_ckpt_async_reserve(gt_ckpt_async *a, const gt_ckpt_state *st, MPI_Comm comm);
+
 /* Collective on comm: begin the checkpoint of meta->step in dir (as
  * gt_ckpt_save, every rank of comm a writer of its ranges of st), and
  * return once this rank's part is in host memory and the writer thread

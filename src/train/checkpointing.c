@@ -91,7 +91,10 @@ static void gt_trainer_write_range(gt_trainer *tr, gt_ckpt_state *st)
 
 long gt_trainer_step_index(const gt_trainer *tr) { return tr->step; }
 
-int gt_trainer_save(gt_trainer *tr, const char *dir, char *path, size_t size)
+/* A checkpoint of the state now; background: written by gt_ckpt_async
+ * (settled later), else complete on return. */
+static int gt_trainer_save_as(gt_trainer *tr, const char *dir, char *path, size_t size,
+                              bool background)
 {
   const gt_config *cfg = &tr->cfg;
   const gt_grid *g = tr->grid;
@@ -142,7 +145,7 @@ int gt_trainer_save(gt_trainer *tr, const char *dir, char *path, size_t size)
   GT_CALL(gt_error_agree(status, g->world));
   /* every rank writes its own part: no gather; async: in the background,
    * after the write in flight (at most one) is finished */
-  if (cfg->checkpoint.async) {
+  if (background) {
     status = gt_trainer_ckpt_settle(tr, true, false);
     if (status == GT_SUCCESS && !tr->ckpt_async)
       status = gt_error_agree(gt_ckpt_async_create(tr->be, &tr->ckpt_async), g->world);
@@ -150,12 +153,27 @@ int gt_trainer_save(gt_trainer *tr, const char *dir, char *path, size_t size)
       status = gt_ckpt_async_begin(tr->ckpt_async, dir, (int)cfg->checkpoint.keep, &meta, &st,
                                    g->world, path, size);
   } else {
-    status = gt_ckpt_save(dir, (int)cfg->checkpoint.keep, &meta, &st, g->world, g->world, path,
-                          size);
+    status = gt_trainer_ckpt_settle(tr, true, false); /* at most one write at a time */
+    if (status == GT_SUCCESS)
+      status = gt_ckpt_save(dir, (int)cfg->checkpoint.keep, &meta, &st, g->world, g->world,
+                            path, size);
   }
   free(st.rank_state);
   gt_ckpt_meta_free(&meta);
   GT_CALL(status);
+  return GT_SUCCESS;
+}
+
+int gt_trainer_ckpt_reserve(gt_trainer *tr)
+{
+  const gt_config *cfg = &tr->cfg;
+  if (!cfg->checkpoint.async || !cfg->checkpoint.dir[0])
+    return GT_SUCCESS;
+  if (!tr->ckpt_async)
+    GT_CALL(gt_error_agree(gt_ckpt_async_create(tr->be, &tr->ckpt_async), tr->grid->world));
+  gt_ckpt_state st = gt_trainer_ckpt_state(tr);
+  gt_trainer_write_range(tr, &st);
+  GT_CALL(gt_ckpt_async_reserve(tr->ckpt_async, &st, tr->grid->world));
   return GT_SUCCESS;
 }
 
@@ -187,6 +205,18 @@ int gt_trainer_ckpt_drain(gt_trainer *tr, int status)
   gt_error_set_origin(origin);
   gt_error_set_collective(collective);
   return status;
+}
+
+int gt_trainer_save(gt_trainer *tr, const char *dir, char *path, size_t size)
+{
+  GT_CALL(gt_trainer_save_as(tr, dir, path, size, false));
+  return GT_SUCCESS;
+}
+
+int gt_trainer_checkpoint(gt_trainer *tr, char *path, size_t size)
+{
+  GT_CALL(gt_trainer_save_as(tr, NULL, path, size, tr->cfg.checkpoint.async));
+  return GT_SUCCESS;
 }
 
 /* The checkpoint's model must be the deck's (weights_only: its weights'

@@ -342,6 +342,7 @@ static int gt_trainer_run_steps(gt_trainer *tr)
   }
   if (!tr->pace)
     GT_CALL(gt_pace_create(cfg, g, tr->be, flops_per_token * tr->B * tr->T, false, &tr->pace));
+  GT_CALL(gt_trainer_ckpt_reserve(tr)); /* [checkpoint] async: its host memory */
   GT_CALL(gt_barrier(g->world));
   const double t_start = gt_now();
   gt_step_stats st = {0};
@@ -370,15 +371,17 @@ static int gt_trainer_run_steps(gt_trainer *tr)
     const bool due = cfg->checkpoint.every > 0 && tr->step % cfg->checkpoint.every == 0;
     /* [checkpoint] async: a write in flight is finished once every rank's
      * is done; the next checkpoint, a signal and the end wait for it */
-    if (saving && !(due || signo || last)) {
+    if (saving && !(due || signo || last) && gt_ckpt_async_busy(tr->ckpt_async)) {
+      gt_event_begin(tr->ev.checkpoint);
       const int status = gt_trainer_ckpt_settle(tr, false, false);
+      gt_event_end(tr->ev.checkpoint);
       if (status != GT_SUCCESS && gt_trainer_ckpt_failed(cfg, status, false))
         return status;
     }
     if (saving && (due || signo || last)) {
       const double t0 = gt_now();
       gt_event_begin(tr->ev.checkpoint);
-      int status = gt_trainer_save(tr, NULL, path, sizeof path);
+      int status = gt_trainer_checkpoint(tr, path, sizeof path);
       if (status == GT_SUCCESS && (signo || last))
         status = gt_trainer_ckpt_settle(tr, true, signo != 0);
       gt_event_end(tr->ev.checkpoint);

@@ -105,6 +105,17 @@ struct gt_trainer {
  * ranks run (report.c). Collective on the trainer's world. */
 int gt_trainer_report_setup(gt_trainer *tr, FILE *out);
 
+/* checkpointing.c: the run's checkpoint of the state now into [checkpoint]
+ * dir (gt_trainer_save), written in the background with [checkpoint] async
+ * (gt_trainer_ckpt_settle finishes it), after the write in flight. The
+ * file's name in path. Collective on world. */
+int gt_trainer_checkpoint(gt_trainer *tr, char *path, size_t size);
+
+/* checkpointing.c: [checkpoint] async with a dir: the host memory of the
+ * checkpoints, allocated and first touched (on a thread) before the first
+ * step. Collective on world. */
+int gt_trainer_ckpt_reserve(gt_trainer *tr);
+
 /* checkpointing.c: the asynchronous checkpoint in flight ([checkpoint]
  * async; none: nothing): finished once every rank's write is done, or
  * (wait) waited for and finished; rank 0 says so unless quiet. Errors
