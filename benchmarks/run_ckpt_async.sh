@@ -12,7 +12,8 @@
 #             which a run always waits for): sync, its whole write
 #             ("written in X s"); async, the copy to host memory and the
 #             file's creation, any wait for the write before, and the
-#             finish at a later step boundary ("the step waited X s"). The
+#             finish at a later step boundary ("the step waited X s"; a write
+#             that the run's last checkpoint waited for is left out). The
 #             first checkpoint of a run (async: it allocates and first
 #             touches the host copy) is reported apart from the later ones.
 #   steps     step times (ms, from the step lines) of the steps logged while
@@ -129,18 +130,21 @@ for n in ranks:
         for r in range(1, repeats + 1):
             p = os.path.join(out, f"r{n}-{mode}-{r}.log")
             if not os.path.exists(p): continue
-            inflight, k = False, 0
+            inflight, k, ended = False, 0, False
             for line in open(p):
                 m = step_re.match(line)
                 if m:
                     s, ms = int(m.group(1)), float(m.group(2))
+                    ended = s == steps - 1
                     if s >= 2: (lap if inflight else base).append(ms)
                     if mode == "on" and (s + 1) % every == 0: inflight = True
                     continue
                 w = re.search(r"checkpoint \S+/step_(\d+)\.h5 written in ([0-9.]+) s(?: \(the step waited ([0-9.]+) s)?", line)
                 if w:
                     b = float(w.group(3) if w.group(3) else w.group(2))
-                    if int(w.group(1)) != steps:  # the last one: the run waits for it anyway
+                    # not the last one, nor one that only the last one waited
+                    # for: the run waits for those at its end anyway
+                    if int(w.group(1)) != steps and not ended:
                         (first if k == 0 else later).append(b); k += 1
                     inflight = False
         res[mode] = (first, later, lap, base)

@@ -184,9 +184,10 @@ int gt_trainer_ckpt_settle(gt_trainer *tr, bool wait, bool quiet)
   gt_ckpt_async_report r;
   GT_CALL(gt_ckpt_async_settle(tr->ckpt_async, wait, &r));
   if (r.finished && !quiet)
-    gt_info("gridtrain: checkpoint %s written in %.1f s (the step waited %.2f s, the rest "
-            "in the background)\n",
-            r.path, r.total_s, r.blocked_s + r.wait_s + r.finish_s);
+    gt_info("gridtrain: checkpoint %s written in %.1f s (the step waited %.2f s: %.2f to copy "
+            "and create, %.2f for the writer, %.2f to finish; the rest in the background)\n",
+            r.path, r.total_s, r.blocked_s + r.wait_s + r.finish_s, r.blocked_s, r.wait_s,
+            r.finish_s);
   return GT_SUCCESS;
 }
 
