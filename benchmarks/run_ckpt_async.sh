@@ -18,7 +18,8 @@
 #             touches the host copy) is reported apart from the later ones.
 #   steps     step times (ms, from the step lines) of the steps logged while
 #             an async write was in flight ("overlapping") against the
-#             steps with no write in flight, the first two steps left out.
+#             steps of the same run with no write in flight, the first two
+#             steps left out (slowdown: median over median, per run).
 # dd writes the checkpoint's size (conv=fsync, and oflag=direct) R times in
 # the same directory, between the runs. One table of min / median at the
 # end (also OUT/ckpt_async.txt; every run's log in OUT).
@@ -126,10 +127,11 @@ rows = []
 for n in ranks:
     res = {}
     for mode in ("off", "on"):
-        first, later, lap, base = [], [], [], []
+        first, later, lap, base, ratio = [], [], [], [], []
         for r in range(1, repeats + 1):
             p = os.path.join(out, f"r{n}-{mode}-{r}.log")
             if not os.path.exists(p): continue
+            nlap, nbase = len(lap), len(base)
             inflight, k, ended = False, 0, False
             for line in open(p):
                 m = step_re.match(line)
@@ -147,18 +149,19 @@ for n in ranks:
                     if int(w.group(1)) != steps and not ended:
                         (first if k == 0 else later).append(b); k += 1
                     inflight = False
-        res[mode] = (first, later, lap, base)
+            if len(lap) > nlap and len(base) > nbase:  # within the run: the load drifts
+                ratio.append(S.median(lap[nlap:]) / S.median(base[nbase:]) - 1)
+        res[mode] = (first, later, lap, base, ratio)
     rows.append((n, res))
 print()
 print(f"# blocked: seconds the step waited for a checkpoint, min / median over {repeats} runs "
       "(first: a run's first checkpoint; later: the others); dd: write of the same bytes, min / median")
-print("| ranks | dd write s | dd O_DIRECT s | sync blocked first | sync blocked later | async blocked first | async blocked later | async later / sync later | steps overlapping a write ms | steps without ms | slowdown |")
+print("| ranks | dd write s | dd O_DIRECT s | sync blocked first | sync blocked later | async blocked first | async blocked later | async later / sync later | steps overlapping a write ms | steps without ms | slowdown (per run) |")
 print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 for n, res in rows:
-    f0, l0, _, b0 = res["off"]; f1, l1, lap, b1 = res["on"]
+    f0, l0, _, _, _ = res["off"]; f1, l1, lap, base, per = res["on"]
     ratio = f"{S.median(l1) / S.median(l0):.3f}" if l0 and l1 else "-"
-    base = b1 + b0
-    slow = f"{S.median(lap) / S.median(base) - 1:+.1%}" if lap and base else "-"
+    slow = f"{min(per):+.1%} / {S.median(per):+.1%}" if per else "-"
     w, d = dd.get(n, ([], []))
     print(f"| {n} | {mm(w)} | {mm(d)} | {mm(f0)} | {mm(l0)} | {mm(f1)} | {mm(l1)} | {ratio} | "
           f"{mm(lap)} (n={len(lap)}) | {mm(base)} (n={len(base)}) | {slow} |")
