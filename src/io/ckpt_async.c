@@ -39,6 +39,9 @@ struct gt_ckpt_async {
   MPI_Comm comm;
   pthread_t thread;
   bool busy;               /* a write begun and not finished */
+  bool publishing;         /* written and agreed: rank 0 names it on the thread */
+  int pub_status;          /* rank 0: gt_ckpt_publish's, with its message */
+  char pub_message[1024], pub_origin[256];
   bool threaded;           /* the writer thread runs (else the jobs ran inline) */
   bool scope_fail;         /* GT_FAULT=ckpt_write_fail: the HDF5 part fails too */
   bool slow;               /* GT_FAULT=ckpt_async_slow: the writer waits 1 s first */
@@ -46,7 +49,7 @@ struct gt_ckpt_async {
   char dir[GT_PATH_MAX], path[GT_PATH_MAX], tmp[GT_PATH_MAX + 16];
   int keep;
   long step;
-  double t0, blocked;
+  double t0, blocked, waited, finished;
 };
 
 /* The current error, kept across a cleanup that may set its own. */
@@ -103,20 +106,36 @@ static void *gt_ckpt_async_main(void *arg)
   return NULL;
 }
 
-/* The writer thread, with every signal blocked (the main thread takes
- * SIGUSR1/SIGTERM/SIGINT); without a thread the writes are made here. */
-static void gt_ckpt_async_start(gt_ckpt_async *a)
+/* Rank 0's publishing (gt_ckpt_publish: fsync, latest.tmp, renames,
+ * pruning) on the writer thread; its error is kept as text for the main
+ * thread (errors are per thread). */
+static void *gt_ckpt_async_publish_main(void *arg)
+{
+  gt_ckpt_async *a = arg;
+  a->pub_status = gt_ckpt_publish(a->dir, a->tmp, a->path, a->keep, a->step);
+  if (a->pub_status != GT_SUCCESS) {
+    snprintf(a->pub_message, sizeof a->pub_message, "%s", gt_error_message());
+    snprintf(a->pub_origin, sizeof a->pub_origin, "%s", gt_error_origin());
+    gt_error_clear();
+  }
+  atomic_store(&a->done, true);
+  return NULL;
+}
+
+/* Run fn(a) on the writer thread, with every signal blocked (the main
+ * thread takes SIGUSR1/SIGTERM/SIGINT); without a thread, here. */
+static void gt_ckpt_async_run(gt_ckpt_async *a, void *(*fn)(void *))
 {
   atomic_store(&a->done, false);
   atomic_store(&a->cancel, false);
   sigset_t all, old;
   sigfillset(&all);
   const bool masked = pthread_sigmask(SIG_SETMASK, &all, &old) == 0;
-  a->threaded = pthread_create(&a->thread, NULL, gt_ckpt_async_main, a) == 0;
+  a->threaded = pthread_create(&a->thread, NULL, fn, a) == 0;
   if (masked)
     pthread_sigmask(SIG_SETMASK, &old, NULL);
   if (!a->threaded)
-    gt_ckpt_async_main(a);
+    fn(a);
 }
 
 static void gt_ckpt_async_join(gt_ckpt_async *a)
@@ -281,14 +300,17 @@ int gt_ckpt_async_begin(gt_ckpt_async *a, const char *dir, int keep, const gt_ck
   if (in_scope)
     gt_comm_foreign_end();
   a->busy = true;
-  gt_ckpt_async_start(a);
+  a->publishing = false;
+  a->waited = a->finished = 0;
+  gt_ckpt_async_run(a, gt_ckpt_async_main);
   a->blocked = gt_now() - t0;
   return GT_SUCCESS;
 }
 
 /* Every rank's writer is done (failed: on some rank it failed): the
- * checksums and the close, the agreement, and rank 0 names the file.
- * Collective on a->comm. */
+ * checksums and the close, the agreement; then rank 0 names the file on
+ * the writer thread (a->publishing), whose outcome a later settle agrees
+ * on. Collective on a->comm. */
 static int gt_ckpt_async_finish(gt_ckpt_async *a, bool failed)
 {
   int status = gt_comm_foreign_begin(a->comm);
@@ -311,17 +333,19 @@ static int gt_ckpt_async_finish(gt_ckpt_async *a, bool failed)
   status = gt_error_agree(status, a->comm);
   int rank = 0;
   MPI_Comm_rank(a->comm, &rank);
+  gt_ckpt_writer_free(&a->w);
   if (status != GT_SUCCESS) {
     if (rank == 0)
       unlink(a->tmp);
-  } else {
-    status = rank == 0 ? gt_ckpt_publish(a->dir, a->tmp, a->path, a->keep, a->step)
-                       : GT_SUCCESS;
-    status = gt_error_agree(status, a->comm);
+    a->busy = false;
+    return gt_error_push(status, __FILE__, __LINE__, __func__);
   }
-  gt_ckpt_writer_free(&a->w);
-  a->busy = false;
-  GT_CALL(status);
+  a->publishing = true;
+  a->pub_status = GT_SUCCESS;
+  if (rank == 0)
+    gt_ckpt_async_run(a, gt_ckpt_async_publish_main);
+  else
+    atomic_store(&a->done, true);
   return GT_SUCCESS;
 }
 
@@ -331,32 +355,52 @@ int gt_ckpt_async_settle(gt_ckpt_async *a, bool wait, gt_ckpt_async_report *repo
     memset(report, 0, sizeof *report);
   if (!a || !a->busy)
     return GT_SUCCESS;
-  const double t_join = gt_now();
-  if (wait)
+  for (;;) {
+    const double t_join = gt_now();
+    if (wait)
+      gt_ckpt_async_join(a);
+    a->waited += gt_now() - t_join;
+    /* one small agreement: is any rank's thread still at work, has any
+     * failed (its writes, or rank 0's publishing) */
+    const bool done = atomic_load(&a->done);
+    const bool bad = done && (a->publishing ? a->pub_status != GT_SUCCESS : a->w.io != 0);
+    int flags[2] = {done ? 0 : 1, bad ? 1 : 0};
+    GT_CALL(gt_allreduce_int(flags, 2, MPI_MAX, a->comm));
+    if (flags[0] && !flags[1])
+      return GT_SUCCESS;
+    if (flags[1]) /* no use writing more: the file is lost */
+      atomic_store(&a->cancel, true);
     gt_ckpt_async_join(a);
-  const double joined = gt_now() - t_join;
-  /* one small agreement: is any rank still writing, has any failed */
-  const bool done = atomic_load(&a->done);
-  int flags[2] = {done ? 0 : 1, done && a->w.io ? 1 : 0};
-  GT_CALL(gt_allreduce_int(flags, 2, MPI_MAX, a->comm));
-  if (flags[0] && !flags[1])
+    const double t_finish = gt_now();
+    if (!a->publishing) { /* written everywhere: finish, rank 0 publishes */
+      const int status = gt_ckpt_async_finish(a, flags[1] != 0);
+      a->finished += gt_now() - t_finish;
+      GT_CALL(status);
+      if (!wait)
+        return GT_SUCCESS;
+      continue;
+    }
+    /* published (or not: rank 0's publishing undid itself) */
+    int status = GT_SUCCESS;
+    if (a->pub_status != GT_SUCCESS) {
+      status = gt_error_set(a->pub_status, __FILE__, __LINE__, __func__, "%s", a->pub_message);
+      gt_error_set_origin(a->pub_origin);
+    }
+    status = gt_error_agree(status, a->comm);
+    a->finished += gt_now() - t_finish;
+    a->busy = a->publishing = false;
+    if (report) {
+      report->finished = status == GT_SUCCESS;
+      snprintf(report->path, sizeof report->path, "%s", a->path);
+      report->step = a->step;
+      report->blocked_s = a->blocked;
+      report->wait_s = a->waited;
+      report->finish_s = a->finished;
+      report->total_s = gt_now() - a->t0;
+    }
+    GT_CALL(status);
     return GT_SUCCESS;
-  if (flags[1]) /* no use writing more: the file is lost */
-    atomic_store(&a->cancel, true);
-  gt_ckpt_async_join(a);
-  const double t_wait = gt_now();
-  const int status = gt_ckpt_async_finish(a, flags[1] != 0);
-  if (report) {
-    report->finished = status == GT_SUCCESS;
-    snprintf(report->path, sizeof report->path, "%s", a->path);
-    report->step = a->step;
-    report->blocked_s = a->blocked;
-    report->wait_s = joined;
-    report->finish_s = gt_now() - t_wait;
-    report->total_s = gt_now() - a->t0;
   }
-  GT_CALL(status);
-  return GT_SUCCESS;
 }
 
 int gt_ckpt_async_destroy(gt_ckpt_async **ap)
