@@ -249,8 +249,10 @@ int gt_ckpt_save(const char *dir, int keep, const gt_ckpt_meta *meta,
  * writes that copy at the datasets' offsets with its own pwrite calls (no
  * HDF5, no MPI). The copy is a snapshot: the caller may change the state at
  * once. gt_ckpt_async_settle, at every step boundary, finishes the file
- * (checksums, attributes, close) and names it (latest, pruning) once every
- * rank's writer is done. At most one write is in flight.
+ * (checksums, attributes, close) once every rank's writer is done; rank 0
+ * then makes it durable and names it (latest, pruning) on the writer
+ * thread, and a later settle agrees on that. At most one write is in
+ * flight, its publishing included.
  */
 typedef struct gt_ckpt_async gt_ckpt_async;
 
@@ -287,14 +289,16 @@ int gt_ckpt_async_begin(gt_ckpt_async *a, const char *dir, int keep, const gt_ck
 
 /* Collective on the begin's comm, at a step boundary: with a write in
  * flight, one all-reduce of two ints (through comm.h, seen by the flight
- * recorder). When every rank's writer is done, or any one's failed, or
- * `wait` (this rank first waits for its writer), the write is finished:
- * the checksums' all-reduce, the attributes, the close, the agreement, and
- * rank 0 makes the file durable and names it, as gt_ckpt_save does. A
- * failure on any rank ("cannot write checkpoint PATH: CAUSE", collective)
- * leaves dir as it was: the earlier files and `latest` untouched, no .tmp.
- * report (may be NULL) says what was finished. Nothing in flight (or a
- * NULL): returns at once, no communication. */
+ * recorder). When every rank's writer is done, or any one's failed, the
+ * write is finished: the checksums' all-reduce, the attributes, the close,
+ * the agreement; then rank 0 makes the file durable and names it, as
+ * gt_ckpt_save does, on the writer thread; when that is done, a settle
+ * agrees on its outcome. `wait`: this rank waits for each part in turn and
+ * the call returns with the write settled. A failure on any rank ("cannot
+ * write checkpoint PATH: CAUSE", collective) leaves dir as it was: the
+ * earlier files and `latest` untouched, no .tmp. report (may be NULL) says
+ * what was settled. Nothing in flight (or a NULL): returns at once, no
+ * communication. */
 int gt_ckpt_async_settle(gt_ckpt_async *a, bool wait, gt_ckpt_async_report *report);
 
 /* Not collective: a write is in flight (begun, not settled). */
