@@ -141,12 +141,15 @@ for n in ranks:
                     if s >= 2: (lap if inflight else base).append(ms)
                     if mode == "on" and (s + 1) % every == 0: inflight = True
                     continue
-                w = re.search(r"checkpoint \S+/step_(\d+)\.h5 written in ([0-9.]+) s(?: \(the step waited ([0-9.]+) s)?", line)
+                w = re.search(r"checkpoint \S+/step_(\d+)\.h5 written in ([0-9.]+) s"
+                              r"(?: \(the step waited ([0-9.]+) s(?:: [0-9.]+ to copy and create, "
+                              r"([0-9.]+) for the writer)?)?", line)
                 if w:
                     b = float(w.group(3) if w.group(3) else w.group(2))
                     # not the last one, nor one that only the last one waited
                     # for: the run waits for those at its end anyway
-                    if int(w.group(1)) != steps and not ended:
+                    waited = float(w.group(4)) if w.group(4) else 1.0
+                    if int(w.group(1)) != steps and not (ended and waited > 0.01):
                         (first if k == 0 else later).append(b); k += 1
                     inflight = False
             if len(lap) > nlap and len(base) > nbase:  # within the run: the load drifts
