@@ -238,6 +238,77 @@ int gt_ckpt_save(const char *dir, int keep, const gt_ckpt_meta *meta,
                  const gt_ckpt_state *st, MPI_Comm writers, MPI_Comm comm, char *path,
                  size_t size);
 
+/* ---- asynchronous checkpoints ([checkpoint] async) --------------------- */
+/*
+ * The same file, directory and guarantees as gt_ckpt_save, with the write
+ * in the background: gt_ckpt_async_begin creates the file, its groups and
+ * datasets and the root attributes (collective HDF5 calls, on the calling
+ * thread) and copies this rank's part of the tensors into pinned host
+ * memory (the backend's alloc_host, kept from one checkpoint to the next:
+ * as many bytes as this rank writes); then it returns, and a writer thread
+ * writes that copy at the datasets' offsets with its own pwrite calls (no
+ * HDF5, no MPI). The copy is a snapshot: the caller may change the state at
+ * once. gt_ckpt_async_settle, at every step boundary, finishes the file
+ * (checksums, attributes, close) once every rank's writer is done; rank 0
+ * then makes it durable and names it (latest, pruning) on the writer
+ * thread, and a later settle agrees on that. At most one write is in
+ * flight, its publishing included.
+ */
+typedef struct gt_ckpt_async gt_ckpt_async;
+
+/* What a finished asynchronous write took. */
+typedef struct gt_ckpt_async_report {
+  bool finished;            /* a write was finished and named by this call */
+  char path[GT_PATH_MAX];   /* its file */
+  long step;
+  double blocked_s;         /* the begin: how long the caller waited */
+  double wait_s;            /* the settle: waiting for this rank's writer */
+  double finish_s;          /* the finish: checksums, close, publish */
+  double total_s;           /* from the begin to the file's name */
+} gt_ckpt_async_report;
+
+/* Not collective: a saver whose host copies come from be's alloc_host. */
+int gt_ckpt_async_create(gt_backend *be, gt_ckpt_async **a);
+
+/* Collective on comm: allocate the host memory that writing st will take
+ * and touch it on a thread while training starts, so that the first
+ * checkpoint does not wait for its pages (where the state grows later,
+ * begin allocates more). Errors collective. */
+int gt_ckpt_async_reserve(gt_ckpt_async *a, const gt_ckpt_state *st, MPI_Comm comm);
+
+/* Collective on comm: begin the checkpoint of meta->step in dir (as
+ * gt_ckpt_save, every rank of comm a writer of its ranges of st), and
+ * return once this rank's part is in host memory and the writer thread
+ * has started; the file name in path. st's tensors, params and group must
+ * stay valid until the write is settled; its rank state is written now.
+ * Errors collective: a failure (here: a collective HDF5 call, an I/O error,
+ * a failed copy to the host, on any rank) leaves dir as it was. The write
+ * before must be settled (GT_ERR_INTERNAL otherwise). */
+int gt_ckpt_async_begin(gt_ckpt_async *a, const char *dir, int keep, const gt_ckpt_meta *meta,
+                        const gt_ckpt_state *st, MPI_Comm comm, char *path, size_t size);
+
+/* Collective on the begin's comm, at a step boundary: with a write in
+ * flight, one all-reduce of two ints (through comm.h, seen by the flight
+ * recorder). When every rank's writer is done, or any one's failed, the
+ * write is finished: the checksums' all-reduce, the attributes, the close,
+ * the agreement; then rank 0 makes the file durable and names it, as
+ * gt_ckpt_save does, on the writer thread; when that is done, a settle
+ * agrees on its outcome. `wait`: this rank waits for each part in turn and
+ * the call returns with the write settled. A failure on any rank ("cannot
+ * write checkpoint PATH: CAUSE", collective) leaves dir as it was: the
+ * earlier files and `latest` untouched, no .tmp. report (may be NULL) says
+ * what was settled. Nothing in flight (or a NULL): returns at once, no
+ * communication. */
+int gt_ckpt_async_settle(gt_ckpt_async *a, bool wait, gt_ckpt_async_report *report);
+
+/* Not collective: a write is in flight (begun, not settled). */
+bool gt_ckpt_async_busy(const gt_ckpt_async *a);
+
+/* Not collective: free a and its host memory; NULL: nothing. A write still
+ * in flight (an error of this rank alone) is stopped and left as a .tmp
+ * file; settle it first on every rank to keep it. */
+int gt_ckpt_async_destroy(gt_ckpt_async **a);
+
 /* Not collective: the checkpoints of dir to try when resuming, best first:
  * the file `latest` names, then every other step_NNNNNNNN.h5, newest first.
  * *n = 0 when there are none (or no dir). *latest_problem gets a one-line

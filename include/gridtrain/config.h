@@ -109,6 +109,7 @@ typedef struct gt_config {
     long local_every;         /* steps between node-local states, 0: none */
     long local_keep;          /* complete node-local states kept */
     bool partner;             /* a copy of each part on a rank of another node */
+    bool async;               /* write in the background (checkpoints.md) */
   } checkpoint;
 
   char deck_path[GT_PATH_MAX];                 /* "" when no deck */

@@ -23,6 +23,12 @@
  *                    fail with an I/O error, as a failing disk makes them
  *   ckpt_local_fail  every rank by default: copying the tensors to the host
  *                    for a checkpoint fails, before the collective write
+ *   ckpt_async_fail  every rank by default: the writer thread's writes of an
+ *                    asynchronous checkpoint fail with an I/O error (the
+ *                    HDF5 part of the file is written)
+ *   ckpt_async_slow  every rank by default: the writer thread of an
+ *                    asynchronous checkpoint waits 1 s before it writes (a
+ *                    slow file system: the write spans steps)
  *   slow_step        rank 1 by default: the step sleeps 300 ms before its
  *                    forward (a straggler: a slow node, a noisy neighbour)
  *   coll_skip        rank 1 by default, once: skip the operation (a rank

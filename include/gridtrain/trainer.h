@@ -52,7 +52,9 @@ int gt_trainer_run(gt_trainer *tr);
 
 /* Collective on world: write a checkpoint of the state after the steps done
  * so far into dir (NULL: [checkpoint] dir), keeping [checkpoint] keep files.
- * The file's name is returned in path (size bytes). */
+ * The file's name is returned in path (size bytes). The file is complete
+ * when this returns, whatever [checkpoint] async says (gt_trainer_run's own
+ * checkpoints are the ones written in the background). */
 int gt_trainer_save(gt_trainer *tr, const char *dir, char *path, size_t size);
 
 /* Collective on world: load parameters, AdamW moments, step and data

@@ -313,6 +313,10 @@ static const gt_key gt_keys[] = {
   {"checkpoint", "partner", GT_KEY_SWITCH, GT_OFF(checkpoint.partner), 0, 0, NULL, "off",
    "on: each rank also sends its node-local part to a rank of another node, which keeps it "
    "(survives the loss of a node)", false, false},
+  {"checkpoint", "async", GT_KEY_SWITCH, GT_OFF(checkpoint.async), 0, 0, NULL, "on",
+   "on: the step waits only while the state is copied to host memory and the file is "
+   "written in the background (one write in flight; host memory for this rank's part of "
+   "the state); off: the step waits for the whole write", false, false},
 };
 
 #define GT_NKEYS ((int)(sizeof gt_keys / sizeof gt_keys[0]))

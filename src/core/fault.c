@@ -24,6 +24,8 @@ static const struct {
   {"ckpt_kill", 0},
   {"ckpt_write_fail", GT_FAULT_ANY},
   {"ckpt_local_fail", GT_FAULT_ANY},
+  {"ckpt_async_fail", GT_FAULT_ANY},
+  {"ckpt_async_slow", GT_FAULT_ANY},
   {"slow_step", 1},
   {"coll_skip", 1},
   {"coll_sleep", 1},

@@ -517,8 +517,7 @@ static int gt_ckpt_publish_in(const char *dir, const char *tmp, const char *path
  * undoes what was done (best effort; the first error is the one reported),
  * so that the directory is as before the write: the earlier step files and
  * `latest` as they were, neither the new file nor a .tmp left. */
-static int gt_ckpt_publish(const char *dir, const char *tmp, const char *path, int keep,
-                           long step)
+int gt_ckpt_publish(const char *dir, const char *tmp, const char *path, int keep, long step)
 {
   char latest[GT_PATH_MAX + 16], latest_tmp[GT_PATH_MAX + 16], before[GT_PATH_MAX] = "";
   snprintf(latest, sizeof latest, "%s/latest", dir);

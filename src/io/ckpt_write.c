@@ -20,6 +20,7 @@
 #include "gridtrain/error.h"
 #include "gridtrain/fault.h"
 #include "ckpt_internal.h"
+#include "ckpt_writer.h"
 #include "h5util.h"
 #include "write_scope.h"
 
@@ -54,38 +55,7 @@ int gt_ckpt_write_meta(hid_t file, const gt_ckpt_meta *m)
   return GT_SUCCESS;
 }
 
-/* One rank's state through a write. A failure that only this rank meets (a
- * download, a broken invariant, an open(2)) must not take it out of the
- * collective calls that the other ranks go on making (H5Dcreate2, the
- * exchange inside the group, MPI_Allreduce, H5Acreate2, H5Fclose): the
- * first one is kept in `local`, message and all, and the rank writes
- * nothing more. Failed writes are noted in the write scope
- * (write_scope.h), from MPI-IO and from the data's own pwrite alike.
- * Errors of the collective HDF5 calls are the same on every rank and end
- * the write everywhere alike. */
-typedef struct {
-  const gt_ckpt_state *st;
-  const char *path;        /* the file, for the data's own descriptors */
-  float *staging;          /* the local entries, as downloaded (an unsplit
-                              tensor's where they lie in a file block:
-                              gt_ckpt_place) */
-  float *send, *recv, *rows; /* the exchange: packed for the group, from it,
-                              and this rank's contiguous range */
-  size_t cap;              /* floats each of them holds */
-  hid_t *dsets;            /* ntensors x GT_NKINDS datasets */
-  uint64_t *sums;          /* Fletcher-32 terms, 2 per block of every dataset */
-  size_t *sum_base;        /* first block of each dataset in sums */
-  size_t nsums;
-  uint32_t *values;        /* nsums checksums */
-  int fd, fd_direct;       /* the file through the page cache / O_DIRECT; -1 */
-  gt_swap_plan plan;       /* the exchange inside the group */
-  int rank;  /* the caller's rank in the job, for the fault hooks */
-  long step; /* the checkpoint's step, for the fault hooks */
-  int local; /* first local failure, or GT_SUCCESS */
-  char local_message[1024];
-} gt_ckpt_writer;
-
-static void gt_ckpt_note_local(gt_ckpt_writer *w, int code)
+void gt_ckpt_note_local(gt_ckpt_writer *w, int code)
 {
   if (w->local == GT_SUCCESS) {
     w->local = code;
@@ -118,14 +88,27 @@ static void gt_ckpt_note_local(gt_ckpt_writer *w, int code)
  */
 #define GT_PWRITE_MAX ((size_t)64 << 20) /* bytes per pwrite(2) */
 
+/* A failed write of the data: into the write scope (synchronous: the
+ * first error of the rank, whichever path met it), or w->io (deferred: the
+ * writer thread's own). */
+static void gt_ckpt_io_note(gt_ckpt_writer *w, const char *text)
+{
+  if (!w->defer) {
+    gt_write_scope_note(text);
+  } else if (!w->io) {
+    w->io = 1;
+    snprintf(w->io_message, sizeof w->io_message, "%s", text);
+  }
+}
+
 /* Write len bytes from src at file offset off, in pieces of GT_PWRITE_MAX,
- * through descriptor fd. A failure is noted in the write scope, except an
+ * through descriptor fd. A failure is noted (gt_ckpt_io_note), except an
  * EINVAL when `refusable` (an O_DIRECT write the file system turned down,
  * which the caller makes again through the page cache): 0 or the errno. */
-static int gt_ckpt_pwrite_fd(int fd, const char *src, size_t len, size_t off,
-                             const char *what, bool refusable)
+static int gt_ckpt_pwrite_fd(gt_ckpt_writer *w, int fd, const char *src, size_t len,
+                             size_t off, const char *what, bool refusable)
 {
-  const bool injected = gt_write_scope_failing();
+  const bool injected = w->fail_writes;
   while (len > 0) {
     const size_t n = len < GT_PWRITE_MAX ? len : GT_PWRITE_MAX;
     const ssize_t got = injected ? -1 : pwrite(fd, src, n, (off_t)off);
@@ -136,10 +119,11 @@ static int gt_ckpt_pwrite_fd(int fd, const char *src, size_t len, size_t off,
       return err;
     if (err) {
       char text[512];
-      snprintf(text, sizeof text, "pwrite failed: %s (%s%s, %zu bytes at offset %zu)",
+      snprintf(text, sizeof text, "pwrite failed: %s (%s%s%s%s, %zu bytes at offset %zu)",
                got == 0 && !injected ? "wrote nothing" : strerror(err),
-               injected ? "injected by GT_FAULT=ckpt_write_fail; " : "", what, n, off);
-      gt_write_scope_note(text);
+               injected ? "injected by GT_FAULT=" : "", injected ? w->fault : "",
+               injected ? "; " : "", what, n, off);
+      gt_ckpt_io_note(w, text);
       return err;
     }
     src += got;
@@ -163,16 +147,16 @@ static void gt_ckpt_pwrite(gt_ckpt_writer *w, size_t base, size_t logical, size_
   size_t d0 = gt_align_up(off, GT_DIO_ALIGN), d1 = end / GT_DIO_ALIGN * GT_DIO_ALIGN;
   if (w->fd_direct < 0 || d0 >= d1 || ((uintptr_t)p - off) % GT_DIO_ALIGN != 0)
     d0 = d1 = end;
-  if (gt_ckpt_pwrite_fd(w->fd, p, d0 - off, off, what, false) != 0)
+  if (gt_ckpt_pwrite_fd(w, w->fd, p, d0 - off, off, what, false) != 0)
     return;
   const bool refusable = w->st->direct == GT_CKPT_DIRECT_AUTO;
-  if (d1 > d0 && gt_ckpt_pwrite_fd(w->fd_direct, p + (d0 - off), d1 - d0, d0, what,
+  if (d1 > d0 && gt_ckpt_pwrite_fd(w, w->fd_direct, p + (d0 - off), d1 - d0, d0, what,
                                    refusable) == EINVAL && refusable) {
     close(w->fd_direct);
     w->fd_direct = -1;
     d1 = d0;
   }
-  gt_ckpt_pwrite_fd(w->fd, p + (d1 - off), end - d1, d1, what, false);
+  gt_ckpt_pwrite_fd(w, w->fd, p + (d1 - off), end - d1, d1, what, false);
 }
 
 /* Open the file's own descriptors (after H5Fcreate made it). */
@@ -199,7 +183,7 @@ static void gt_ckpt_close_data(gt_ckpt_writer *w)
       if (close(*fds[i]) != 0) {
         char text[512];
         snprintf(text, sizeof text, "close failed: %s (%s)", strerror(errno), w->path);
-        gt_write_scope_note(text);
+        gt_ckpt_io_note(w, text);
       }
       *fds[i] = -1;
     }
@@ -290,14 +274,32 @@ typedef struct {
   uint64_t *sums;
   size_t total;
   const char *what;
+  int tensor, kind;
 } gt_run_writer;
+
+/* The checksum terms and the write of len entries at src, from entry
+ * `logical` of the dataset on: made now, or listed for the writer thread
+ * (deferred). */
+static int gt_ckpt_emit(gt_run_writer *r, size_t logical, size_t len, const float *src)
+{
+  gt_ckpt_writer *w = r->w;
+  if (!w->defer) {
+    gt_fletcher_add(r->sums, r->total, src, logical, len);
+    gt_ckpt_pwrite(w, r->base, logical, len, src, r->what);
+    return GT_SUCCESS;
+  }
+  if (w->njobs == w->jobs_cap)
+    GT_CALL(gt_ckpt_grow((void **)&w->jobs, &w->jobs_cap, 2 * w->njobs + 64, sizeof *w->jobs));
+  w->jobs[w->njobs++] = (gt_ckpt_job){.src = src, .base = r->base, .logical = logical,
+                                      .len = len, .total = r->total, .sums = r->sums,
+                                      .tensor = r->tensor, .kind = r->kind};
+  return GT_SUCCESS;
+}
 
 static int gt_write_run(void *ctx, size_t local, size_t logical, size_t len)
 {
   gt_run_writer *r = ctx;
-  const float *src = r->src + (local - r->a);
-  gt_fletcher_add(r->sums, r->total, src, logical, len);
-  gt_ckpt_pwrite(r->w, r->base, logical, len, src, r->what);
+  GT_CALL(gt_ckpt_emit(r, logical, len, r->src + (local - r->a)));
   return GT_SUCCESS;
 }
 
@@ -316,8 +318,9 @@ static int gt_ckpt_swap(gt_ckpt_writer *w, const gt_param *t, const int *index, 
   size_t rcount[GT_CKPT_GROUP_MAX] = {0};
   gt_ckpt_cuts(base, x0 / ls * fs, x1 / ls * fs, g, cut);
   const size_t mine = cut[me + 1] - cut[me];
-  GT_CHECK(mine <= w->cap, GT_ERR_INTERNAL,
-           "internal error: checkpoint exchange range of %zu entries past %zu", mine, w->cap);
+  GT_CHECK(mine + GT_DIO_FLOATS <= w->rows_cap, GT_ERR_INTERNAL,
+           "internal error: checkpoint exchange range of %zu entries past %zu", mine,
+           w->rows_cap);
   float *rows = gt_ckpt_place(w->rows, base, cut[me]);
   gt_cutter send = {.cut = cut, .me = me, .src = rw->src, .a = a, .send = w->send,
                     .rows = rows, .count = scount};
@@ -345,9 +348,61 @@ static int gt_ckpt_swap(gt_ckpt_writer *w, const gt_param *t, const int *index, 
     GT_CALL(gt_ckpt_runs_at(t, index[j], x0, x1, gt_cut_recv, &c));
     roff += rcount[j];
   }
-  gt_fletcher_add(rw->sums, rw->total, rows, cut[me], mine);
-  gt_ckpt_pwrite(w, base, cut[me], mine, rows, rw->what);
+  GT_CALL(gt_ckpt_emit(rw, cut[me], mine, rows));
   return GT_SUCCESS;
+}
+
+/* Floats of the arena (deferred writes) one part takes: its entries
+ * downloaded, placed as in the file (gt_ckpt_place), and the range it
+ * writes after an exchange; each slice starts on a 4 KiB boundary. */
+static size_t gt_ckpt_slice(size_t n) { return gt_align_up(n + 2 * GT_DIO_FLOATS, GT_DIO_FLOATS); }
+
+static float *gt_ckpt_take(gt_ckpt_writer *w, size_t n)
+{
+  const size_t need = gt_ckpt_slice(n);
+  if (w->arena_used + need > w->arena_cap)
+    return NULL;
+  float *p = w->arena + w->arena_used;
+  w->arena_used += need;
+  return p;
+}
+
+/* This rank's part of tensor (kind): its local entries [*a, *b), whether
+ * the group exchanges it; false: nothing to write or exchange. */
+static bool gt_ckpt_part(const gt_ckpt_writer *w, const gt_ckpt_tensor *tensor, int kind,
+                         gt_param **param, size_t *a, size_t *b, bool *swap)
+{
+  const gt_ckpt_state *st = w->st;
+  gt_param *t = st->params ? gt_params_find(st->params, tensor->name) : NULL;
+  if (!t || !st->writer || !t->counted)
+    return false;
+  const size_t i = (size_t)(tensor - st->tensors);
+  *swap = w->plan.swap && w->plan.swap[i];
+  size_t lo, hi, count = 0;
+  gt_ckpt_range(st, kind, &lo, &hi);
+  gt_ckpt_clip(t, lo, hi, a, b);
+  *param = t;
+  if (gt_ckpt_runs(t, *a, *b, gt_run_count, &count) != GT_SUCCESS) {
+    gt_error_clear(); /* the write itself meets it again and reports it */
+    return true;
+  }
+  return count > 0 || *swap; /* a member of the group may hold padding only */
+}
+
+size_t gt_ckpt_arena_floats(const gt_ckpt_writer *w)
+{
+  size_t n = 0;
+  for (int i = 0; i < w->st->ntensors; i++)
+    for (int k = 0; k < GT_NKINDS; k++) {
+      gt_param *t = NULL;
+      size_t a = 0, b = 0;
+      bool swap = false;
+      if (!gt_ckpt_part(w, &w->st->tensors[i], k, &t, &a, &b, &swap))
+        continue;
+      /* the exchanged range is at most (b - a) + GT_DIO_FLOATS + 1 entries */
+      n += gt_ckpt_slice(b - a) + (swap ? gt_ckpt_slice(b - a + GT_DIO_FLOATS) : 0);
+    }
+  return n;
 }
 
 /* Write this rank's entries of tensor (kind) into dset, independently - but
@@ -357,17 +412,20 @@ static int gt_ckpt_write_part_in(gt_ckpt_writer *w, hid_t dset, const gt_ckpt_te
                                  int kind)
 {
   const gt_ckpt_state *st = w->st;
-  gt_param *t = st->params ? gt_params_find(st->params, tensor->name) : NULL;
-  if (!t || !st->writer || !t->counted)
+  gt_param *t = NULL;
+  size_t a = 0, b = 0, count = 0;
+  bool swap = false;
+  if (!gt_ckpt_part(w, tensor, kind, &t, &a, &b, &swap))
     return GT_SUCCESS;
+  GT_CALL(gt_ckpt_runs(t, a, b, gt_run_count, &count)); /* reports what gt_ckpt_part met */
   const size_t i = (size_t)(tensor - st->tensors);
-  const bool swap = w->plan.swap && w->plan.swap[i];
-  size_t lo, hi, a, b, count = 0;
-  gt_ckpt_range(st, kind, &lo, &hi);
-  gt_ckpt_clip(t, lo, hi, &a, &b);
-  GT_CALL(gt_ckpt_runs(t, a, b, gt_run_count, &count));
-  if (count == 0 && !swap) /* a member of the group may hold padding only */
-    return GT_SUCCESS;
+  if (w->defer) { /* the snapshot: a slice of the arena for each part */
+    w->staging = gt_ckpt_take(w, b - a);
+    w->rows = swap ? gt_ckpt_take(w, b - a + GT_DIO_FLOATS) : NULL;
+    w->rows_cap = swap ? gt_ckpt_slice(b - a + GT_DIO_FLOATS) : 0;
+    GT_CHECK(w->staging && (w->rows || !swap), GT_ERR_INTERNAL,
+             "internal error: the checkpoint's host copy has no room for %s", tensor->name);
+  }
   for (int d = 0; d < tensor->ndim; d++)
     GT_CHECK(t->ndim == tensor->ndim && t->full_shape[d] == tensor->dims[d], GT_ERR_INTERNAL,
              "internal error: parameter %s does not have its logical shape", t->name);
@@ -400,7 +458,8 @@ static int gt_ckpt_write_part_in(gt_ckpt_writer *w, hid_t dset, const gt_ckpt_te
   snprintf(what, sizeof what, "%s/%s", gt_kind_group[kind], tensor->name);
   gt_run_writer rw = {.w = w, .src = src, .a = a, .base = (size_t)base,
                       .sums = w->sums + 2 * w->sum_base[i * GT_NKINDS + (size_t)kind],
-                      .total = gt_ckpt_tensor_numel(tensor), .what = what};
+                      .total = gt_ckpt_tensor_numel(tensor), .what = what,
+                      .tensor = (int)i, .kind = kind};
   size_t x0 = a, x1 = a; /* the whole slabs, exchanged */
   if (swap)
     gt_ckpt_whole_slabs(t, a, b, &x0, &x1);
@@ -455,20 +514,19 @@ static int gt_ckpt_create(hid_t file, const gt_ckpt_tensor *tensor, int kind, hi
 
 /* GT_FAULT=ckpt_kill[:step=S] (fault.h): rank 0 dies halfway through the
  * write, as a node failure would. */
-static void gt_ckpt_maybe_kill(const gt_ckpt_writer *w, int done, int total)
+static void gt_ckpt_maybe_kill(const gt_ckpt_writer *w, size_t done, size_t total)
 {
-  if (done == total / 2 && gt_fault_hit("ckpt_kill", w->rank, w->step)) {
+  if (done == total / 2 && w->kill) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     fprintf(stderr, "gridtrain: GT_FAULT=ckpt_kill: killing rank %d in the checkpoint write of "
-            "step %ld (t=%.3f)\n", w->rank, w->step,
+            "step %ld%s (t=%.3f)\n", w->rank, w->step, w->defer ? ", in the background" : "",
             (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec);
     fflush(stderr);
     raise(SIGKILL);
   }
 }
 
-enum { GT_WF_FILE, GT_WF_GROUP, GT_WF_N };
 enum { GT_RS_GROUP, GT_RS_SPACE, GT_RS_DCPL, GT_RS_DSET, GT_RS_MEM, GT_RS_N };
 
 /* /rank/state: every rank's row of rank_n floats, padded to the longest
@@ -558,10 +616,10 @@ static int gt_ckpt_write_rank(hid_t file, gt_ckpt_writer *w, MPI_Comm comm)
   return GT_SUCCESS;
 }
 
-static int gt_ckpt_write_in(const char *path, const gt_ckpt_meta *meta, gt_ckpt_writer *w,
-                            MPI_Comm comm, hid_t ids[])
+int gt_ckpt_write_begin(gt_ckpt_writer *w, const gt_ckpt_meta *meta, MPI_Comm comm,
+                        hid_t ids[])
 {
-  GT_CALL(gt_h5_create_mpio(path, comm, &ids[GT_WF_FILE]));
+  GT_CALL(gt_h5_create_mpio(w->path, comm, &ids[GT_WF_FILE]));
   const hid_t file = ids[GT_WF_FILE];
   GT_CALL(gt_ckpt_write_meta(file, meta));
   const char *groups[] = {"/model", "/optim", "/optim/m", "/optim/v"};
@@ -581,14 +639,43 @@ static int gt_ckpt_write_in(const char *path, const gt_ckpt_meta *meta, gt_ckpt_
     if (opened != GT_SUCCESS)
       gt_ckpt_note_local(w, opened);
   }
+  w->arena_used = 0;
   for (int i = 0; i < st->ntensors; i++) {
-    gt_ckpt_maybe_kill(w, i, st->ntensors);
+    if (!w->defer) /* deferred: the writer thread dies halfway instead */
+      gt_ckpt_maybe_kill(w, (size_t)i, (size_t)st->ntensors);
     for (int k = 0; k < GT_NKINDS; k++)
       gt_ckpt_write_part(w, w->dsets[i * GT_NKINDS + k], &st->tensors[i], k);
     gt_bar_set(i + 1);
   }
-  gt_ckpt_close_data(w);
+  if (!w->defer)
+    gt_ckpt_close_data(w);
   GT_CALL(gt_ckpt_write_rank(file, w, comm));
+  return GT_SUCCESS;
+}
+
+void gt_ckpt_write_jobs(gt_ckpt_writer *w, atomic_bool *cancel)
+{
+  for (size_t j = 0; j < w->njobs && !w->io && !atomic_load(cancel); j++) {
+    gt_ckpt_maybe_kill(w, j, w->njobs);
+    const gt_ckpt_job *job = &w->jobs[j];
+    char what[GT_PARAM_NAME_MAX + 16];
+    snprintf(what, sizeof what, "%s/%s", gt_kind_group[job->kind],
+             w->st->tensors[job->tensor].name);
+    gt_fletcher_add(job->sums, job->total, job->src, job->logical, job->len);
+    gt_ckpt_pwrite(w, job->base, job->logical, job->len, job->src, what);
+  }
+  /* the data durable before the main thread names the file */
+  if (!w->io && w->fd >= 0 && fdatasync(w->fd) != 0) {
+    char text[512];
+    snprintf(text, sizeof text, "fdatasync failed: %s (%s)", strerror(errno), w->path);
+    gt_ckpt_io_note(w, text);
+  }
+  gt_ckpt_close_data(w);
+}
+
+int gt_ckpt_write_end(gt_ckpt_writer *w, hid_t file, MPI_Comm comm)
+{
+  const gt_ckpt_state *st = w->st;
   /* Every entry was written by one rank: the sums of the terms are the
    * checksums. */
   GT_CALL_MPI(MPI_Allreduce(MPI_IN_PLACE, w->sums, (int)(2 * w->nsums), MPI_UINT64_T, MPI_SUM,
@@ -613,9 +700,12 @@ static int gt_ckpt_write_in(const char *path, const gt_ckpt_meta *meta, gt_ckpt_
 static int gt_ckpt_writer_alloc(gt_ckpt_writer *w)
 {
   const gt_ckpt_state *st = w->st;
+  w->fd = w->fd_direct = -1;
+  w->local = GT_SUCCESS;
   const size_t nd = (size_t)st->ntensors * GT_NKINDS;
   const size_t n = gt_ckpt_largest_local(st);
   w->cap = n + 2 * GT_DIO_FLOATS;
+  w->rows_cap = w->cap + GT_DIO_FLOATS;
   w->sum_base = malloc((nd + 1) * sizeof(size_t));
   w->dsets = malloc((nd + 1) * sizeof(hid_t));
   GT_CHECK(w->sum_base && w->dsets, GT_ERR_SYSTEM, "out of memory for the dataset list");
@@ -633,8 +723,9 @@ static int gt_ckpt_writer_alloc(gt_ckpt_writer *w)
   /* staging and rows get room to start where their first entry lies in a
    * 4 KiB block of the file (gt_ckpt_place) */
   const size_t bytes = (w->cap + GT_DIO_FLOATS) * sizeof(float);
-  float **bufs[4] = {&w->staging, &w->rows, &w->send, &w->recv};
-  for (int b = 0; b < (w->plan.any ? 4 : 1); b++) {
+  float **bufs[4] = {&w->send, &w->recv, &w->staging, &w->rows};
+  const int nb = w->defer ? (w->plan.any ? 2 : 0) : w->plan.any ? 4 : 3;
+  for (int b = w->plan.any ? 0 : 2; b < nb; b++) {
     void *p = NULL;
     GT_CHECK(posix_memalign(&p, GT_DIO_ALIGN, bytes) == 0, GT_ERR_SYSTEM,
              "out of memory allocating %zu bytes of checkpoint staging buffers", bytes);
@@ -643,8 +734,22 @@ static int gt_ckpt_writer_alloc(gt_ckpt_writer *w)
   return GT_SUCCESS;
 }
 
-static void gt_ckpt_writer_free(gt_ckpt_writer *w)
+int gt_ckpt_writer_init(gt_ckpt_writer *w, MPI_Comm comm)
 {
+  (void)comm; /* the plan's all-gather is on st->group */
+  w->plan = (gt_swap_plan){.gsize = 1};
+  w->fail_writes = gt_fault_hit("ckpt_write_fail", w->rank, w->step);
+  w->fault = "ckpt_write_fail";
+  w->kill = gt_fault_hit("ckpt_kill", w->rank, w->step);
+  GT_CALL(gt_ckpt_plan_swap(w->st, true, &w->plan));
+  GT_CALL(gt_ckpt_writer_alloc(w));
+  return GT_SUCCESS;
+}
+
+void gt_ckpt_writer_free(gt_ckpt_writer *w)
+{
+  if (w->defer) /* slices of the arena, which the caller owns */
+    w->staging = w->rows = NULL;
   free(w->sum_base);
   free(w->dsets);
   free(w->sums);
@@ -653,6 +758,14 @@ static void gt_ckpt_writer_free(gt_ckpt_writer *w)
   free(w->rows);
   free(w->send);
   free(w->recv);
+  free(w->jobs);
+  w->sum_base = NULL;
+  w->dsets = NULL;
+  w->sums = NULL;
+  w->values = NULL;
+  w->staging = w->rows = w->send = w->recv = NULL;
+  w->jobs = NULL;
+  w->njobs = w->jobs_cap = 0;
   gt_swap_plan_free(&w->plan);
 }
 
@@ -665,9 +778,7 @@ int gt_ckpt_write_file(const char *path, const char *shown, const gt_ckpt_meta *
   int status = gt_comm_foreign_begin(comm);
   const bool in_scope = status == GT_SUCCESS;
   if (status == GT_SUCCESS)
-    status = gt_ckpt_plan_swap(st, true, &w.plan);
-  if (status == GT_SUCCESS)
-    status = gt_ckpt_writer_alloc(&w);
+    status = gt_ckpt_writer_init(&w, comm);
   status = gt_error_agree(status, comm);
   hid_t ids[GT_WF_N] = {H5I_INVALID_HID, H5I_INVALID_HID};
   if (status == GT_SUCCESS) {
@@ -675,10 +786,12 @@ int gt_ckpt_write_file(const char *path, const char *shown, const gt_ckpt_meta *
      * here (write scope, `local`), and closes the file; only then is the
      * outcome known. The first I/O error is the cause of whatever followed,
      * then a local failure, then HDF5's own error. */
-    gt_write_scope_begin(gt_fault_hit("ckpt_write_fail", w.rank, w.step));
+    gt_write_scope_begin(w.fail_writes);
     const char *base = strrchr(shown, '/');
     gt_bar_begin(base ? base + 1 : shown, st->ntensors, GT_BAR_ITEMS);
-    status = gt_ckpt_write_in(path, meta, &w, comm, ids);
+    status = gt_ckpt_write_begin(&w, meta, comm, ids);
+    if (status == GT_SUCCESS)
+      status = gt_ckpt_write_end(&w, ids[GT_WF_FILE], comm);
     gt_bar_end();
     status = gt_h5_close_all(status, st->ntensors * GT_NKINDS, w.dsets);
     status = gt_h5_close_all(status, GT_WF_N, ids);

@@ -91,7 +91,10 @@ static void gt_trainer_write_range(gt_trainer *tr, gt_ckpt_state *st)
 
 long gt_trainer_step_index(const gt_trainer *tr) { return tr->step; }
 
-int gt_trainer_save(gt_trainer *tr, const char *dir, char *path, size_t size)
+/* A checkpoint of the state now; background: written by gt_ckpt_async
+ * (settled later), else complete on return. */
+static int gt_trainer_save_as(gt_trainer *tr, const char *dir, char *path, size_t size,
+                              bool background)
 {
   const gt_config *cfg = &tr->cfg;
   const gt_grid *g = tr->grid;
@@ -140,12 +143,80 @@ int gt_trainer_save(gt_trainer *tr, const char *dir, char *path, size_t size)
   if (status == GT_SUCCESS)
     status = gt_dp_state_save(tr->dp, tr->step, st.rank_state);
   GT_CALL(gt_error_agree(status, g->world));
-  /* every rank writes its own part: no gather */
-  status = gt_ckpt_save(dir, (int)cfg->checkpoint.keep, &meta, &st, g->world, g->world, path,
-                        size);
+  /* every rank writes its own part: no gather; async: in the background,
+   * after the write in flight (at most one) is finished */
+  if (background) {
+    status = gt_trainer_ckpt_settle(tr, true, false);
+    if (status == GT_SUCCESS && !tr->ckpt_async)
+      status = gt_error_agree(gt_ckpt_async_create(tr->be, &tr->ckpt_async), g->world);
+    if (status == GT_SUCCESS)
+      status = gt_ckpt_async_begin(tr->ckpt_async, dir, (int)cfg->checkpoint.keep, &meta, &st,
+                                   g->world, path, size);
+  } else {
+    status = gt_trainer_ckpt_settle(tr, true, false); /* at most one write at a time */
+    if (status == GT_SUCCESS)
+      status = gt_ckpt_save(dir, (int)cfg->checkpoint.keep, &meta, &st, g->world, g->world,
+                            path, size);
+  }
   free(st.rank_state);
   gt_ckpt_meta_free(&meta);
   GT_CALL(status);
+  return GT_SUCCESS;
+}
+
+int gt_trainer_ckpt_reserve(gt_trainer *tr)
+{
+  const gt_config *cfg = &tr->cfg;
+  if (!cfg->checkpoint.async || !cfg->checkpoint.dir[0])
+    return GT_SUCCESS;
+  if (!tr->ckpt_async)
+    GT_CALL(gt_error_agree(gt_ckpt_async_create(tr->be, &tr->ckpt_async), tr->grid->world));
+  gt_ckpt_state st = gt_trainer_ckpt_state(tr);
+  gt_trainer_write_range(tr, &st);
+  GT_CALL(gt_ckpt_async_reserve(tr->ckpt_async, &st, tr->grid->world));
+  return GT_SUCCESS;
+}
+
+int gt_trainer_ckpt_settle(gt_trainer *tr, bool wait, bool quiet)
+{
+  if (!gt_ckpt_async_busy(tr->ckpt_async))
+    return GT_SUCCESS;
+  gt_ckpt_async_report r;
+  GT_CALL(gt_ckpt_async_settle(tr->ckpt_async, wait, &r));
+  if (r.finished && !quiet)
+    gt_info("gridtrain: checkpoint %s written in %.1f s (the step waited %.2f s: %.2f to copy "
+            "and create, %.2f for the writer, %.2f to finish; the rest in the background)\n",
+            r.path, r.total_s, r.blocked_s + r.wait_s + r.finish_s, r.blocked_s, r.wait_s,
+            r.finish_s);
+  return GT_SUCCESS;
+}
+
+int gt_trainer_ckpt_drain(gt_trainer *tr, int status)
+{
+  if (!gt_ckpt_async_busy(tr->ckpt_async))
+    return status;
+  char message[1024], origin[256];
+  const bool collective = gt_error_is_collective();
+  snprintf(message, sizeof message, "%s", gt_error_message());
+  snprintf(origin, sizeof origin, "%s", gt_error_origin());
+  if (gt_trainer_ckpt_settle(tr, true, false) != GT_SUCCESS)
+    gt_warn("%s", gt_error_message());
+  gt_error_clear(); /* the run's own error stays the one reported */
+  gt_error_set(status, __FILE__, __LINE__, __func__, "%s", message);
+  gt_error_set_origin(origin);
+  gt_error_set_collective(collective);
+  return status;
+}
+
+int gt_trainer_save(gt_trainer *tr, const char *dir, char *path, size_t size)
+{
+  GT_CALL(gt_trainer_save_as(tr, dir, path, size, false));
+  return GT_SUCCESS;
+}
+
+int gt_trainer_checkpoint(gt_trainer *tr, char *path, size_t size)
+{
+  GT_CALL(gt_trainer_save_as(tr, NULL, path, size, tr->cfg.checkpoint.async));
   return GT_SUCCESS;
 }
 

@@ -339,6 +339,7 @@ int gt_trainer_destroy(gt_trainer **trainer)
   if (!tr)
     return GT_SUCCESS;
   gt_watchdog_stop();
+  gt_ckpt_async_destroy(&tr->ckpt_async); /* settled by gt_trainer_run */
   gt_dir_lock_release(&tr->lock);
   /* Queued work first: nothing may still run on what is freed below. */
   int status = tr->be ? tr->be->ops->sync(tr->be) : GT_SUCCESS;

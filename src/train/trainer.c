@@ -303,7 +303,31 @@ static int gt_agree_signal(gt_trainer *tr, bool flush, int *signo)
   return GT_SUCCESS;
 }
 
+static int gt_trainer_run_steps(gt_trainer *tr);
+
+/* [checkpoint] on_error = warn: a periodic write that every rank saw fail
+ * (none of the earlier ones is lost) does not end the run: false after the
+ * warning; true: the error (status) ends it. */
+static bool gt_trainer_ckpt_failed(const gt_config *cfg, int status, bool final)
+{
+  (void)status;
+  if (final || !gt_error_is_collective() || cfg->checkpoint.on_error != GT_ON_ERROR_WARN)
+    return true;
+  gt_warn("%s; training goes on ([checkpoint] on_error = warn)", gt_error_message());
+  gt_error_clear();
+  return false;
+}
+
 int gt_trainer_run(gt_trainer *tr)
+{
+  const int status = gt_trainer_run_steps(tr);
+  /* an error every rank knows: a checkpoint in flight is finished first */
+  if (status != GT_SUCCESS && gt_error_is_collective())
+    return gt_trainer_ckpt_drain(tr, status);
+  return status;
+}
+
+static int gt_trainer_run_steps(gt_trainer *tr)
 {
   const gt_config *cfg = &tr->cfg;
   const gt_grid *g = tr->grid;
@@ -318,6 +342,7 @@ int gt_trainer_run(gt_trainer *tr)
   }
   if (!tr->pace)
     GT_CALL(gt_pace_create(cfg, g, tr->be, flops_per_token * tr->B * tr->T, false, &tr->pace));
+  GT_CALL(gt_trainer_ckpt_reserve(tr)); /* [checkpoint] async: its host memory */
   GT_CALL(gt_barrier(g->world));
   const double t_start = gt_now();
   gt_step_stats st = {0};
@@ -346,22 +371,29 @@ int gt_trainer_run(gt_trainer *tr)
     GT_CALL(gt_agree_signal(tr, false, &signo));
     GT_CALL(gt_local_state_save(tr)); /* [checkpoint] local_every (local_state.c) */
     const bool due = cfg->checkpoint.every > 0 && tr->step % cfg->checkpoint.every == 0;
+    /* [checkpoint] async: a write in flight is finished once every rank's
+     * is done; the next checkpoint, a signal and the end wait for it */
+    if (saving && !(due || signo || last) && gt_ckpt_async_busy(tr->ckpt_async)) {
+      gt_event_begin(tr->ev.checkpoint);
+      const int status = gt_trainer_ckpt_settle(tr, false, false);
+      gt_event_end(tr->ev.checkpoint);
+      if (status != GT_SUCCESS && gt_trainer_ckpt_failed(cfg, status, false))
+        return status;
+    }
     if (saving && (due || signo || last)) {
       const double t0 = gt_now();
       gt_event_begin(tr->ev.checkpoint);
-      int status = gt_trainer_save(tr, NULL, path, sizeof path);
+      int status = gt_trainer_checkpoint(tr, path, sizeof path);
+      if (status == GT_SUCCESS && (signo || last))
+        status = gt_trainer_ckpt_settle(tr, true, signo != 0);
       gt_event_end(tr->ev.checkpoint);
       /* [checkpoint] on_error = warn: a periodic write that every rank saw
        * fail (none of the earlier ones is lost) does not end the run */
-      if (status != GT_SUCCESS && !signo && !last && gt_error_is_collective() &&
-          cfg->checkpoint.on_error == GT_ON_ERROR_WARN) {
-        gt_warn("%s; training goes on ([checkpoint] on_error = warn)", gt_error_message());
-        gt_error_clear();
+      if (status != GT_SUCCESS && !gt_trainer_ckpt_failed(cfg, status, signo || last))
         continue;
-      }
       GT_CALL(status);
       saved = tr->step;
-      if (!signo)
+      if (!signo && !cfg->checkpoint.async)
         gt_info("gridtrain: checkpoint %s written in %.1f s\n", path, gt_now() - t0);
     }
     if (signo) {

@@ -72,6 +72,7 @@ struct gt_trainer {
   MPI_Comm writers;        /* dp rank 0 of every (pp, tp) position; else NULL */
   gt_dir_lock *lock;       /* rank 0: the checkpoint directory's lock (dir_lock.h) */
   struct gt_local_state *local; /* the node-local tier (local_state.c); NULL: none yet */
+  gt_ckpt_async *ckpt_async; /* [checkpoint] async: made by the first save */
   int ntensors;
   int32_t *tokens, *targets; /* host (B_micro, T) each */
   gt_reader *train_reader, *val_reader; /* this rank's share of each batch (feed.c) */
@@ -119,6 +120,28 @@ int gt_trainer_report_setup(gt_trainer *tr, FILE *out);
  * ranks, or with sync = stale:S (whose replicas run out of step). */
 int gt_trainer_watch_stragglers(gt_trainer *tr, const gt_step_stats *st, bool report);
 void gt_straggler_destroy(gt_straggler **s);
+/* checkpointing.c: the run's checkpoint of the state now into [checkpoint]
+ * dir (gt_trainer_save), written in the background with [checkpoint] async
+ * (gt_trainer_ckpt_settle finishes it), after the write in flight. The
+ * file's name in path. Collective on world. */
+int gt_trainer_checkpoint(gt_trainer *tr, char *path, size_t size);
+
+/* checkpointing.c: [checkpoint] async with a dir: the host memory of the
+ * checkpoints, allocated and first touched (on a thread) before the first
+ * step. Collective on world. */
+int gt_trainer_ckpt_reserve(gt_trainer *tr);
+
+/* checkpointing.c: the asynchronous checkpoint in flight ([checkpoint]
+ * async; none: nothing): finished once every rank's write is done, or
+ * (wait) waited for and finished; rank 0 says so unless quiet. Errors
+ * collective ("cannot write checkpoint PATH: CAUSE"). Collective on world. */
+int gt_trainer_ckpt_settle(gt_trainer *tr, bool wait, bool quiet);
+
+/* checkpointing.c: a run that ends with an error every rank knows
+ * (status): the write in flight is waited for and finished (its failure a
+ * warning); returns status with the run's error kept as the current one.
+ * Collective on world. */
+int gt_trainer_ckpt_drain(gt_trainer *tr, int status);
 
 /* checkpointing.c: the checkpoint policy's start-up part, run by
  * gt_trainer_create: [checkpoint] resume, and when nothing was resumed the
