@@ -176,6 +176,7 @@ typedef struct gt_wd_wait {
   long seq, step;
   int op;
   double bytes, t0;
+  const char *what; /* a file operation's file */
 } gt_wd_wait;
 
 static bool gt_wd_wait_of(const gt_wd_summary *s, gt_wd_wait *w)
@@ -186,13 +187,13 @@ static bool gt_wd_wait_of(const gt_wd_summary *s, gt_wd_wait *w)
   for (int i = 0; i < s->nch; i++)
     if (s->ch[i].waited >= 0) {
       const gt_flight_channel *c = &s->ch[i];
-      *w = (gt_wd_wait){c, c->waited, c->wstep, c->wop, c->wbytes, c->wt0};
+      *w = (gt_wd_wait){c, c->waited, c->wstep, c->wop, c->wbytes, c->wt0, c->wwhat};
       return true;
     }
   for (int i = 0; i < s->nch; i++) {
     const gt_flight_channel *c = &s->ch[i];
     if (c->oldest >= 0 && (!w->ch || c->t0 < w->t0))
-      *w = (gt_wd_wait){c, c->oldest, c->step, c->op, c->bytes, c->t0};
+      *w = (gt_wd_wait){c, c->oldest, c->step, c->op, c->bytes, c->t0, c->what};
   }
   return w->ch != NULL;
 }
@@ -211,8 +212,9 @@ static int gt_wd_culprits(gt_wd_summary **S, int r, const gt_wd_wait *w, int *ou
   } else {
     members[nm++] = pc->peer_world;
   }
-  int never = 0, silent = 0, inside = 0, finished = 0;
+  int never = 0, silent = 0, inside = 0, finished = 0, busy = 0;
   int nv[GT_FLIGHT_MEMBERS], sl[GT_FLIGHT_MEMBERS], fin[GT_FLIGHT_MEMBERS];
+  int bz[GT_FLIGHT_MEMBERS];
   for (int i = 0; i < nm; i++) {
     const int m = members[i];
     if (m < 0 || m >= gt_wd.size || m == r)
@@ -222,10 +224,12 @@ static int gt_wd_culprits(gt_wd_summary **S, int r, const gt_wd_wait *w, int *ou
       continue;
     }
     const gt_flight_channel *c =
-        pc->dir == 0 ? gt_wd_find(S[m], pc->comm, pc->instance, -1, 0, 0)
+        pc->dir == 0 ? gt_wd_find(S[m], pc->comm, pc->instance, -1, 0, pc->tag)
                      : gt_wd_find(S[m], pc->comm, pc->instance, r, pc->dir == 1 ? 2 : 1, pc->tag);
     if (!c || c->entered <= w->seq)
       nv[never++] = m;
+    else if (c->oldest >= 0 && c->oldest <= w->seq && !S[m]->stuck)
+      bz[busy++] = m; /* inside, and active: a long write of its own */
     else if (c->oldest >= 0 && c->oldest <= w->seq)
       inside++;
     else
@@ -234,11 +238,12 @@ static int gt_wd_culprits(gt_wd_summary **S, int r, const gt_wd_wait *w, int *ou
   int n = 0;
   /* A member that finished what r still waits in matched another operation
    * there: one of them skipped or added one. */
-  const int *from = never ? nv : silent ? sl : finished ? fin : NULL;
-  const int count = never ? never : silent ? silent : finished;
-  *verb = never    ? "never entered"
-          : silent ? "did not answer (dead or frozen) in"
-                   : "finished";
+  const int *from = never ? nv : silent ? sl : finished ? fin : busy ? bz : NULL;
+  const int count = never ? never : silent ? silent : finished ? finished : busy;
+  *verb = never      ? "never entered"
+          : silent   ? "did not answer (dead or frozen) in"
+          : finished ? "finished"
+                     : "was still working (not stuck) in";
   for (int i = 0; from && i < count; i++)
     out[n++] = from[i];
   return n;
@@ -250,7 +255,10 @@ static void gt_wd_what(int r, const gt_wd_wait *w, char *buf, size_t size)
 {
   char b[32];
   const gt_flight_channel *c = w->ch;
-  if (c->dir == 0)
+  if (c->dir == 0 && w->what && w->what[0]) /* a file operation */
+    snprintf(buf, size, "%s %s %s #%ld (step %ld)", c->comm,
+             gt_flight_op_name((gt_flight_op)w->op), w->what, w->seq, w->step);
+  else if (c->dir == 0)
     snprintf(buf, size, "%s %s #%ld (step %ld, %s)", c->comm,
              gt_flight_op_name((gt_flight_op)w->op), w->seq, w->step,
              gt_wd_bytes(w->bytes, b, sizeof b));
@@ -280,7 +288,7 @@ static void gt_wd_line(gt_wd_summary **S, int r, const gt_wd_wait *w, const int 
     gt_wd_wait o;
     if (m == r || (gt_wd_wait_of(S[m], &o) && o.ch->dir == 0 && w->ch->dir == 0 &&
                    o.seq == w->seq && o.ch->instance == w->ch->instance &&
-                   strcmp(o.ch->comm, w->ch->comm) == 0))
+                   o.ch->tag == w->ch->tag && strcmp(o.ch->comm, w->ch->comm) == 0))
       waiters[nw++] = m;
   }
   gt_wd_ranks(waiters, nw, wl, sizeof wl);
@@ -304,17 +312,24 @@ static void gt_wd_line(gt_wd_summary **S, int r, const gt_wd_wait *w, const int 
  * in another) is reported by its oldest wait. */
 static void gt_wd_diagnose(gt_wd_summary **S, char *line, size_t size)
 {
+  /* The start: a stuck rank whose wait has culprits (a rank inside a file
+   * operation's write scope waits in it as long as the rank that never
+   * entered the next file operation does), else any stuck rank, else any. */
   int start = -1;
   gt_wd_wait w0;
-  for (int pass = 0; pass < 2 && start < 0; pass++)
+  int *probe = malloc(sizeof(int) * GT_FLIGHT_MEMBERS);
+  for (int pass = 0; pass < 3 && start < 0; pass++)
     for (int r = 0; r < gt_wd.size; r++) {
       gt_wd_wait w;
-      if (S[r] && (pass == 1 || S[r]->stuck) && gt_wd_wait_of(S[r], &w) &&
-          (start < 0 || w.t0 < w0.t0)) {
+      const char *v;
+      if (S[r] && (pass == 2 || S[r]->stuck) && gt_wd_wait_of(S[r], &w) &&
+          (start < 0 || w.t0 < w0.t0) &&
+          (pass > 0 || (probe && gt_wd_culprits(S, r, &w, probe, &v) > 0))) {
         start = r;
         w0 = w;
       }
     }
+  free(probe);
   if (start < 0) {
     int nans = 0;
     for (int r = 0; r < gt_wd.size; r++)
@@ -339,6 +354,15 @@ static void gt_wd_diagnose(gt_wd_summary **S, char *line, size_t size)
     path[len++] = cur;
     const char *verb;
     const int nc = gt_wd_culprits(S, cur, &w, cul, &verb);
+    if (nc == 0 && len > 1) {
+      /* cur waits in an operation that every member entered (a write scope)
+       * while the previous rank waits for cur in a later one: that edge */
+      cur = path[len - 2];
+      gt_wd_wait_of(S[cur], &w);
+      const int n2 = gt_wd_culprits(S, cur, &w, cul, &verb);
+      gt_wd_line(S, cur, &w, cul, n2, verb, line, size);
+      break;
+    }
     int next = -1, seen = -1;
     bool terminal = nc == 0;
     for (int i = 0; i < nc && !terminal; i++) {
@@ -451,12 +475,14 @@ static void gt_wd_stuck_line(void)
             gt_wd.timeout);
     return;
   }
-  char peer[32] = "";
+  char peer[32] = "", file[48] = "";
   if (old->dir)
     snprintf(peer, sizeof peer, " %s rank %d", old->dir == 1 ? "to" : "from", old->peer_world);
-  fprintf(stderr, "gridtrain: rank %d: hang: waiting %.1f s in %s %s #%ld%s (step %ld)\n",
+  if (old->what[0])
+    snprintf(file, sizeof file, " %s", old->what);
+  fprintf(stderr, "gridtrain: rank %d: hang: waiting %.1f s in %s %s%s #%ld%s (step %ld)\n",
           gt_wd.rank, gt_flight_wall() - old->t0, old->comm,
-          gt_flight_op_name((gt_flight_op)old->op), old->oldest, peer, old->step);
+          gt_flight_op_name((gt_flight_op)old->op), file, old->oldest, peer, old->step);
 }
 
 static bool gt_wd_arrived(MPI_Request *req)

@@ -591,8 +591,7 @@ static int gt_ckpt_write_in(const char *path, const gt_ckpt_meta *meta, gt_ckpt_
   GT_CALL(gt_ckpt_write_rank(file, w, comm));
   /* Every entry was written by one rank: the sums of the terms are the
    * checksums. */
-  GT_CALL_MPI(MPI_Allreduce(MPI_IN_PLACE, w->sums, (int)(2 * w->nsums), MPI_UINT64_T, MPI_SUM,
-                            comm));
+  GT_CALL(gt_write_scope_sums(w->sums, 2 * w->nsums, comm));
   for (size_t b = 0; b < w->nsums; b++) {
     uint64_t sum[2] = {w->sums[2 * b] % GT_FLETCHER_MOD, w->sums[2 * b + 1] % GT_FLETCHER_MOD};
     w->values[b] = gt_fletcher_value(sum);
@@ -675,7 +674,7 @@ int gt_ckpt_write_file(const char *path, const char *shown, const gt_ckpt_meta *
      * here (write scope, `local`), and closes the file; only then is the
      * outcome known. The first I/O error is the cause of whatever followed,
      * then a local failure, then HDF5's own error. */
-    gt_write_scope_begin(gt_fault_hit("ckpt_write_fail", w.rank, w.step));
+    gt_write_scope_begin(gt_fault_hit("ckpt_write_fail", w.rank, w.step), comm, shown);
     const char *base = strrchr(shown, '/');
     gt_bar_begin(base ? base + 1 : shown, st->ntensors, GT_BAR_ITEMS);
     status = gt_ckpt_write_in(path, meta, &w, comm, ids);
