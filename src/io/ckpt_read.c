@@ -134,6 +134,22 @@ int gt_ckpt_open_error(const char *path)
                        "checkpoint %s is not a readable HDF5 file (truncated or damaged)", path);
 }
 
+/* The current error (GT_ERR_HDF5, of reading path) as bad input naming the
+ * file; its collective mark is kept. */
+static int gt_ckpt_damaged(const char *path)
+{
+  const bool collective = gt_error_is_collective();
+  char cause[1024];
+  snprintf(cause, sizeof cause, "%s", gt_error_message());
+  if (strstr(cause, path)) /* "checkpoint PATH: /model/x is damaged: ..." */
+    gt_error_set(GT_ERR_INPUT, __FILE__, __LINE__, __func__, "%s", cause);
+  else
+    gt_error_wrap(GT_ERR_INPUT, __FILE__, __LINE__, __func__, "checkpoint %s cannot be read",
+                  path);
+  gt_error_set_collective(collective);
+  return GT_ERR_INPUT;
+}
+
 int gt_ckpt_read_meta(const char *path, MPI_Comm comm, gt_ckpt_meta *meta)
 {
   memset(meta, 0, sizeof *meta);
@@ -472,9 +488,21 @@ static int gt_ckpt_read_tensor_in(hid_t file, gt_ckpt_reader *r, const gt_ckpt_t
   htri_t exists = H5Lexists(file, gt_kind_group[kind], H5P_DEFAULT);
   if (exists > 0)
     exists = H5Lexists(file, name, H5P_DEFAULT);
+  if (exists < 0) { /* the group is there but does not read */
+    gt_error_hdf5("H5Lexists", __FILE__, __LINE__, __func__);
+    return gt_error_wrap(GT_ERR_INPUT, __FILE__, __LINE__, __func__,
+                         "checkpoint %s is damaged: the HDF5 metadata of %s (a group) does not "
+                         "read", path, gt_kind_group[kind]);
+  }
   GT_CHECK(exists > 0, GT_ERR_INPUT,
            "checkpoint %s has no dataset %s: it was written for another model", path, name);
-  GT_H5_ID(ids[GT_R_DSET], H5Dopen2(file, name, H5P_DEFAULT));
+  ids[GT_R_DSET] = H5Dopen2(file, name, H5P_DEFAULT);
+  if (ids[GT_R_DSET] < 0) {
+    gt_error_hdf5("H5Dopen2", __FILE__, __LINE__, __func__);
+    return gt_error_wrap(GT_ERR_INPUT, __FILE__, __LINE__, __func__,
+                         "checkpoint %s is damaged: the object header of %s does not read",
+                         path, name);
+  }
   GT_H5_ID(ids[GT_R_SPACE], H5Dget_space(ids[GT_R_DSET]));
   hsize_t dims[GT_TENSOR_MAX_DIMS];
   int nd;
@@ -671,6 +699,8 @@ int gt_ckpt_read(const char *path, const gt_ckpt_state *st, MPI_Comm comm)
   free(r.send);
   free(r.recv);
   gt_swap_plan_free(&r.plan);
+  if (status == GT_ERR_HDF5) /* a damaged block, a read that failed: the file, bad input */
+    return gt_ckpt_damaged(path);
   GT_CALL(status);
   return GT_SUCCESS;
 }
