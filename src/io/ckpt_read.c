@@ -6,13 +6,17 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "gridtrain/comm.h"
 #include "gridtrain/error.h"
@@ -168,6 +172,203 @@ int gt_ckpt_read_meta(const char *path, MPI_Comm comm, gt_ckpt_meta *meta)
   return GT_SUCCESS;
 }
 
+// ---- the data reads: a thread reads ahead while the checksums are checked -----------------
+
+/* The tensor data of a format-3 file is read past HDF5, with pread at the
+ * dataset's offset in the file (as the writer writes it), by a thread of
+ * its own: it fills the buffer piece by piece while the main thread checks
+ * the checksum blocks that have arrived, so that the disk and the checksum
+ * pass overlap (before, H5Dread read a whole span and only then was it
+ * checked: the two took turns). Pieces that are in the page cache are
+ * copied from it (preadv2 RWF_NOWAIT); the others are read with O_DIRECT
+ * into the 4 KiB-aligned buffer, as the writer writes them: no page-cache
+ * pages to allocate and no copy out of them (the copy was the largest cost
+ * of a read here). One request at a time; not collective. */
+#define GT_PREAD_PIECE ((size_t)4 << 20) /* bytes per pread(2): 4 checksum blocks */
+
+typedef struct {
+  int fd;
+  int fd_direct; /* O_DIRECT (-1: none, or the file system refused it) */
+  bool started;
+  pthread_t thread;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  /* the request (gen counts them; stop ends the thread) */
+  char *dst;
+  size_t len, off;
+  long gen;
+  bool stop;
+  /* its progress: bytes read, the errno of a failure (-1: end of file) */
+  size_t done;
+  int err;
+  long done_gen;
+} gt_preader;
+
+/* Whether the n bytes at off (page-aligned) are all in the page cache
+ * (mincore of a mapping: it reads nothing; preadv2's RWF_NOWAIT starts a
+ * read-ahead of what is missing). */
+static bool gt_preader_cached(const gt_preader *p, size_t off, size_t n)
+{
+  const size_t page = GT_DIO_ALIGN, pages = (n + page - 1) / page;
+  unsigned char vec[GT_PREAD_PIECE / GT_DIO_ALIGN];
+  if (pages > sizeof vec)
+    return false;
+  void *map = mmap(NULL, n, PROT_READ, MAP_SHARED, p->fd, (off_t)off);
+  if (map == MAP_FAILED)
+    return false;
+  bool all = mincore(map, n, vec) == 0;
+  for (size_t i = 0; all && i < pages; i++)
+    all = vec[i] & 1;
+  munmap(map, n);
+  return all;
+}
+
+static void *gt_preader_main(void *arg)
+{
+  gt_preader *p = arg;
+  long seen = 0;
+  pthread_mutex_lock(&p->mu);
+  for (;;) {
+    while (!p->stop && p->gen == seen)
+      pthread_cond_wait(&p->cv, &p->mu);
+    if (p->stop)
+      break;
+    seen = p->gen;
+    char *dst = p->dst;
+    const size_t len = p->len, off = p->off;
+    pthread_mutex_unlock(&p->mu);
+    size_t pos = 0;
+    int err = 0;
+    while (pos < len && !err) {
+      const size_t n = len - pos < GT_PREAD_PIECE ? len - pos : GT_PREAD_PIECE;
+      ssize_t got = -1;
+      errno = EAGAIN;
+      if (p->fd_direct >= 0 && (off + pos) % GT_DIO_ALIGN == 0 &&
+          (uintptr_t)(dst + pos) % GT_DIO_ALIGN == 0 && !gt_preader_cached(p, off + pos, n)) {
+        { /* past the page cache (the buffer has room for the rounding) */
+          got = pread(p->fd_direct, dst + pos, gt_align_up(n, GT_DIO_ALIGN),
+                      (off_t)(off + pos));
+          if (got < 0 && errno == EINVAL) { /* no O_DIRECT here after all */
+            close(p->fd_direct);
+            p->fd_direct = -1;
+          } else if (got > (ssize_t)n) {
+            got = (ssize_t)n;
+          }
+        }
+      }
+      if (got < 0 && errno != EINTR)
+        got = pread(p->fd, dst + pos, n, (off_t)(off + pos));
+      if (got < 0 && errno == EINTR)
+        continue;
+      if (got <= 0) {
+        err = got < 0 ? errno : -1;
+        break;
+      }
+      pos += (size_t)got;
+      pthread_mutex_lock(&p->mu);
+      p->done = pos;
+      pthread_cond_broadcast(&p->cv);
+      pthread_mutex_unlock(&p->mu);
+    }
+    pthread_mutex_lock(&p->mu);
+    p->done = pos;
+    p->err = err;
+    p->done_gen = seen;
+    pthread_cond_broadcast(&p->cv);
+  }
+  pthread_mutex_unlock(&p->mu);
+  return NULL;
+}
+
+/* Open path for the reads (fd -1 and no thread when it cannot be: the
+ * reads then go through HDF5). */
+static void gt_preader_open(gt_preader *p, const char *path, bool direct)
+{
+  memset(p, 0, sizeof *p);
+  p->fd_direct = -1;
+  p->fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (p->fd < 0)
+    return;
+  if (direct)
+    p->fd_direct = open(path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+  posix_fadvise(p->fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+  pthread_mutex_init(&p->mu, NULL);
+  pthread_cond_init(&p->cv, NULL);
+  if (pthread_create(&p->thread, NULL, gt_preader_main, p) != 0) {
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->cv);
+    close(p->fd);
+    if (p->fd_direct >= 0)
+      close(p->fd_direct);
+    p->fd = p->fd_direct = -1;
+    return;
+  }
+  p->started = true;
+}
+
+static void gt_preader_close(gt_preader *p)
+{
+  if (p->started) {
+    pthread_mutex_lock(&p->mu);
+    p->stop = true;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    pthread_join(p->thread, NULL);
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->cv);
+  }
+  if (p->fd >= 0)
+    close(p->fd);
+  if (p->fd_direct >= 0)
+    close(p->fd_direct);
+  p->fd = p->fd_direct = -1;
+  p->started = false;
+}
+
+/* Start reading len bytes at file offset off into dst. */
+static void gt_preader_start(gt_preader *p, void *dst, size_t len, size_t off)
+{
+  pthread_mutex_lock(&p->mu);
+  p->dst = dst;
+  p->len = len;
+  p->off = off;
+  p->done = 0;
+  p->err = 0;
+  p->gen++;
+  pthread_cond_broadcast(&p->cv);
+  pthread_mutex_unlock(&p->mu);
+}
+
+/* Wait until the first `want` bytes of the request are read, or it has
+ * ended (want SIZE_MAX: until it has ended, and the thread is done with the
+ * buffer); the bytes read and *err (0, an errno, -1: end of file). */
+static size_t gt_preader_wait(gt_preader *p, size_t want, int *err)
+{
+  pthread_mutex_lock(&p->mu);
+  while ((want == SIZE_MAX || p->done < want) && p->done_gen != p->gen)
+    pthread_cond_wait(&p->cv, &p->mu);
+  const size_t done = p->done;
+  *err = p->done_gen == p->gen ? p->err : 0;
+  pthread_mutex_unlock(&p->mu);
+  return done;
+}
+
+/* Grow *buf to hold n floats and one 4 KiB block more (an O_DIRECT read
+ * of the last piece is rounded up to whole blocks), 4 KiB-aligned. */
+static int gt_ckpt_grow_aligned(float **buf, size_t *cap, size_t n)
+{
+  if (n <= *cap)
+    return GT_SUCCESS;
+  void *p = NULL;
+  const size_t bytes = (n + GT_DIO_FLOATS) * sizeof(float);
+  GT_CHECK(posix_memalign(&p, GT_DIO_ALIGN, bytes) == 0, GT_ERR_SYSTEM,
+           "out of memory allocating %zu bytes to read a checkpoint", bytes);
+  free(*buf); /* nothing in it is kept from one span to the next */
+  *buf = p;
+  *cap = n;
+  return GT_SUCCESS;
+}
+
 /* One rank's state through a read. */
 typedef struct {
   const char *path;
@@ -181,6 +382,7 @@ typedef struct {
   float *send, *recv; /* the exchange inside the group */
   size_t send_cap, recv_cap;
   gt_swap_plan plan;
+  gt_preader pread; /* the data reads (format 3) */
 } gt_ckpt_reader;
 
 typedef struct {
@@ -211,6 +413,42 @@ static int gt_unpack_run(void *ctx, size_t local, size_t logical, size_t len)
 
 enum { GT_R_DSET, GT_R_SPACE, GT_R_MSPACE, GT_R_N };
 
+/* The entries [f0, f1) (f0 on a checksum block; f1 the end of one or of
+ * the dataset of `total` floats at byte `base` of the file) into r->rbuf,
+ * through the reader thread; each checksum block is checked, and its values
+ * for finiteness, as soon as it has arrived. */
+static int gt_ckpt_pread_checked(gt_ckpt_reader *r, const char *name, size_t base,
+                                 size_t total, size_t f0, size_t f1, size_t blk0)
+{
+  const size_t bytes = (f1 - f0) * sizeof(float);
+  gt_preader_start(&r->pread, r->rbuf, bytes, base + f0 * sizeof(float));
+  int status = GT_SUCCESS, err = 0;
+  size_t checked = f0; /* entries checked so far */
+  while (checked < f1) {
+    const size_t next = gt_min_size(f1, checked + GT_CKPT_SUM_FLOATS);
+    const size_t have = gt_preader_wait(&r->pread, (next - f0) * sizeof(float), &err);
+    if (have < (next - f0) * sizeof(float)) {
+      status = gt_error_set(GT_ERR_HDF5, __FILE__, __LINE__, __func__,
+                            "checkpoint %s: %s cannot be read: %s at byte %zu of the file",
+                            r->path, name, err > 0 ? strerror(err) : "the file ends",
+                            base + f0 * sizeof(float) + have);
+      break;
+    }
+    const float *block = r->rbuf + (checked - f0);
+    status = gt_ckpt_check_sums(r->path, name, block, total, checked / GT_CKPT_SUM_FLOATS, 1,
+                                r->stored);
+    if (status == GT_SUCCESS)
+      status = gt_ckpt_check_finite(r->path, name, block, next - checked, checked);
+    if (status != GT_SUCCESS)
+      break;
+    checked = next;
+  }
+  (void)blk0;
+  gt_preader_wait(&r->pread, SIZE_MAX, &err); /* the thread is done with rbuf */
+  GT_CALL(status);
+  return GT_SUCCESS;
+}
+
 /* Format 3: read the checksum blocks of dataset `name` that hold its
  * logical entries [lo, hi) into r->rbuf (entry f0 first) and check them. */
 static int gt_ckpt_read_span_in(gt_ckpt_reader *r, const char *name, const gt_param *t,
@@ -221,7 +459,7 @@ static int gt_ckpt_read_span_in(gt_ckpt_reader *r, const char *name, const gt_pa
   const size_t blk1 = (hi + GT_CKPT_SUM_FLOATS - 1) / GT_CKPT_SUM_FLOATS;
   *f0 = blk0 * GT_CKPT_SUM_FLOATS;
   const size_t f1 = gt_min_size(total, blk1 * GT_CKPT_SUM_FLOATS);
-  GT_CALL(gt_ckpt_grow((void **)&r->rbuf, &r->rcap, f1 - *f0, sizeof(float)));
+  GT_CALL(gt_ckpt_grow_aligned(&r->rbuf, &r->rcap, f1 - *f0));
   const size_t nsums = gt_ckpt_nsums(total);
   GT_CALL(gt_ckpt_grow((void **)&r->stored, &r->scap, nsums, sizeof(uint32_t)));
   bool found;
@@ -233,6 +471,10 @@ static int gt_ckpt_read_span_in(gt_ckpt_reader *r, const char *name, const gt_pa
     s.dims[d] = (hsize_t)t->full_shape[d];
   GT_CALL(gt_sel_flat(&s, 0, (hsize_t)*f0, (hsize_t)f1));
   const hsize_t n = (hsize_t)(f1 - *f0);
+  const haddr_t base = r->pread.started ? H5Dget_offset(ids[GT_R_DSET]) : HADDR_UNDEF;
+  if (base != HADDR_UNDEF) /* contiguous: past HDF5, checked as it arrives */
+    return gt_ckpt_pread_checked(r, name, (size_t)base, total, *f0, f1, blk0);
+  H5Eclear2(H5E_DEFAULT);
   GT_H5_ID(ids[GT_R_MSPACE], H5Screate_simple(1, &n, NULL));
   if (H5Dread(ids[GT_R_DSET], H5T_NATIVE_FLOAT, ids[GT_R_MSPACE], ids[GT_R_SPACE], H5P_DEFAULT,
               r->rbuf) < 0) {
@@ -679,6 +921,10 @@ int gt_ckpt_read(const char *path, const gt_ckpt_state *st, MPI_Comm comm)
     return gt_ckpt_open_error(path);
   }
   status = gt_ckpt_read_format(file, path, &r.format);
+  if (status == GT_SUCCESS && r.format >= 3)
+    gt_preader_open(&r.pread, path, st->direct != GT_CKPT_DIRECT_OFF);
+  else
+    r.pread.fd = r.pread.fd_direct = -1;
   if (status == GT_SUCCESS)
     status = gt_ckpt_plan_swap(st, false, &r.plan);
   int local = GT_SUCCESS;
@@ -693,6 +939,7 @@ int gt_ckpt_read(const char *path, const gt_ckpt_state *st, MPI_Comm comm)
     status = rank_status;
   status = gt_h5_close_all(status, 1, &file);
   gt_comm_foreign_end();
+  gt_preader_close(&r.pread);
   free(r.staging);
   free(r.rbuf);
   free(r.stored);
