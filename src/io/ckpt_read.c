@@ -172,36 +172,49 @@ int gt_ckpt_read_meta(const char *path, MPI_Comm comm, gt_ckpt_meta *meta)
   return GT_SUCCESS;
 }
 
-// ---- the data reads: a thread reads ahead while the checksums are checked -----------------
+// ---- the data reads: threads read ahead while the checksums are checked -----------------
 
 /* The tensor data of a format-3 file is read past HDF5, with pread at the
- * dataset's offset in the file (as the writer writes it), by a thread of
- * its own: it fills the buffer piece by piece while the main thread checks
- * the checksum blocks that have arrived, so that the disk and the checksum
- * pass overlap (before, H5Dread read a whole span and only then was it
- * checked: the two took turns). Pieces that are in the page cache are
- * copied from it (preadv2 RWF_NOWAIT); the others are read with O_DIRECT
- * into the 4 KiB-aligned buffer, as the writer writes them: no page-cache
- * pages to allocate and no copy out of them (the copy was the largest cost
- * of a read here). One request at a time; not collective. */
+ * dataset's offset in the file (as the writer writes it), by threads of
+ * their own: they fill the buffer piece by piece, GT_PREAD_THREADS pieces
+ * in flight (one synchronous O_DIRECT read at a time left the disk idle
+ * between requests), while the main thread checks the checksum blocks that
+ * have arrived, so that the disk and the checksum pass overlap (before,
+ * H5Dread read a whole span and only then was it checked: the two took
+ * turns). Pieces that are in the page cache are copied from it; the others
+ * are read with O_DIRECT into the 4 KiB-aligned buffer, as the writer
+ * writes them: no page-cache pages to allocate and no copy out of them (the
+ * copy was the largest cost of a read here). One request at a time; not
+ * collective. */
 #define GT_PREAD_PIECE ((size_t)4 << 20) /* bytes per pread(2): 4 checksum blocks */
+#define GT_PREAD_THREADS 3
+
+typedef struct {
+  size_t got; /* bytes read */
+  int err;    /* 0, an errno, -1: the file ends */
+  bool done;
+  bool ok;    /* read in full, and its checksum blocks and values check */
+} gt_piece;
 
 typedef struct {
   int fd;
   int fd_direct; /* O_DIRECT (-1: none, or the file system refused it) */
-  bool started;
-  pthread_t thread;
+  int fd_direct_open; /* ... as opened, to close */
+  int nthreads;
+  pthread_t thread[GT_PREAD_THREADS];
   pthread_mutex_t mu;
   pthread_cond_t cv;
-  /* the request (gen counts them; stop ends the thread) */
+  /* the request: len bytes at file offset off into dst, in npieces pieces,
+   * the next one to claim, how many have finished; stop ends the threads */
   char *dst;
-  size_t len, off;
-  long gen;
+  size_t len, off, npieces, next, finished;
+  gt_piece *pieces;
+  size_t cap;
   bool stop;
-  /* its progress: bytes read, the errno of a failure (-1: end of file) */
-  size_t done;
-  int err;
-  long done_gen;
+  /* what the threads check of each piece they read: the dataset's
+   * checksums (entry `first` of `total` at the request's start, on a block) */
+  const uint32_t *stored;
+  size_t total, first;
 } gt_preader;
 
 /* Whether the n bytes at off (page-aligned) are all in the page cache
@@ -223,134 +236,210 @@ static bool gt_preader_cached(const gt_preader *p, size_t off, size_t n)
   return all;
 }
 
+/* Read n bytes at off into dst (the buffer has room to round n up to whole
+ * 4 KiB blocks); *err as gt_piece's. */
+static size_t gt_preader_piece(gt_preader *p, char *dst, size_t n, size_t off, int *err)
+{
+  size_t pos = 0;
+  *err = 0;
+  while (pos < n) {
+    ssize_t got = -1;
+    const int direct = p->fd_direct;
+    errno = EAGAIN;
+    if (direct >= 0 && (off + pos) % GT_DIO_ALIGN == 0 &&
+        (uintptr_t)(dst + pos) % GT_DIO_ALIGN == 0 && !gt_preader_cached(p, off + pos, n - pos)) {
+      got = pread(direct, dst + pos, gt_align_up(n - pos, GT_DIO_ALIGN), (off_t)(off + pos));
+      if (got < 0 && errno == EINVAL) /* no O_DIRECT here after all: the page cache */
+        p->fd_direct = -1;            /* (closed with the reader) */
+      else if (got > (ssize_t)(n - pos))
+        got = (ssize_t)(n - pos);
+    }
+    if (got < 0 && errno != EINTR)
+      got = pread(p->fd, dst + pos, n - pos, (off_t)(off + pos));
+    if (got < 0 && errno == EINTR)
+      continue;
+    if (got <= 0) {
+      *err = got < 0 ? errno : -1;
+      break;
+    }
+    pos += (size_t)got;
+  }
+  return pos;
+}
+
+/* Whether the whole checksum blocks of a piece (entries [first, first + n)
+ * of a dataset of total, first on a block) match stored and hold finite
+ * values; the main thread only repeats a failed check, for its message. */
+static bool gt_preader_check(const float *data, size_t n, size_t first, size_t total,
+                             const uint32_t *stored)
+{
+  for (size_t at = 0; at < n; at += GT_CKPT_SUM_FLOATS) {
+    const size_t len = gt_min_size(GT_CKPT_SUM_FLOATS, n - at);
+    uint64_t sum[2] = {0, 0};
+    gt_fletcher_add(sum, gt_min_size(GT_CKPT_SUM_FLOATS, total - (first + at)), data + at, 0,
+                    len);
+    if (gt_fletcher_value(sum) != stored[(first + at) / GT_CKPT_SUM_FLOATS])
+      return false;
+  }
+  bool finite = true;
+  for (size_t i = 0; i < n; i++)
+    finite &= isfinite(data[i]) != 0;
+  return finite;
+}
+
 static void *gt_preader_main(void *arg)
 {
   gt_preader *p = arg;
-  long seen = 0;
   pthread_mutex_lock(&p->mu);
   for (;;) {
-    while (!p->stop && p->gen == seen)
+    while (!p->stop && p->next >= p->npieces)
       pthread_cond_wait(&p->cv, &p->mu);
     if (p->stop)
       break;
-    seen = p->gen;
-    char *dst = p->dst;
-    const size_t len = p->len, off = p->off;
+    const size_t k = p->next++;
+    char *dst = p->dst + k * GT_PREAD_PIECE;
+    const size_t off = p->off + k * GT_PREAD_PIECE;
+    const size_t n = p->len - k * GT_PREAD_PIECE < GT_PREAD_PIECE ? p->len - k * GT_PREAD_PIECE
+                                                                  : GT_PREAD_PIECE;
     pthread_mutex_unlock(&p->mu);
-    size_t pos = 0;
-    int err = 0;
-    while (pos < len && !err) {
-      const size_t n = len - pos < GT_PREAD_PIECE ? len - pos : GT_PREAD_PIECE;
-      ssize_t got = -1;
-      errno = EAGAIN;
-      if (p->fd_direct >= 0 && (off + pos) % GT_DIO_ALIGN == 0 &&
-          (uintptr_t)(dst + pos) % GT_DIO_ALIGN == 0 && !gt_preader_cached(p, off + pos, n)) {
-        { /* past the page cache (the buffer has room for the rounding) */
-          got = pread(p->fd_direct, dst + pos, gt_align_up(n, GT_DIO_ALIGN),
-                      (off_t)(off + pos));
-          if (got < 0 && errno == EINVAL) { /* no O_DIRECT here after all */
-            close(p->fd_direct);
-            p->fd_direct = -1;
-          } else if (got > (ssize_t)n) {
-            got = (ssize_t)n;
-          }
-        }
-      }
-      if (got < 0 && errno != EINTR)
-        got = pread(p->fd, dst + pos, n, (off_t)(off + pos));
-      if (got < 0 && errno == EINTR)
-        continue;
-      if (got <= 0) {
-        err = got < 0 ? errno : -1;
-        break;
-      }
-      pos += (size_t)got;
-      pthread_mutex_lock(&p->mu);
-      p->done = pos;
-      pthread_cond_broadcast(&p->cv);
-      pthread_mutex_unlock(&p->mu);
-    }
+    int err;
+    const size_t got = gt_preader_piece(p, dst, n, off, &err);
+    const size_t first = p->first + k * (GT_PREAD_PIECE / sizeof(float));
+    const bool ok = got == n && p->stored &&
+                    gt_preader_check((const float *)dst, n / sizeof(float), first, p->total,
+                                     p->stored);
     pthread_mutex_lock(&p->mu);
-    p->done = pos;
-    p->err = err;
-    p->done_gen = seen;
+    p->pieces[k] = (gt_piece){got, err, true, ok};
+    p->finished++;
     pthread_cond_broadcast(&p->cv);
   }
   pthread_mutex_unlock(&p->mu);
   return NULL;
 }
 
-/* Open path for the reads (fd -1 and no thread when it cannot be: the
+static void gt_preader_close(gt_preader *p);
+
+/* Open path for the reads (fd -1 and no threads when it cannot be: the
  * reads then go through HDF5). */
 static void gt_preader_open(gt_preader *p, const char *path, bool direct)
 {
   memset(p, 0, sizeof *p);
-  p->fd_direct = -1;
+  p->fd_direct = p->fd_direct_open = -1;
   p->fd = open(path, O_RDONLY | O_CLOEXEC);
   if (p->fd < 0)
     return;
   if (direct)
     p->fd_direct = open(path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+  p->fd_direct_open = p->fd_direct;
   posix_fadvise(p->fd, 0, 0, POSIX_FADV_SEQUENTIAL);
   pthread_mutex_init(&p->mu, NULL);
   pthread_cond_init(&p->cv, NULL);
-  if (pthread_create(&p->thread, NULL, gt_preader_main, p) != 0) {
-    pthread_mutex_destroy(&p->mu);
-    pthread_cond_destroy(&p->cv);
-    close(p->fd);
-    if (p->fd_direct >= 0)
-      close(p->fd_direct);
-    p->fd = p->fd_direct = -1;
-    return;
-  }
-  p->started = true;
+  for (int t = 0; t < GT_PREAD_THREADS; t++)
+    if (pthread_create(&p->thread[p->nthreads], NULL, gt_preader_main, p) == 0)
+      p->nthreads++;
+  if (p->nthreads == 0)
+    gt_preader_close(p);
 }
 
 static void gt_preader_close(gt_preader *p)
 {
-  if (p->started) {
+  if (p->fd >= 0) {
     pthread_mutex_lock(&p->mu);
     p->stop = true;
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
-    pthread_join(p->thread, NULL);
+    for (int t = 0; t < p->nthreads; t++)
+      pthread_join(p->thread[t], NULL);
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->cv);
-  }
-  if (p->fd >= 0)
     close(p->fd);
-  if (p->fd_direct >= 0)
-    close(p->fd_direct);
-  p->fd = p->fd_direct = -1;
-  p->started = false;
+    if (p->fd_direct_open >= 0)
+      close(p->fd_direct_open);
+  }
+  free(p->pieces);
+  p->pieces = NULL;
+  p->fd = p->fd_direct = p->fd_direct_open = -1;
+  p->nthreads = 0;
 }
 
-/* Start reading len bytes at file offset off into dst. */
-static void gt_preader_start(gt_preader *p, void *dst, size_t len, size_t off)
+/* Start reading len bytes at file offset off into dst (the previous
+ * request has finished: gt_preader_wait(SIZE_MAX)), entries [first, ...) of
+ * a dataset of total floats whose checksums are stored (NULL: not checked
+ * by the threads). */
+static int gt_preader_start(gt_preader *p, void *dst, size_t len, size_t off,
+                            const uint32_t *stored, size_t total, size_t first)
 {
+  const size_t n = (len + GT_PREAD_PIECE - 1) / GT_PREAD_PIECE;
+  if (n > p->cap) {
+    gt_piece *more = realloc(p->pieces, sizeof *more * n);
+    GT_CHECK_ALLOC(more, sizeof *more * n);
+    p->pieces = more;
+    p->cap = n;
+  }
+  memset(p->pieces, 0, sizeof *p->pieces * n);
   pthread_mutex_lock(&p->mu);
   p->dst = dst;
   p->len = len;
   p->off = off;
-  p->done = 0;
-  p->err = 0;
-  p->gen++;
+  p->npieces = n;
+  p->next = p->finished = 0;
+  p->stored = stored;
+  p->total = total;
+  p->first = first;
   pthread_cond_broadcast(&p->cv);
   pthread_mutex_unlock(&p->mu);
+  return GT_SUCCESS;
 }
 
-/* Wait until the first `want` bytes of the request are read, or it has
- * ended (want SIZE_MAX: until it has ended, and the thread is done with the
- * buffer); the bytes read and *err (0, an errno, -1: end of file). */
+/* The bytes read from the start of the request without a gap, and *err
+ * (0, or the error of the piece that ends them); *end true when no more
+ * can come. Under the lock. */
+static size_t gt_preader_prefix(const gt_preader *p, int *err, bool *end)
+{
+  size_t bytes = 0;
+  *err = 0;
+  *end = false;
+  for (size_t k = 0; k < p->npieces && p->pieces[k].done; k++) {
+    bytes += p->pieces[k].got;
+    const size_t n = p->len - k * GT_PREAD_PIECE < GT_PREAD_PIECE ? p->len - k * GT_PREAD_PIECE
+                                                                  : GT_PREAD_PIECE;
+    if (p->pieces[k].got < n) {
+      *err = p->pieces[k].err;
+      *end = true;
+      break;
+    }
+  }
+  if (bytes >= p->len)
+    *end = true;
+  return bytes;
+}
+
+/* Whether piece k of the request checked (the caller has waited for it). */
+static bool gt_preader_ok(gt_preader *p, size_t k)
+{
+  pthread_mutex_lock(&p->mu);
+  const bool ok = k < p->npieces && p->pieces[k].done && p->pieces[k].ok;
+  pthread_mutex_unlock(&p->mu);
+  return ok;
+}
+
+/* Wait until the first `want` bytes of the request are read, or no more can
+ * be (want SIZE_MAX: until every piece has finished and the threads are done
+ * with the buffer); the bytes read without a gap and *err (0, an errno, -1:
+ * the file ends). */
 static size_t gt_preader_wait(gt_preader *p, size_t want, int *err)
 {
   pthread_mutex_lock(&p->mu);
-  while ((want == SIZE_MAX || p->done < want) && p->done_gen != p->gen)
+  size_t bytes;
+  bool end;
+  for (;;) {
+    bytes = gt_preader_prefix(p, err, &end);
+    if (want == SIZE_MAX ? p->finished == p->npieces : bytes >= want || end)
+      break;
     pthread_cond_wait(&p->cv, &p->mu);
-  const size_t done = p->done;
-  *err = p->done_gen == p->gen ? p->err : 0;
+  }
   pthread_mutex_unlock(&p->mu);
-  return done;
+  return bytes;
 }
 
 /* Grow *buf to hold n floats and one 4 KiB block more (an O_DIRECT read
@@ -421,7 +510,8 @@ static int gt_ckpt_pread_checked(gt_ckpt_reader *r, const char *name, size_t bas
                                  size_t total, size_t f0, size_t f1, size_t blk0)
 {
   const size_t bytes = (f1 - f0) * sizeof(float);
-  gt_preader_start(&r->pread, r->rbuf, bytes, base + f0 * sizeof(float));
+  GT_CALL(gt_preader_start(&r->pread, r->rbuf, bytes, base + f0 * sizeof(float), r->stored,
+                           total, f0));
   int status = GT_SUCCESS, err = 0;
   size_t checked = f0; /* entries checked so far */
   while (checked < f1) {
@@ -435,10 +525,14 @@ static int gt_ckpt_pread_checked(gt_ckpt_reader *r, const char *name, size_t bas
       break;
     }
     const float *block = r->rbuf + (checked - f0);
-    status = gt_ckpt_check_sums(r->path, name, block, total, checked / GT_CKPT_SUM_FLOATS, 1,
-                                r->stored);
-    if (status == GT_SUCCESS)
-      status = gt_ckpt_check_finite(r->path, name, block, next - checked, checked);
+    /* the thread checked its piece; a piece that failed is checked again
+     * here, block by block, for the message */
+    if (!gt_preader_ok(&r->pread, (checked - f0) * sizeof(float) / GT_PREAD_PIECE)) {
+      status = gt_ckpt_check_sums(r->path, name, block, total, checked / GT_CKPT_SUM_FLOATS, 1,
+                                  r->stored);
+      if (status == GT_SUCCESS)
+        status = gt_ckpt_check_finite(r->path, name, block, next - checked, checked);
+    }
     if (status != GT_SUCCESS)
       break;
     checked = next;
@@ -471,7 +565,7 @@ static int gt_ckpt_read_span_in(gt_ckpt_reader *r, const char *name, const gt_pa
     s.dims[d] = (hsize_t)t->full_shape[d];
   GT_CALL(gt_sel_flat(&s, 0, (hsize_t)*f0, (hsize_t)f1));
   const hsize_t n = (hsize_t)(f1 - *f0);
-  const haddr_t base = r->pread.started ? H5Dget_offset(ids[GT_R_DSET]) : HADDR_UNDEF;
+  const haddr_t base = r->pread.fd >= 0 ? H5Dget_offset(ids[GT_R_DSET]) : HADDR_UNDEF;
   if (base != HADDR_UNDEF) /* contiguous: past HDF5, checked as it arrives */
     return gt_ckpt_pread_checked(r, name, (size_t)base, total, *f0, f1, blk0);
   H5Eclear2(H5E_DEFAULT);
@@ -924,7 +1018,7 @@ int gt_ckpt_read(const char *path, const gt_ckpt_state *st, MPI_Comm comm)
   if (status == GT_SUCCESS && r.format >= 3)
     gt_preader_open(&r.pread, path, st->direct != GT_CKPT_DIRECT_OFF);
   else
-    r.pread.fd = r.pread.fd_direct = -1;
+    r.pread.fd = r.pread.fd_direct = r.pread.fd_direct_open = -1;
   if (status == GT_SUCCESS)
     status = gt_ckpt_plan_swap(st, false, &r.plan);
   int local = GT_SUCCESS;
