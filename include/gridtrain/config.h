@@ -114,6 +114,7 @@ typedef struct gt_config {
 
   char deck_path[GT_PATH_MAX];                 /* "" when no deck */
   unsigned char origin[GT_CONFIG_MAX_KEYS];    /* gt_config_origin per key */
+  int line[GT_CONFIG_MAX_KEYS];                /* its deck line (GT_FROM_DECK) */
 } gt_config;
 
 /* Fill every key with its default. Keys without a default (data.train) are
@@ -137,6 +138,14 @@ int gt_config_set(gt_config *cfg, const char *fmt, ...) __attribute__((format(pr
  * eps that rounds to 0 in fp32, min_lr above lr, more BLAS threads than
  * twice the node's CPUs. GT_ERR_INPUT naming the key. Not collective. */
 int gt_config_check_values(const gt_config *cfg);
+
+/* For a bad-input error found after parsing (the layout, the schedule, the
+ * data, ...): when the current error's message names a key with its value
+ * ("[section] key = v", "[section] key=v") and does not start with the deck's name, it is prefixed with where
+ * that key was set, "DECK:LINE: " or "command line: " (nothing for a
+ * default). status is the error's code (only GT_ERR_INPUT is touched); it is
+ * returned, and the error keeps its collective mark. Not collective. */
+int gt_config_locate_error(const gt_config *cfg, int status);
 
 /* Fail with GT_ERR_INPUT if a required key is unset. */
 int gt_config_check_required(const gt_config *cfg);

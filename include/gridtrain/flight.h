@@ -48,10 +48,16 @@ typedef enum {
   GT_FL_BARRIER,
   GT_FL_SEND,
   GT_FL_RECV,
+  GT_FL_CREATE,    /* collective file operations (gt_flight_begin_file): H5Fcreate, */
+  GT_FL_OPEN,      /* H5Fopen, */
+  GT_FL_CLOSE,     /* H5Fclose, */
+  GT_FL_WRITE,     /* a checkpoint's write scope (write_scope.h), */
+  GT_FL_CHECKSUMS, /* and the checksum agreement of a checkpoint */
   GT_FL_NOPS
 } gt_flight_op;
 
-/* "allreduce", "send", ... (the names GT_FAULT's op= field takes). */
+/* "allreduce", "send", ..., "create", "checksums" (the names GT_FAULT's op=
+ * field takes). */
 const char *gt_flight_op_name(gt_flight_op op);
 
 /* Name communicator comm for the records ("dp", "tp", ...; at most 15
@@ -74,6 +80,28 @@ void gt_flight_forget(MPI_Comm comm);
  * coll_sleep sleeps here, before the operation begins. Not collective. */
 long gt_flight_begin(MPI_Comm comm, gt_flight_op op, size_t bytes);
 long gt_flight_begin_p2p(MPI_Comm comm, gt_flight_op op, size_t bytes, int peer, int tag);
+
+/* Collective file operations (parallel HDF5's H5Fcreate, H5Fopen and
+ * H5Fclose, a checkpoint's write scope and checksum agreement) are recorded
+ * on a channel named "file" per set of member ranks: the communicator's
+ * handle may be freed (and reused) before the file is closed, and files on
+ * different communicators with the same members are matched in program
+ * order like any collective of one communicator. gt_flight_file_channel
+ * returns the channel of comm's members (>= 0; -1 when comm is
+ * MPI_COMM_NULL, has one member, or the table is full: not recorded); it
+ * asks MPI for comm's group (not collective). gt_flight_begin_file begins
+ * operation op (GT_FL_CREATE..GT_FL_CHECKSUMS) on that channel, what being
+ * the file's base name (at most 39 characters kept), waited for at once as
+ * gt_flight_begin's; it returns the record's id for gt_flight_end, -1 for
+ * channel -1. The faults coll_sleep, kill (comm=file op=create ...) strike
+ * here; coll_skip does not (a file operation cannot be skipped). */
+int gt_flight_file_channel(MPI_Comm comm);
+long gt_flight_begin_file(int channel, gt_flight_op op, const char *what);
+
+/* This rank made progress inside an open operation that it does not wait
+ * in alone (its own data writes inside a checkpoint's write scope): the
+ * watchdog counts it as activity, as a begin or an end. Any thread. */
+void gt_flight_progress(void);
 
 /* The operation of id (from gt_flight_begin; negative ids are ignored) has
  * completed. */
@@ -110,16 +138,18 @@ typedef struct gt_flight_channel {
   int instance;   /* lowest world rank among the communicator's members */
   int peer_world; /* world rank of the peer, -1 for collectives */
   int dir;        /* 0 collective, 1 send, 2 receive */
-  int tag;        /* of a send or receive */
+  int tag;        /* of a send or receive; of a "file" channel, a hash of its members */
   long entered;
   long oldest;
   int op;
   long step;
   double bytes, t0;
+  char what[40];                   /* a file operation's file ("" for others) */
   long waited;                     /* the operation the main thread waits for, -1: */
   int wop;                         /* not in this channel; its operation, */
   long wstep;                      /* step, bytes, and when the wait began */
   double wbytes, wt0;
+  char wwhat[40];
   int size;                        /* the communicator's members */
   int members[GT_FLIGHT_MEMBERS];  /* world ranks of the first of them */
 } gt_flight_channel;
@@ -130,7 +160,8 @@ typedef struct gt_flight_channel {
 void gt_flight_channels(gt_flight_channel *out, int max, int *n);
 
 /* Write the records, oldest first, as text with a header line naming the
- * rank, host and layout `where`. */
+ * rank, host and layout `where`; a file operation's record ends with the
+ * file's name (a twelfth field). */
 int gt_flight_dump(FILE *f, int world_rank, const char *where);
 
 /* Parse one record line of a dump (what gt_flight_dump writes) into the
@@ -143,6 +174,7 @@ typedef struct gt_flight_line {
   int peer, tag;
   double bytes;
   char slot[16];
+  char what[40]; /* a file operation's file, "" for others */
 } gt_flight_line;
 bool gt_flight_parse(const char *line, gt_flight_line *rec);
 

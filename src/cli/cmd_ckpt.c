@@ -153,8 +153,12 @@ static int gt_ckpt_verify_one(const char *path)
   gt_ckpt_state st = {.ntensors = n, .tensors = tensors};
   status = gt_ckpt_read(path, &st, MPI_COMM_SELF);
   free(tensors);
-  if (status == GT_ERR_INPUT) /* a missing or misshapen tensor: incomplete */
-    return gt_error_wrap(GT_ERR_HDF5, __FILE__, __LINE__, __func__, "incomplete checkpoint");
+  if (status == GT_ERR_INPUT) { /* damaged, or a missing or misshapen tensor: verify's 1 */
+    char cause[1024];
+    snprintf(cause, sizeof cause, "%s", gt_error_message());
+    return gt_error_set(GT_ERR_HDF5, __FILE__, __LINE__, __func__, "%s%s",
+                        strstr(cause, path) ? "" : "incomplete checkpoint: ", cause);
+  }
   GT_CALL(status);
   long datasets;
   double bytes;

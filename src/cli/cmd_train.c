@@ -31,7 +31,9 @@ static void gt_train_usage(void)
          "\n"
          "Exit status: 0 done, 2 bad input (deck, command line, layout, data,\n"
          "checkpoint), 3 stopped by SIGUSR1/SIGTERM after writing a checkpoint\n"
-         "(requeue the job to continue), 1 any other error.\n"
+         "(requeue the job to continue), 4 a hang found by the watchdog ([run]\n"
+         "hang_timeout; the launcher may report another status, docs/reliability.md),\n"
+         "130 stopped by SIGINT after writing a checkpoint, 1 any other error.\n"
          "\n"
          "Deck keys:\n");
   gt_config_print_keys(stdout);
@@ -66,6 +68,7 @@ int gt_cmd_train(int argc, char **argv, MPI_Comm world)
   GT_CALL(gt_config_load(&cfg, argv[1], argc - 2, argv + 2, world));
   gt_trainer *tr = NULL;
   int status = gt_trainer_create(&cfg, world, false, &tr);
+  status = gt_config_locate_error(&cfg, status); /* a check after parsing: name the line */
   if (status == GT_SUCCESS)
     status = gt_trainer_run(tr);
   /* An error every rank knows (a failed checkpoint, a requeue) ends in

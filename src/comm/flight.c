@@ -26,6 +26,7 @@ typedef struct gt_flight_rec {
   int tag;
   char slot;
   int mb;
+  char what[40]; /* a file operation's file */
 } gt_flight_rec;
 
 /* The point-to-point channel to or from one peer with one tag: MPI matches
@@ -43,6 +44,8 @@ typedef struct gt_flight_comm {
   long coll;           /* collectives begun */
   gt_flight_p2p *p2p;  /* the channels used so far */
   int np2p, cap;
+  bool file;           /* a "file" channel (no communicator; members in world) */
+  int hash;            /* ... and a hash of its members, its channel tag */
 } gt_flight_comm;
 
 static struct {
@@ -60,8 +63,8 @@ static struct {
 } gt_fl = {.waiting = -1};
 
 static const char *const gt_fl_names[GT_FL_NOPS] = {
-  "allreduce", "reduce_scatter", "allgather", "gather", "bcast",
-  "reduce",    "barrier",        "send",      "recv"};
+  "allreduce", "reduce_scatter", "allgather", "gather", "bcast",  "reduce",   "barrier",
+  "send",      "recv",           "create",    "open",   "close",  "write",    "checksums"};
 
 const char *gt_flight_op_name(gt_flight_op op)
 {
@@ -78,9 +81,27 @@ double gt_flight_wall(void)
 static gt_flight_comm *gt_fl_find(MPI_Comm comm)
 {
   for (int i = 0; i < gt_fl.ncomms; i++)
-    if (gt_fl.comms[i].comm == comm)
+    if (!gt_fl.comms[i].file && gt_fl.comms[i].comm == comm)
       return &gt_fl.comms[i];
   return NULL;
+}
+
+/* The world ranks of comm's members into a new array (*size of them). */
+static int gt_fl_members(MPI_Comm comm, int **out, int *size)
+{
+  GT_CALL_MPI(MPI_Comm_size(comm, size));
+  int *ranks = malloc(sizeof(int) * (size_t)*size * 2);
+  GT_CHECK_ALLOC(ranks, sizeof(int) * (size_t)*size * 2);
+  MPI_Group mine, world;
+  GT_CALL_MPI(MPI_Comm_group(comm, &mine));
+  GT_CALL_MPI(MPI_Comm_group(MPI_COMM_WORLD, &world));
+  for (int r = 0; r < *size; r++)
+    ranks[*size + r] = r;
+  GT_CALL_MPI(MPI_Group_translate_ranks(mine, *size, ranks + *size, world, ranks));
+  GT_CALL_MPI(MPI_Group_free(&mine));
+  GT_CALL_MPI(MPI_Group_free(&world));
+  *out = ranks;
+  return GT_SUCCESS;
 }
 
 int gt_flight_name(MPI_Comm comm, const char *name)
@@ -94,18 +115,8 @@ int gt_flight_name(MPI_Comm comm, const char *name)
   }
   if (gt_fl.ncomms == GT_FLIGHT_COMMS)
     return GT_SUCCESS; /* full: later communicators go unrecorded */
-  int size;
-  GT_CALL_MPI(MPI_Comm_size(comm, &size));
-  int *ranks = malloc(sizeof(int) * (size_t)size * 2);
-  GT_CHECK_ALLOC(ranks, sizeof(int) * (size_t)size * 2);
-  MPI_Group mine, world;
-  GT_CALL_MPI(MPI_Comm_group(comm, &mine));
-  GT_CALL_MPI(MPI_Comm_group(MPI_COMM_WORLD, &world));
-  for (int r = 0; r < size; r++)
-    ranks[size + r] = r;
-  GT_CALL_MPI(MPI_Group_translate_ranks(mine, size, ranks + size, world, ranks));
-  GT_CALL_MPI(MPI_Group_free(&mine));
-  GT_CALL_MPI(MPI_Group_free(&world));
+  int size, *ranks;
+  GT_CALL(gt_fl_members(comm, &ranks, &size));
   c = &gt_fl.comms[gt_fl.ncomms++];
   memset(c, 0, sizeof *c);
   c->comm = comm;
@@ -117,6 +128,44 @@ int gt_flight_name(MPI_Comm comm, const char *name)
     if (ranks[r] < c->instance)
       c->instance = ranks[r];
   return GT_SUCCESS;
+}
+
+int gt_flight_file_channel(MPI_Comm comm)
+{
+  if (comm == MPI_COMM_NULL)
+    return -1;
+  int size, *ranks;
+  if (gt_fl_members(comm, &ranks, &size) != GT_SUCCESS) {
+    gt_error_clear(); /* not recorded, the file operation itself goes on */
+    return -1;
+  }
+  unsigned hash = 2166136261u; /* FNV-1a of the member list */
+  for (int r = 0; r < size; r++)
+    hash = (hash ^ (unsigned)ranks[r]) * 16777619u;
+  for (int i = 0; i < gt_fl.ncomms; i++) {
+    const gt_flight_comm *c = &gt_fl.comms[i];
+    if (c->file && c->size == size && memcmp(c->world, ranks, sizeof(int) * (size_t)size) == 0) {
+      free(ranks);
+      return i;
+    }
+  }
+  if (size < 2 || gt_fl.ncomms == GT_FLIGHT_COMMS) {
+    free(ranks);
+    return -1;
+  }
+  gt_flight_comm *c = &gt_fl.comms[gt_fl.ncomms];
+  memset(c, 0, sizeof *c);
+  c->comm = MPI_COMM_NULL;
+  snprintf(c->name, sizeof c->name, "file");
+  c->file = true;
+  c->hash = (int)(hash & 0x3fffffff);
+  c->size = size;
+  c->world = ranks;
+  c->instance = ranks[0];
+  for (int r = 1; r < size; r++)
+    if (ranks[r] < c->instance)
+      c->instance = ranks[r];
+  return gt_fl.ncomms++;
 }
 
 void gt_flight_forget(MPI_Comm comm)
@@ -167,17 +216,17 @@ long gt_flight_wait_on(long id)
   return atomic_exchange(&gt_fl.waiting, id);
 }
 
-long gt_flight_begin_p2p(MPI_Comm comm, gt_flight_op op, size_t bytes, int peer, int tag)
+/* Begin op on c (a file operation of file `what`: not skipped). */
+static long gt_fl_begin(gt_flight_comm *c, gt_flight_op op, size_t bytes, int peer, int tag,
+                        const char *what)
 {
-  gt_flight_comm *c = gt_fl_find(comm);
-  if (!c)
-    return -1;
   /* Test-only faults (fault.h): this rank sleeps before, or skips, the
    * operation (world rank from the table: the recorder has no grid). */
   const int me = gt_fault_rank();
   if (gt_fault_hit_op("coll_sleep", me, gt_fl.step, c->name, gt_fl_names[op])) {
-    fprintf(stderr, "gridtrain: GT_FAULT=coll_sleep: rank %d sleeps before %s %s #%ld\n", me,
-            c->name, gt_fl_names[op], peer < 0 ? c->coll : 0L);
+    fprintf(stderr, "gridtrain: GT_FAULT=coll_sleep: rank %d sleeps before %s %s%s%s #%ld\n",
+            me, c->name, gt_fl_names[op], what ? " " : "", what ? what : "",
+            peer < 0 ? c->coll : 0L);
     for (int i = 0; i < 3600; i++)
       sleep(1);
   }
@@ -187,7 +236,7 @@ long gt_flight_begin_p2p(MPI_Comm comm, gt_flight_op op, size_t bytes, int peer,
     fflush(stderr);
     raise(SIGKILL);
   }
-  if (gt_fault_hit_op("coll_skip", me, gt_fl.step, c->name, gt_fl_names[op])) {
+  if (!c->file && gt_fault_hit_op("coll_skip", me, gt_fl.step, c->name, gt_fl_names[op])) {
     fprintf(stderr, "gridtrain: GT_FAULT=coll_skip: rank %d skips %s %s\n", me, c->name,
             gt_fl_names[op]);
     return GT_FLIGHT_SKIP;
@@ -207,6 +256,7 @@ long gt_flight_begin_p2p(MPI_Comm comm, gt_flight_op op, size_t bytes, int peer,
   r->tag = tag;
   r->slot = gt_fl.slot;
   r->mb = gt_fl.mb;
+  snprintf(r->what, sizeof r->what, "%s", what ? what : "");
   gt_flight_p2p *ch = peer >= 0 && peer < c->size
                           ? gt_fl_p2p(c, peer, tag, op == GT_FL_SEND ? 1 : 2)
                           : NULL;
@@ -216,6 +266,24 @@ long gt_flight_begin_p2p(MPI_Comm comm, gt_flight_op op, size_t bytes, int peer,
     r->seq = c->coll++;
   atomic_fetch_add(&gt_fl.open, 1);
   atomic_store(&gt_fl.last, r->t0);
+  return id;
+}
+
+long gt_flight_begin_p2p(MPI_Comm comm, gt_flight_op op, size_t bytes, int peer, int tag)
+{
+  gt_flight_comm *c = gt_fl_find(comm);
+  if (!c)
+    return -1;
+  return gt_fl_begin(c, op, bytes, peer, tag, NULL);
+}
+
+long gt_flight_begin_file(int channel, gt_flight_op op, const char *what)
+{
+  if (channel < 0 || channel >= gt_fl.ncomms || !gt_fl.comms[channel].file)
+    return -1;
+  const long id = gt_fl_begin(&gt_fl.comms[channel], op, 0, -1, 0, what ? what : "");
+  if (id >= 0)
+    gt_flight_wait_on(id);
   return id;
 }
 
@@ -233,6 +301,8 @@ void gt_flight_end(long id)
   atomic_store(&gt_fl.last, r->t1);
 }
 
+void gt_flight_progress(void) { atomic_store(&gt_fl.last, gt_flight_wall()); }
+
 int gt_flight_open(void) { return atomic_load(&gt_fl.open); }
 
 double gt_flight_last_activity(void) { return atomic_load(&gt_fl.last); }
@@ -244,7 +314,7 @@ static gt_flight_channel *gt_fl_channel(gt_flight_channel *out, int max, int *n,
                                         const gt_flight_comm *c, const gt_flight_p2p *pc)
 {
   const int peer_world = pc ? c->world[pc->peer] : -1, dir = pc ? pc->dir : 0;
-  const int tag = pc ? pc->tag : 0;
+  const int tag = pc ? pc->tag : c->hash;
   for (int i = 0; i < *n; i++)
     if (out[i].instance == c->instance && strcmp(out[i].comm, c->name) == 0 &&
         out[i].peer_world == peer_world && out[i].dir == dir && out[i].tag == tag)
@@ -271,7 +341,7 @@ void gt_flight_channels(gt_flight_channel *out, int max, int *n)
   *n = 0;
   for (int i = 0; i < gt_fl.ncomms; i++) {
     const gt_flight_comm *c = &gt_fl.comms[i];
-    if (c->comm == MPI_COMM_NULL)
+    if (c->comm == MPI_COMM_NULL && !c->file)
       continue; /* forgotten */
     if (c->size > 1)
       gt_fl_channel(out, max, n, c, NULL);
@@ -285,7 +355,7 @@ void gt_flight_channels(gt_flight_channel *out, int max, int *n)
     if (r->id != id || r->t1 != 0)
       continue;
     gt_flight_comm *c = &gt_fl.comms[r->comm];
-    if (c->comm == MPI_COMM_NULL)
+    if (c->comm == MPI_COMM_NULL && !c->file)
       continue;
     const gt_flight_p2p *pc = r->peer >= 0 && r->peer < c->size
                                   ? gt_fl_p2p(c, r->peer, r->tag, r->op == GT_FL_SEND ? 1 : 2)
@@ -297,6 +367,7 @@ void gt_flight_channels(gt_flight_channel *out, int max, int *n)
       ch->step = r->step;
       ch->bytes = r->bytes;
       ch->t0 = r->t0;
+      snprintf(ch->what, sizeof ch->what, "%s", r->what);
     }
     if (ch && id == atomic_load(&gt_fl.waiting)) {
       ch->waited = r->seq;
@@ -304,6 +375,7 @@ void gt_flight_channels(gt_flight_channel *out, int max, int *n)
       ch->wop = r->op;
       ch->wstep = r->step;
       ch->wbytes = r->bytes;
+      snprintf(ch->wwhat, sizeof ch->wwhat, "%s", r->what);
     }
   }
 }
@@ -327,8 +399,9 @@ int gt_flight_dump(FILE *f, int world_rank, const char *where)
     char slot[16] = "-";
     if (r->slot)
       snprintf(slot, sizeof slot, "%c%d", r->slot, r->mb);
-    fprintf(f, "%d %.6f %.6f %s %s %ld %d %d %.0f %ld %s\n", world_rank, r->t0, r->t1, c->name,
-            gt_fl_names[r->op], r->seq, peer, peer < 0 ? -1 : r->tag, r->bytes, r->step, slot);
+    fprintf(f, "%d %.6f %.6f %s %s %ld %d %d %.0f %ld %s%s%s\n", world_rank, r->t0, r->t1,
+            c->name, gt_fl_names[r->op], r->seq, peer, peer < 0 ? -1 : r->tag, r->bytes, r->step,
+            slot, r->what[0] ? " " : "", r->what);
   }
   GT_CHECK(fflush(f) == 0 && !ferror(f), GT_ERR_SYSTEM, "cannot write the flight records");
   return GT_SUCCESS;
@@ -339,7 +412,8 @@ bool gt_flight_parse(const char *line, gt_flight_line *rec)
   if (line[0] == '#' || line[0] == '\n' || line[0] == '\0')
     return false;
   memset(rec, 0, sizeof *rec);
-  return sscanf(line, "%d %lf %lf %15s %15s %ld %d %d %lf %ld %15s", &rec->rank, &rec->t0,
-                &rec->t1, rec->comm, rec->op, &rec->seq, &rec->peer, &rec->tag, &rec->bytes,
-                &rec->step, rec->slot) == 11;
+  const int n = sscanf(line, "%d %lf %lf %15s %15s %ld %d %d %lf %ld %15s %39s", &rec->rank,
+                       &rec->t0, &rec->t1, rec->comm, rec->op, &rec->seq, &rec->peer, &rec->tag,
+                       &rec->bytes, &rec->step, rec->slot, rec->what);
+  return n == 11 || n == 12;
 }

@@ -13,7 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <poll.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "gridtrain/comm.h"
@@ -56,6 +58,13 @@ static struct {
   bool dumped, diagnosing;
   double dumped_at, alerted_at;
   gt_wd_summary mine;
+  /* the other ranks of this host: a pidfd each (-1: none), and whether
+   * their death has been seen */
+  int *pidfd;
+  double *dead;   /* when its end was seen (0: alive) */
+  bool *told;     /* ... and said */
+  int ndead;
+  int first_dead; /* the first seen to end, -1: none */
 } gt_wd;
 
 static void gt_wd_sleep(double s)
@@ -176,6 +185,7 @@ typedef struct gt_wd_wait {
   long seq, step;
   int op;
   double bytes, t0;
+  const char *what; /* a file operation's file */
 } gt_wd_wait;
 
 static bool gt_wd_wait_of(const gt_wd_summary *s, gt_wd_wait *w)
@@ -186,13 +196,13 @@ static bool gt_wd_wait_of(const gt_wd_summary *s, gt_wd_wait *w)
   for (int i = 0; i < s->nch; i++)
     if (s->ch[i].waited >= 0) {
       const gt_flight_channel *c = &s->ch[i];
-      *w = (gt_wd_wait){c, c->waited, c->wstep, c->wop, c->wbytes, c->wt0};
+      *w = (gt_wd_wait){c, c->waited, c->wstep, c->wop, c->wbytes, c->wt0, c->wwhat};
       return true;
     }
   for (int i = 0; i < s->nch; i++) {
     const gt_flight_channel *c = &s->ch[i];
     if (c->oldest >= 0 && (!w->ch || c->t0 < w->t0))
-      *w = (gt_wd_wait){c, c->oldest, c->step, c->op, c->bytes, c->t0};
+      *w = (gt_wd_wait){c, c->oldest, c->step, c->op, c->bytes, c->t0, c->what};
   }
   return w->ch != NULL;
 }
@@ -211,8 +221,9 @@ static int gt_wd_culprits(gt_wd_summary **S, int r, const gt_wd_wait *w, int *ou
   } else {
     members[nm++] = pc->peer_world;
   }
-  int never = 0, silent = 0, inside = 0, finished = 0;
+  int never = 0, silent = 0, inside = 0, finished = 0, busy = 0;
   int nv[GT_FLIGHT_MEMBERS], sl[GT_FLIGHT_MEMBERS], fin[GT_FLIGHT_MEMBERS];
+  int bz[GT_FLIGHT_MEMBERS];
   for (int i = 0; i < nm; i++) {
     const int m = members[i];
     if (m < 0 || m >= gt_wd.size || m == r)
@@ -222,10 +233,12 @@ static int gt_wd_culprits(gt_wd_summary **S, int r, const gt_wd_wait *w, int *ou
       continue;
     }
     const gt_flight_channel *c =
-        pc->dir == 0 ? gt_wd_find(S[m], pc->comm, pc->instance, -1, 0, 0)
+        pc->dir == 0 ? gt_wd_find(S[m], pc->comm, pc->instance, -1, 0, pc->tag)
                      : gt_wd_find(S[m], pc->comm, pc->instance, r, pc->dir == 1 ? 2 : 1, pc->tag);
     if (!c || c->entered <= w->seq)
       nv[never++] = m;
+    else if (c->oldest >= 0 && c->oldest <= w->seq && !S[m]->stuck)
+      bz[busy++] = m; /* inside, and active: a long write of its own */
     else if (c->oldest >= 0 && c->oldest <= w->seq)
       inside++;
     else
@@ -234,11 +247,12 @@ static int gt_wd_culprits(gt_wd_summary **S, int r, const gt_wd_wait *w, int *ou
   int n = 0;
   /* A member that finished what r still waits in matched another operation
    * there: one of them skipped or added one. */
-  const int *from = never ? nv : silent ? sl : finished ? fin : NULL;
-  const int count = never ? never : silent ? silent : finished;
-  *verb = never    ? "never entered"
-          : silent ? "did not answer (dead or frozen) in"
-                   : "finished";
+  const int *from = never ? nv : silent ? sl : finished ? fin : busy ? bz : NULL;
+  const int count = never ? never : silent ? silent : finished ? finished : busy;
+  *verb = never      ? "never entered"
+          : silent   ? "did not answer (dead or frozen) in"
+          : finished ? "finished"
+                     : "was still working (not stuck) in";
   for (int i = 0; from && i < count; i++)
     out[n++] = from[i];
   return n;
@@ -250,7 +264,10 @@ static void gt_wd_what(int r, const gt_wd_wait *w, char *buf, size_t size)
 {
   char b[32];
   const gt_flight_channel *c = w->ch;
-  if (c->dir == 0)
+  if (c->dir == 0 && w->what && w->what[0]) /* a file operation */
+    snprintf(buf, size, "%s %s %s #%ld (step %ld)", c->comm,
+             gt_flight_op_name((gt_flight_op)w->op), w->what, w->seq, w->step);
+  else if (c->dir == 0)
     snprintf(buf, size, "%s %s #%ld (step %ld, %s)", c->comm,
              gt_flight_op_name((gt_flight_op)w->op), w->seq, w->step,
              gt_wd_bytes(w->bytes, b, sizeof b));
@@ -280,7 +297,7 @@ static void gt_wd_line(gt_wd_summary **S, int r, const gt_wd_wait *w, const int 
     gt_wd_wait o;
     if (m == r || (gt_wd_wait_of(S[m], &o) && o.ch->dir == 0 && w->ch->dir == 0 &&
                    o.seq == w->seq && o.ch->instance == w->ch->instance &&
-                   strcmp(o.ch->comm, w->ch->comm) == 0))
+                   o.ch->tag == w->ch->tag && strcmp(o.ch->comm, w->ch->comm) == 0))
       waiters[nw++] = m;
   }
   gt_wd_ranks(waiters, nw, wl, sizeof wl);
@@ -304,17 +321,24 @@ static void gt_wd_line(gt_wd_summary **S, int r, const gt_wd_wait *w, const int 
  * in another) is reported by its oldest wait. */
 static void gt_wd_diagnose(gt_wd_summary **S, char *line, size_t size)
 {
+  /* The start: a stuck rank whose wait has culprits (a rank inside a file
+   * operation's write scope waits in it as long as the rank that never
+   * entered the next file operation does), else any stuck rank, else any. */
   int start = -1;
   gt_wd_wait w0;
-  for (int pass = 0; pass < 2 && start < 0; pass++)
+  int *probe = malloc(sizeof(int) * GT_FLIGHT_MEMBERS);
+  for (int pass = 0; pass < 3 && start < 0; pass++)
     for (int r = 0; r < gt_wd.size; r++) {
       gt_wd_wait w;
-      if (S[r] && (pass == 1 || S[r]->stuck) && gt_wd_wait_of(S[r], &w) &&
-          (start < 0 || w.t0 < w0.t0)) {
+      const char *v;
+      if (S[r] && (pass == 2 || S[r]->stuck) && gt_wd_wait_of(S[r], &w) &&
+          (start < 0 || w.t0 < w0.t0) &&
+          (pass > 0 || (probe && gt_wd_culprits(S, r, &w, probe, &v) > 0))) {
         start = r;
         w0 = w;
       }
     }
+  free(probe);
   if (start < 0) {
     int nans = 0;
     for (int r = 0; r < gt_wd.size; r++)
@@ -339,6 +363,15 @@ static void gt_wd_diagnose(gt_wd_summary **S, char *line, size_t size)
     path[len++] = cur;
     const char *verb;
     const int nc = gt_wd_culprits(S, cur, &w, cul, &verb);
+    if (nc == 0 && len > 1) {
+      /* cur waits in an operation that every member entered (a write scope)
+       * while the previous rank waits for cur in a later one: that edge */
+      cur = path[len - 2];
+      gt_wd_wait_of(S[cur], &w);
+      const int n2 = gt_wd_culprits(S, cur, &w, cul, &verb);
+      gt_wd_line(S, cur, &w, cul, n2, verb, line, size);
+      break;
+    }
     int next = -1, seen = -1;
     bool terminal = nc == 0;
     for (int i = 0; i < nc && !terminal; i++) {
@@ -451,12 +484,14 @@ static void gt_wd_stuck_line(void)
             gt_wd.timeout);
     return;
   }
-  char peer[32] = "";
+  char peer[32] = "", file[48] = "";
   if (old->dir)
     snprintf(peer, sizeof peer, " %s rank %d", old->dir == 1 ? "to" : "from", old->peer_world);
-  fprintf(stderr, "gridtrain: rank %d: hang: waiting %.1f s in %s %s #%ld%s (step %ld)\n",
+  if (old->what[0])
+    snprintf(file, sizeof file, " %s", old->what);
+  fprintf(stderr, "gridtrain: rank %d: hang: waiting %.1f s in %s %s%s #%ld%s (step %ld)\n",
           gt_wd.rank, gt_flight_wall() - old->t0, old->comm,
-          gt_flight_op_name((gt_flight_op)old->op), old->oldest, peer, old->step);
+          gt_flight_op_name((gt_flight_op)old->op), file, old->oldest, peer, old->step);
 }
 
 static bool gt_wd_arrived(MPI_Request *req)
@@ -480,6 +515,100 @@ static void gt_wd_send_summary(void)
     gt_wd_send(&gt_wd.mine, gt_wd_summary_bytes(&gt_wd.mine), r, GT_WD_TAG_SUMMARY);
 }
 
+// ---- dead ranks on this host -------------------------------------------------------------
+
+/* A descriptor that turns readable when process pid ends (Linux >= 5.3);
+ * -1 where there is none. */
+static int gt_wd_pidfd(long pid)
+{
+#ifdef SYS_pidfd_open
+  return (int)syscall(SYS_pidfd_open, (pid_t)pid, 0);
+#else
+  (void)pid;
+  return -1;
+#endif
+}
+
+static void gt_wd_watch_peers(void)
+{
+  gt_wd.pidfd = malloc(sizeof(int) * (size_t)gt_wd.size);
+  gt_wd.dead = calloc((size_t)gt_wd.size, sizeof(double));
+  gt_wd.told = calloc((size_t)gt_wd.size, sizeof(bool));
+  gt_wd.ndead = 0;
+  gt_wd.first_dead = -1;
+  if (!gt_wd.pidfd || !gt_wd.dead || !gt_wd.told) {
+    free(gt_wd.pidfd);
+    gt_wd.pidfd = NULL;
+    return;
+  }
+  for (int r = 0; r < gt_wd.size; r++)
+    gt_wd.pidfd[r] = r != gt_wd.rank && strcmp(gt_wd.places[r].host,
+                                                gt_wd.places[gt_wd.rank].host) == 0
+                         ? gt_wd_pidfd(gt_wd.places[r].pid)
+                         : -1;
+}
+
+static void gt_wd_unwatch_peers(void)
+{
+  for (int r = 0; gt_wd.pidfd && r < gt_wd.size; r++)
+    if (gt_wd.pidfd[r] >= 0)
+      close(gt_wd.pidfd[r]);
+  free(gt_wd.pidfd);
+  free(gt_wd.dead);
+  free(gt_wd.told);
+  gt_wd.pidfd = NULL;
+  gt_wd.dead = NULL;
+  gt_wd.told = NULL;
+}
+
+/* Wait up to s seconds for a rank of this host to end. A rank that ends
+ * while this one runs died (a clean end of the job stops the watchdogs
+ * first). The lowest surviving rank of the host names it at once, the
+ * others 30 ms later if they are still there: before the launcher ends
+ * them (Hydra's "PID n" is often a survivor's, one that UCX ended when it
+ * could no longer reach the dead rank). */
+static void gt_wd_nap(double s)
+{
+  struct pollfd fds[64];
+  int who[64], n = 0;
+  for (int r = 0; gt_wd.pidfd && r < gt_wd.size && n < 64; r++)
+    if (gt_wd.pidfd[r] >= 0 && gt_wd.dead[r] == 0) {
+      fds[n] = (struct pollfd){.fd = gt_wd.pidfd[r], .events = POLLIN};
+      who[n++] = r;
+    }
+  if (n == 0 && gt_wd.ndead == 0) {
+    gt_wd_sleep(s);
+    return;
+  }
+  if (n > 0 && poll(fds, (nfds_t)n, (int)(s * 1000)) < 0)
+    return;
+  const double now = gt_flight_wall();
+  bool lower_alive = false;
+  for (int i = 0; i < n; i++)
+    if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) {
+      gt_wd.dead[who[i]] = now;
+      gt_wd.ndead++;
+      if (gt_wd.first_dead < 0)
+        gt_wd.first_dead = who[i];
+    } else if (who[i] < gt_wd.rank) {
+      lower_alive = true;
+    }
+  bool said = false;
+  for (int r = 0; gt_wd.ndead && r < gt_wd.size; r++)
+    if (gt_wd.dead[r] > 0 && !gt_wd.told[r] && (!lower_alive || now - gt_wd.dead[r] > 0.03)) {
+      const gt_wd_place *p = &gt_wd.places[r];
+      char after[48] = "";
+      if (r != gt_wd.first_dead)
+        snprintf(after, sizeof after, " after rank %d", gt_wd.first_dead);
+      fprintf(stderr, "gridtrain: rank %d: rank %d (host %s, %s, pid %ld) died%s: its process "
+              "ended while the job ran (killed, out of memory, or crashed); the launcher ends "
+              "the job\n", gt_wd.rank, r, p->host, p->where, p->pid, after);
+      gt_wd.told[r] = said = true;
+    }
+  if (said)
+    fflush(stderr);
+}
+
 static void *gt_wd_main(void *arg)
 {
   (void)arg;
@@ -487,7 +616,7 @@ static void *gt_wd_main(void *arg)
   bool alerted = false, alerted_self = false;
   double next = gt_flight_wall();
   while (!atomic_load(&gt_wd.stop)) {
-    gt_wd_sleep(0.02); /* short naps: gt_watchdog_stop joins quickly */
+    gt_wd_nap(0.02); /* short naps: gt_watchdog_stop joins quickly */
     gt_wd_progress();
     const double now = gt_flight_wall();
     if (now < next)
@@ -537,6 +666,39 @@ static void *gt_wd_main(void *arg)
 
 // ---- start and stop -----------------------------------------------------------------------
 
+/* Rank 0: the job's rank table, DIR/ranks-<UTC start>-<pid of rank 0>.txt
+ * (one per job: a rerun in the same directory keeps the earlier jobs'), and
+ * DIR/ranks.txt a symbolic link to it (the newest job's). */
+static void gt_wd_rank_table(void)
+{
+  mkdir(gt_wd.dir, 0777); /* it may not exist yet */
+  char name[96], path[1200], link[1200], tmp[1220];
+  const time_t now = time(NULL);
+  struct tm tm;
+  gmtime_r(&now, &tm);
+  char stamp[32];
+  strftime(stamp, sizeof stamp, "%Y%m%dT%H%M%SZ", &tm);
+  snprintf(name, sizeof name, "ranks-%s-%ld.txt", stamp, gt_wd.places[0].pid);
+  snprintf(path, sizeof path, "%s/%s", gt_wd.dir, name);
+  FILE *f = fopen(path, "w");
+  if (!f)
+    return;
+  const char *job = getenv("SLURM_JOB_ID");
+  fprintf(f, "# gridtrain rank table of the job started %s (Slurm job %s), %d ranks\n", stamp,
+          job && job[0] ? job : "-", gt_wd.size);
+  fprintf(f, "# rank host pid place\n");
+  for (int r = 0; r < gt_wd.size; r++)
+    fprintf(f, "%d %s %ld %s\n", r, gt_wd.places[r].host, gt_wd.places[r].pid,
+            gt_wd.places[r].where);
+  if (fclose(f) != 0)
+    return;
+  snprintf(link, sizeof link, "%s/ranks.txt", gt_wd.dir);
+  snprintf(tmp, sizeof tmp, "%s/ranks.txt.tmp", gt_wd.dir);
+  unlink(tmp);
+  if (symlink(name, tmp) == 0 && rename(tmp, link) != 0)
+    unlink(tmp);
+}
+
 int gt_watchdog_start(MPI_Comm world, double timeout, const char *dir, const char *where)
 {
   gt_watchdog_stop();
@@ -560,19 +722,8 @@ int gt_watchdog_start(MPI_Comm world, double timeout, const char *dir, const cha
   GT_CALL_MPI(MPI_Iallgather(&mine, (int)sizeof mine, MPI_BYTE, gt_wd.places, (int)sizeof mine,
                              MPI_BYTE, gt_wd.comm, &req));
   GT_CALL(gt_comm_wait(&req));
-  if (gt_wd.rank == 0 && strcmp(gt_wd.dir, ".") != 0) { /* a run directory was named */
-    mkdir(gt_wd.dir, 0777); /* it may not exist yet */
-    char path[1100];
-    snprintf(path, sizeof path, "%s/ranks.txt", gt_wd.dir);
-    FILE *f = fopen(path, "w");
-    if (f) {
-      fprintf(f, "# rank host pid place\n");
-      for (int r = 0; r < gt_wd.size; r++)
-        fprintf(f, "%d %s %ld %s\n", r, gt_wd.places[r].host, gt_wd.places[r].pid,
-                gt_wd.places[r].where);
-      fclose(f);
-    }
-  }
+  if (gt_wd.rank == 0 && strcmp(gt_wd.dir, ".") != 0) /* a run directory was named */
+    gt_wd_rank_table();
   gt_wd.alert_req = gt_wd.dump_req = MPI_REQUEST_NULL;
   if (gt_wd.mpi) {
     if (gt_wd.rank < 2)
@@ -581,6 +732,7 @@ int gt_watchdog_start(MPI_Comm world, double timeout, const char *dir, const cha
     GT_CALL_MPI(MPI_Irecv(&gt_wd.dump_buf, sizeof(int), MPI_BYTE, MPI_ANY_SOURCE,
                           GT_WD_TAG_DUMP, gt_wd.comm, &gt_wd.dump_req));
   }
+  gt_wd_watch_peers();
   atomic_store(&gt_wd.stop, 0);
   const int rc = pthread_create(&gt_wd.thread, NULL, gt_wd_main, NULL);
   GT_CHECK(rc == 0, GT_ERR_SYSTEM, "cannot start the watchdog thread: %s", strerror(rc));
@@ -602,6 +754,7 @@ void gt_watchdog_stop(void)
       MPI_Wait(reqs[i], MPI_STATUS_IGNORE);
     }
   MPI_Comm_free(&gt_wd.comm);
+  gt_wd_unwatch_peers();
   free(gt_wd.places);
   gt_wd.places = NULL;
 }

@@ -42,6 +42,22 @@ typedef struct {
   bool min_open, max_open; /* GT_KEY_REAL: exclude the bound itself */
 } gt_key;
 
+/* The least [run] hang_timeout (0 still turns the watchdog off): the watchdog
+ * takes a rank with an operation open and no begin or end for that long for a
+ * stuck one. Healthy waits reach tens to hundreds of milliseconds here (a
+ * rank descheduled on oversubscribed cores, the first collective of a
+ * communicator setting up its connections, a 64 MiB all-reduce of 28-223 ms
+ * on 2 ranks, a checkpoint's metadata); 0.001 s killed a healthy run. */
+#define GT_HANG_TIMEOUT_MIN 1.0
+
+/* A GT_KEY_REAL whose values are 0 (off) or at least this (> 0); 0: none. */
+static double gt_key_floor(const gt_key *k)
+{
+  return k->type == GT_KEY_REAL && k->offset == offsetof(gt_config, run.hang_timeout)
+             ? GT_HANG_TIMEOUT_MIN
+             : 0;
+}
+
 #define GT_OFF(member) offsetof(gt_config, member), sizeof(((gt_config *)0)->member)
 
 const char *const gt_model_type_names[] = {"gpt", "llama", NULL};
@@ -76,7 +92,8 @@ static const gt_key gt_keys[] = {
    "global batches of the validation set per evaluation", false, false},
   {"run", "hang_timeout", GT_KEY_REAL, GT_OFF(run.hang_timeout), 0, 1e6, NULL, "600",
    "seconds without progress in communication before the watchdog names the hanging rank "
-   "and ends the job (exit 4); 0 turns it off", false, false},
+   "and ends the job (exit 4); 0 turns it off; at least 1 s, longer than any healthy wait "
+   "(a slow rank's checkpoint write, a collective on oversubscribed cores)", false, false},
   {"run", "sample_every", GT_KEY_INT, GT_OFF(run.sample_every), 0, 1e12, NULL, "0",
    "print a text sample every N steps: 64 tokens (fewer past seq_len) greedily decoded "
    "after a newline with the tokenizer of [data] train; needs pp = 1 (docs/generation.md); "
@@ -382,8 +399,12 @@ static void gt_key_accepts(const gt_key *k, char *buf, size_t size)
     snprintf(buf, size, "an integer in [0, %llu]", (unsigned long long)UINT64_MAX);
     break;
   case GT_KEY_REAL:
-    snprintf(buf, size, "a number in %c%g, %g%c", k->min_open ? '(' : '[', k->min, k->max,
-             k->max_open ? ')' : ']');
+    if (gt_key_floor(k) > 0)
+      snprintf(buf, size, "0 (off) or a number in [%g, %g] (below %g s a healthy wait is taken "
+               "for a hang)", gt_key_floor(k), k->max, gt_key_floor(k));
+    else
+      snprintf(buf, size, "a number in %c%g, %g%c", k->min_open ? '(' : '[', k->min, k->max,
+               k->max_open ? ')' : ']');
     break;
   case GT_KEY_STRING:
     snprintf(buf, size, "a string of at most %zu characters", k->size - 1);
@@ -444,7 +465,8 @@ static bool gt_key_store(const gt_key *k, gt_config *cfg, const char *value)
     errno = 0;
     double v = strtod(value, &end);
     if (errno || end == value || *end != '\0' || !isfinite(v) || v < k->min ||
-        v > k->max || (k->min_open && v == k->min) || (k->max_open && v == k->max))
+        v > k->max || (k->min_open && v == k->min) || (k->max_open && v == k->max) ||
+        (v != 0 && v < gt_key_floor(k)))
       return false;
     *(double *)dst = v;
     return true;
@@ -564,6 +586,7 @@ static int gt_apply(gt_parse_ctx *ctx, const char *section, const char *name,
                       section, name, ctx->set_line[i]);
     ctx->set_line[i] = ctx->line;
   }
+  ctx->cfg->line[i] = ctx->origin == GT_FROM_DECK ? ctx->line : 0;
   if (!gt_key_store(&gt_keys[i], ctx->cfg, value)) {
     gt_key_accepts(&gt_keys[i], accepts, sizeof accepts);
     return GT_ERROR(GT_ERR_INPUT, "%s: [%s] %s = '%s' is not valid; expected %s", where,
@@ -701,9 +724,24 @@ int gt_config_set(gt_config *cfg, const char *fmt, ...)
   return GT_SUCCESS;
 }
 
+/* Where key section.name was set, for a message: "DECK:LINE", "command
+ * line", or the deck (or "configuration") for a default. */
+static const char *gt_key_where(const gt_config *cfg, const char *section, const char *name,
+                                char *buf, size_t size)
+{
+  const int i = gt_find_key(section, name);
+  if (i >= 0 && cfg->origin[i] == GT_FROM_CLI)
+    snprintf(buf, size, "command line");
+  else if (i >= 0 && cfg->origin[i] == GT_FROM_DECK && cfg->deck_path[0])
+    snprintf(buf, size, "%s:%d", cfg->deck_path, cfg->line[i]);
+  else
+    snprintf(buf, size, "%s", cfg->deck_path[0] ? cfg->deck_path : "configuration");
+  return buf;
+}
+
 int gt_config_check_values(const gt_config *cfg)
 {
-  const char *src = cfg->deck_path[0] ? cfg->deck_path : "configuration";
+  char src[GT_PATH_MAX + 32];
   /* the optimizer keeps its moments in fp32: a decay that rounds to 1 there
    * never forgets (0.99999999 trained to a loss of 1e8) */
   const double betas[2] = {cfg->optim.beta1, cfg->optim.beta2};
@@ -711,31 +749,68 @@ int gt_config_check_values(const gt_config *cfg)
     GT_CHECK((float)betas[b] < 1.0f, GT_ERR_INPUT,
              "%s: [optim] beta%d = %.10g rounds to 1 in fp32 (the optimizer's precision); "
              "use at most %.8g",
-             src, b + 1, betas[b], (double)nextafterf(1.0f, 0.0f));
+             gt_key_where(cfg, "optim", b ? "beta2" : "beta1", src, sizeof src), b + 1,
+             betas[b], (double)nextafterf(1.0f, 0.0f));
   GT_CHECK((float)cfg->optim.eps > 0.0f, GT_ERR_INPUT,
-           "%s: [optim] eps = %g rounds to 0 in fp32; use at least %g", src, cfg->optim.eps,
-           (double)FLT_MIN);
+           "%s: [optim] eps = %g rounds to 0 in fp32; use at least %g",
+           gt_key_where(cfg, "optim", "eps", src, sizeof src), cfg->optim.eps, (double)FLT_MIN);
   GT_CHECK(cfg->optim.min_lr <= cfg->optim.lr, GT_ERR_INPUT,
            "%s: [optim] min_lr = %g is above lr = %g; the cosine decay goes from lr down to "
            "min_lr",
-           src, cfg->optim.min_lr, cfg->optim.lr);
+           gt_key_where(cfg, "optim", "min_lr", src, sizeof src), cfg->optim.min_lr,
+           cfg->optim.lr);
   char local[GT_PATH_MAX], missing[128];
   GT_CHECK(gt_path_expand_env(cfg->checkpoint.local_dir, local, sizeof local, missing,
                               sizeof missing) == 0,
            GT_ERR_INPUT,
            "%s: [checkpoint] local_dir = %s: %s; set it in the environment of every rank, or "
            "write the path out",
-           src, cfg->checkpoint.local_dir, missing);
+           gt_key_where(cfg, "checkpoint", "local_dir", src, sizeof src),
+           cfg->checkpoint.local_dir, missing);
   GT_CHECK(!cfg->checkpoint.local_every || local[0], GT_ERR_INPUT,
-           "%s: [checkpoint] local_every = %ld needs [checkpoint] local_dir", src,
+           "%s: [checkpoint] local_every = %ld needs [checkpoint] local_dir",
+           gt_key_where(cfg, "checkpoint", "local_every", src, sizeof src),
            cfg->checkpoint.local_every);
   const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
   GT_CHECK(cfg->backend.threads <= 0 || cpus <= 0 || cfg->backend.threads <= 2 * cpus,
            GT_ERR_INPUT,
            "%s: [backend] threads = %ld is more than twice the %ld CPUs of this node (OpenBLAS "
            "spins in its allocator with that many); use at most %ld, or auto",
-           src, cfg->backend.threads, cpus, 2 * cpus);
+           gt_key_where(cfg, "backend", "threads", src, sizeof src), cfg->backend.threads, cpus, 2 * cpus);
   return GT_SUCCESS;
+}
+
+int gt_config_locate_error(const gt_config *cfg, int status)
+{
+  const char *msg = gt_error_message();
+  const size_t dlen = strlen(cfg->deck_path);
+  if (status != GT_ERR_INPUT || !msg[0] || (dlen && strncmp(msg, cfg->deck_path, dlen) == 0) ||
+      strncmp(msg, "command line", 12) == 0)
+    return status;
+  for (const char *p = strchr(msg, '['); p; p = strchr(p + 1, '[')) {
+    const char *close = strchr(p, ']');
+    if (!close || close[1] != ' ' || close - p - 1 >= 32)
+      continue;
+    char section[32], name[64];
+    snprintf(section, sizeof section, "%.*s", (int)(close - p - 1), p + 1);
+    size_t n = strspn(close + 2, "abcdefghijklmnopqrstuvwxyz0123456789_");
+    const char *after = close + 2 + n;
+    if (n == 0 || n >= sizeof name || (after[0] != '=' && strncmp(after, " =", 2) != 0))
+      continue; /* a key with its value ("[x] y = v"), not one named as advice */
+    snprintf(name, sizeof name, "%.*s", (int)n, close + 2);
+    const int i = gt_find_key(section, name);
+    if (i < 0)
+      continue;
+    const bool collective = gt_error_is_collective();
+    if (cfg->origin[i] == GT_FROM_DECK && dlen)
+      gt_error_wrap(status, __FILE__, __LINE__, __func__, "%s:%d", cfg->deck_path,
+                    cfg->line[i]);
+    else if (cfg->origin[i] == GT_FROM_CLI)
+      gt_error_wrap(status, __FILE__, __LINE__, __func__, "command line");
+    gt_error_set_collective(collective);
+    return status;
+  }
+  return status;
 }
 
 int gt_config_check_required(const gt_config *cfg)

@@ -215,7 +215,7 @@ static int gt_ckpt_async_drop(gt_ckpt_async *a, int status, bool in_scope)
 {
   gt_saved_error e;
   gt_error_save(&e, status);
-  gt_write_scope_begin(false);
+  gt_write_scope_begin(false, a->comm, a->path);
   gt_h5_close_all(GT_ERR_INTERNAL, a->st.ntensors * GT_NKINDS, a->w.dsets);
   gt_h5_close_all(GT_ERR_INTERNAL, GT_WF_N, a->ids);
   (void)gt_write_scope_end();
@@ -280,7 +280,7 @@ int gt_ckpt_async_begin(gt_ckpt_async *a, const char *dir, int keep, const gt_ck
   }
   /* Every rank makes every collective call (write_scope.h); the first I/O
    * error, then a local failure, then HDF5's own error is the cause. */
-  gt_write_scope_begin(a->scope_fail);
+  gt_write_scope_begin(a->scope_fail, comm, path);
   const char *base = strrchr(path, '/');
   gt_bar_begin(base ? base + 1 : path, st->ntensors, GT_BAR_ITEMS);
   status = gt_ckpt_write_begin(&a->w, meta, comm, a->ids);
@@ -315,7 +315,7 @@ static int gt_ckpt_async_finish(gt_ckpt_async *a, bool failed)
 {
   int status = gt_comm_foreign_begin(a->comm);
   const bool in_scope = status == GT_SUCCESS;
-  gt_write_scope_begin(a->scope_fail);
+  gt_write_scope_begin(a->scope_fail, a->comm, a->path);
   if (status == GT_SUCCESS && !failed)
     status = gt_ckpt_write_end(&a->w, a->ids[GT_WF_FILE], a->comm);
   status = gt_h5_close_all(status, a->st.ntensors * GT_NKINDS, a->w.dsets);

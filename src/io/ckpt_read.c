@@ -6,13 +6,17 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "gridtrain/comm.h"
 #include "gridtrain/error.h"
@@ -134,6 +138,22 @@ int gt_ckpt_open_error(const char *path)
                        "checkpoint %s is not a readable HDF5 file (truncated or damaged)", path);
 }
 
+/* The current error (GT_ERR_HDF5, of reading path) as bad input naming the
+ * file; its collective mark is kept. */
+static int gt_ckpt_damaged(const char *path)
+{
+  const bool collective = gt_error_is_collective();
+  char cause[1024];
+  snprintf(cause, sizeof cause, "%s", gt_error_message());
+  if (strstr(cause, path)) /* "checkpoint PATH: /model/x is damaged: ..." */
+    gt_error_set(GT_ERR_INPUT, __FILE__, __LINE__, __func__, "%s", cause);
+  else
+    gt_error_wrap(GT_ERR_INPUT, __FILE__, __LINE__, __func__, "checkpoint %s cannot be read",
+                  path);
+  gt_error_set_collective(collective);
+  return GT_ERR_INPUT;
+}
+
 int gt_ckpt_read_meta(const char *path, MPI_Comm comm, gt_ckpt_meta *meta)
 {
   memset(meta, 0, sizeof *meta);
@@ -152,6 +172,292 @@ int gt_ckpt_read_meta(const char *path, MPI_Comm comm, gt_ckpt_meta *meta)
   return GT_SUCCESS;
 }
 
+// ---- the data reads: threads read ahead while the checksums are checked -----------------
+
+/* The tensor data of a format-3 file is read past HDF5, with pread at the
+ * dataset's offset in the file (as the writer writes it), by threads of
+ * their own: they fill the buffer piece by piece, GT_PREAD_THREADS pieces
+ * in flight (one synchronous O_DIRECT read at a time left the disk idle
+ * between requests), while the main thread checks the checksum blocks that
+ * have arrived, so that the disk and the checksum pass overlap (before,
+ * H5Dread read a whole span and only then was it checked: the two took
+ * turns). Pieces that are in the page cache are copied from it; the others
+ * are read with O_DIRECT into the 4 KiB-aligned buffer, as the writer
+ * writes them: no page-cache pages to allocate and no copy out of them (the
+ * copy was the largest cost of a read here). One request at a time; not
+ * collective. */
+#define GT_PREAD_PIECE ((size_t)4 << 20) /* bytes per pread(2): 4 checksum blocks */
+#define GT_PREAD_THREADS 3
+
+typedef struct {
+  size_t got; /* bytes read */
+  int err;    /* 0, an errno, -1: the file ends */
+  bool done;
+  bool ok;    /* read in full, and its checksum blocks and values check */
+} gt_piece;
+
+typedef struct {
+  int fd;
+  int fd_direct; /* O_DIRECT (-1: none, or the file system refused it) */
+  int fd_direct_open; /* ... as opened, to close */
+  int nthreads;
+  pthread_t thread[GT_PREAD_THREADS];
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  /* the request: len bytes at file offset off into dst, in npieces pieces,
+   * the next one to claim, how many have finished; stop ends the threads */
+  char *dst;
+  size_t len, off, npieces, next, finished;
+  gt_piece *pieces;
+  size_t cap;
+  bool stop;
+  /* what the threads check of each piece they read: the dataset's
+   * checksums (entry `first` of `total` at the request's start, on a block) */
+  const uint32_t *stored;
+  size_t total, first;
+} gt_preader;
+
+/* Whether the n bytes at off (page-aligned) are all in the page cache
+ * (mincore of a mapping: it reads nothing; preadv2's RWF_NOWAIT starts a
+ * read-ahead of what is missing). */
+static bool gt_preader_cached(const gt_preader *p, size_t off, size_t n)
+{
+  const size_t page = GT_DIO_ALIGN, pages = (n + page - 1) / page;
+  unsigned char vec[GT_PREAD_PIECE / GT_DIO_ALIGN];
+  if (pages > sizeof vec)
+    return false;
+  void *map = mmap(NULL, n, PROT_READ, MAP_SHARED, p->fd, (off_t)off);
+  if (map == MAP_FAILED)
+    return false;
+  bool all = mincore(map, n, vec) == 0;
+  for (size_t i = 0; all && i < pages; i++)
+    all = vec[i] & 1;
+  munmap(map, n);
+  return all;
+}
+
+/* Read n bytes at off into dst (the buffer has room to round n up to whole
+ * 4 KiB blocks); *err as gt_piece's. */
+static size_t gt_preader_piece(gt_preader *p, char *dst, size_t n, size_t off, int *err)
+{
+  size_t pos = 0;
+  *err = 0;
+  while (pos < n) {
+    ssize_t got = -1;
+    const int direct = p->fd_direct;
+    errno = EAGAIN;
+    if (direct >= 0 && (off + pos) % GT_DIO_ALIGN == 0 &&
+        (uintptr_t)(dst + pos) % GT_DIO_ALIGN == 0 && !gt_preader_cached(p, off + pos, n - pos)) {
+      got = pread(direct, dst + pos, gt_align_up(n - pos, GT_DIO_ALIGN), (off_t)(off + pos));
+      if (got < 0 && errno == EINVAL) /* no O_DIRECT here after all: the page cache */
+        p->fd_direct = -1;            /* (closed with the reader) */
+      else if (got > (ssize_t)(n - pos))
+        got = (ssize_t)(n - pos);
+    }
+    if (got < 0 && errno != EINTR)
+      got = pread(p->fd, dst + pos, n - pos, (off_t)(off + pos));
+    if (got < 0 && errno == EINTR)
+      continue;
+    if (got <= 0) {
+      *err = got < 0 ? errno : -1;
+      break;
+    }
+    pos += (size_t)got;
+  }
+  return pos;
+}
+
+/* Whether the whole checksum blocks of a piece (entries [first, first + n)
+ * of a dataset of total, first on a block) match stored and hold finite
+ * values; the main thread only repeats a failed check, for its message. */
+static bool gt_preader_check(const float *data, size_t n, size_t first, size_t total,
+                             const uint32_t *stored)
+{
+  for (size_t at = 0; at < n; at += GT_CKPT_SUM_FLOATS) {
+    const size_t len = gt_min_size(GT_CKPT_SUM_FLOATS, n - at);
+    uint64_t sum[2] = {0, 0};
+    gt_fletcher_add(sum, gt_min_size(GT_CKPT_SUM_FLOATS, total - (first + at)), data + at, 0,
+                    len);
+    if (gt_fletcher_value(sum) != stored[(first + at) / GT_CKPT_SUM_FLOATS])
+      return false;
+  }
+  bool finite = true;
+  for (size_t i = 0; i < n; i++)
+    finite &= isfinite(data[i]) != 0;
+  return finite;
+}
+
+static void *gt_preader_main(void *arg)
+{
+  gt_preader *p = arg;
+  pthread_mutex_lock(&p->mu);
+  for (;;) {
+    while (!p->stop && p->next >= p->npieces)
+      pthread_cond_wait(&p->cv, &p->mu);
+    if (p->stop)
+      break;
+    const size_t k = p->next++;
+    char *dst = p->dst + k * GT_PREAD_PIECE;
+    const size_t off = p->off + k * GT_PREAD_PIECE;
+    const size_t n = p->len - k * GT_PREAD_PIECE < GT_PREAD_PIECE ? p->len - k * GT_PREAD_PIECE
+                                                                  : GT_PREAD_PIECE;
+    pthread_mutex_unlock(&p->mu);
+    int err;
+    const size_t got = gt_preader_piece(p, dst, n, off, &err);
+    const size_t first = p->first + k * (GT_PREAD_PIECE / sizeof(float));
+    const bool ok = got == n && p->stored &&
+                    gt_preader_check((const float *)dst, n / sizeof(float), first, p->total,
+                                     p->stored);
+    pthread_mutex_lock(&p->mu);
+    p->pieces[k] = (gt_piece){got, err, true, ok};
+    p->finished++;
+    pthread_cond_broadcast(&p->cv);
+  }
+  pthread_mutex_unlock(&p->mu);
+  return NULL;
+}
+
+static void gt_preader_close(gt_preader *p);
+
+/* Open path for the reads (fd -1 and no threads when it cannot be: the
+ * reads then go through HDF5). */
+static void gt_preader_open(gt_preader *p, const char *path, bool direct)
+{
+  memset(p, 0, sizeof *p);
+  p->fd_direct = p->fd_direct_open = -1;
+  p->fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (p->fd < 0)
+    return;
+  if (direct)
+    p->fd_direct = open(path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+  p->fd_direct_open = p->fd_direct;
+  posix_fadvise(p->fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+  pthread_mutex_init(&p->mu, NULL);
+  pthread_cond_init(&p->cv, NULL);
+  for (int t = 0; t < GT_PREAD_THREADS; t++)
+    if (pthread_create(&p->thread[p->nthreads], NULL, gt_preader_main, p) == 0)
+      p->nthreads++;
+  if (p->nthreads == 0)
+    gt_preader_close(p);
+}
+
+static void gt_preader_close(gt_preader *p)
+{
+  if (p->fd >= 0) {
+    pthread_mutex_lock(&p->mu);
+    p->stop = true;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    for (int t = 0; t < p->nthreads; t++)
+      pthread_join(p->thread[t], NULL);
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->cv);
+    close(p->fd);
+    if (p->fd_direct_open >= 0)
+      close(p->fd_direct_open);
+  }
+  free(p->pieces);
+  p->pieces = NULL;
+  p->fd = p->fd_direct = p->fd_direct_open = -1;
+  p->nthreads = 0;
+}
+
+/* Start reading len bytes at file offset off into dst (the previous
+ * request has finished: gt_preader_wait(SIZE_MAX)), entries [first, ...) of
+ * a dataset of total floats whose checksums are stored (NULL: not checked
+ * by the threads). */
+static int gt_preader_start(gt_preader *p, void *dst, size_t len, size_t off,
+                            const uint32_t *stored, size_t total, size_t first)
+{
+  const size_t n = (len + GT_PREAD_PIECE - 1) / GT_PREAD_PIECE;
+  if (n > p->cap) {
+    gt_piece *more = realloc(p->pieces, sizeof *more * n);
+    GT_CHECK_ALLOC(more, sizeof *more * n);
+    p->pieces = more;
+    p->cap = n;
+  }
+  memset(p->pieces, 0, sizeof *p->pieces * n);
+  pthread_mutex_lock(&p->mu);
+  p->dst = dst;
+  p->len = len;
+  p->off = off;
+  p->npieces = n;
+  p->next = p->finished = 0;
+  p->stored = stored;
+  p->total = total;
+  p->first = first;
+  pthread_cond_broadcast(&p->cv);
+  pthread_mutex_unlock(&p->mu);
+  return GT_SUCCESS;
+}
+
+/* The bytes read from the start of the request without a gap, and *err
+ * (0, or the error of the piece that ends them); *end true when no more
+ * can come. Under the lock. */
+static size_t gt_preader_prefix(const gt_preader *p, int *err, bool *end)
+{
+  size_t bytes = 0;
+  *err = 0;
+  *end = false;
+  for (size_t k = 0; k < p->npieces && p->pieces[k].done; k++) {
+    bytes += p->pieces[k].got;
+    const size_t n = p->len - k * GT_PREAD_PIECE < GT_PREAD_PIECE ? p->len - k * GT_PREAD_PIECE
+                                                                  : GT_PREAD_PIECE;
+    if (p->pieces[k].got < n) {
+      *err = p->pieces[k].err;
+      *end = true;
+      break;
+    }
+  }
+  if (bytes >= p->len)
+    *end = true;
+  return bytes;
+}
+
+/* Whether piece k of the request checked (the caller has waited for it). */
+static bool gt_preader_ok(gt_preader *p, size_t k)
+{
+  pthread_mutex_lock(&p->mu);
+  const bool ok = k < p->npieces && p->pieces[k].done && p->pieces[k].ok;
+  pthread_mutex_unlock(&p->mu);
+  return ok;
+}
+
+/* Wait until the first `want` bytes of the request are read, or no more can
+ * be (want SIZE_MAX: until every piece has finished and the threads are done
+ * with the buffer); the bytes read without a gap and *err (0, an errno, -1:
+ * the file ends). */
+static size_t gt_preader_wait(gt_preader *p, size_t want, int *err)
+{
+  pthread_mutex_lock(&p->mu);
+  size_t bytes;
+  bool end;
+  for (;;) {
+    bytes = gt_preader_prefix(p, err, &end);
+    if (want == SIZE_MAX ? p->finished == p->npieces : bytes >= want || end)
+      break;
+    pthread_cond_wait(&p->cv, &p->mu);
+  }
+  pthread_mutex_unlock(&p->mu);
+  return bytes;
+}
+
+/* Grow *buf to hold n floats and one 4 KiB block more (an O_DIRECT read
+ * of the last piece is rounded up to whole blocks), 4 KiB-aligned. */
+static int gt_ckpt_grow_aligned(float **buf, size_t *cap, size_t n)
+{
+  if (n <= *cap)
+    return GT_SUCCESS;
+  void *p = NULL;
+  const size_t bytes = (n + GT_DIO_FLOATS) * sizeof(float);
+  GT_CHECK(posix_memalign(&p, GT_DIO_ALIGN, bytes) == 0, GT_ERR_SYSTEM,
+           "out of memory allocating %zu bytes to read a checkpoint", bytes);
+  free(*buf); /* nothing in it is kept from one span to the next */
+  *buf = p;
+  *cap = n;
+  return GT_SUCCESS;
+}
+
 /* One rank's state through a read. */
 typedef struct {
   const char *path;
@@ -165,6 +471,7 @@ typedef struct {
   float *send, *recv; /* the exchange inside the group */
   size_t send_cap, recv_cap;
   gt_swap_plan plan;
+  gt_preader pread; /* the data reads (format 3) */
 } gt_ckpt_reader;
 
 typedef struct {
@@ -195,6 +502,47 @@ static int gt_unpack_run(void *ctx, size_t local, size_t logical, size_t len)
 
 enum { GT_R_DSET, GT_R_SPACE, GT_R_MSPACE, GT_R_N };
 
+/* The entries [f0, f1) (f0 on a checksum block; f1 the end of one or of
+ * the dataset of `total` floats at byte `base` of the file) into r->rbuf,
+ * through the reader thread; each checksum block is checked, and its values
+ * for finiteness, as soon as it has arrived. */
+static int gt_ckpt_pread_checked(gt_ckpt_reader *r, const char *name, size_t base,
+                                 size_t total, size_t f0, size_t f1, size_t blk0)
+{
+  const size_t bytes = (f1 - f0) * sizeof(float);
+  GT_CALL(gt_preader_start(&r->pread, r->rbuf, bytes, base + f0 * sizeof(float), r->stored,
+                           total, f0));
+  int status = GT_SUCCESS, err = 0;
+  size_t checked = f0; /* entries checked so far */
+  while (checked < f1) {
+    const size_t next = gt_min_size(f1, checked + GT_CKPT_SUM_FLOATS);
+    const size_t have = gt_preader_wait(&r->pread, (next - f0) * sizeof(float), &err);
+    if (have < (next - f0) * sizeof(float)) {
+      status = gt_error_set(GT_ERR_HDF5, __FILE__, __LINE__, __func__,
+                            "checkpoint %s: %s cannot be read: %s at byte %zu of the file",
+                            r->path, name, err > 0 ? strerror(err) : "the file ends",
+                            base + f0 * sizeof(float) + have);
+      break;
+    }
+    const float *block = r->rbuf + (checked - f0);
+    /* the thread checked its piece; a piece that failed is checked again
+     * here, block by block, for the message */
+    if (!gt_preader_ok(&r->pread, (checked - f0) * sizeof(float) / GT_PREAD_PIECE)) {
+      status = gt_ckpt_check_sums(r->path, name, block, total, checked / GT_CKPT_SUM_FLOATS, 1,
+                                  r->stored);
+      if (status == GT_SUCCESS)
+        status = gt_ckpt_check_finite(r->path, name, block, next - checked, checked);
+    }
+    if (status != GT_SUCCESS)
+      break;
+    checked = next;
+  }
+  (void)blk0;
+  gt_preader_wait(&r->pread, SIZE_MAX, &err); /* the thread is done with rbuf */
+  GT_CALL(status);
+  return GT_SUCCESS;
+}
+
 /* Format 3: read the checksum blocks of dataset `name` that hold its
  * logical entries [lo, hi) into r->rbuf (entry f0 first) and check them. */
 static int gt_ckpt_read_span_in(gt_ckpt_reader *r, const char *name, const gt_param *t,
@@ -205,7 +553,7 @@ static int gt_ckpt_read_span_in(gt_ckpt_reader *r, const char *name, const gt_pa
   const size_t blk1 = (hi + GT_CKPT_SUM_FLOATS - 1) / GT_CKPT_SUM_FLOATS;
   *f0 = blk0 * GT_CKPT_SUM_FLOATS;
   const size_t f1 = gt_min_size(total, blk1 * GT_CKPT_SUM_FLOATS);
-  GT_CALL(gt_ckpt_grow((void **)&r->rbuf, &r->rcap, f1 - *f0, sizeof(float)));
+  GT_CALL(gt_ckpt_grow_aligned(&r->rbuf, &r->rcap, f1 - *f0));
   const size_t nsums = gt_ckpt_nsums(total);
   GT_CALL(gt_ckpt_grow((void **)&r->stored, &r->scap, nsums, sizeof(uint32_t)));
   bool found;
@@ -217,6 +565,10 @@ static int gt_ckpt_read_span_in(gt_ckpt_reader *r, const char *name, const gt_pa
     s.dims[d] = (hsize_t)t->full_shape[d];
   GT_CALL(gt_sel_flat(&s, 0, (hsize_t)*f0, (hsize_t)f1));
   const hsize_t n = (hsize_t)(f1 - *f0);
+  const haddr_t base = r->pread.fd >= 0 ? H5Dget_offset(ids[GT_R_DSET]) : HADDR_UNDEF;
+  if (base != HADDR_UNDEF) /* contiguous: past HDF5, checked as it arrives */
+    return gt_ckpt_pread_checked(r, name, (size_t)base, total, *f0, f1, blk0);
+  H5Eclear2(H5E_DEFAULT);
   GT_H5_ID(ids[GT_R_MSPACE], H5Screate_simple(1, &n, NULL));
   if (H5Dread(ids[GT_R_DSET], H5T_NATIVE_FLOAT, ids[GT_R_MSPACE], ids[GT_R_SPACE], H5P_DEFAULT,
               r->rbuf) < 0) {
@@ -472,9 +824,21 @@ static int gt_ckpt_read_tensor_in(hid_t file, gt_ckpt_reader *r, const gt_ckpt_t
   htri_t exists = H5Lexists(file, gt_kind_group[kind], H5P_DEFAULT);
   if (exists > 0)
     exists = H5Lexists(file, name, H5P_DEFAULT);
+  if (exists < 0) { /* the group is there but does not read */
+    gt_error_hdf5("H5Lexists", __FILE__, __LINE__, __func__);
+    return gt_error_wrap(GT_ERR_INPUT, __FILE__, __LINE__, __func__,
+                         "checkpoint %s is damaged: the HDF5 metadata of %s (a group) does not "
+                         "read", path, gt_kind_group[kind]);
+  }
   GT_CHECK(exists > 0, GT_ERR_INPUT,
            "checkpoint %s has no dataset %s: it was written for another model", path, name);
-  GT_H5_ID(ids[GT_R_DSET], H5Dopen2(file, name, H5P_DEFAULT));
+  ids[GT_R_DSET] = H5Dopen2(file, name, H5P_DEFAULT);
+  if (ids[GT_R_DSET] < 0) {
+    gt_error_hdf5("H5Dopen2", __FILE__, __LINE__, __func__);
+    return gt_error_wrap(GT_ERR_INPUT, __FILE__, __LINE__, __func__,
+                         "checkpoint %s is damaged: the object header of %s does not read",
+                         path, name);
+  }
   GT_H5_ID(ids[GT_R_SPACE], H5Dget_space(ids[GT_R_DSET]));
   hsize_t dims[GT_TENSOR_MAX_DIMS];
   int nd;
@@ -651,6 +1015,10 @@ int gt_ckpt_read(const char *path, const gt_ckpt_state *st, MPI_Comm comm)
     return gt_ckpt_open_error(path);
   }
   status = gt_ckpt_read_format(file, path, &r.format);
+  if (status == GT_SUCCESS && r.format >= 3)
+    gt_preader_open(&r.pread, path, st->direct != GT_CKPT_DIRECT_OFF);
+  else
+    r.pread.fd = r.pread.fd_direct = r.pread.fd_direct_open = -1;
   if (status == GT_SUCCESS)
     status = gt_ckpt_plan_swap(st, false, &r.plan);
   int local = GT_SUCCESS;
@@ -665,12 +1033,15 @@ int gt_ckpt_read(const char *path, const gt_ckpt_state *st, MPI_Comm comm)
     status = rank_status;
   status = gt_h5_close_all(status, 1, &file);
   gt_comm_foreign_end();
+  gt_preader_close(&r.pread);
   free(r.staging);
   free(r.rbuf);
   free(r.stored);
   free(r.send);
   free(r.recv);
   gt_swap_plan_free(&r.plan);
+  if (status == GT_ERR_HDF5) /* a damaged block, a read that failed: the file, bad input */
+    return gt_ckpt_damaged(path);
   GT_CALL(status);
   return GT_SUCCESS;
 }

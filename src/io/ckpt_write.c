@@ -109,6 +109,8 @@ static int gt_ckpt_pwrite_fd(gt_ckpt_writer *w, int fd, const char *src, size_t 
                              size_t off, const char *what, bool refusable)
 {
   const bool injected = w->fail_writes;
+  if (!w->defer) /* inside the write scope: this rank is working, not stuck */
+    (void)gt_write_scope_failing();
   while (len > 0) {
     const size_t n = len < GT_PWRITE_MAX ? len : GT_PWRITE_MAX;
     const ssize_t got = injected ? -1 : pwrite(fd, src, n, (off_t)off);
@@ -678,8 +680,7 @@ int gt_ckpt_write_end(gt_ckpt_writer *w, hid_t file, MPI_Comm comm)
   const gt_ckpt_state *st = w->st;
   /* Every entry was written by one rank: the sums of the terms are the
    * checksums. */
-  GT_CALL_MPI(MPI_Allreduce(MPI_IN_PLACE, w->sums, (int)(2 * w->nsums), MPI_UINT64_T, MPI_SUM,
-                            comm));
+  GT_CALL(gt_write_scope_sums(w->sums, 2 * w->nsums, comm));
   for (size_t b = 0; b < w->nsums; b++) {
     uint64_t sum[2] = {w->sums[2 * b] % GT_FLETCHER_MOD, w->sums[2 * b + 1] % GT_FLETCHER_MOD};
     w->values[b] = gt_fletcher_value(sum);
@@ -786,7 +787,7 @@ int gt_ckpt_write_file(const char *path, const char *shown, const gt_ckpt_meta *
      * here (write scope, `local`), and closes the file; only then is the
      * outcome known. The first I/O error is the cause of whatever followed,
      * then a local failure, then HDF5's own error. */
-    gt_write_scope_begin(w.fail_writes);
+    gt_write_scope_begin(w.fail_writes, comm, shown);
     const char *base = strrchr(shown, '/');
     gt_bar_begin(base ? base + 1 : shown, st->ntensors, GT_BAR_ITEMS);
     status = gt_ckpt_write_begin(&w, meta, comm, ids);

@@ -82,17 +82,52 @@ static int gt_dataset_check_file(const char *file)
   htri_t is_hdf5 = H5Fis_hdf5(file);
   if (is_hdf5 < 0)
     H5Eclear2(H5E_DEFAULT);
+  /* HDF5's signature at the start, with a superblock that does not read:
+   * damaged, not another kind of file */
+  char head[8] = {0};
+  FILE *f = is_hdf5 > 0 ? NULL : fopen(file, "rb");
+  const bool signed_hdf5 = f && fread(head, 1, sizeof head, f) == sizeof head &&
+                           memcmp(head, "\211HDF\r\n\032\n", 8) == 0;
+  if (f)
+    fclose(f);
+  GT_CHECK(is_hdf5 > 0 || !signed_hdf5, GT_ERR_INPUT,
+           "dataset file '%s' is an HDF5 file whose superblock is damaged; make it again "
+           "with 'gridtrain ingest'", file);
   GT_CHECK(is_hdf5 > 0, GT_ERR_INPUT,
            "'%s' is not an HDF5 file; make one with 'gridtrain ingest text'", file);
   return GT_SUCCESS;
 }
 
-typedef enum { GT_OBJ_MISSING, GT_OBJ_DATASET, GT_OBJ_OTHER, GT_OBJ_DANGLING } gt_obj_kind;
+typedef enum {
+  GT_OBJ_MISSING,
+  GT_OBJ_DATASET,
+  GT_OBJ_OTHER,
+  GT_OBJ_DANGLING,
+  GT_OBJ_DAMAGED /* its metadata (a group's or its own object header) does not read */
+} gt_obj_kind;
+
+/* A link at path that exists but leads to nothing readable: a soft or
+ * external link that points nowhere (GT_OBJ_DANGLING), or a hard link to an
+ * object whose header does not read (GT_OBJ_DAMAGED, the HDF5 error the
+ * current one). */
+static gt_obj_kind gt_dataset_broken(hid_t file, const char *path, const char *call)
+{
+  gt_error_hdf5(call, __FILE__, __LINE__, __func__); /* the reason, before the next call */
+  H5L_info_t info;
+  if (H5Lget_info(file, path, &info, H5P_DEFAULT) >= 0 && info.type != H5L_TYPE_HARD) {
+    gt_error_clear();
+    return GT_OBJ_DANGLING;
+  }
+  H5Eclear2(H5E_DEFAULT);
+  return GT_OBJ_DAMAGED;
+}
 
 /* Open the dataset at path if it exists; *id stays invalid otherwise. Each
  * link on the path is checked in turn (H5Lexists fails, rather than answers
- * no, when a parent group is missing); a link on it that points nowhere (a
- * dangling soft or external link) is GT_OBJ_DANGLING. */
+ * no, when a parent group is missing - or cannot be read: damaged); a link
+ * on it that points nowhere (a dangling soft or external link) is
+ * GT_OBJ_DANGLING, an object whose metadata does not read GT_OBJ_DAMAGED
+ * (the HDF5 error is the current one). */
 static int gt_dataset_find(hid_t file, const char *path, gt_obj_kind *kind, hid_t *id)
 {
   *kind = GT_OBJ_MISSING;
@@ -109,20 +144,28 @@ static int gt_dataset_find(hid_t file, const char *path, gt_obj_kind *kind, hid_
     char saved = prefix[i];
     prefix[i] = '\0';
     exists = H5Lexists(file, prefix, H5P_DEFAULT);
+    if (exists < 0) /* its parent group exists (checked before) but does not read */
+      gt_error_hdf5("H5Lexists", __FILE__, __LINE__, __func__);
     prefix[i] = saved;
   }
   free(prefix);
-  if (exists > 0 && len > 0 && strcmp(path, "/") != 0)
-    exists = H5Oexists_by_name(file, path, H5P_DEFAULT) > 0 ? 1 : -1;
-  if (exists < 0) { /* a link exists and leads nowhere */
-    H5Eclear2(H5E_DEFAULT);
-    *kind = GT_OBJ_DANGLING;
+  if (exists < 0) {
+    *kind = GT_OBJ_DAMAGED;
+    return GT_SUCCESS;
+  }
+  if (exists > 0 && len > 0 && strcmp(path, "/") != 0 &&
+      H5Oexists_by_name(file, path, H5P_DEFAULT) <= 0) { /* a link that leads nowhere */
+    *kind = gt_dataset_broken(file, path, "H5Oexists_by_name");
     return GT_SUCCESS;
   }
   if (!exists || len == 0 || strcmp(path, "/") == 0)
     return GT_SUCCESS;
 
-  GT_H5_ID(*id, H5Oopen(file, path, H5P_DEFAULT));
+  *id = H5Oopen(file, path, H5P_DEFAULT);
+  if (*id < 0) {
+    *kind = gt_dataset_broken(file, path, "H5Oopen");
+    return GT_SUCCESS;
+  }
   H5I_type_t type;
   GT_CALL_HDF5(type = H5Iget_type(*id));
   if (type == H5I_DATASET) {
@@ -132,6 +175,16 @@ static int gt_dataset_find(hid_t file, const char *path, gt_obj_kind *kind, hid_
     GT_CALL(gt_h5_close(id));
   }
   return GT_SUCCESS;
+}
+
+/* A dataset (or a group on its path) whose HDF5 metadata does not read:
+ * bad input naming the file (the HDF5 error is the current one). */
+static int gt_dataset_damaged(const char *file, const char *dpath)
+{
+  return gt_error_wrap(GT_ERR_INPUT, __FILE__, __LINE__, __func__,
+                       "'%s:%s' cannot be read: the file's HDF5 metadata on that path (an "
+                       "object header or a group) is damaged; make the file again with "
+                       "'gridtrain ingest'", file, dpath);
 }
 
 static int gt_dataset_set_name(gt_dataset *ds, const char *file, const char *dpath)
@@ -163,6 +216,8 @@ static int gt_dataset_open_local(gt_dataset *ds, const char *file, const char *d
   gt_obj_kind kind = GT_OBJ_MISSING;
   if (dpath) {
     GT_CALL(gt_dataset_find(ids[GT_DS_FILE], dpath, &kind, &ids[GT_DS_DSET]));
+    if (kind == GT_OBJ_DAMAGED)
+      return gt_dataset_damaged(file, dpath);
     GT_CHECK(kind != GT_OBJ_DANGLING, GT_ERR_INPUT,
              "'%s:%s' is a link to nothing (a dangling soft or external link)", file, dpath);
     GT_CHECK(kind != GT_OBJ_MISSING, GT_ERR_INPUT,
@@ -180,6 +235,8 @@ static int gt_dataset_open_local(gt_dataset *ds, const char *file, const char *d
     for (int i = 0; i < ntried && kind != GT_OBJ_DATASET; i++) {
       GT_CALL(gt_dataset_find(ids[GT_DS_FILE], tried[i], &kind, &ids[GT_DS_DSET]));
       dpath = tried[i];
+      if (kind == GT_OBJ_DAMAGED)
+        return gt_dataset_damaged(file, dpath);
       GT_CHECK(kind != GT_OBJ_DANGLING, GT_ERR_INPUT,
                "'%s:%s' is a link to nothing (a dangling soft or external link)", file, dpath);
     }

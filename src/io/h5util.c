@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "gridtrain/error.h"
+#include "gridtrain/flight.h"
 
 /* Chunk cache of each dataset in files opened with MPI-IO (HDF5's default
  * is 1 MiB): 8 MiB holds 128 chunks of 64 Ki tokens, so random sequence
@@ -23,6 +24,48 @@
 #define GT_H5_ALIGN_THRESHOLD ((hsize_t)64 << 10)
 #define GT_H5_ALIGN ((hsize_t)4 << 10)
 
+// ---- the flight records of collective file operations --------------------------
+
+/* Files open with the MPI-IO driver: their close is collective too, and is
+ * recorded on the channel of their open (flight.h). Main thread only. */
+#define GT_H5_OPEN_FILES 32
+static struct {
+  hid_t file;
+  int channel;
+  char what[40];
+} gt_h5_files[GT_H5_OPEN_FILES];
+static int gt_h5_nfiles;
+
+const char *gt_h5_base(const char *path)
+{
+  const char *slash = strrchr(path, '/');
+  return slash ? slash + 1 : path;
+}
+
+static void gt_h5_note_open(hid_t file, int channel, const char *what)
+{
+  if (channel < 0 || gt_h5_nfiles == GT_H5_OPEN_FILES)
+    return;
+  gt_h5_files[gt_h5_nfiles].file = file;
+  gt_h5_files[gt_h5_nfiles].channel = channel;
+  snprintf(gt_h5_files[gt_h5_nfiles].what, sizeof gt_h5_files[0].what, "%s", what);
+  gt_h5_nfiles++;
+}
+
+static herr_t gt_h5_close_file(hid_t id)
+{
+  for (int i = 0; i < gt_h5_nfiles; i++)
+    if (gt_h5_files[i].file == id) {
+      const long rec = gt_flight_begin_file(gt_h5_files[i].channel, GT_FL_CLOSE,
+                                            gt_h5_files[i].what);
+      gt_h5_files[i] = gt_h5_files[--gt_h5_nfiles];
+      const herr_t rc = H5Fclose(id);
+      gt_flight_end(rec);
+      return rc;
+    }
+  return H5Fclose(id);
+}
+
 // ---- errors and closing ------------------------------------------------------
 
 int gt_h5_quiet(void)
@@ -34,7 +77,7 @@ int gt_h5_quiet(void)
 static herr_t gt_h5_close_raw(hid_t id)
 {
   switch (H5Iget_type(id)) {
-  case H5I_FILE: return H5Fclose(id);
+  case H5I_FILE: return gt_h5_close_file(id);
   case H5I_GROUP: return H5Gclose(id);
   case H5I_DATASET: return H5Dclose(id);
   case H5I_DATASPACE: return H5Sclose(id);
@@ -108,7 +151,15 @@ static int gt_h5_mpio(const char *path, bool create, unsigned flags, MPI_Comm co
   }
   hid_t fapl = H5I_INVALID_HID;
   *file = H5I_INVALID_HID;
+  /* watched by the hang watchdog: a rank that never comes leaves the others
+   * waiting in MPI_File_open */
+  const int channel = gt_flight_file_channel(comm);
+  const long rec = gt_flight_begin_file(channel, create ? GT_FL_CREATE : GT_FL_OPEN,
+                                        gt_h5_base(path));
   int status = gt_h5_mpio_in(prefixed ? prefixed : path, create, flags, comm, file, &fapl);
+  gt_flight_end(rec);
+  if (status == GT_SUCCESS)
+    gt_h5_note_open(*file, channel, gt_h5_base(path));
   free(prefixed);
   GT_CALL(gt_h5_close_all(status, 1, &fapl));
   return GT_SUCCESS;

@@ -15,6 +15,9 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/* The part of path after its last '/' (for messages). */
+const char *gt_h5_base(const char *path);
+
 /* Turn off HDF5's automatic printing of its error stack (process-wide):
  * errors reach us through GT_CALL_HDF5 instead. Not collective. */
 int gt_h5_quiet(void);
@@ -30,7 +33,11 @@ int gt_h5_close(hid_t *id);
  * failure, else GT_SUCCESS. */
 int gt_h5_close_all(int status, int n, hid_t ids[]);
 
-/* Open an existing file with the MPI-IO driver on comm (flags: H5F_ACC_RDONLY
+/* The collective file calls below (gt_h5_open_mpio, gt_h5_create_mpio, and
+ * closing a file they opened) are flight records of the "file" channel
+ * (flight.h): the hang watchdog names a rank that never entered one.
+ *
+ * Open an existing file with the MPI-IO driver on comm (flags: H5F_ACC_RDONLY
  * or H5F_ACC_RDWR), with an 8 MiB chunk cache per dataset for random reads.
  * path is a plain file name, colons included (ROMIO file-system prefixes such
  * as "lustre:" are not interpreted). Collective on comm. */

@@ -31,17 +31,23 @@
 #include "write_scope.h"
 
 #include <mpi.h>
+#include <limits.h>
 #include <stdio.h>
 
 #include "gridtrain/comm.h"
 #include "gridtrain/error.h"
+#include "gridtrain/flight.h"
+#include "h5util.h"
 
 static struct {
   int active; /* inside gt_write_scope_begin / gt_write_scope_end */
   int fail;   /* GT_FAULT=ckpt_write_fail armed for this scope on this rank */
   int code;   /* the first error noted (MPI_SUCCESS: none) */
   char what[512];
-} gt_io;
+  int channel;  /* the flight recorder's file channel (-1: none) */
+  long record;  /* the scope's flight record */
+  char file[40];
+} gt_io = {.channel = -1, .record = -1};
 
 static void gt_io_note(int code, const char *what)
 {
@@ -99,8 +105,11 @@ static int gt_io_done(int rc, const char *call, int count, MPI_Datatype type, MP
 static const gt_file_watch gt_io_watch = {
     .failing = gt_io_failing, .injected = gt_io_injected, .done = gt_io_done};
 
-void gt_write_scope_begin(bool fail_writes)
+void gt_write_scope_begin(bool fail_writes, MPI_Comm comm, const char *file)
 {
+  snprintf(gt_io.file, sizeof gt_io.file, "%s", file ? gt_h5_base(file) : "");
+  gt_io.channel = gt_flight_file_channel(comm);
+  gt_io.record = gt_flight_begin_file(gt_io.channel, GT_FL_WRITE, gt_io.file);
   gt_io.active = 1;
   gt_io.fail = fail_writes;
   gt_io.code = MPI_SUCCESS;
@@ -111,6 +120,9 @@ void gt_write_scope_begin(bool fail_writes)
 int gt_write_scope_end(void)
 {
   gt_comm_watch_files(NULL);
+  gt_flight_end(gt_io.record);
+  gt_io.record = -1;
+  gt_io.channel = -1;
   const int code = gt_io.code;
   gt_io.active = gt_io.fail = 0;
   gt_io.code = MPI_SUCCESS;
@@ -125,4 +137,19 @@ void gt_write_scope_note(const char *what)
     gt_io_note(MPI_ERR_IO, what);
 }
 
-bool gt_write_scope_failing(void) { return gt_io.active && gt_io.fail; }
+int gt_write_scope_sums(uint64_t *sums, size_t count, MPI_Comm comm)
+{
+  GT_CHECK(count <= (size_t)INT_MAX, GT_ERR_INPUT, "%zu checksum terms are too many", count);
+  const long rec = gt_flight_begin_file(gt_io.channel, GT_FL_CHECKSUMS, gt_io.file);
+  const int rc = MPI_Allreduce(MPI_IN_PLACE, sums, (int)count, MPI_UINT64_T, MPI_SUM, comm);
+  gt_flight_end(rec);
+  GT_CALL_MPI(rc);
+  return GT_SUCCESS;
+}
+
+bool gt_write_scope_failing(void)
+{
+  if (gt_io.active) /* asked before each data write: this rank is working, not stuck */
+    gt_flight_progress();
+  return gt_io.active && gt_io.fail;
+}

@@ -6,7 +6,10 @@
 #ifndef GT_IO_WRITE_SCOPE_H
 #define GT_IO_WRITE_SCOPE_H
 
+#include <mpi.h>
 #include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 
 /* A write scope: between begin and end, the MPI-IO calls that put data on
  * disk (MPI_File_write_at_all, MPI_File_write_at, MPI_File_set_size,
@@ -20,8 +23,13 @@
  * fail_writes makes every write of the scope on this rank fail with an
  * MPI_ERR_IO error (GT_FAULT=ckpt_write_fail, fault.h); a collective write
  * still takes part in the collective, with no data.
+ * The scope is one flight record (flight.h), operation "write" of file
+ * `file` (its name in messages) on the "file" channel of comm's members,
+ * open from begin to end: the hang watchdog names a rank that never entered
+ * the write, or stopped answering in it, when the others wait in one of its
+ * collective calls.
  * Not collective; scopes do not nest. Works in both wait modes. */
-void gt_write_scope_begin(bool fail_writes);
+void gt_write_scope_begin(bool fail_writes, MPI_Comm comm, const char *file);
 
 /* End the write scope. GT_SUCCESS when no call failed; otherwise
  * GT_ERR_SYSTEM with the first error as the current one ("MPI_File_write_at_all
@@ -37,8 +45,16 @@ int gt_write_scope_end(void);
  * collective. */
 void gt_write_scope_note(const char *what);
 
+/* The checksum agreement of the scope's file: sums[0..count) summed over
+ * comm in place (MPI_Allreduce of uint64), a flight record "checksums" of
+ * the file's channel. Collective on comm (the comm of gt_write_scope_begin). */
+int gt_write_scope_sums(uint64_t *sums, size_t count, MPI_Comm comm);
+
 /* True inside a write scope whose writes are to fail (gt_write_scope_begin's
- * fail_writes): a writer outside MPI-IO then fails its writes too. */
+ * fail_writes): a writer outside MPI-IO then fails its writes too. A writer
+ * asks before each write: inside a scope the call counts as this rank's
+ * progress for the hang watchdog (gt_flight_progress), so that a rank busy
+ * with a long write of its own is not taken for a stuck one. */
 bool gt_write_scope_failing(void);
 
 #endif /* GT_IO_WRITE_SCOPE_H */

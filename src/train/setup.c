@@ -189,6 +189,27 @@ static int gt_check_outputs(const gt_config *cfg)
   const char *what[] = {"[data] train", "[data] val", "the input deck", "[checkpoint] resume",
                         "[checkpoint] init"};
   GT_CALL(gt_path_refuse_clobber(cfg->run.metrics, "[run] metrics", 5, in, what));
+  /* nor a checkpoint that resume = auto may load (appending JSON to it
+   * damages it) */
+  if (!cfg->run.metrics[0] || !cfg->checkpoint.dir[0] || strcmp(cfg->checkpoint.resume, "auto"))
+    return GT_SUCCESS;
+  char (*list)[GT_PATH_MAX] = NULL, problem[512];
+  int n = 0;
+  if (gt_ckpt_candidates(cfg->checkpoint.dir, &list, &n, problem, sizeof problem) != GT_SUCCESS)
+    gt_error_clear(); /* the resume says what is wrong with the directory */
+  int status = GT_SUCCESS;
+  for (int i = 0; i < n && status == GT_SUCCESS; i++)
+    status = gt_path_refuse_clobber(cfg->run.metrics, "[run] metrics", 1,
+                                    (const char *const[]){list[i]},
+                                    (const char *const[]){"a checkpoint that [checkpoint] "
+                                                          "resume = auto may load"});
+  free(list);
+  GT_CALL(status);
+  char latest[GT_PATH_MAX + 8]; /* the file that names the checkpoint to load */
+  snprintf(latest, sizeof latest, "%s/latest", cfg->checkpoint.dir);
+  GT_CALL(gt_path_refuse_clobber(cfg->run.metrics, "[run] metrics", 1,
+                                 (const char *const[]){latest},
+                                 (const char *const[]){"the checkpoint directory's"}));
   return GT_SUCCESS;
 }
 

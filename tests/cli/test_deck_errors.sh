@@ -134,6 +134,14 @@ expect "negative checkpoint interval" "[checkpoint] every = '-1' is not valid" \
   train "$deck" data.train="$data" checkpoint.every=-1
 expect "resume from a file that is not a checkpoint" "is not a gridtrain checkpoint" \
   train "$deck" data.train="$data" checkpoint.resume="$data"
+# checks of values and checks after parsing name the deck file and line
+dline=$(($(wc -l <"$deck") + 2))
+deck_with "[run]" "hang_timeout = 0.001"
+expect "hang_timeout below 1 s" "$bad:$dline: [run] hang_timeout = '0.001' is not valid; expected 0 (off) or a number in [1," \
+  train "$bad" data.train="$data"
+deck_with "[parallel]" "schedule = 1g1b"
+expect "a check after parsing names the deck line" "$bad:$dline: [parallel] schedule = '1g1b': unknown schedule" \
+  train "$bad" data.train="$data"
 expect "train without a deck" "train: missing input deck" train
 expect "unknown command" "unknown command 'trian'" trian "$deck"
 

@@ -128,14 +128,15 @@ for wait in busy yield; do
   ok $? "$name: the same run in a good directory writes its checkpoint"
 
   # the disk fills up in the middle of the data of step 3 / when latest.tmp
-  # is written (room for two step files, ranks.txt, .lock and one latest, not two)
+  # is written (room for two step files, two rank tables, .lock and one latest, not two)
   for kind in data latest; do
     name="tmpfs-$kind-$wait"
     if [ $kind = data ]; then
       tmpfs $((pages + 1 + pages / 2))
       cause='(MPI_File_write_at(_all)?|pwrite) failed: No space left on device'
     else
-      tmpfs $((2 * pages + 3)) # two pages more: ranks.txt (the watchdog's) and .lock
+      tmpfs $((2 * pages + 4)) # three pages more: the rank tables of the copied run and of
+      # this one (the watchdog's ranks-*.txt; ranks.txt is a link) and .lock
       cause="latest.tmp: No space left on device"
     fi
     cp -r "$base" "$dir"

@@ -6,7 +6,10 @@
 # job must end non-zero within 5 s of the kill, `latest` must name a
 # checkpoint that `ckpt verify` accepts (never a .tmp file), ranks.txt must
 # name the rank of the PID that the launcher reports, and the next run must
-# resume from the checkpoint and finish.
+# resume from the checkpoint and finish, keeping the killed job's rank table
+# (ranks.txt then names the rerun's). A surviving rank on the host names the
+# dead rank when it runs before the launcher ends it: at least once in the
+# 20 random kills.
 # docs/errors.md rows: E-DEAD-01
 # gt-test: tier=full
 . "$GT_SRCDIR/tests/lib.sh"
@@ -40,9 +43,12 @@ after() {
   a_pid=$(sed -n 's/^=   PID \([0-9]*\) RUNNING AT.*/\1/p' "$GT_TMP/$a_name.out" | head -n 1)
   [ -n "$a_pid" ] && awk -v p="$a_pid" '$3 == p { f = 1 } END { exit !f }' "$a_dir/ranks.txt"
   ok $? "$a_name: ranks.txt names the rank of the dead PID $a_pid"
+  a_table=$(readlink "$a_dir/ranks.txt")
   run_mpi "$a_n" 120 "$GT_BIN" train "$deck" data.train="$data" data.val="$data" checkpoint.dir="$a_dir" \
     run.steps="$a_steps" run.eval_every=4 "$a_layout" >"$GT_TMP/$a_name.rerun" 2>&1
   a_rc=$?
+  [ -n "$a_table" ] && [ -f "$a_dir/$a_table" ] && [ "$(readlink "$a_dir/ranks.txt")" != "$a_table" ]
+  ok $? "$a_name: the killed job's rank table $a_table is kept, ranks.txt names the rerun's"
   a_from=$(sed -n 's/^gridtrain: resumed from .* at step \([0-9]*\)$/\1/p' \
     "$GT_TMP/$a_name.rerun")
   [ $a_rc -eq 0 ] && grep -q "^gridtrain: done" "$GT_TMP/$a_name.rerun" &&
@@ -84,6 +90,7 @@ after ckpt "$GT_TMP/ck-ckpt" 12 2 grid.pp=2
 # ---- 20 random moments, from outside ------------------------------------------------------
 
 layouts="grid.dp=2 grid.pp=2 grid.tp=2"
+named=0
 i=1
 while [ $i -le 20 ]; do
   set -- $layouts
@@ -111,9 +118,13 @@ while [ $i -le 20 ]; do
   [ -n "$pid" ] && [ $rc -ne 0 ] && [ "$t_ms" -le 5000 ]
   t_what="random $i ($layout, rank $victim): the job ends non-zero (status $rc)"
   ok $? "$t_what ${t_ms} ms after the kill"
+  grep -q "^gridtrain: rank [0-9]*: rank $victim (host [^,]*, .*) died" "$GT_TMP/r$i.out" &&
+    named=$((named + 1))
   last=$(sed -n 's/^step \([0-9]*\)\/.*/\1/p' "$GT_TMP/r$i.out" | tail -n 1)
   after "r$i" "$dir" $((${last:-0} + 4)) 2 "$layout"
   i=$((i + 1))
 done
+[ $named -ge 1 ]
+ok $? "a survivor named the dead rank in $named of 20 random kills"
 
 done_testing

@@ -5,7 +5,9 @@
 # of group (tp, pp, dp, embed) and in a 3D layout. Each run must end with
 # status 4 within hang_timeout + 10 s, with one diagnosis line that names
 # that rank, the communicator and the operation; every rank that can answer
-# dumps its flight records, and `gridtrain flight` merges them.
+# dumps its flight records, and `gridtrain flight` merges them. A rank
+# frozen in a checkpoint write (the others wait in H5Fcreate) is named with
+# the file operation.
 # docs/errors.md rows: E-HANG-01, E-HANG-02
 # gt-test: tier=full
 . "$GT_SRCDIR/tests/lib.sh"
@@ -107,6 +109,30 @@ check frozen-dp 2 "did not answer \(dead or frozen\) in (dp|world) allreduce #[0
 # rank 0, the diagnoser, frozen: rank 1 takes over
 freeze frozen-r0 4 0 grid.dp=2 grid.tp=2
 check frozen-r0 0 "did not answer \(dead or frozen\) in (tp|dp|world) [a-z_]+ #[0-9]+"
+
+# ---- a rank frozen in a checkpoint write ---------------------------------------------------
+
+# The others wait in MPI_File_open inside H5Fcreate, outside gridtrain's
+# collectives: the file operations are flight records too (channel "file").
+# Rank 1 stops before the create (GT_FAULT=coll_sleep comm=file op=create),
+# then is frozen (SIGSTOP): its watchdog cannot answer either.
+f_t0=$(date +%s)
+GT_FAULT=coll_sleep:rank=1:comm=file:op=create run_mpi 2 90 "$GT_BIN" train "$deck" \
+  data.train="$data" run.steps=100000 checkpoint.dir="$GT_TMP/ckpt-frozen" checkpoint.every=2 \
+  run.hang_timeout=$timeout_s parallel.wait=yield >"$GT_TMP/ckpt-frozen.out" 2>&1 &
+f_job=$!
+f_i=0
+while [ $f_i -lt 600 ] && ! grep -q 'sleeps before file create' "$GT_TMP/ckpt-frozen.out"; do
+  sleep 0.1
+  f_i=$((f_i + 1))
+done
+f_pid=$(awk '$1 == 1 { print $3 }' "$GT_TMP/ckpt-frozen/ranks.txt")
+[ -n "$f_pid" ] && kill -STOP "$f_pid"
+wait $f_job
+hang_rc=$?
+hang_s=$(($(date +%s) - f_t0))
+[ -n "$f_pid" ] && kill -CONT "$f_pid" 2>/dev/null
+check ckpt-frozen 1 "did not answer \(dead or frozen\) in file create step_00000002\.h5\.tmp #[0-9]+"
 
 # ---- gridtrain flight ---------------------------------------------------------------------
 
