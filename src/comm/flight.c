@@ -104,6 +104,17 @@ static int gt_fl_members(MPI_Comm comm, int **out, int *size)
   return GT_SUCCESS;
 }
 
+/* The lowest world rank of a member list: the instance that names a
+ * channel in messages. */
+static int gt_fl_lowest(const int *ranks, int size)
+{
+  int lowest = ranks[0];
+  for (int r = 1; r < size; r++)
+    if (ranks[r] < lowest)
+      lowest = ranks[r];
+  return lowest;
+}
+
 int gt_flight_name(MPI_Comm comm, const char *name)
 {
   if (comm == MPI_COMM_NULL)
@@ -123,10 +134,7 @@ int gt_flight_name(MPI_Comm comm, const char *name)
   snprintf(c->name, sizeof c->name, "%s", name);
   c->size = size;
   c->world = ranks;
-  c->instance = ranks[0];
-  for (int r = 1; r < size; r++)
-    if (ranks[r] < c->instance)
-      c->instance = ranks[r];
+  c->instance = gt_fl_lowest(ranks, size);
   return GT_SUCCESS;
 }
 
@@ -161,10 +169,7 @@ int gt_flight_file_channel(MPI_Comm comm)
   c->hash = (int)(hash & 0x3fffffff);
   c->size = size;
   c->world = ranks;
-  c->instance = ranks[0];
-  for (int r = 1; r < size; r++)
-    if (ranks[r] < c->instance)
-      c->instance = ranks[r];
+  c->instance = gt_fl_lowest(ranks, size);
   return gt_fl.ncomms++;
 }
 
