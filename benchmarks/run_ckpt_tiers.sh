@@ -6,7 +6,10 @@
 # For every rank count (dp = ranks), R times, on the 124M deck
 # (inputs/gpt2-124m.in: GPT-2 124M, seq_len 64, batch 4):
 #   run "sync"    [checkpoint] async = off, every E steps, and the node-local
-#                 tier every E steps without partner copies
+#                 tier every E steps without partner copies (local_keep = 1:
+#                 without ZeRO every rank's part is its whole replica, and
+#                 /dev/shm is memory: 124M at 2 ranks with partner copies and
+#                 local_keep = 2 held 12 GB and a rank was killed for memory)
 #   run "async"   async = on, and the node-local tier with partner = on
 # From rank 0's log, the seconds the step waited (a run's first and last
 # writes left out: the first allocates, the last is waited for anyway):
@@ -118,15 +121,18 @@ for n in $(echo "$ranks" | tr ',' ' '); do
       say "== $n rank(s), $mode, run $r"
       run "$name" "$n" "$steps" checkpoint.dir="$out/ck-$name" checkpoint.every="$every" \
         checkpoint.keep=1 checkpoint.async=$async checkpoint.local_dir="$localdir/$name" \
-        checkpoint.local_every="$every" checkpoint.partner=$partner
+        checkpoint.local_every="$every" checkpoint.local_keep=1 checkpoint.partner=$partner
       grep "checkpoint .* written\|node-local state of step .* written" "$out/$name.log" |
         sed 's/^/#   /' | tee -a "$log"
       f=$(ls "$out/ck-$name"/step_*.h5 2>/dev/null | tail -n 1)
       [ -n "$f" ] && stat -c %s "$f" >"$out/size"
       if [ "$mode" = async ]; then
         # recoveries: one more step, from the node-local state, then from the global file
-        run "$name-rl" "$n" $((steps + 1)) checkpoint.dir="$out/ck-$name" checkpoint.keep=1 \
+        # (its own global directory: the global recovery after it must not
+        # find this run's last checkpoint)
+        run "$name-rl" "$n" $((steps + 1)) checkpoint.dir="$out/ck-$name-rl" checkpoint.keep=1 \
           checkpoint.local_dir="$localdir/$name" checkpoint.local_every="$every"
+        rm -rf "$out/ck-$name-rl"
         grep "^gridtrain: resumed" "$out/$name-rl.log" | sed 's/^/#   /' | tee -a "$log"
         rm -rf "$localdir/$name"
         sync
