@@ -73,7 +73,7 @@ fake wrong "$src" || bail "cannot build a shared library with ${CC:-cc}"
 run_cuda LD_LIBRARY_PATH="$GT_TMP/old${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" >"$GT_TMP/old.out" 2>&1
 rc=$?
 [ $rc -eq 2 ] && [ "$(grep -c '^gridtrain: error:' "$GT_TMP/old.out")" -eq 1 ] &&
-  grep -q "^gridtrain: error: \[backend\] device = cuda: libcublasLt\.so\.$major has no cublasLtCreate: too old a cuBLASLt; install .* LD_LIBRARY_PATH" \
+  grep -q "^gridtrain: error: command line: \[backend\] device = cuda: libcublasLt\.so\.$major has no cublasLtCreate: too old a cuBLASLt; install .* LD_LIBRARY_PATH" \
     "$GT_TMP/old.out"
 ok $? "a libcublasLt.so.$major without cublasLtCreate: one error naming it, exit 2 (status $rc)"
 [ $rc -eq 2 ] || tail -n 3 "$GT_TMP/old.out" | sed 's/^/#   /'
@@ -81,7 +81,7 @@ ok $? "a libcublasLt.so.$major without cublasLtCreate: one error naming it, exit
 run_cuda LD_LIBRARY_PATH="$GT_TMP/wrong${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" >"$GT_TMP/wrong.out" 2>&1
 rc=$?
 [ $rc -eq 2 ] &&
-  grep -q "^gridtrain: error: \[backend\] device = cuda: libcublasLt\.so\.$major is cuBLASLt $((major - 1))\.5\.0; gridtrain needs cuBLASLt $major\.x" \
+  grep -q "^gridtrain: error: command line: \[backend\] device = cuda: libcublasLt\.so\.$major is cuBLASLt $((major - 1))\.5\.0; gridtrain needs cuBLASLt $major\.x" \
     "$GT_TMP/wrong.out"
 ok $? "a libcublasLt.so.$major of version $((major - 1)).5.0: one error naming both versions, exit 2 (status $rc)"
 [ $rc -eq 2 ] || tail -n 3 "$GT_TMP/wrong.out" | sed 's/^/#   /'

@@ -136,7 +136,7 @@ with open(sys.argv[1], "r+b") as f:
     f.write(bytes([b[0] ^ 0xFF]))
 EOF
 # E-SAMPLE-05 (docs/errors.md): a damaged weight block is bad input too
-bad damaged 1 "cannot read checkpoint $GT_TMP/flipped.h5" "$GT_TMP/flipped.h5"
+bad damaged 1 "checkpoint $GT_TMP/flipped.h5: /model/[a-z0-9_.]* is damaged: the checksum" "$GT_TMP/flipped.h5"
 bad pp 1 "grid.pp=2: sample runs the whole model on one pipeline stage" "$ck" grid.pp=2
 bad tp-ranks 1 "grid.tp=2, but the job has 1 rank" "$ck" grid.tp=2
 bad empty-prompt 1 "the prompt encodes to no token" "$ck" --prompt "" --data "$data"
