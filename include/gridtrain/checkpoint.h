@@ -120,6 +120,12 @@ typedef struct gt_ckpt_state {
                                     contiguous range of every such tensor.
                                     Every rank of it calls gt_ckpt_write. */
   gt_ckpt_direct direct;         /* writing: O_DIRECT for the tensor data */
+  bool copy_later;               /* gt_ckpt_async_begin: the caller leaves the
+                                    values and moments unchanged until
+                                    gt_ckpt_async_snapshot returns, so that
+                                    where device memory is host memory the
+                                    writer thread copies them while the
+                                    caller goes on */
   /* State of each rank that is not a tensor of the model (compression
    * residuals, local replicas): rank_n floats of host memory at rank_state,
    * and rank_tag, one line saying what they are that is the same on every
@@ -248,7 +254,8 @@ int gt_ckpt_save(const char *dir, int keep, const gt_ckpt_meta *meta,
  * as many bytes as this rank writes); then it returns, and a writer thread
  * writes that copy at the datasets' offsets with its own pwrite calls (no
  * HDF5, no MPI). The copy is a snapshot: the caller may change the state at
- * once. gt_ckpt_async_settle, at every step boundary, finishes the file
+ * once, or with st->copy_later (host-visible memory: the thread makes the
+ * copy) after gt_ckpt_async_snapshot. gt_ckpt_async_settle, at every step boundary, finishes the file
  * (checksums, attributes, close) once every rank's writer is done; rank 0
  * then makes it durable and names it (latest, pruning) on the writer
  * thread, and a later settle agrees on that. At most one write is in
@@ -300,6 +307,11 @@ int gt_ckpt_async_begin(gt_ckpt_async *a, const char *dir, int keep, const gt_ck
  * what was settled. Nothing in flight (or a NULL): returns at once, no
  * communication. */
 int gt_ckpt_async_settle(gt_ckpt_async *a, bool wait, gt_ckpt_async_report *report);
+
+/* Not collective: wait until the writer thread has copied what the begin
+ * left to it (st->copy_later); the caller may then change the state. At
+ * once when nothing is left to copy. */
+void gt_ckpt_async_snapshot(gt_ckpt_async *a);
 
 /* Not collective: a write is in flight (begun, not settled). */
 bool gt_ckpt_async_busy(const gt_ckpt_async *a);

@@ -141,11 +141,24 @@ int gt_path_mkdirs(const char *dir, char *failed, size_t size)
   }
 }
 
+/* Append len bytes of text at out[*o] (size bytes in all, a '\0' kept room
+ * for); false when they do not fit. */
+static bool gt_path_append(char *out, size_t size, size_t *o, const char *text, size_t len,
+                           char *why, size_t msize)
+{
+  if (*o + len + 1 > size) {
+    snprintf(why, msize, "the path is too long");
+    return false;
+  }
+  memcpy(out + *o, text, len);
+  *o += len;
+  return true;
+}
+
 int gt_path_expand_env(const char *in, char *out, size_t size, char *why, size_t msize)
 {
   size_t o = 0;
   for (const char *p = in; *p;) {
-    const char *value = NULL;
     char name[128];
     if (p[0] == '%' && (p[1] == 'h' || p[1] == '%')) { /* the host name, or a '%' */
       char host[256] = "%";
@@ -154,13 +167,8 @@ int gt_path_expand_env(const char *in, char *out, size_t size, char *why, size_t
         return -1;
       }
       host[sizeof host - 1] = '\0';
-      const size_t len = strlen(host);
-      if (o + len + 1 > size) {
-        snprintf(why, msize, "the path is too long");
+      if (!gt_path_append(out, size, &o, host, strlen(host), why, msize))
         return -1;
-      }
-      memcpy(out + o, host, len);
-      o += len;
       p += 2;
       continue;
     }
@@ -181,25 +189,18 @@ int gt_path_expand_env(const char *in, char *out, size_t size, char *why, size_t
       snprintf(name, sizeof name, "%.*s", (int)(n - 1), p + 1);
       p += n;
     } else {
-      if (o + 1 >= size) {
-        snprintf(why, msize, "the path is too long");
+      if (!gt_path_append(out, size, &o, p, 1, why, msize))
         return -1;
-      }
-      out[o++] = *p++;
+      p++;
       continue;
     }
-    value = getenv(name);
+    const char *value = getenv(name);
     if (!value || !value[0]) {
       snprintf(why, msize, "$%s is not set", name);
       return -1;
     }
-    const size_t len = strlen(value);
-    if (o + len + 1 > size) {
-      snprintf(why, msize, "the path is too long");
+    if (!gt_path_append(out, size, &o, value, strlen(value), why, msize))
       return -1;
-    }
-    memcpy(out + o, value, len);
-    o += len;
   }
   if (size)
     out[o] = '\0';

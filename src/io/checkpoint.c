@@ -371,8 +371,7 @@ int gt_ckpt_dir_prepare(const char *dir, MPI_Comm comm)
   return GT_SUCCESS;
 }
 
-/* fsync a file or directory by name. */
-static int gt_fsync_path(const char *path, bool directory)
+int gt_fsync_path(const char *path, bool directory)
 {
   int fd = open(path, directory ? O_RDONLY | O_DIRECTORY : O_RDONLY);
   GT_CHECK(fd >= 0, GT_ERR_SYSTEM, "cannot open %s to sync it: %s", path, strerror(errno));

@@ -5,8 +5,9 @@
  * memory (the step waits for that much); a writer thread writes the copy at
  * the datasets' offsets with our own pwrite (no HDF5, no MPI: HDF5 is not
  * thread-safe here and the data reader uses it from its own thread); the
- * main thread finishes the file (checksums, attributes, close) and names it
- * at a later step boundary, once every rank's writer is done.
+ * main thread finishes the file (checksums, attributes, close) at a later
+ * step boundary, once every rank's writer is done; then every rank's
+ * thread syncs the file and, once all have, rank 0's thread names it.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -29,6 +30,14 @@
 #include "h5util.h"
 #include "write_scope.h"
 
+/* The phases of a write in flight, each done on the writer thread and
+ * agreed on at a later step boundary. */
+enum {
+  GT_AW_WRITE,   /* the data (gt_ckpt_write_jobs) */
+  GT_AW_SYNC,    /* closed everywhere: every rank fsyncs the file */
+  GT_AW_PUBLISH  /* synced everywhere: rank 0 names it (gt_ckpt_publish) */
+};
+
 struct gt_ckpt_async {
   gt_backend *be;          /* owns the arena (alloc_host) */
   void *arena_raw;         /* the pinned allocation; w.arena: its 4 KiB-aligned start */
@@ -39,13 +48,16 @@ struct gt_ckpt_async {
   MPI_Comm comm;
   pthread_t thread;
   bool busy;               /* a write begun and not finished */
-  bool publishing;         /* written and agreed: rank 0 names it on the thread */
-  int pub_status;          /* rank 0: gt_ckpt_publish's, with its message */
-  char pub_message[1024], pub_origin[256];
+  int phase;               /* what the thread does (GT_AW_*) */
+  int th_status;           /* the sync's or rank 0's publishing's, with its message */
+  char th_message[1024], th_origin[256];
   bool threaded;           /* the writer thread runs (else the jobs ran inline) */
   bool scope_fail;         /* GT_FAULT=ckpt_write_fail: the HDF5 part fails too */
   bool slow;               /* GT_FAULT=ckpt_async_slow: the writer waits 1 s first */
   atomic_bool done, cancel;
+  pthread_mutex_t snap_mu; /* snapped, under it: the thread's copies made */
+  pthread_cond_t snap_cv;
+  bool snapped;
   char dir[GT_PATH_MAX], path[GT_PATH_MAX], tmp[GT_PATH_MAX + 16];
   int keep;
   long step;
@@ -87,11 +99,45 @@ int gt_ckpt_async_create(gt_backend *be, gt_ckpt_async **out)
     a->ids[i] = H5I_INVALID_HID;
   atomic_init(&a->done, false);
   atomic_init(&a->cancel, false);
+  a->snapped = true;
+  if (pthread_mutex_init(&a->snap_mu, NULL) != 0) {
+    free(a);
+    return GT_ERROR(GT_ERR_SYSTEM, "cannot make a mutex");
+  }
+  if (pthread_cond_init(&a->snap_cv, NULL) != 0) {
+    pthread_mutex_destroy(&a->snap_mu);
+    free(a);
+    return GT_ERROR(GT_ERR_SYSTEM, "cannot make a condition variable");
+  }
   *out = a;
   return GT_SUCCESS;
 }
 
 bool gt_ckpt_async_busy(const gt_ckpt_async *a) { return a && a->busy; }
+
+/* The writer thread's copies are made (gt_ckpt_write_jobs). */
+static void gt_ckpt_async_snapped(void *arg)
+{
+  gt_ckpt_async *a = arg;
+  pthread_mutex_lock(&a->snap_mu);
+  a->snapped = true;
+  pthread_cond_broadcast(&a->snap_cv);
+  pthread_mutex_unlock(&a->snap_mu);
+}
+
+void gt_ckpt_async_snapshot(gt_ckpt_async *a)
+{
+  if (!a)
+    return;
+  const double t0 = gt_now();
+  pthread_mutex_lock(&a->snap_mu);
+  const bool waited = !a->snapped;
+  while (!a->snapped)
+    pthread_cond_wait(&a->snap_cv, &a->snap_mu);
+  pthread_mutex_unlock(&a->snap_mu);
+  if (waited)
+    a->blocked += gt_now() - t0;
+}
 
 static void *gt_ckpt_async_main(void *arg)
 {
@@ -101,24 +147,40 @@ static void *gt_ckpt_async_main(void *arg)
   (void)pthread_setschedparam(pthread_self(), SCHED_BATCH, &(struct sched_param){0});
   for (int i = 0; a->slow && i < 100 && !atomic_load(&a->cancel); i++)
     nanosleep(&(struct timespec){.tv_nsec = 10000000}, NULL);
-  gt_ckpt_write_jobs(&a->w, &a->cancel);
+  gt_ckpt_write_jobs(&a->w, &a->cancel, gt_ckpt_async_snapped, a);
   atomic_store(&a->done, true);
   return NULL;
 }
 
-/* Rank 0's publishing (gt_ckpt_publish: fsync, latest.tmp, renames,
- * pruning) on the writer thread; its error is kept as text for the main
- * thread (errors are per thread). */
-static void *gt_ckpt_async_publish_main(void *arg)
+/* The thread's outcome, its error kept as text for the main thread
+ * (errors are per thread). */
+static void gt_ckpt_async_keep(gt_ckpt_async *a, int status)
 {
-  gt_ckpt_async *a = arg;
-  a->pub_status = gt_ckpt_publish(a->dir, a->tmp, a->path, a->keep, a->step);
-  if (a->pub_status != GT_SUCCESS) {
-    snprintf(a->pub_message, sizeof a->pub_message, "%s", gt_error_message());
-    snprintf(a->pub_origin, sizeof a->pub_origin, "%s", gt_error_origin());
+  a->th_status = status;
+  if (status != GT_SUCCESS) {
+    snprintf(a->th_message, sizeof a->th_message, "%s", gt_error_message());
+    snprintf(a->th_origin, sizeof a->th_origin, "%s", gt_error_origin());
     gt_error_clear();
   }
   atomic_store(&a->done, true);
+}
+
+/* Every rank, the file closed everywhere: what HDF5 wrote at the close
+ * (metadata, on whichever rank it wrote it) durable, as H5Fflush's
+ * MPI_File_sync would make it on the step. */
+static void *gt_ckpt_async_sync_main(void *arg)
+{
+  gt_ckpt_async *a = arg;
+  gt_ckpt_async_keep(a, gt_fsync_path(a->tmp, false));
+  return NULL;
+}
+
+/* Rank 0's publishing (gt_ckpt_publish: fsync, latest.tmp, renames,
+ * pruning) on the writer thread. */
+static void *gt_ckpt_async_publish_main(void *arg)
+{
+  gt_ckpt_async *a = arg;
+  gt_ckpt_async_keep(a, gt_ckpt_publish(a->dir, a->tmp, a->path, a->keep, a->step));
   return NULL;
 }
 
@@ -299,25 +361,34 @@ int gt_ckpt_async_begin(gt_ckpt_async *a, const char *dir, int keep, const gt_ck
     return gt_ckpt_async_drop(a, status, in_scope);
   if (in_scope)
     gt_comm_foreign_end();
+  /* what the thread copies is the state as the work queued so far leaves it */
+  status = a->w.ncopies ? a->be->ops->sync(a->be) : GT_SUCCESS;
+  status = gt_error_agree(status, comm);
+  if (status != GT_SUCCESS) {
+    status = gt_error_wrap(status, __FILE__, __LINE__, __func__, "cannot write checkpoint %s",
+                           path);
+    return gt_ckpt_async_drop(a, status, false);
+  }
   a->busy = true;
-  a->publishing = false;
+  a->phase = GT_AW_WRITE;
   a->waited = a->finished = 0;
-  gt_ckpt_async_run(a, gt_ckpt_async_main);
+  a->snapped = a->w.ncopies == 0;
   a->blocked = gt_now() - t0;
+  gt_ckpt_async_run(a, gt_ckpt_async_main);
   return GT_SUCCESS;
 }
 
 /* Every rank's writer is done (failed: on some rank it failed): the
- * checksums and the close, the agreement; then rank 0 names the file on
- * the writer thread (a->publishing), whose outcome a later settle agrees
- * on. Collective on a->comm. */
+ * checksums and the close, the agreement; then every rank's thread syncs
+ * the file (GT_AW_SYNC), whose outcome a later settle agrees on.
+ * Collective on a->comm. */
 static int gt_ckpt_async_finish(gt_ckpt_async *a, bool failed)
 {
   int status = gt_comm_foreign_begin(a->comm);
   const bool in_scope = status == GT_SUCCESS;
   gt_write_scope_begin(a->scope_fail, a->comm, a->path);
   if (status == GT_SUCCESS && !failed)
-    status = gt_ckpt_write_end(&a->w, a->ids[GT_WF_FILE], a->comm);
+    status = gt_ckpt_write_end(&a->w, a->ids[GT_WF_FILE], a->comm, false);
   status = gt_h5_close_all(status, a->st.ntensors * GT_NKINDS, a->w.dsets);
   status = gt_h5_close_all(status, GT_WF_N, a->ids);
   const int io = gt_write_scope_end();
@@ -340,13 +411,22 @@ static int gt_ckpt_async_finish(gt_ckpt_async *a, bool failed)
     a->busy = false;
     return gt_error_push(status, __FILE__, __LINE__, __func__);
   }
-  a->publishing = true;
-  a->pub_status = GT_SUCCESS;
-  if (rank == 0)
-    gt_ckpt_async_run(a, gt_ckpt_async_publish_main);
-  else
-    atomic_store(&a->done, true);
+  a->phase = GT_AW_SYNC;
+  a->th_status = GT_SUCCESS;
+  gt_ckpt_async_run(a, gt_ckpt_async_sync_main);
   return GT_SUCCESS;
+}
+
+/* The outcome of the thread's phase on every rank, agreed (a failure
+ * names the rank's cause). Collective on a->comm. */
+static int gt_ckpt_async_agree_thread(gt_ckpt_async *a)
+{
+  int status = GT_SUCCESS;
+  if (a->th_status != GT_SUCCESS) {
+    status = gt_error_set(a->th_status, __FILE__, __LINE__, __func__, "%s", a->th_message);
+    gt_error_set_origin(a->th_origin);
+  }
+  return gt_error_agree(status, a->comm);
 }
 
 int gt_ckpt_async_settle(gt_ckpt_async *a, bool wait, gt_ckpt_async_report *report)
@@ -361,9 +441,10 @@ int gt_ckpt_async_settle(gt_ckpt_async *a, bool wait, gt_ckpt_async_report *repo
       gt_ckpt_async_join(a);
     a->waited += gt_now() - t_join;
     /* one small agreement: is any rank's thread still at work, has any
-     * failed (its writes, or rank 0's publishing) */
+     * failed (its writes, its sync, or rank 0's publishing) */
     const bool done = atomic_load(&a->done);
-    const bool bad = done && (a->publishing ? a->pub_status != GT_SUCCESS : a->w.io != 0);
+    const bool bad =
+        done && (a->phase == GT_AW_WRITE ? a->w.io != 0 : a->th_status != GT_SUCCESS);
     int flags[2] = {done ? 0 : 1, bad ? 1 : 0};
     GT_CALL(gt_allreduce_int(flags, 2, MPI_MAX, a->comm));
     if (flags[0] && !flags[1])
@@ -372,7 +453,7 @@ int gt_ckpt_async_settle(gt_ckpt_async *a, bool wait, gt_ckpt_async_report *repo
       atomic_store(&a->cancel, true);
     gt_ckpt_async_join(a);
     const double t_finish = gt_now();
-    if (!a->publishing) { /* written everywhere: finish, rank 0 publishes */
+    if (a->phase == GT_AW_WRITE) { /* written everywhere: finish, then sync */
       const int status = gt_ckpt_async_finish(a, flags[1] != 0);
       a->finished += gt_now() - t_finish;
       GT_CALL(status);
@@ -380,15 +461,32 @@ int gt_ckpt_async_settle(gt_ckpt_async *a, bool wait, gt_ckpt_async_report *repo
         return GT_SUCCESS;
       continue;
     }
-    /* published (or not: rank 0's publishing undid itself) */
-    int status = GT_SUCCESS;
-    if (a->pub_status != GT_SUCCESS) {
-      status = gt_error_set(a->pub_status, __FILE__, __LINE__, __func__, "%s", a->pub_message);
-      gt_error_set_origin(a->pub_origin);
+    if (a->phase == GT_AW_SYNC) { /* synced everywhere: rank 0 publishes */
+      int status = gt_ckpt_async_agree_thread(a);
+      int rank = 0;
+      MPI_Comm_rank(a->comm, &rank);
+      a->finished += gt_now() - t_finish;
+      if (status != GT_SUCCESS) {
+        if (rank == 0)
+          unlink(a->tmp);
+        a->busy = false;
+        return gt_error_wrap(status, __FILE__, __LINE__, __func__, "cannot write checkpoint %s",
+                             a->path);
+      }
+      a->phase = GT_AW_PUBLISH;
+      a->th_status = GT_SUCCESS;
+      if (rank == 0)
+        gt_ckpt_async_run(a, gt_ckpt_async_publish_main);
+      else
+        atomic_store(&a->done, true);
+      if (!wait)
+        return GT_SUCCESS;
+      continue;
     }
-    status = gt_error_agree(status, a->comm);
+    /* published (or not: rank 0's publishing undid itself) */
+    const int status = gt_ckpt_async_agree_thread(a);
     a->finished += gt_now() - t_finish;
-    a->busy = a->publishing = false;
+    a->busy = false;
     if (report) {
       report->finished = status == GT_SUCCESS;
       snprintf(report->path, sizeof report->path, "%s", a->path);
@@ -422,6 +520,8 @@ int gt_ckpt_async_destroy(gt_ckpt_async **ap)
   }
   if (a->arena_raw)
     status = a->be->ops->free_host(a->be, a->arena_raw);
+  pthread_cond_destroy(&a->snap_cv);
+  pthread_mutex_destroy(&a->snap_mu);
   free(a);
   *ap = NULL;
   GT_CALL(status);

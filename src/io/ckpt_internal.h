@@ -157,10 +157,14 @@ int gt_ckpt_swap_post(MPI_Comm comm, int g, const float *send, const size_t *sco
 int gt_ckpt_write_file(const char *path, const char *shown, const gt_ckpt_meta *meta,
                        const gt_ckpt_state *st, MPI_Comm comm, int fault_rank);
 
+/* fsync a file or directory by name (checkpoint.c). Not collective. */
+int gt_fsync_path(const char *path, bool directory);
+
 /* Rank 0, after every rank has closed the file tmp and agreed that it is
  * complete: fsync it, write latest.tmp, rename tmp to path and latest.tmp
  * to latest, prune dir to `keep` step files (checkpoint.c). A failure
  * undoes what was done: dir as before. Not collective. */
+
 int gt_ckpt_publish(const char *dir, const char *tmp, const char *path, int keep, long step);
 
 /* The root attributes of meta (gt_ckpt_meta) into an open checkpoint being

@@ -446,7 +446,14 @@ static int gt_ckpt_write_part_in(gt_ckpt_writer *w, hid_t dset, const gt_ckpt_te
     ok = false;
   }
   gt_backend *be = st->params->be;
-  if (ok) {
+  if (ok && w->defer && st->copy_later && be->host_visible && !swap) {
+    /* the writer thread copies it while the caller goes on */
+    if (w->ncopies == w->copies_cap)
+      GT_CALL(gt_ckpt_grow((void **)&w->copies, &w->copies_cap, 2 * w->ncopies + 64,
+                           sizeof *w->copies));
+    w->copies[w->ncopies++] = (gt_ckpt_copy){
+        .dst = src, .src = gt_ckpt_part_data(st, kind, t->offset + a), .n = b - a};
+  } else if (ok) {
     int status = be->ops->download(be, src, gt_ckpt_part_data(st, kind, t->offset + a),
                                    (b - a) * sizeof(float), NULL);
     if (status == GT_SUCCESS)
@@ -655,8 +662,13 @@ int gt_ckpt_write_begin(gt_ckpt_writer *w, const gt_ckpt_meta *meta, MPI_Comm co
   return GT_SUCCESS;
 }
 
-void gt_ckpt_write_jobs(gt_ckpt_writer *w, atomic_bool *cancel)
+void gt_ckpt_write_jobs(gt_ckpt_writer *w, atomic_bool *cancel, void (*snapped)(void *),
+                        void *ctx)
 {
+  for (size_t c = 0; c < w->ncopies && !atomic_load(cancel); c++)
+    memcpy(w->copies[c].dst, w->copies[c].src, w->copies[c].n * sizeof(float));
+  if (snapped)
+    snapped(ctx);
   for (size_t j = 0; j < w->njobs && !w->io && !atomic_load(cancel); j++) {
     gt_ckpt_maybe_kill(w, j, w->njobs);
     const gt_ckpt_job *job = &w->jobs[j];
@@ -675,7 +687,7 @@ void gt_ckpt_write_jobs(gt_ckpt_writer *w, atomic_bool *cancel)
   gt_ckpt_close_data(w);
 }
 
-int gt_ckpt_write_end(gt_ckpt_writer *w, hid_t file, MPI_Comm comm)
+int gt_ckpt_write_end(gt_ckpt_writer *w, hid_t file, MPI_Comm comm, bool sync)
 {
   const gt_ckpt_state *st = w->st;
   /* Every entry was written by one rank: the sums of the terms are the
@@ -692,7 +704,8 @@ int gt_ckpt_write_end(gt_ckpt_writer *w, hid_t file, MPI_Comm comm)
       GT_CALL(gt_h5_write_attr_u32s(w->dsets[d], "fletcher32", (int)n,
                                     w->values + w->sum_base[d]));
     }
-  GT_CALL_HDF5(H5Fflush(file, H5F_SCOPE_GLOBAL));
+  if (sync) /* MPI_File_sync: what every rank wrote is durable (the close does not sync) */
+    GT_CALL_HDF5(H5Fflush(file, H5F_SCOPE_GLOBAL));
   return GT_SUCCESS;
 }
 
@@ -760,6 +773,7 @@ void gt_ckpt_writer_free(gt_ckpt_writer *w)
   free(w->send);
   free(w->recv);
   free(w->jobs);
+  free(w->copies);
   w->sum_base = NULL;
   w->dsets = NULL;
   w->sums = NULL;
@@ -767,6 +781,8 @@ void gt_ckpt_writer_free(gt_ckpt_writer *w)
   w->staging = w->rows = w->send = w->recv = NULL;
   w->jobs = NULL;
   w->njobs = w->jobs_cap = 0;
+  w->copies = NULL;
+  w->ncopies = w->copies_cap = 0;
   gt_swap_plan_free(&w->plan);
 }
 
@@ -792,7 +808,7 @@ int gt_ckpt_write_file(const char *path, const char *shown, const gt_ckpt_meta *
     gt_bar_begin(base ? base + 1 : shown, st->ntensors, GT_BAR_ITEMS);
     status = gt_ckpt_write_begin(&w, meta, comm, ids);
     if (status == GT_SUCCESS)
-      status = gt_ckpt_write_end(&w, ids[GT_WF_FILE], comm);
+      status = gt_ckpt_write_end(&w, ids[GT_WF_FILE], comm, true);
     gt_bar_end();
     status = gt_h5_close_all(status, st->ntensors * GT_NKINDS, w.dsets);
     status = gt_h5_close_all(status, GT_WF_N, ids);

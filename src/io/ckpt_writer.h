@@ -28,6 +28,14 @@ typedef struct {
   int tensor, kind;
 } gt_ckpt_job;
 
+/* A copy the writer thread makes before its jobs (gt_ckpt_state.copy_later
+ * with host-visible memory): n floats from the caller's state to the arena. */
+typedef struct {
+  float *dst;
+  const float *src;
+  size_t n;
+} gt_ckpt_copy;
+
 /* One rank's state through a write. A failure that only this rank meets (a
  * download, a broken invariant, an open(2)) must not take it out of the
  * collective calls that the other ranks go on making (H5Dcreate2, the
@@ -68,6 +76,8 @@ typedef struct gt_ckpt_writer {
   size_t arena_cap, arena_used; /* floats */
   gt_ckpt_job *jobs;
   size_t njobs, jobs_cap;
+  gt_ckpt_copy *copies;    /* made by the thread first (st->copy_later) */
+  size_t ncopies, copies_cap;
   int io;                  /* the first failed data write: 1, else 0 */
   char io_message[512];
 } gt_ckpt_writer;
@@ -92,15 +102,20 @@ size_t gt_ckpt_arena_floats(const gt_ckpt_writer *w);
 int gt_ckpt_write_begin(gt_ckpt_writer *w, const gt_ckpt_meta *meta, MPI_Comm comm,
                         hid_t ids[]);
 
-/* The writer thread's part of a deferred write: every job (checksum terms
- * and the raw writes), fdatasync, close the descriptors; stop early when
- * *cancel becomes true. Failures are noted in w->io. Not collective; no
- * HDF5 or MPI call. */
-void gt_ckpt_write_jobs(gt_ckpt_writer *w, atomic_bool *cancel);
+/* The writer thread's part of a deferred write: the copies (then
+ * snapped(ctx), whatever happened), every job (checksum terms and the raw
+ * writes), fdatasync, close the descriptors; stop early when *cancel
+ * becomes true. Failures are noted in w->io. Not collective; no HDF5 or
+ * MPI call. */
+void gt_ckpt_write_jobs(gt_ckpt_writer *w, atomic_bool *cancel, void (*snapped)(void *),
+                        void *ctx);
 
 /* The checksums (one MPI_Allreduce of the terms) as attributes of every
- * dataset, and H5Fflush. Collective on comm. */
-int gt_ckpt_write_end(gt_ckpt_writer *w, hid_t file, MPI_Comm comm);
+ * dataset; with sync, H5Fflush (MPI_File_sync on every rank: 0.1 s on this
+ * project's VM even with the data already synced, so a deferred write
+ * leaves it out and has every rank fsync the file on its writer thread
+ * after the close). Collective on comm. */
+int gt_ckpt_write_end(gt_ckpt_writer *w, hid_t file, MPI_Comm comm, bool sync);
 
 /* The file's handles in ids (gt_ckpt_write_begin). */
 enum { GT_WF_FILE, GT_WF_GROUP, GT_WF_N };

@@ -124,7 +124,16 @@ static int gt_h5_mpio_in(const char *path, bool create, unsigned flags, MPI_Comm
                          hid_t *file, hid_t *fapl)
 {
   GT_H5_ID(*fapl, H5Pcreate(H5P_FILE_ACCESS));
-  GT_CALL_HDF5(H5Pset_fapl_mpio(*fapl, comm, MPI_INFO_NULL));
+  /* No data sieving of writes: HDF5's metadata (hundreds of small object
+   * headers at the close) was otherwise written as a read-modify-write of
+   * each 512 KiB window around them, 0.1 s for a 124M checkpoint. */
+  MPI_Info info;
+  GT_CALL_MPI(MPI_Info_create(&info));
+  const int rc = MPI_Info_set(info, "romio_ds_write", "disable");
+  const herr_t set = rc == MPI_SUCCESS ? H5Pset_fapl_mpio(*fapl, comm, info) : 0;
+  MPI_Info_free(&info);
+  GT_CALL_MPI(rc);
+  GT_CALL_HDF5(set);
   GT_CALL_HDF5(H5Pset_cache(*fapl, 0, GT_H5_CACHE_SLOTS, GT_H5_CACHE_BYTES, 0.75));
   if (create) {
     GT_CALL_HDF5(H5Pset_libver_bounds(*fapl, H5F_LIBVER_V110, H5F_LIBVER_V110));

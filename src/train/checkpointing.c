@@ -66,25 +66,35 @@ static gt_ckpt_state gt_trainer_ckpt_state(gt_trainer *tr)
   return st;
 }
 
-/* The part each data-parallel rank writes: its ZeRO piece, or without ZeRO
- * its 1/dp of the flat buffer, so that every entry is written once and the
- * replicas share the work. */
+void gt_trainer_share(const gt_trainer *tr, size_t *lo, size_t *hi)
+{
+  const gt_params *p = gt_gpt_params(tr->model);
+  const gt_grid *g = tr->grid;
+  if (p->shard_size > 1) {
+    *lo = p->shard_lo;
+    *hi = p->shard_lo + p->shard_n;
+  } else {
+    const size_t dp = (size_t)g->dp_size, r = (size_t)g->dp_rank;
+    *lo = p->numel * r / dp;
+    *hi = p->numel * (r + 1) / dp;
+  }
+}
+
+/* The part each data-parallel rank writes: its share (gt_trainer_share),
+ * so that every entry is written once and the replicas share the work. */
 static void gt_trainer_write_range(gt_trainer *tr, gt_ckpt_state *st)
 {
   const gt_params *p = st->params;
   const gt_grid *g = tr->grid;
-  if (p->shard_size > 1) {
-    st->lo = st->mlo = p->shard_lo;
-    st->hi = st->mhi = p->shard_lo + p->shard_n;
-  } else if (gt_dp_diverged(tr->dp, tr->step - 1)) {
+  if (p->shard_size <= 1 && gt_dp_diverged(tr->dp, tr->step - 1)) {
     /* the replicas differ: the file's tensors are replica 0's (each
      * replica's own state is in /rank/state) */
     st->lo = st->mlo = 0;
     st->hi = st->mhi = g->dp_rank == 0 ? p->numel : 0;
   } else {
-    const size_t dp = (size_t)g->dp_size, r = (size_t)g->dp_rank;
-    st->lo = st->mlo = p->numel * r / dp;
-    st->hi = st->mhi = p->numel * (r + 1) / dp;
+    gt_trainer_share(tr, &st->lo, &st->hi);
+    st->mlo = st->lo;
+    st->mhi = st->hi;
   }
   st->writer = st->hi > st->lo;
 }
@@ -137,6 +147,10 @@ static int gt_trainer_save_as(gt_trainer *tr, const char *dir, char *path, size_
   st.rank_n = gt_dp_state_len(tr->dp);
   st.rank_tag = tag;
   st.rank_state = st.rank_n ? malloc(st.rank_n * sizeof(float)) : NULL;
+  /* async: the values and moments change next in the next step's update,
+   * which waits for the writer thread's copy (gt_trainer_ckpt_snapshot);
+   * the sync modes' other replica states change them elsewhere */
+  st.copy_later = background && !gt_dp_sync_spec(tr->dp);
   int status = st.rank_n && !st.rank_state
                    ? GT_ERROR(GT_ERR_SYSTEM, "out of memory for the rank state")
                    : GT_SUCCESS;
@@ -176,6 +190,8 @@ int gt_trainer_ckpt_reserve(gt_trainer *tr)
   GT_CALL(gt_ckpt_async_reserve(tr->ckpt_async, &st, tr->grid->world));
   return GT_SUCCESS;
 }
+
+void gt_trainer_ckpt_snapshot(gt_trainer *tr) { gt_ckpt_async_snapshot(tr->ckpt_async); }
 
 int gt_trainer_ckpt_settle(gt_trainer *tr, bool wait, bool quiet)
 {

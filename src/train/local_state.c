@@ -102,17 +102,27 @@ static void gt_local_rank_tag(const gt_trainer *tr, char *tag, size_t size)
   snprintf(tag, size, "%s dp=%d pp=%d tp=%d", dp, g->dp_size, g->pp_size, g->tp_size);
 }
 
-/* What this rank holds: values [vlo, vhi), moments [mlo, mhi). */
-static void gt_local_ranges(gt_trainer *tr, gt_local_header *h)
+/* The flat ranges values [vlo, vhi), moments [mlo, mhi): with `share`,
+ * what this rank's part keeps: its share while the replicas are equal
+ * (ZeRO or not: every entry once, a part 1/dp of the state), else all it
+ * holds (the sync modes' replicas differ: each is kept); without, all it
+ * holds (what a resume fills). */
+static void gt_local_ranges(gt_trainer *tr, gt_local_header *h, bool share)
 {
   gt_params *p = gt_gpt_params(tr->model);
   size_t lo, hi;
-  gt_params_master_range(p, &lo, &hi);
-  h->vlo = lo;
-  h->vhi = hi;
-  gt_adamw_range(tr->opt, &lo, &hi);
-  h->mlo = lo;
-  h->mhi = hi;
+  if (share && (p->shard_size > 1 || !gt_dp_diverged(tr->dp, tr->step - 1))) {
+    gt_trainer_share(tr, &lo, &hi);
+    h->vlo = h->mlo = lo;
+    h->vhi = h->mhi = hi;
+  } else {
+    gt_params_master_range(p, &lo, &hi);
+    h->vlo = lo;
+    h->vhi = hi;
+    gt_adamw_range(tr->opt, &lo, &hi);
+    h->mlo = lo;
+    h->mhi = hi;
+  }
   h->rank_n = gt_dp_state_len(tr->dp);
   size_t end;
   h->layout_hash = gt_local_layout_hash(p, &end);
@@ -120,8 +130,8 @@ static void gt_local_ranges(gt_trainer *tr, gt_local_header *h)
   h->numel = p->numel;
 }
 
-/* The header of this rank's part at the current step. */
-static void gt_local_header_fill(gt_trainer *tr, gt_local_header *h)
+/* The header of this rank's part at the current step (share: gt_local_ranges). */
+static void gt_local_header_fill(gt_trainer *tr, gt_local_header *h, bool share)
 {
   const gt_grid *g = tr->grid;
   memset(h, 0, sizeof *h);
@@ -146,7 +156,7 @@ static void gt_local_header_fill(gt_trainer *tr, gt_local_header *h)
   memcpy(h->shape, &tr->shape, sizeof tr->shape);
   snprintf(h->precision, sizeof h->precision, "%s", gt_dtype_name(tr->layout.dtype));
   snprintf(h->code_version, sizeof h->code_version, "%s", gt_version());
-  gt_local_ranges(tr, h);
+  gt_local_ranges(tr, h, share);
   gt_local_rank_tag(tr, h->rank_tag, sizeof h->rank_tag);
 }
 
@@ -284,7 +294,7 @@ static int gt_local_fill(gt_trainer *tr, gt_local_header *h)
 {
   struct gt_local_state *ls = tr->local;
   gt_params *p = gt_gpt_params(tr->model);
-  gt_local_header_fill(tr, h);
+  gt_local_header_fill(tr, h, true);
   const size_t nv = h->vhi - h->vlo, nm = h->mhi - h->mlo;
   int status = ls->table ? GT_SUCCESS : gt_local_table_of(p, &ls->table);
   h->nparams = (uint64_t)p->count;
@@ -296,8 +306,12 @@ static int gt_local_fill(gt_trainer *tr, gt_local_header *h)
       status = gt_dp_state_save(tr->dp, tr->step, ls->buf + nv + 2 * nm);
   }
   gt_backend *be = tr->be;
-  float *m, *v;
+  float *m, *v; /* this rank's moments, from gt_adamw_range's lo on */
   gt_adamw_moments(tr->opt, &m, &v);
+  size_t mlo, mhi;
+  gt_adamw_range(tr->opt, &mlo, &mhi);
+  m += h->mlo - mlo;
+  v += h->mlo - mlo;
   if (status == GT_SUCCESS && nv)
     status = be->ops->download(be, ls->buf, gt_params_master(p, h->vlo), nv * sizeof(float),
                                NULL);
@@ -1275,7 +1289,7 @@ static int gt_local_needs(gt_trainer *tr, gt_local_need **needs, gt_local_param 
   const gt_grid *g = tr->grid;
   gt_params *p = gt_gpt_params(tr->model);
   gt_local_header h;
-  gt_local_header_fill(tr, &h);
+  gt_local_header_fill(tr, &h, false);
   gt_local_need need = {.dp_rank = g->dp_rank, .pp_rank = g->pp_rank, .tp_rank = g->tp_rank,
                         .nparams = p->count, .vlo = h.vlo, .vhi = h.vhi, .mlo = h.mlo,
                         .mhi = h.mhi, .rank_n = h.rank_n, .layout_hash = h.layout_hash};

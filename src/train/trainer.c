@@ -72,6 +72,7 @@ int gt_trainer_step(gt_trainer *tr, gt_step_stats *st)
   status = gt_pipe_train(tr->pipe, &feed, dlogit_scale, gt_trainer_loss_acc(tr, GT_SC_LOSS),
                          gt_dp_grad_hook(tr->dp));
   GT_CALL(gt_trainer_feed_settle(tr, status)); /* no HDF5 call from the reader from here */
+  gt_trainer_ckpt_snapshot(tr); /* the state changes from here on */
   gt_dp_plan plan;
   GT_CALL(gt_dp_finish(tr->dp, s, &plan));
 

@@ -126,6 +126,17 @@ void gt_straggler_destroy(gt_straggler **s);
  * file's name in path. Collective on world. */
 int gt_trainer_checkpoint(gt_trainer *tr, char *path, size_t size);
 
+/* checkpointing.c: wait until the asynchronous checkpoint's copy of the
+ * values and moments is made (the writer thread copies them while the
+ * step's forward and backward run); before anything changes them. */
+void gt_trainer_ckpt_snapshot(gt_trainer *tr);
+
+/* checkpointing.c: this data-parallel rank's share of the flat buffers
+ * (values and moments) when the replicas are equal: its ZeRO piece, or
+ * without ZeRO its 1/dp; what it writes to a checkpoint and keeps in the
+ * node-local tier. */
+void gt_trainer_share(const gt_trainer *tr, size_t *lo, size_t *hi);
+
 /* checkpointing.c: [checkpoint] async with a dir: the host memory of the
  * checkpoints, allocated and first touched (on a thread) before the first
  * step. Collective on world. */

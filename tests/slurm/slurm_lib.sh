@@ -406,6 +406,32 @@ ns_init() {
   cl_in=in_ctl
 }
 
+# ns_test_begin N [CMD...]: the start of a test on N namespace nodes: skip
+# (a TAP plan of 0, exit 0) where Slurm, munge, iproute2, the CMDs or root
+# are missing; drop_slurm_env; deck (tests/decks/tiny.in), jobs
+# (jobscripts/), tmp ($GT_TMP, absolute) and C ($tmp/cluster, its
+# directories made); ns_init N.
+ns_test_begin() {
+  ntb_n=$1
+  shift
+  # shellcheck disable=SC2086 # one command a word
+  if ntb_cmd=$(missing_cmd $slurm_cmds ip unshare nsenter hostname timeout "$@"); then
+    echo "1..0 # SKIP $ntb_cmd is missing (apt-get install slurmctld slurmd slurm-client munge iproute2)"
+    exit 0
+  fi
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "1..0 # SKIP the multi-node Slurm test makes network namespaces and runs slurmd: needs root"
+    exit 0
+  fi
+  drop_slurm_env
+  deck="$GT_SRCDIR/tests/decks/tiny.in"
+  jobs="$GT_SRCDIR/jobscripts"
+  tmp=$(cd "$GT_TMP" && pwd) || bail "no $GT_TMP"
+  C="$tmp/cluster"
+  cluster_dirs "$C" || bail "cannot create $C"
+  ns_init "$ntb_n"
+}
+
 # in_ctl CMD...: a Slurm client (or anything) inside the controller's
 # namespace, with a time limit; the lib's clients run so.
 in_ctl() { timeout -k 5 30 ip netns exec "$ns_ctl" "$@"; }

@@ -38,23 +38,7 @@
 # shellcheck source=tests/slurm/slurm_lib.sh
 . "$GT_SRCDIR/tests/slurm/slurm_lib.sh"
 
-# shellcheck disable=SC2086 # one command a word
-if cmd=$(missing_cmd $slurm_cmds sinfo ip unshare nsenter hostname timeout bash); then
-  echo "1..0 # SKIP $cmd is missing (apt-get install slurmctld slurmd slurm-client munge iproute2)"
-  exit 0
-fi
-if [ "$(id -u)" -ne 0 ]; then
-  echo "1..0 # SKIP the multi-node Slurm test makes network namespaces and runs slurmd: needs root"
-  exit 0
-fi
-drop_slurm_env
-
-deck="$GT_SRCDIR/tests/decks/tiny.in"
-jobs="$GT_SRCDIR/jobscripts"
-tmp=$(cd "$GT_TMP" && pwd) || bail "no $GT_TMP"
-C="$tmp/cluster"
-cluster_dirs "$C" || bail "cannot create $C"
-ns_init 3
+ns_test_begin 3 sinfo bash
 up_title="a private 3-node Slurm cluster in network namespaces comes up"
 t_start=$(now)
 
