@@ -15,7 +15,12 @@ void gt_log_init(int world_rank);
 /* World rank recorded by gt_log_init (0 before it is called). */
 int gt_log_rank(void);
 
-/* Rank 0 only: printf to stdout, flushed. */
+/* From now on gt_info prints to stderr: for commands whose stdout is their
+ * result (sample, score), which a script reads. */
+void gt_log_info_to_stderr(void);
+
+/* Rank 0 only: printf to stdout (stderr after gt_log_info_to_stderr),
+ * flushed. */
 void gt_info(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Rank 0 only: "gridtrain: warning: ..." to stderr. */

@@ -65,7 +65,9 @@ static void gt_sample_usage(void)
     "                      model shape comes from the checkpoint\n"
     "  -h, --help          this help\n"
     "\n"
-    "Rank 0 prints how many tokens it generated, and how fast, on stderr.\n"
+    "Rank 0 prints how many tokens it generated, and how fast, on stderr, with\n"
+    "everything else that is not the text (the libraries a backend loads,\n"
+    "warnings, errors).\n"
     "Exit status: 0 ok, 2 bad input (options, a missing or damaged checkpoint,\n"
     "a dataset without a tokenizer), 1 other errors.\n");
   fflush(stdout);
@@ -408,6 +410,7 @@ static int gt_sample_main(gt_sample_args *a, MPI_Comm world)
   gt_sample_run r = {0};
   int np = 0, limit = 0, nout = 0;
   status = gt_sample_load(a, &cfg, world, &r);
+  status = gt_config_locate_error(&cfg, status); /* a check after parsing: name the line */
   if (status == GT_SUCCESS)
     status = gt_prompt_encode(cfg.data.train, a->prompt, (int)cfg.model.vocab, world, &r.tok,
                               &r.prompt, &np, &limit);
@@ -447,6 +450,7 @@ int gt_cmd_sample(int argc, char **argv, MPI_Comm world)
     gt_sample_usage();
     return GT_SUCCESS;
   }
+  gt_log_info_to_stderr(); /* stdout is the text */
   gt_sample_args a;
   int status = gt_sample_parse(argc, argv, &a);
   if (status != GT_SUCCESS) {

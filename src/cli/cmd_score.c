@@ -63,7 +63,8 @@ static void gt_score_usage(void)
     "  -h, --help          this help\n"
     "\n"
     "Rank 0 prints one line: 'score: N tokens, loss X nats/token, perplexity Y'\n"
-    "(N: the tokens predicted).\n"
+    "(N: the tokens predicted) on stdout; everything else (the libraries a\n"
+    "backend loads, warnings, errors) goes to stderr.\n"
     "Exit status: 0 ok, 2 bad input (options, a missing or empty file, a token\n"
     "outside the vocabulary, a missing or damaged checkpoint, a layout that does\n"
     "not fit), 1 other errors.\n");
@@ -397,6 +398,7 @@ static int gt_score_main(const gt_score_args *args, MPI_Comm world)
   double sum = 0;
   if (status == GT_SUCCESS)
     status = gt_scorer_create(&cfg, path, world, &s);
+  status = gt_config_locate_error(&cfg, status); /* a check after parsing: name the line */
   if (status == GT_SUCCESS)
     status = gt_scorer_run(s, a->nfiles, in.ids, in.start, in.len, &sum, &predicted);
   if (status == GT_SUCCESS && gt_log_rank() == 0)
@@ -414,6 +416,7 @@ int gt_cmd_score(int argc, char **argv, MPI_Comm world)
     gt_score_usage();
     return GT_SUCCESS;
   }
+  gt_log_info_to_stderr(); /* stdout is the score (--json: one object) */
   gt_score_args a;
   int status = gt_score_parse(argc, argv, &a);
   if (status == GT_SUCCESS)

@@ -4,6 +4,7 @@
  */
 #include "gridtrain/watchdog.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -666,9 +667,37 @@ static void *gt_wd_main(void *arg)
 
 // ---- start and stop -----------------------------------------------------------------------
 
+/* The rank tables kept in a directory: the newest jobs' (a job requeued
+ * hundreds of times would otherwise fill it with them). */
+#define GT_WD_TABLES_KEPT 20
+
+static int gt_wd_is_table(const struct dirent *e)
+{
+  const size_t n = strlen(e->d_name);
+  return strncmp(e->d_name, "ranks-", 6) == 0 && n > 10 && strcmp(e->d_name + n - 4, ".txt") == 0;
+}
+
+/* Remove all but the GT_WD_TABLES_KEPT newest rank tables of the directory
+ * (their names sort by start time). Best effort. */
+static void gt_wd_prune_tables(void)
+{
+  struct dirent **names = NULL;
+  const int n = scandir(gt_wd.dir, &names, gt_wd_is_table, alphasort);
+  for (int i = 0; i < n; i++) {
+    if (i < n - GT_WD_TABLES_KEPT) {
+      char path[1400];
+      snprintf(path, sizeof path, "%s/%s", gt_wd.dir, names[i]->d_name);
+      unlink(path);
+    }
+    free(names[i]);
+  }
+  free(names);
+}
+
 /* Rank 0: the job's rank table, DIR/ranks-<UTC start>-<pid of rank 0>.txt
- * (one per job: a rerun in the same directory keeps the earlier jobs'), and
- * DIR/ranks.txt a symbolic link to it (the newest job's). */
+ * (one per job: a rerun in the same directory keeps the earlier jobs', the
+ * newest GT_WD_TABLES_KEPT of them), and DIR/ranks.txt a symbolic link to
+ * it (the newest job's). */
 static void gt_wd_rank_table(void)
 {
   mkdir(gt_wd.dir, 0777); /* it may not exist yet */
@@ -697,6 +726,7 @@ static void gt_wd_rank_table(void)
   unlink(tmp);
   if (symlink(name, tmp) == 0 && rename(tmp, link) != 0)
     unlink(tmp);
+  gt_wd_prune_tables();
 }
 
 int gt_watchdog_start(MPI_Comm world, double timeout, const char *dir, const char *where)

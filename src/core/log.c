@@ -4,21 +4,25 @@
 #include "gridtrain/log.h"
 
 #include <stdarg.h>
+#include <stdbool.h>
 
 static int gt_world_rank;
+static bool gt_info_stderr;
 
 void gt_log_init(int world_rank) { gt_world_rank = world_rank; }
+void gt_log_info_to_stderr(void) { gt_info_stderr = true; }
 int gt_log_rank(void) { return gt_world_rank; }
 
 void gt_info(const char *fmt, ...)
 {
   if (gt_world_rank != 0)
     return;
+  FILE *out = gt_info_stderr ? stderr : stdout;
   va_list ap;
   va_start(ap, fmt);
-  vfprintf(stdout, fmt, ap);
+  vfprintf(out, fmt, ap);
   va_end(ap);
-  fflush(stdout);
+  fflush(out);
 }
 
 void gt_warn(const char *fmt, ...)

@@ -40,7 +40,8 @@ for f in bin/gridtrain libexec/gridtrain/gridtrain-plot.py \
   share/gridtrain/inputs/clusters/h100-sxm.in \
   share/gridtrain/jobscripts/train.sbatch share/gridtrain/jobscripts/train-multinode.sbatch \
   share/gridtrain/jobscripts/train-requeue.sbatch share/gridtrain/jobscripts/scaling.sbatch \
-  share/gridtrain/jobscripts/chain.sh share/doc/gridtrain/README.md \
+  share/gridtrain/jobscripts/chain.sh share/gridtrain/jobscripts/train-elastic.sbatch \
+  share/gridtrain/jobscripts/elastic.sh share/doc/gridtrain/README.md \
   share/doc/gridtrain/install.md share/doc/gridtrain/plots.md share/doc/gridtrain/errors.md \
   share/man/man1/gridtrain.1 share/modulefiles/gridtrain/0.2.0.lua; do
   [ -s "$R/$f" ] || missing="$missing $f"
@@ -51,22 +52,23 @@ v=$(sed -n 's/^AC_INIT(\[gridtrain\], \[\([^]]*\)\].*/\1/p' "$GT_SRCDIR/configur
 [ "$v" = 0.2.0 ]
 ok $? "the modulefile is named after the version in configure.ac ($v)"
 n=0
-for f in train.sbatch train-multinode.sbatch train-requeue.sbatch scaling.sbatch chain.sh; do
+for f in train.sbatch train-multinode.sbatch train-requeue.sbatch scaling.sbatch chain.sh \
+  train-elastic.sbatch elastic.sh; do
   [ -x "$R/share/gridtrain/jobscripts/$f" ] && bash -n "$R/share/gridtrain/jobscripts/$f" &&
     n=$((n + 1))
 done
-[ $n -eq 5 ]
-ok $? "the 5 installed job scripts are executable and parse (bash -n): $n"
+[ $n -eq 7 ]
+ok $? "the 7 installed job scripts are executable and parse (bash -n): $n"
 n=0
-for f in train.sbatch train-multinode.sbatch train-requeue.sbatch; do
+for f in train.sbatch train-multinode.sbatch train-requeue.sbatch train-elastic.sbatch; do
   grep -qx "gt_bin='/opt/gridtrain/bin/gridtrain'" "$R/share/gridtrain/jobscripts/$f" &&
     grep -qx "gt_inputs='/opt/gridtrain/share/gridtrain/inputs'" "$R/share/gridtrain/jobscripts/$f" &&
     n=$((n + 1))
 done
 grep -qx "gt_bin='/opt/gridtrain/bin/gridtrain'" "$R/share/gridtrain/jobscripts/scaling.sbatch" &&
   n=$((n + 1))
-[ $n -eq 4 ]
-ok $? "the installed job scripts name /opt/gridtrain/bin/gridtrain (and its decks): $n of 4"
+[ $n -eq 5 ]
+ok $? "the installed job scripts name /opt/gridtrain/bin/gridtrain (and its decks): $n of 5"
 m=$R/share/modulefiles/gridtrain/0.2.0.lua
 ! grep -q '@[a-zA-Z]*@' "$m" &&
   grep -q 'prepend_path("PATH", "/opt/gridtrain/bin")' "$m" &&

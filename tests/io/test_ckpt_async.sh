@@ -1,10 +1,12 @@
 #!/bin/sh
 # test_ckpt_async.sh - asynchronous checkpoints ([checkpoint] async = on, the
-# default): the step waits for the copy to host memory, a writer thread
+# default): the step waits for the file's creation, a writer thread copies
+# the state (the CPU backend: the next update waits for that copy) and
 # writes the file while training goes on, the main thread finishes it at a
 # later step boundary. Checks that the write really overlaps steps
-# (GT_FAULT=ckpt_async_slow holds the writer thread 1 s, so that training
-# changing the state under a copy that is not a snapshot would show), that a
+# (GT_FAULT=ckpt_async_slow holds the writer thread 1 s before its copy, so
+# that training changing the state under a copy that is not a snapshot, or
+# an update that does not wait for the copy, would show), that a
 # resume from such a checkpoint is bit for bit at 1 rank (losses and the
 # final checkpoint), and that a background write failing on one rank of two
 # (ckpt_async_fail) leaves latest and the earlier files as they were and ends

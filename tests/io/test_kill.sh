@@ -44,11 +44,15 @@ after() {
   [ -n "$a_pid" ] && awk -v p="$a_pid" '$3 == p { f = 1 } END { exit !f }' "$a_dir/ranks.txt"
   ok $? "$a_name: ranks.txt names the rank of the dead PID $a_pid"
   a_table=$(readlink "$a_dir/ranks.txt")
+  # 25 older jobs' tables: the rerun keeps the newest 20 in all
+  for a_i in $(seq 10 34); do : >"$a_dir/ranks-20000101T0000${a_i}Z-1.txt"; done
   run_mpi "$a_n" 120 "$GT_BIN" train "$deck" data.train="$data" data.val="$data" checkpoint.dir="$a_dir" \
     run.steps="$a_steps" run.eval_every=4 "$a_layout" >"$GT_TMP/$a_name.rerun" 2>&1
   a_rc=$?
-  [ -n "$a_table" ] && [ -f "$a_dir/$a_table" ] && [ "$(readlink "$a_dir/ranks.txt")" != "$a_table" ]
-  ok $? "$a_name: the killed job's rank table $a_table is kept, ranks.txt names the rerun's"
+  a_kept=$(cd "$a_dir" && ls ranks-*.txt | wc -l)
+  [ -n "$a_table" ] && [ -f "$a_dir/$a_table" ] && [ "$(readlink "$a_dir/ranks.txt")" != "$a_table" ] &&
+    [ "$a_kept" -eq 20 ] && [ -f "$a_dir/$(readlink "$a_dir/ranks.txt")" ]
+  ok $? "$a_name: the killed job's rank table $a_table is kept, ranks.txt names the rerun's, the older ones pruned to 20 tables ($a_kept)"
   a_from=$(sed -n 's/^gridtrain: resumed from .* at step \([0-9]*\)$/\1/p' \
     "$GT_TMP/$a_name.rerun")
   [ $a_rc -eq 0 ] && grep -q "^gridtrain: done" "$GT_TMP/$a_name.rerun" &&

@@ -32,6 +32,18 @@ start() {
   done
 }
 
+# wait_line PATTERN FILE: until FILE holds a line matching PATTERN; at most
+# 120 s, and not past the end of the job ($job): a job that died early
+# fails its check instead of hanging the test
+wait_line() {
+  w_i=0
+  while ! grep -q "$1" "$2" 2>/dev/null; do
+    { kill -0 "$job" 2>/dev/null && [ $w_i -lt 6000 ]; } || return 1
+    sleep 0.02
+    w_i=$((w_i + 1))
+  done
+}
+
 # descendants PID: the pids below PID whose command is gridtrain
 descendants() {
   for d_p in $(pgrep -P "$1"); do
@@ -85,7 +97,7 @@ done
 i=1
 while [ $i -le 4 ]; do
   start write$i checkpoint.every=1 checkpoint.keep=2
-  while ! grep -q '^step 4/' "$GT_TMP/write$i.out" 2>/dev/null; do sleep 0.02; done
+  wait_line '^step 4/' "$GT_TMP/write$i.out"
   sleep "0.0$((i * 2))"
   r=$(echo $ranks | cut -d' ' -f$((i % 2 + 1)))
   kill -USR1 "$r"
@@ -104,7 +116,7 @@ rm -rf "$GT_TMP/ck-int1"
 timeout -k 5 120 "$GT_BIN" train "$deck" data.train="$data" checkpoint.dir="$GT_TMP/ck-int1" \
   run.steps=100000 run.log_every=1 >"$GT_TMP/int1.out" 2>&1 &
 job=$!
-while ! grep -q '^step 3/' "$GT_TMP/int1.out" 2>/dev/null; do sleep 0.02; done
+wait_line '^step 3/' "$GT_TMP/int1.out"
 kill -INT $(descendants $job)
 finish int1
 grep -q "^gridtrain: interrupted: caught SIGINT: checkpoint .* written at step" "$GT_TMP/int1.out" &&
@@ -117,7 +129,7 @@ ok $? "SIGINT to a rank: a checkpoint, exit 130 (status $rc)"
 # handler and exits 130: 2 of 5 runs gave 0); the ranks' status is the test
 # above, their message and checkpoint this one.
 start int
-while ! grep -q '^step 3/' "$GT_TMP/int.out" 2>/dev/null; do sleep 0.02; done
+wait_line '^step 3/' "$GT_TMP/int.out"
 kill -INT $(pgrep -P $job)
 finish int
 grep -q "^gridtrain: interrupted: caught SIGINT: checkpoint .* written at step .*exiting with status 130" \
@@ -141,7 +153,7 @@ rm -rf "$GT_TMP/ck-int3"
 timeout -k 5 120 "$GT_BIN" train "$deck" data.train="$data" checkpoint.dir="$GT_TMP/ck-int3" \
   checkpoint.every=2 run.steps=100000 run.log_every=1 >"$GT_TMP/int3.out" 2>&1 &
 job=$!
-while ! grep -q '^step 5/' "$GT_TMP/int3.out" 2>/dev/null; do sleep 0.02; done
+wait_line '^step 5/' "$GT_TMP/int3.out"
 before=$(cat "$GT_TMP/ck-int3/latest")
 r=$(descendants $job)
 kill -INT $r
@@ -152,7 +164,7 @@ finish int3
 ok $? "SIGINT twice to a rank: stops at once, exit 130, latest still complete (status $rc; was $before)"
 
 start int2 checkpoint.every=2
-while ! grep -q '^step 5/' "$GT_TMP/int2.out" 2>/dev/null; do sleep 0.02; done
+wait_line '^step 5/' "$GT_TMP/int2.out"
 before=$(cat "$GT_TMP/ck-int2/latest")
 kill -INT $ranks
 sleep 0.01

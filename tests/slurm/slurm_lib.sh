@@ -77,6 +77,31 @@ drop_slurm_env() {
 now() { date +%s.%N; }
 elapsed_since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 
+# slurm_test_begin WHY [CMD...]: the start of a Slurm test: skip (a TAP
+# plan of 0, exit 0) where Slurm, munge or a CMD is missing, or when not root
+# (WHY: the skip message); drop_slurm_env; deck (tests/decks/tiny.in), jobs
+# (jobscripts/), tmp ($GT_TMP, absolute) and C ($tmp/cluster, its
+# directories made: cluster_dirs).
+slurm_test_begin() {
+  stb_why=$1
+  shift
+  # shellcheck disable=SC2086 # one command a word
+  if stb_cmd=$(missing_cmd $slurm_cmds "$@"); then
+    echo "1..0 # SKIP $stb_cmd is missing (apt-get install slurmctld slurmd slurm-client munge iproute2)"
+    exit 0
+  fi
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "1..0 # SKIP $stb_why"
+    exit 0
+  fi
+  drop_slurm_env
+  deck="$GT_SRCDIR/tests/decks/tiny.in"
+  jobs="$GT_SRCDIR/jobscripts"
+  tmp=$(cd "$GT_TMP" && pwd) || bail "no $GT_TMP"
+  C="$tmp/cluster"
+  cluster_dirs "$C" || bail "cannot create $C"
+}
+
 # cluster_dirs DIR: make DIR's state/, spool/, log/ and munge/; cl_dir
 # becomes DIR's absolute path (slurm.conf wants absolute paths).
 cluster_dirs() {
@@ -406,29 +431,13 @@ ns_init() {
   cl_in=in_ctl
 }
 
-# ns_test_begin N [CMD...]: the start of a test on N namespace nodes: skip
-# (a TAP plan of 0, exit 0) where Slurm, munge, iproute2, the CMDs or root
-# are missing; drop_slurm_env; deck (tests/decks/tiny.in), jobs
-# (jobscripts/), tmp ($GT_TMP, absolute) and C ($tmp/cluster, its
-# directories made); ns_init N.
+# ns_test_begin N [CMD...]: slurm_test_begin for a test on N namespace
+# nodes (iproute2 and the CMDs needed too), then ns_init N.
 ns_test_begin() {
   ntb_n=$1
   shift
-  # shellcheck disable=SC2086 # one command a word
-  if ntb_cmd=$(missing_cmd $slurm_cmds ip unshare nsenter hostname timeout "$@"); then
-    echo "1..0 # SKIP $ntb_cmd is missing (apt-get install slurmctld slurmd slurm-client munge iproute2)"
-    exit 0
-  fi
-  if [ "$(id -u)" -ne 0 ]; then
-    echo "1..0 # SKIP the multi-node Slurm test makes network namespaces and runs slurmd: needs root"
-    exit 0
-  fi
-  drop_slurm_env
-  deck="$GT_SRCDIR/tests/decks/tiny.in"
-  jobs="$GT_SRCDIR/jobscripts"
-  tmp=$(cd "$GT_TMP" && pwd) || bail "no $GT_TMP"
-  C="$tmp/cluster"
-  cluster_dirs "$C" || bail "cannot create $C"
+  slurm_test_begin "the multi-node Slurm test makes network namespaces and runs slurmd: needs root" \
+    ip unshare nsenter hostname timeout "$@"
   ns_init "$ntb_n"
 }
 

@@ -22,21 +22,7 @@
 # shellcheck source=tests/slurm/slurm_lib.sh
 . "$GT_SRCDIR/tests/slurm/slurm_lib.sh"
 
-# shellcheck disable=SC2086 # one command a word
-if missing_cmd $slurm_cmds >/dev/null; then
-  echo "1..0 # SKIP Slurm is not installed (apt-get install slurmctld slurmd slurm-client munge)"
-  exit 0
-fi
-if [ "$(id -u)" -ne 0 ]; then
-  echo "1..0 # SKIP the Slurm test runs slurmd, which needs root"
-  exit 0
-fi
-drop_slurm_env
-
-deck="$GT_SRCDIR/tests/decks/tiny.in"
-jobs="$GT_SRCDIR/jobscripts"
-tmp=$(cd "$GT_TMP" && pwd) || bail "no $GT_TMP"
-cluster_dirs "$tmp/cluster" || bail "cannot create $tmp/cluster"
+slurm_test_begin "the Slurm test runs slurmd, which needs root"
 node=$(hostname -s)
 up_title="a private Slurm cluster comes up"
 
