@@ -310,9 +310,10 @@ static const gt_key gt_keys[] = {
    "the seed's random weights", false, false},
   {"checkpoint", "direct_io", GT_KEY_ENUM, GT_OFF(checkpoint.direct_io), 0, 0, gt_tristate_names,
    "auto",
-   "how the tensor data reaches the file: with O_DIRECT (past the page cache) where the "
-   "file system takes it (auto), always (on: an error where it does not), or through the "
-   "page cache (off)", false, false},
+   "how the tensor data reaches the file: written with O_DIRECT (past the page cache) "
+   "where the file system takes it and read through the page cache (auto), both with "
+   "O_DIRECT (on: an error where a write cannot), or both through the page cache (off)",
+   false, false},
   {"checkpoint", "on_error", GT_KEY_ENUM, GT_OFF(checkpoint.on_error), 0, 0,
    gt_on_error_names, "stop",
    "a periodic checkpoint that cannot be written (full disk, read-only directory, I/O "

@@ -21,6 +21,7 @@
 #include "gridtrain/comm.h"
 #include "gridtrain/error.h"
 #include "ckpt_internal.h"
+#include "ckpt_pread.h"
 #include "h5util.h"
 
 // ---- reading ---------------------------------------------------------------------------------
@@ -172,276 +173,6 @@ int gt_ckpt_read_meta(const char *path, MPI_Comm comm, gt_ckpt_meta *meta)
   return GT_SUCCESS;
 }
 
-// ---- the data reads: threads read ahead while the checksums are checked -----------------
-
-/* The tensor data of a format-3 file is read past HDF5, with pread at the
- * dataset's offset in the file (as the writer writes it), by threads of
- * their own: they fill the buffer piece by piece, GT_PREAD_THREADS pieces
- * in flight (one synchronous O_DIRECT read at a time left the disk idle
- * between requests), while the main thread checks the checksum blocks that
- * have arrived, so that the disk and the checksum pass overlap (before,
- * H5Dread read a whole span and only then was it checked: the two took
- * turns). Pieces that are in the page cache are copied from it; the others
- * are read with O_DIRECT into the 4 KiB-aligned buffer, as the writer
- * writes them: no page-cache pages to allocate and no copy out of them (the
- * copy was the largest cost of a read here). One request at a time; not
- * collective. */
-#define GT_PREAD_PIECE ((size_t)4 << 20) /* bytes per pread(2): 4 checksum blocks */
-#define GT_PREAD_THREADS 3
-
-typedef struct {
-  size_t got; /* bytes read */
-  int err;    /* 0, an errno, -1: the file ends */
-  bool done;
-  bool ok;    /* read in full, and its checksum blocks and values check */
-} gt_piece;
-
-typedef struct {
-  int fd;
-  int fd_direct; /* O_DIRECT (-1: none, or the file system refused it) */
-  int fd_direct_open; /* ... as opened, to close */
-  int nthreads;
-  pthread_t thread[GT_PREAD_THREADS];
-  pthread_mutex_t mu;
-  pthread_cond_t cv;
-  /* the request: len bytes at file offset off into dst, in npieces pieces,
-   * the next one to claim, how many have finished; stop ends the threads */
-  char *dst;
-  size_t len, off, npieces, next, finished;
-  gt_piece *pieces;
-  size_t cap;
-  bool stop;
-  /* what the threads check of each piece they read: the dataset's
-   * checksums (entry `first` of `total` at the request's start, on a block) */
-  const uint32_t *stored;
-  size_t total, first;
-} gt_preader;
-
-/* Whether the n bytes at off (page-aligned) are all in the page cache
- * (mincore of a mapping: it reads nothing; preadv2's RWF_NOWAIT starts a
- * read-ahead of what is missing). */
-static bool gt_preader_cached(const gt_preader *p, size_t off, size_t n)
-{
-  const size_t page = GT_DIO_ALIGN, pages = (n + page - 1) / page;
-  unsigned char vec[GT_PREAD_PIECE / GT_DIO_ALIGN];
-  if (pages > sizeof vec)
-    return false;
-  void *map = mmap(NULL, n, PROT_READ, MAP_SHARED, p->fd, (off_t)off);
-  if (map == MAP_FAILED)
-    return false;
-  bool all = mincore(map, n, vec) == 0;
-  for (size_t i = 0; all && i < pages; i++)
-    all = vec[i] & 1;
-  munmap(map, n);
-  return all;
-}
-
-/* Read n bytes at off into dst (the buffer has room to round n up to whole
- * 4 KiB blocks); *err as gt_piece's. */
-static size_t gt_preader_piece(gt_preader *p, char *dst, size_t n, size_t off, int *err)
-{
-  size_t pos = 0;
-  *err = 0;
-  while (pos < n) {
-    ssize_t got = -1;
-    const int direct = p->fd_direct;
-    errno = EAGAIN;
-    if (direct >= 0 && (off + pos) % GT_DIO_ALIGN == 0 &&
-        (uintptr_t)(dst + pos) % GT_DIO_ALIGN == 0 && !gt_preader_cached(p, off + pos, n - pos)) {
-      got = pread(direct, dst + pos, gt_align_up(n - pos, GT_DIO_ALIGN), (off_t)(off + pos));
-      if (got < 0 && errno == EINVAL) /* no O_DIRECT here after all: the page cache */
-        p->fd_direct = -1;            /* (closed with the reader) */
-      else if (got > (ssize_t)(n - pos))
-        got = (ssize_t)(n - pos);
-    }
-    if (got < 0 && errno != EINTR)
-      got = pread(p->fd, dst + pos, n - pos, (off_t)(off + pos));
-    if (got < 0 && errno == EINTR)
-      continue;
-    if (got <= 0) {
-      *err = got < 0 ? errno : -1;
-      break;
-    }
-    pos += (size_t)got;
-  }
-  return pos;
-}
-
-/* Whether the whole checksum blocks of a piece (entries [first, first + n)
- * of a dataset of total, first on a block) match stored and hold finite
- * values; the main thread only repeats a failed check, for its message. */
-static bool gt_preader_check(const float *data, size_t n, size_t first, size_t total,
-                             const uint32_t *stored)
-{
-  for (size_t at = 0; at < n; at += GT_CKPT_SUM_FLOATS) {
-    const size_t len = gt_min_size(GT_CKPT_SUM_FLOATS, n - at);
-    uint64_t sum[2] = {0, 0};
-    gt_fletcher_add(sum, gt_min_size(GT_CKPT_SUM_FLOATS, total - (first + at)), data + at, 0,
-                    len);
-    if (gt_fletcher_value(sum) != stored[(first + at) / GT_CKPT_SUM_FLOATS])
-      return false;
-  }
-  bool finite = true;
-  for (size_t i = 0; i < n; i++)
-    finite &= isfinite(data[i]) != 0;
-  return finite;
-}
-
-static void *gt_preader_main(void *arg)
-{
-  gt_preader *p = arg;
-  pthread_mutex_lock(&p->mu);
-  for (;;) {
-    while (!p->stop && p->next >= p->npieces)
-      pthread_cond_wait(&p->cv, &p->mu);
-    if (p->stop)
-      break;
-    const size_t k = p->next++;
-    char *dst = p->dst + k * GT_PREAD_PIECE;
-    const size_t off = p->off + k * GT_PREAD_PIECE;
-    const size_t n = p->len - k * GT_PREAD_PIECE < GT_PREAD_PIECE ? p->len - k * GT_PREAD_PIECE
-                                                                  : GT_PREAD_PIECE;
-    pthread_mutex_unlock(&p->mu);
-    int err;
-    const size_t got = gt_preader_piece(p, dst, n, off, &err);
-    const size_t first = p->first + k * (GT_PREAD_PIECE / sizeof(float));
-    const bool ok = got == n && p->stored &&
-                    gt_preader_check((const float *)dst, n / sizeof(float), first, p->total,
-                                     p->stored);
-    pthread_mutex_lock(&p->mu);
-    p->pieces[k] = (gt_piece){got, err, true, ok};
-    p->finished++;
-    pthread_cond_broadcast(&p->cv);
-  }
-  pthread_mutex_unlock(&p->mu);
-  return NULL;
-}
-
-static void gt_preader_close(gt_preader *p);
-
-/* Open path for the reads (fd -1 and no threads when it cannot be: the
- * reads then go through HDF5). */
-static void gt_preader_open(gt_preader *p, const char *path, bool direct)
-{
-  memset(p, 0, sizeof *p);
-  p->fd_direct = p->fd_direct_open = -1;
-  p->fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (p->fd < 0)
-    return;
-  if (direct)
-    p->fd_direct = open(path, O_RDONLY | O_DIRECT | O_CLOEXEC);
-  p->fd_direct_open = p->fd_direct;
-  posix_fadvise(p->fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-  pthread_mutex_init(&p->mu, NULL);
-  pthread_cond_init(&p->cv, NULL);
-  for (int t = 0; t < GT_PREAD_THREADS; t++)
-    if (pthread_create(&p->thread[p->nthreads], NULL, gt_preader_main, p) == 0)
-      p->nthreads++;
-  if (p->nthreads == 0)
-    gt_preader_close(p);
-}
-
-static void gt_preader_close(gt_preader *p)
-{
-  if (p->fd >= 0) {
-    pthread_mutex_lock(&p->mu);
-    p->stop = true;
-    pthread_cond_broadcast(&p->cv);
-    pthread_mutex_unlock(&p->mu);
-    for (int t = 0; t < p->nthreads; t++)
-      pthread_join(p->thread[t], NULL);
-    pthread_mutex_destroy(&p->mu);
-    pthread_cond_destroy(&p->cv);
-    close(p->fd);
-    if (p->fd_direct_open >= 0)
-      close(p->fd_direct_open);
-  }
-  free(p->pieces);
-  p->pieces = NULL;
-  p->fd = p->fd_direct = p->fd_direct_open = -1;
-  p->nthreads = 0;
-}
-
-/* Start reading len bytes at file offset off into dst (the previous
- * request has finished: gt_preader_wait(SIZE_MAX)), entries [first, ...) of
- * a dataset of total floats whose checksums are stored (NULL: not checked
- * by the threads). */
-static int gt_preader_start(gt_preader *p, void *dst, size_t len, size_t off,
-                            const uint32_t *stored, size_t total, size_t first)
-{
-  const size_t n = (len + GT_PREAD_PIECE - 1) / GT_PREAD_PIECE;
-  if (n > p->cap) {
-    gt_piece *more = realloc(p->pieces, sizeof *more * n);
-    GT_CHECK_ALLOC(more, sizeof *more * n);
-    p->pieces = more;
-    p->cap = n;
-  }
-  memset(p->pieces, 0, sizeof *p->pieces * n);
-  pthread_mutex_lock(&p->mu);
-  p->dst = dst;
-  p->len = len;
-  p->off = off;
-  p->npieces = n;
-  p->next = p->finished = 0;
-  p->stored = stored;
-  p->total = total;
-  p->first = first;
-  pthread_cond_broadcast(&p->cv);
-  pthread_mutex_unlock(&p->mu);
-  return GT_SUCCESS;
-}
-
-/* The bytes read from the start of the request without a gap, and *err
- * (0, or the error of the piece that ends them); *end true when no more
- * can come. Under the lock. */
-static size_t gt_preader_prefix(const gt_preader *p, int *err, bool *end)
-{
-  size_t bytes = 0;
-  *err = 0;
-  *end = false;
-  for (size_t k = 0; k < p->npieces && p->pieces[k].done; k++) {
-    bytes += p->pieces[k].got;
-    const size_t n = p->len - k * GT_PREAD_PIECE < GT_PREAD_PIECE ? p->len - k * GT_PREAD_PIECE
-                                                                  : GT_PREAD_PIECE;
-    if (p->pieces[k].got < n) {
-      *err = p->pieces[k].err;
-      *end = true;
-      break;
-    }
-  }
-  if (bytes >= p->len)
-    *end = true;
-  return bytes;
-}
-
-/* Whether piece k of the request checked (the caller has waited for it). */
-static bool gt_preader_ok(gt_preader *p, size_t k)
-{
-  pthread_mutex_lock(&p->mu);
-  const bool ok = k < p->npieces && p->pieces[k].done && p->pieces[k].ok;
-  pthread_mutex_unlock(&p->mu);
-  return ok;
-}
-
-/* Wait until the first `want` bytes of the request are read, or no more can
- * be (want SIZE_MAX: until every piece has finished and the threads are done
- * with the buffer); the bytes read without a gap and *err (0, an errno, -1:
- * the file ends). */
-static size_t gt_preader_wait(gt_preader *p, size_t want, int *err)
-{
-  pthread_mutex_lock(&p->mu);
-  size_t bytes;
-  bool end;
-  for (;;) {
-    bytes = gt_preader_prefix(p, err, &end);
-    if (want == SIZE_MAX ? p->finished == p->npieces : bytes >= want || end)
-      break;
-    pthread_cond_wait(&p->cv, &p->mu);
-  }
-  pthread_mutex_unlock(&p->mu);
-  return bytes;
-}
-
 /* Grow *buf to hold n floats and one 4 KiB block more (an O_DIRECT read
  * of the last piece is rounded up to whole blocks), 4 KiB-aligned. */
 static int gt_ckpt_grow_aligned(float **buf, size_t *cap, size_t n)
@@ -472,6 +203,13 @@ typedef struct {
   size_t send_cap, recv_cap;
   gt_swap_plan plan;
   gt_preader pread; /* the data reads (format 3) */
+  /* the stream (gt_preader_stream): segment s is tensor seg_tensor[s] of
+   * kind seg_kind[s]; the next segment to take, and every segment's
+   * checksums */
+  gt_pread_seg *segs;
+  int *seg_tensor, *seg_kind;
+  size_t nsegs, seg_next;
+  uint32_t *seg_sums;
 } gt_ckpt_reader;
 
 typedef struct {
@@ -728,12 +466,78 @@ static int gt_ckpt_read_filtered(gt_ckpt_reader *r, const char *name, const gt_p
   return GT_SUCCESS;
 }
 
-/* Load this rank's entries [a, b) of t (kind) from the open dataset, by
- * itself. */
+/* Take stream segment s (every piece waited for and given back): with
+ * place, its entries of [a, b) go to dst (entry a first) as they arrive,
+ * each piece checked (a piece the threads found bad is checked again here,
+ * block by block, for the message). */
+static int gt_ckpt_read_streamed(gt_ckpt_reader *r, const char *name, size_t s, bool place,
+                                 float *dst, size_t a, size_t b)
+{
+  const gt_pread_seg *seg = &r->segs[s];
+  gt_backend *be = r->st->params->be;
+  size_t k0, n;
+  gt_preader_stream_pieces(&r->pread, s, &k0, &n);
+  int status = GT_SUCCESS;
+  for (size_t j = 0; j < n; j++) {
+    gt_piece pc;
+    const float *data = gt_preader_stream_get(&r->pread, k0 + j, &pc);
+    const size_t want = gt_min_size(seg->len - j * GT_PREAD_PIECE, GT_PREAD_PIECE);
+    const size_t e0 = seg->first + j * (GT_PREAD_PIECE / sizeof(float)), ne = want / sizeof(float);
+    if (place && status == GT_SUCCESS && pc.got < want)
+      status = gt_error_set(GT_ERR_HDF5, __FILE__, __LINE__, __func__,
+                            "checkpoint %s: %s cannot be read: %s at byte %zu of the file",
+                            r->path, name, pc.err > 0 ? strerror(pc.err) : "the file ends",
+                            seg->off + j * GT_PREAD_PIECE + pc.got);
+    if (place && status == GT_SUCCESS && !pc.ok) {
+      status = gt_ckpt_check_sums(r->path, name, data, seg->total, e0 / GT_CKPT_SUM_FLOATS,
+                                  (ne + GT_CKPT_SUM_FLOATS - 1) / GT_CKPT_SUM_FLOATS,
+                                  seg->stored);
+      if (status == GT_SUCCESS)
+        status = gt_ckpt_check_finite(r->path, name, data, ne, e0);
+    }
+    const size_t x0 = e0 > a ? e0 : a, x1 = e0 + ne < b ? e0 + ne : b;
+    if (place && status == GT_SUCCESS && x0 < x1) {
+      status = be->ops->upload(be, dst + (x0 - a), data + (x0 - e0), (x1 - x0) * sizeof(float),
+                               NULL);
+      if (status == GT_SUCCESS) /* the slot is read into again once given back */
+        status = gt_ckpt_copy_done(be);
+    }
+    gt_preader_stream_release(&r->pread, k0 + j);
+  }
+  GT_CALL(status);
+  return GT_SUCCESS;
+}
+
+/* The stream's segment of tensor i (kind), SIZE_MAX when it has none; the
+ * segments before it (tensors the loop did not read itself) are taken and
+ * dropped. */
+static size_t gt_ckpt_stream_seg(gt_ckpt_reader *r, size_t i, int kind)
+{
+  while (r->seg_next < r->nsegs) {
+    const size_t s = r->seg_next;
+    const size_t si = (size_t)r->seg_tensor[s];
+    if (si > i || (si == i && r->seg_kind[s] > kind))
+      return SIZE_MAX;
+    r->seg_next++;
+    if (si == i && r->seg_kind[s] == kind)
+      return s;
+    (void)gt_ckpt_read_streamed(r, "", s, false, NULL, 0, 0);
+  }
+  return SIZE_MAX;
+}
+
+/* Load this rank's entries [a, b) of t (kind, tensor i) from the open
+ * dataset, by itself. */
 static int gt_ckpt_read_own(gt_ckpt_reader *r, const char *name, const gt_param *t, int kind,
-                            size_t a, size_t b, hid_t ids[])
+                            size_t i, size_t a, size_t b, hid_t ids[])
 {
   const gt_ckpt_state *st = r->st;
+  if (r->format >= 3 && t->shard.axis < 0) { /* read ahead by the stream? */
+    const size_t s = gt_ckpt_stream_seg(r, i, kind);
+    if (s != SIZE_MAX)
+      return gt_ckpt_read_streamed(r, name, s, true, gt_ckpt_part_data(st, kind, t->offset + a),
+                                   a, b);
+  }
   size_t count = 0;
   GT_CALL(gt_ckpt_runs(t, a, b, gt_run_count, &count));
   const float *src = r->staging;
@@ -787,7 +591,7 @@ static int gt_ckpt_read_part(gt_ckpt_reader *r, const char *name, const gt_param
     gt_ckpt_whole_slabs(t, a, b, &x0, &x1);
   if (x0 >= x1) {
     if (*local == GT_SUCCESS)
-      *local = gt_ckpt_read_own(r, name, t, kind, a, b, ids);
+      *local = gt_ckpt_read_own(r, name, t, kind, i, a, b, ids);
     return GT_SUCCESS;
   }
   size_t count = 0;
@@ -875,6 +679,82 @@ static int gt_ckpt_read_tensor(hid_t file, gt_ckpt_reader *r, const gt_ckpt_tens
   int status = gt_ckpt_read_tensor_in(file, r, tensor, kind, local, ids);
   GT_CALL(gt_h5_close_all(status, GT_R_N, ids));
   return GT_SUCCESS;
+}
+
+/* Plan the stream (format 3, threads reading): every unsplit tensor this
+ * rank reads by itself, in the loop's order, its checksum blocks that hold
+ * this rank's entries, at the dataset's offset; then start it. Best effort:
+ * the planning stops at the first dataset that does not open, has another
+ * shape or is not contiguous (the loop then reads it, and says what is
+ * wrong), and a failure leaves no stream. Its HDF5 errors are cleared. */
+static void gt_ckpt_plan_stream(hid_t file, gt_ckpt_reader *r)
+{
+  const gt_ckpt_state *st = r->st;
+  const size_t most = (size_t)st->ntensors * GT_NKINDS;
+  r->segs = calloc(most + 1, sizeof *r->segs);
+  r->seg_tensor = calloc(most + 1, sizeof *r->seg_tensor);
+  r->seg_kind = calloc(most + 1, sizeof *r->seg_kind);
+  size_t *sum_at = calloc(most + 1, sizeof *sum_at), nsums_all = 0, cap = 0;
+  bool stop = !r->segs || !r->seg_tensor || !r->seg_kind || !sum_at;
+  for (int i = 0; i < st->ntensors && !stop; i++) {
+    const gt_ckpt_tensor *tensor = &st->tensors[i];
+    gt_param *t = gt_params_find(st->params, tensor->name);
+    if (!t || t->shard.axis >= 0 || (r->plan.swap && r->plan.swap[i]))
+      continue;
+    for (int k = 0; k < GT_NKINDS && !stop; k++) {
+      size_t lo, hi, a, b;
+      gt_ckpt_range(st, k, &lo, &hi);
+      gt_ckpt_clip(t, lo, hi, &a, &b);
+      if (a >= b)
+        continue;
+      char name[GT_PARAM_NAME_MAX + 16];
+      snprintf(name, sizeof name, "%s/%s", gt_kind_group[k], tensor->name);
+      const hid_t dset = H5Lexists(file, name, H5P_DEFAULT) > 0
+                             ? H5Dopen2(file, name, H5P_DEFAULT)
+                             : H5I_INVALID_HID;
+      const hid_t space = dset >= 0 ? H5Dget_space(dset) : H5I_INVALID_HID;
+      const size_t total = gt_param_full_numel(t);
+      stop = space < 0 || H5Sget_simple_extent_npoints(space) != (hssize_t)total;
+      const haddr_t base = stop ? HADDR_UNDEF : H5Dget_offset(dset);
+      stop = stop || base == HADDR_UNDEF;
+      const size_t nsums = gt_ckpt_nsums(total);
+      if (!stop && nsums_all + nsums > cap) {
+        cap = 2 * (nsums_all + nsums);
+        uint32_t *more = realloc(r->seg_sums, cap * sizeof *more);
+        stop = !more;
+        if (more)
+          r->seg_sums = more;
+      }
+      bool found = false;
+      stop = stop || gt_h5_read_attr_u32s(dset, "fletcher32", name, (int)nsums, &found,
+                                          r->seg_sums + nsums_all) != GT_SUCCESS ||
+             !found;
+      if (space >= 0)
+        H5Sclose(space);
+      if (dset >= 0)
+        H5Dclose(dset);
+      if (stop)
+        break;
+      const size_t f0 = a / GT_CKPT_SUM_FLOATS * GT_CKPT_SUM_FLOATS;
+      const size_t f1 = gt_min_size(total, gt_align_up(b, GT_CKPT_SUM_FLOATS));
+      const size_t s = r->nsegs++;
+      r->segs[s] = (gt_pread_seg){.off = (size_t)base + f0 * sizeof(float),
+                                  .len = (f1 - f0) * sizeof(float), .total = total, .first = f0};
+      r->seg_tensor[s] = i;
+      r->seg_kind[s] = k;
+      sum_at[s] = nsums_all;
+      nsums_all += nsums;
+    }
+  }
+  H5Eclear2(H5E_DEFAULT);
+  gt_error_clear();
+  for (size_t s = 0; s < r->nsegs; s++)
+    r->segs[s].stored = r->seg_sums + sum_at[s];
+  free(sum_at);
+  if (r->nsegs && gt_preader_stream(&r->pread, r->segs, r->nsegs) != GT_SUCCESS) {
+    gt_error_clear();
+    r->nsegs = 0;
+  }
 }
 
 /* The format of an open checkpoint, and for format 3 its checksum block. */
@@ -1016,11 +896,17 @@ int gt_ckpt_read(const char *path, const gt_ckpt_state *st, MPI_Comm comm)
   }
   status = gt_ckpt_read_format(file, path, &r.format);
   if (status == GT_SUCCESS && r.format >= 3)
-    gt_preader_open(&r.pread, path, st->direct != GT_CKPT_DIRECT_OFF);
+    /* reads through the page cache unless O_DIRECT is asked for: with the
+     * read-ahead of the stream the threads copy out of the cache while the
+     * disk goes on, and a disk behind a caching host (this project's VMs:
+     * 1.9-2.6 GB/s buffered against 1.3-1.5 with O_DIRECT) reads faster so */
+    gt_preader_open(&r.pread, path, st->direct == GT_CKPT_DIRECT_ON);
   else
     r.pread.fd = r.pread.fd_direct = r.pread.fd_direct_open = -1;
   if (status == GT_SUCCESS)
     status = gt_ckpt_plan_swap(st, false, &r.plan);
+  if (status == GT_SUCCESS && r.format >= 3 && r.pread.fd >= 0 && st->params)
+    gt_ckpt_plan_stream(file, &r);
   int local = GT_SUCCESS;
   for (int i = 0; i < st->ntensors && status == GT_SUCCESS; i++)
     for (int k = 0; k < GT_NKINDS && status == GT_SUCCESS; k++)
@@ -1034,6 +920,10 @@ int gt_ckpt_read(const char *path, const gt_ckpt_state *st, MPI_Comm comm)
   status = gt_h5_close_all(status, 1, &file);
   gt_comm_foreign_end();
   gt_preader_close(&r.pread);
+  free(r.segs);
+  free(r.seg_tensor);
+  free(r.seg_kind);
+  free(r.seg_sums);
   free(r.staging);
   free(r.rbuf);
   free(r.stored);
