@@ -263,6 +263,43 @@ static int gt_trainer_weights_read(gt_trainer *tr, int status)
   return GT_SUCCESS;
 }
 
+/* Without ZeRO the data-parallel replicas load the same entries: each has
+ * read its share (gt_trainer_share) of the flat buffers bufs[0..n) (host
+ * memory, numel floats each); the members of its dp group send each other
+ * theirs, point to point, so that a layout coordinate reads the file once
+ * instead of dp times. Collective on dp. */
+static int gt_trainer_share_exchange(gt_trainer *tr, float *const bufs[], int n)
+{
+  const gt_grid *g = tr->grid;
+  const size_t numel = gt_gpt_params(tr->model)->numel, dp = (size_t)g->dp_size;
+  const size_t me = (size_t)g->dp_rank;
+  gt_p2p *ops = calloc(2 * dp * (size_t)n + 1, sizeof *ops);
+  GT_CHECK_ALLOC(ops, sizeof *ops * (2 * dp * (size_t)n + 1));
+  int nops = 0, status = GT_SUCCESS;
+  enum { GT_SHARE_TAG = 0x5348 };
+  for (int b = 0; b < n && status == GT_SUCCESS; b++)
+    for (size_t q = 0; q < dp && status == GT_SUCCESS; q++) {
+      if (q == me)
+        continue;
+      const size_t mlo = numel * me / dp, mhi = numel * (me + 1) / dp;
+      const size_t qlo = numel * q / dp, qhi = numel * (q + 1) / dp;
+      status = gt_p2p_send(bufs[b] + mlo, (mhi - mlo) * sizeof(float), (int)q, GT_SHARE_TAG + b,
+                           g->dp, &ops[nops]);
+      if (status == GT_SUCCESS)
+        nops++;
+      if (status == GT_SUCCESS)
+        status = gt_p2p_recv(bufs[b] + qlo, (qhi - qlo) * sizeof(float), (int)q,
+                             GT_SHARE_TAG + b, g->dp, &ops[nops]);
+      if (status == GT_SUCCESS)
+        nops++;
+    }
+  const int waited = gt_p2p_waitall(nops, ops);
+  free(ops);
+  GT_CALL(status);
+  GT_CALL(waited);
+  return GT_SUCCESS;
+}
+
 /* Read the checkpoint path into this rank's parameters: the fp32 master
  * weights it holds (its piece under ZeRO) and, with_state, its optimizer
  * moments and the data-parallel path's rank state (*rank_loaded says
@@ -286,6 +323,14 @@ static int gt_trainer_read(gt_trainer *tr, const char *path, bool with_state,
       st.mlo = st.params->shard_lo;
       st.mhi = st.params->shard_lo + st.params->shard_n;
     }
+    /* without ZeRO, in host memory: each replica its share, then the
+     * exchange (gt_trainer_share_exchange) */
+    const bool share = st.params->shard_size <= 1 && g->dp_size > 1 && tr->be->host_visible;
+    if (share) {
+      gt_trainer_share(tr, &st.lo, &st.hi);
+      st.mlo = st.lo;
+      st.mhi = st.hi;
+    }
     char tag[256];
     if (with_state) {
       gt_trainer_rank_tag(tr, tag, sizeof tag);
@@ -299,6 +344,13 @@ static int gt_trainer_read(gt_trainer *tr, const char *path, bool with_state,
     status = !with_state || st.rank_state
                  ? gt_ckpt_read(path, &st, g->world)
                  : GT_ERROR(GT_ERR_SYSTEM, "out of memory for the rank state");
+    if (share) { /* every rank read its share, or none exchanges */
+      status = gt_error_agree(status, g->world);
+      float *bufs[3] = {st.values, st.m, st.v};
+      if (status == GT_SUCCESS)
+        status = gt_error_agree(gt_trainer_share_exchange(tr, bufs, with_state ? 3 : 1),
+                                g->world);
+    }
     if (status == GT_SUCCESS && with_state) /* after the tensors: the mode's state on top */
       status = gt_dp_state_restore(tr->dp, meta->step, st.rank_state, *rank_loaded);
     free(st.rank_state);

@@ -10,7 +10,8 @@
  *   nonfinite.c      a step with non-finite numbers: which rank, which parameter
  *   step_faults.c    the test-only faults of a step (GT_FAULT)
  *   sampling.c       [run] sample_every: text samples during training
- *   local_state.c    the node-local tier: parts, partner copies, the tier choice
+ *   local_state.c    the node-local tier: parts, partner copies (local_tier.h)
+ *   local_resume.c   the node-local tier at start-up: the choice of a state, its load
  * The pipeline executor is src/parallel/pipeline.c.
  */
 #ifndef GT_TRAINER_IMPL_H
@@ -234,7 +235,7 @@ void gt_full_state_free(gt_trainer *tr, gt_full_state *fs);
  * Collective on world. */
 int gt_local_state_save(gt_trainer *tr);
 
-/* local_state.c: resume = auto: when the newest complete node-local state
+/* local_resume.c: resume = auto: when the newest complete node-local state
  * (own or partner copies, every part verified) is at least as new as the
  * global checkpoint global (NULL: none), load it (any layout of the same
  * model) and set *resumed; otherwise say why and leave *resumed false.

@@ -58,9 +58,14 @@ restore() {
   cp -r "$GT_TMP/local.saved" "$GT_TMP/$1" && cp -r "$GT_TMP/ck.saved" "$GT_TMP/$1-ck"
 }
 
+# rerun NAME: the dp=2 run again from the restored directories NAME, NAME-ck
+rerun() {
+  run_train 2 "$1" grid.dp=2 $local checkpoint.dir="$GT_TMP/$1-ck" \
+    checkpoint.local_dir="$GT_TMP/$1" run.metrics="$GT_TMP/$1.jsonl"
+}
+
 restore auto
-run_train 2 auto grid.dp=2 $local checkpoint.dir="$GT_TMP/auto-ck" \
-  checkpoint.local_dir="$GT_TMP/auto" run.metrics="$GT_TMP/auto.jsonl"
+rerun auto
 ok $? "rerun with resume = auto exits 0"
 grep -q "^gridtrain: resumed from the node-local state of step 8 (global checkpoint: step 6)" \
   "$GT_TMP/auto.out"
@@ -90,8 +95,7 @@ for f in "$GT_TMP/flip/step_00000008/own_00001.gtl" "$GT_TMP/flip/step_00000008/
   printf "$(printf '\\%03o' $(((byte + 1) % 256)))" |
     dd of="$f" bs=1 seek=$at count=1 conv=notrunc 2>/dev/null
 done
-run_train 2 flip grid.dp=2 $local checkpoint.dir="$GT_TMP/flip-ck" \
-  checkpoint.local_dir="$GT_TMP/flip" run.metrics="$GT_TMP/flip.jsonl"
+rerun flip
 ok $? "rerun with a damaged part exits 0"
 grep -q "node-local part .*step_00000008/[a-z]*_00001.gtl is damaged: the checksum of its bytes" \
   "$GT_TMP/flip.err" &&
@@ -106,8 +110,7 @@ ok $? "from step 6: the uninterrupted run's losses, bit for bit"
 # ---- rank 1's own parts deleted: the partner copies serve ---------------------------------------
 restore lost
 rm -f "$GT_TMP"/lost/step_*/own_00001.gtl
-run_train 2 lost grid.dp=2 $local checkpoint.dir="$GT_TMP/lost-ck" \
-  checkpoint.local_dir="$GT_TMP/lost" run.metrics="$GT_TMP/lost.jsonl"
+rerun lost
 ok $? "rerun without rank 1's own parts exits 0"
 grep -q "^gridtrain: resumed from the node-local state of step 8 (global checkpoint: step 6); 1 of its 2 parts from partner copies" \
   "$GT_TMP/lost.out"

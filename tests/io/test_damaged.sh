@@ -37,13 +37,19 @@ $2
 PY
 }
 
-# refused NAME PATTERN: verify and resume both fail, naming the file and PATTERN
-refused() {
+# verify_and_resume NAME: ckpt verify of NAME.h5 ($v_rc, NAME.verify) and a
+# run that resumes from it ($r_rc, NAME.resume)
+verify_and_resume() {
   "$GT_BIN" ckpt verify "$GT_TMP/$1.h5" >"$GT_TMP/$1.verify" 2>&1
   v_rc=$?
   run_mpi 1 60 "$GT_BIN" train "$deck" data.train="$data" run.steps=4 \
     checkpoint.resume="$GT_TMP/$1.h5" >"$GT_TMP/$1.resume" 2>&1
   r_rc=$?
+}
+
+# refused NAME PATTERN: verify and resume both fail, naming the file and PATTERN
+refused() {
+  verify_and_resume "$1"
   [ $v_rc -ne 0 ] && grep -q "$GT_TMP/$1.h5.*$2" "$GT_TMP/$1.verify"
   ok $? "$1: ckpt verify refuses it (status $v_rc): $2"
   [ $r_rc -ne 0 ] && [ $r_rc -lt 124 ] && grep -q "^gridtrain: error: .*$1.h5.*$2" "$GT_TMP/$1.resume" &&
@@ -89,11 +95,7 @@ PY
 # damaged NAME PATTERN: resume and sample exit 2 naming the file and PATTERN;
 # ckpt verify exits 1 naming it
 damaged() {
-  "$GT_BIN" ckpt verify "$GT_TMP/$1.h5" >"$GT_TMP/$1.verify" 2>&1
-  v_rc=$?
-  run_mpi 1 60 "$GT_BIN" train "$deck" data.train="$data" run.steps=4 \
-    checkpoint.resume="$GT_TMP/$1.h5" >"$GT_TMP/$1.resume" 2>&1
-  r_rc=$?
+  verify_and_resume "$1"
   "$GT_BIN" sample "$GT_TMP/$1.h5" </dev/null >"$GT_TMP/$1.sample" 2>&1
   s_rc=$?
   [ $v_rc -eq 1 ] && grep -q "^gridtrain: error: .*$1.h5.*$2" "$GT_TMP/$1.verify"
