@@ -73,6 +73,24 @@ run_mpi() {
   timeout -k 5 "$limit" "$MPIEXEC" -n "$n" "$@"
 }
 
+# no_gpu_named ARGS...: `gridtrain ARGS... backend.device=cuda` on one rank
+# where this gridtrain sees no GPU (else a skip): exit 2, one error line
+# that names the command line as where the key was set (a check after
+# parsing), nothing on stdout (the CUDA library line is information, on
+# stderr). One test point.
+no_gpu_named() {
+  case $("$GT_BIN" --version | sed -n 's/^  CUDA  : //p') in
+  *" 0 devices"*) ;;
+  *) skip 1 "device = cuda may work on this machine"; return 0 ;;
+  esac
+  run_mpi 1 60 "$GT_BIN" "$@" backend.device=cuda >"$GT_TMP/no-gpu.out" 2>"$GT_TMP/no-gpu.err"
+  ng_st=$?
+  [ $ng_st -eq 2 ] && [ "$(grep -c "^gridtrain: error: " "$GT_TMP/no-gpu.err")" -eq 1 ] &&
+    grep -q "^gridtrain: error: command line: \[backend\] device = cuda: no GPU" \
+      "$GT_TMP/no-gpu.err" && [ ! -s "$GT_TMP/no-gpu.out" ]
+  ok $? "$1 with device = cuda and no GPU: exit 2 (got $ng_st), the error names the command line, nothing on stdout"
+}
+
 # expect_ingest_error DESCRIPTION MESSAGE ARGS...: `gridtrain ingest ARGS`
 # exits 2 with one line on stderr holding MESSAGE (a fixed string), nothing
 # on stdout, and leaves neither $GT_TMP/x.h5 nor x.h5.tmp (the name the

@@ -140,17 +140,6 @@ bad nothing 1 "fewer than 2 tokens" "$ck" "$GT_TMP/c.txt"
 bad override 1 "tp=3" "$ck" "$GT_TMP/a.txt" grid.tp=3
 bad option 1 "unknown option '--bogus'" "$ck" "$GT_TMP/a.txt" --bogus
 bad no-files 1 "no file to score" "$ck"
-# a check after parsing names where its key was set (here: no GPU)
-case $("$GT_BIN" --version | sed -n 's/^  CUDA  : //p') in
-*" 0 devices"*)
-  score device-cuda 1 "$ck" "$GT_TMP/a.txt" backend.device=cuda
-  b_st=$?
-  # stderr: the CUDA library line (information), then the one error line
-  [ $b_st -eq 2 ] && [ "$(grep -c "^gridtrain: error: " "$GT_TMP/device-cuda.err")" -eq 1 ] &&
-    grep -q "^gridtrain: error: command line: \[backend\] device = cuda: no GPU" \
-      "$GT_TMP/device-cuda.err" && [ ! -s "$GT_TMP/device-cuda.out" ]
-  ok $? "device-cuda: exit 2 (got $b_st), the error names the command line, nothing on stdout" ;;
-*) skip 1 "device = cuda may work on this machine" ;;
-esac
+no_gpu_named score "$ck" "$GT_TMP/a.txt"
 
 done_testing

@@ -121,19 +121,7 @@ bad temperature-nan 1 "--temperature 'nan'" "$ck" --temperature nan
 bad top-k 1 "--top-k '-3': expected an integer" "$ck" --top-k -3
 bad tokens 1 "--tokens '0': expected an integer in \[1, 1000000\]" "$ck" --tokens 0
 bad option 1 "unknown option '--temp'" "$ck" --temp 1
-# a check after parsing names where its key was set (here: no GPU)
-case $("$GT_BIN" --version | sed -n 's/^  CUDA  : //p') in
-*" 0 devices"*)
-  run_mpi 1 60 "$GT_BIN" sample "$ck" --tokens 2 backend.device=cuda \
-    >"$GT_TMP/device-cuda.out" 2>"$GT_TMP/device-cuda.err"
-  b_st=$?
-  # stderr: the CUDA library line (information), then the one error line
-  [ $b_st -eq 2 ] && [ "$(grep -c "^gridtrain: error: " "$GT_TMP/device-cuda.err")" -eq 1 ] &&
-    grep -q "^gridtrain: error: command line: \[backend\] device = cuda: no GPU" \
-      "$GT_TMP/device-cuda.err" && [ ! -s "$GT_TMP/device-cuda.out" ]
-  ok $? "device-cuda: exit 2 (got $b_st), the error names the command line, nothing on stdout" ;;
-*) skip 1 "device = cuda may work on this machine" ;;
-esac
+no_gpu_named sample "$ck" --tokens 2
 bad missing 2 "cannot open checkpoint $GT_TMP/nope.h5" "$GT_TMP/nope.h5"
 head -c 20000 "$ck" >"$GT_TMP/trunc.h5"
 bad truncated 1 "checkpoint $GT_TMP/trunc.h5 is not a readable HDF5 file" "$GT_TMP/trunc.h5"
