@@ -76,6 +76,12 @@ static const layout set8[] = {{8, 1, 1}, {4, 2, 1}, {4, 1, 2}, {2, 2, 2}, {2, 4,
                               {2, 1, 4}, {1, 8, 1}, {1, 2, 4}, {1, 4, 2}};
 static const layout set6[] = {{3, 1, 1}, {1, 3, 1}, {1, 1, 3}, {1, 1, 6}, {2, 3, 1}};
 static const layout set4[] = {{4, 1, 1}, {2, 2, 1}, {2, 1, 2}, {1, 2, 2}, {1, 4, 1}, {1, 1, 4}};
+/* The CPU test modes at 8 ranks (tests/modes/): a layout per kind of split
+ * (dp alone, pp alone, tp 4 with pp, all three), each schedule's code path
+ * once (below): the modes check the backend's rules along each code path,
+ * not every size, which the plain run does (all of set8 took 200 s under
+ * cpu-guard on 2 cores). */
+static const layout set8_modes[] = {{8, 1, 1}, {1, 8, 1}, {1, 2, 4}, {2, 2, 2}};
 
 /* One training run's results, on world rank 0. */
 typedef struct outcome {
@@ -296,8 +302,15 @@ int main(int argc, char **argv)
   const int rank = tu_mpi_start(&argc, &argv, name, nranks, &scratch);
   if (rank < 0)
     return 1;
-  const layout *set = nranks == 8 ? set8 : nranks == 6 ? set6 : nranks == 4 ? set4 : NULL;
-  const int nlayouts = nranks == 8   ? (int)(sizeof set8 / sizeof *set8)
+  const char *mode = getenv("GT_CPU_MODE");
+  const bool modes8 = nranks == 8 && mode && mode[0];
+  const layout *set = modes8        ? set8_modes
+                      : nranks == 8 ? set8
+                      : nranks == 6 ? set6
+                      : nranks == 4 ? set4
+                                    : NULL;
+  const int nlayouts = modes8        ? (int)(sizeof set8_modes / sizeof *set8_modes)
+                       : nranks == 8 ? (int)(sizeof set8 / sizeof *set8)
                        : nranks == 6 ? (int)(sizeof set6 / sizeof *set6)
                        : nranks == 4 ? (int)(sizeof set4 / sizeof *set4)
                                      : 0;
@@ -360,9 +373,8 @@ int main(int argc, char **argv)
     int m; /* micro-batches; < 0: -m times pp */
   } runs[] = {{"gpipe", 1},          {"gpipe", 4},          {"1f1b", 1},
               {"1f1b", 4},           {"interleaved:2", -2}, {"interleaved:3", -1}};
-  const char *cpu_mode = getenv("GT_CPU_MODE");
   /* the test modes and the 4-rank set: each schedule's code path once */
-  const bool mode_run = (cpu_mode && cpu_mode[0]) || nranks == 4;
+  const bool mode_run = (mode && mode[0]) || nranks == 4;
   double worst_loss = 0, worst_param = 0;
   char worst_loss_run[128] = "", worst_param_run[200] = "";
   for (int l = 0; l < nlayouts; l++) {

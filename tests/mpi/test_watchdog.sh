@@ -105,7 +105,10 @@ freeze() {
 }
 
 freeze frozen-dp 4 2 grid.dp=4
-check frozen-dp 2 "did not answer \(dead or frozen\) in (dp|world) allreduce #[0-9]+"
+# the others wait in the step's dp all-reduce or in the world reduce of the
+# step times (the straggler watch, every logged step), whichever the stop
+# came before
+check frozen-dp 2 "did not answer \(dead or frozen\) in (dp|world) (allreduce|reduce) #[0-9]+"
 # rank 0, the diagnoser, frozen: rank 1 takes over
 freeze frozen-r0 4 0 grid.dp=2 grid.tp=2
 check frozen-r0 0 "did not answer \(dead or frozen\) in (tp|dp|world) [a-z_]+ #[0-9]+"
