@@ -310,9 +310,10 @@ static const gt_key gt_keys[] = {
    "the seed's random weights", false, false},
   {"checkpoint", "direct_io", GT_KEY_ENUM, GT_OFF(checkpoint.direct_io), 0, 0, gt_tristate_names,
    "auto",
-   "how the tensor data reaches the file: written with O_DIRECT (past the page cache) "
-   "where the file system takes it and read through the page cache (auto), both with "
-   "O_DIRECT (on: an error where a write cannot), or both through the page cache (off)",
+   "how the tensor data reaches the file: written and read with O_DIRECT (past the page "
+   "cache) where the file system takes it, reads from the page cache where it holds the "
+   "bytes (auto); the same, but an error where a write cannot use O_DIRECT (on); or "
+   "both through the page cache (off)",
    false, false},
   {"checkpoint", "on_error", GT_KEY_ENUM, GT_OFF(checkpoint.on_error), 0, 0,
    gt_on_error_names, "stop",

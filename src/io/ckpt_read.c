@@ -378,34 +378,56 @@ static int gt_clip_run(void *ctx, size_t local, size_t logical, size_t len)
   return GT_SUCCESS;
 }
 
+/* The stream (below). */
+typedef enum { GT_TAKE_DROP, GT_TAKE_UPLOAD, GT_TAKE_RUNS, GT_TAKE_COPY } gt_take;
+static int gt_ckpt_read_streamed(gt_ckpt_reader *r, const char *name, size_t s, gt_take how,
+                                 const gt_param *t, float *dst, size_t a, size_t b);
+static size_t gt_ckpt_stream_seg(gt_ckpt_reader *r, size_t i, int kind);
+
+/* The cuts of the exchanged whole slabs [x0, x1) of t (local entries)
+ * among g members: member j reads and checks the logical entries
+ * [cut[j], cut[j + 1]), on checksum-block boundaries, so that every block
+ * is read and checked once. */
+static void gt_ckpt_swap_cuts(const gt_param *t, size_t x0, size_t x1, int g, size_t *cut)
+{
+  size_t ls, fs;
+  gt_ckpt_slab_sizes(t, &ls, &fs);
+  const size_t lo = x0 / ls * fs, hi = x1 / ls * fs;
+  cut[0] = lo;
+  cut[g] = hi;
+  for (int j = 1; j < g; j++) {
+    size_t c = lo + (size_t)((hi - lo) * (unsigned __int128)j / (unsigned)g);
+    c = gt_align_up(c, GT_CKPT_SUM_FLOATS);
+    cut[j] = c < cut[j - 1] ? cut[j - 1] : c > hi ? hi : c;
+  }
+}
+
 /* The read exchange of one sharded tensor's whole slabs (local [x0, x1)):
  * each member reads and checks its cut of the group's range once, and sends
  * every other member the entries of it that member holds. A member whose
  * read failed (ok false: its error is noted by the caller) still takes part;
  * the error, agreed on afterwards, makes the whole load fail. Collective on
  * the group. */
-static int gt_ckpt_swap_read(gt_ckpt_reader *r, const char *name, const gt_param *t,
-                             const int *index, size_t a, size_t x0, size_t x1, hid_t ids[],
+static int gt_ckpt_swap_read(gt_ckpt_reader *r, const char *name, const gt_param *t, int kind,
+                             size_t i, size_t a, size_t x0, size_t x1, hid_t ids[],
                              int *local)
 {
   const int g = r->plan.gsize, me = r->plan.grank;
+  const int *index = r->plan.index + i * (size_t)g;
   const MPI_Comm comm = *r->st->group;
-  size_t ls, fs;
-  gt_ckpt_slab_sizes(t, &ls, &fs);
-  const size_t lo = x0 / ls * fs, hi = x1 / ls * fs;
   size_t cut[GT_CKPT_GROUP_MAX + 1], scount[GT_CKPT_GROUP_MAX] = {0};
   size_t rcount[GT_CKPT_GROUP_MAX] = {0};
-  /* cuts on checksum blocks: every block is read and checked once */
-  cut[0] = lo;
-  cut[g] = hi;
-  for (int i = 1; i < g; i++) {
-    size_t c = lo + (size_t)((hi - lo) * (unsigned __int128)i / (unsigned)g);
-    c = gt_align_up(c, GT_CKPT_SUM_FLOATS);
-    cut[i] = c < cut[i - 1] ? cut[i - 1] : c > hi ? hi : c;
-  }
+  gt_ckpt_swap_cuts(t, x0, x1, g, cut);
   size_t f0 = cut[me];
-  if (*local == GT_SUCCESS && cut[me] < cut[me + 1])
+  const size_t s = gt_ckpt_stream_seg(r, i, kind); /* read ahead by the stream? */
+  if (*local == GT_SUCCESS && s != SIZE_MAX) {
+    f0 = r->segs[s].first;
+    *local = gt_ckpt_grow_aligned(&r->rbuf, &r->rcap, r->segs[s].len / sizeof(float));
+    if (*local == GT_SUCCESS)
+      *local = gt_ckpt_read_streamed(r, name, s, GT_TAKE_COPY, NULL, r->rbuf, 0, 0);
+  } else if (*local == GT_SUCCESS && cut[me] < cut[me + 1]) {
     *local = gt_ckpt_read_span(r, name, t, cut[me], cut[me + 1], &f0, ids);
+  }
   const bool ok = *local == GT_SUCCESS;
   /* what goes to each member, and what comes from each */
   size_t stotal = 0, rtotal = 0;
@@ -466,15 +488,23 @@ static int gt_ckpt_read_filtered(gt_ckpt_reader *r, const char *name, const gt_p
   return GT_SUCCESS;
 }
 
-/* Take stream segment s (every piece waited for and given back): with
- * place, its entries of [a, b) go to dst (entry a first) as they arrive,
- * each piece checked (a piece the threads found bad is checked again here,
- * block by block, for the message). */
-static int gt_ckpt_read_streamed(gt_ckpt_reader *r, const char *name, size_t s, bool place,
-                                 float *dst, size_t a, size_t b)
+/* Take stream segment s (every piece waited for and given back), its
+ * entries [first, ...) (logical indices) going, as they arrive, each piece
+ * checked first (a piece the threads found bad is checked again here,
+ * block by block, for the message):
+ *   GT_TAKE_DROP    nowhere (a segment the load passed by);
+ *   GT_TAKE_UPLOAD  those of [a, b) uploaded to dst (entry a at dst[0]):
+ *                   an unsplit tensor, straight into its place;
+ *   GT_TAKE_RUNS    this rank's runs of [a, b) of split tensor t (local
+ *                   indices) into host memory, local entry a at dst[0];
+ *   GT_TAKE_COPY    all of them into host memory, entry first at dst[0]. */
+
+static int gt_ckpt_read_streamed(gt_ckpt_reader *r, const char *name, size_t s, gt_take how,
+                                 const gt_param *t, float *dst, size_t a, size_t b)
 {
   const gt_pread_seg *seg = &r->segs[s];
   gt_backend *be = r->st->params->be;
+  const bool place = how != GT_TAKE_DROP;
   size_t k0, n;
   gt_preader_stream_pieces(&r->pread, s, &k0, &n);
   int status = GT_SUCCESS;
@@ -496,7 +526,14 @@ static int gt_ckpt_read_streamed(gt_ckpt_reader *r, const char *name, size_t s, 
         status = gt_ckpt_check_finite(r->path, name, data, ne, e0);
     }
     const size_t x0 = e0 > a ? e0 : a, x1 = e0 + ne < b ? e0 + ne : b;
-    if (place && status == GT_SUCCESS && x0 < x1) {
+    if (status != GT_SUCCESS || !place) {
+    } else if (how == GT_TAKE_COPY) {
+      memcpy(dst + (e0 - seg->first), data, want);
+    } else if (how == GT_TAKE_RUNS) {
+      gt_clip c = {.mode = GT_CLIP_PLACE, .lo = e0, .hi = e0 + ne, .dst = dst, .src = data,
+                   .first = a, .f0 = e0};
+      status = gt_ckpt_runs(t, a, b, gt_clip_run, &c);
+    } else if (x0 < x1) {
       status = be->ops->upload(be, dst + (x0 - a), data + (x0 - e0), (x1 - x0) * sizeof(float),
                                NULL);
       if (status == GT_SUCCESS) /* the slot is read into again once given back */
@@ -521,7 +558,7 @@ static size_t gt_ckpt_stream_seg(gt_ckpt_reader *r, size_t i, int kind)
     r->seg_next++;
     if (si == i && r->seg_kind[s] == kind)
       return s;
-    (void)gt_ckpt_read_streamed(r, "", s, false, NULL, 0, 0);
+    (void)gt_ckpt_read_streamed(r, "", s, GT_TAKE_DROP, NULL, NULL, 0, 0);
   }
   return SIZE_MAX;
 }
@@ -532,18 +569,19 @@ static int gt_ckpt_read_own(gt_ckpt_reader *r, const char *name, const gt_param 
                             size_t i, size_t a, size_t b, hid_t ids[])
 {
   const gt_ckpt_state *st = r->st;
-  if (r->format >= 3 && t->shard.axis < 0) { /* read ahead by the stream? */
-    const size_t s = gt_ckpt_stream_seg(r, i, kind);
-    if (s != SIZE_MAX)
-      return gt_ckpt_read_streamed(r, name, s, true, gt_ckpt_part_data(st, kind, t->offset + a),
-                                   a, b);
-  }
+  /* read ahead by the stream? */
+  const size_t s = r->format >= 3 ? gt_ckpt_stream_seg(r, i, kind) : SIZE_MAX;
+  if (s != SIZE_MAX && t->shard.axis < 0)
+    return gt_ckpt_read_streamed(r, name, s, GT_TAKE_UPLOAD, t,
+                                 gt_ckpt_part_data(st, kind, t->offset + a), a, b);
   size_t count = 0;
   GT_CALL(gt_ckpt_runs(t, a, b, gt_run_count, &count));
   const float *src = r->staging;
   if (count != b - a) /* padding stays zero */
     memset(r->staging, 0, (b - a) * sizeof(float));
-  if (r->format >= 3 && t->shard.axis < 0) { /* one run: straight from the blocks read */
+  if (s != SIZE_MAX) { /* a split tensor: its runs out of the stream's pieces */
+    GT_CALL(gt_ckpt_read_streamed(r, name, s, GT_TAKE_RUNS, t, r->staging, a, b));
+  } else if (r->format >= 3 && t->shard.axis < 0) { /* one run: straight from the blocks */
     size_t f0;
     GT_CALL(gt_ckpt_read_span(r, name, t, a, b, &f0, ids));
     src = r->rbuf + (a - f0);
@@ -557,6 +595,30 @@ static int gt_ckpt_read_own(gt_ckpt_reader *r, const char *name, const gt_param 
   GT_CALL(be->ops->upload(be, gt_ckpt_part_data(st, kind, t->offset + a), src,
                           (b - a) * sizeof(float), NULL));
   GT_CALL(gt_ckpt_copy_done(be));
+  return GT_SUCCESS;
+}
+
+/* The whole slabs [x0, x1) of this rank's entries [a, b) of t (tensor i)
+ * that the group exchanges (x0 == x1: none): when this rank's own entries
+ * are spread over 1.5 times the part of the file they fill or more (column
+ * splits, q/k/v blocks), read alone, the members would read and check much
+ * of the tensor several times (at tp = 2, column splits twice and q/k/v
+ * blocks 1.7 times); exchanged, the file is read once and the rest goes
+ * through memory. Every member decides alike: the spans of equal pieces
+ * are equal. */
+static int gt_ckpt_swapped(const gt_ckpt_reader *r, const gt_param *t, size_t i, size_t a,
+                           size_t b, size_t *x0, size_t *x1)
+{
+  *x0 = *x1 = a;
+  if (r->format < 3 || !r->plan.swap || !r->plan.swap[i])
+    return GT_SUCCESS;
+  gt_span span = {(size_t)-1, 0};
+  size_t held = 0;
+  const int first = r->plan.index[i * (size_t)r->plan.gsize];
+  GT_CALL(gt_ckpt_runs_at(t, first, a, b, gt_span_run, &span));
+  GT_CALL(gt_ckpt_runs_at(t, first, a, b, gt_run_count, &held));
+  if (span.lo < span.hi && 2 * (span.hi - span.lo) > 3 * held)
+    gt_ckpt_whole_slabs(t, a, b, x0, x1);
   return GT_SUCCESS;
 }
 
@@ -574,21 +636,8 @@ static int gt_ckpt_read_part(gt_ckpt_reader *r, const char *name, const gt_param
   gt_ckpt_clip(t, lo, hi, &a, &b);
   if (a >= b)
     return GT_SUCCESS;
-  size_t x0 = a, x1 = a;
-  /* The exchange when this rank's own entries are spread over much more of
-   * the file than they fill (column splits, q/k/v blocks): read alone, each
-   * member would read and check the whole tensor. Every member decides
-   * alike: the spans of equal pieces are equal. */
-  gt_span span = {(size_t)-1, 0};
-  size_t held = 0;
-  if (r->format >= 3 && r->plan.swap && r->plan.swap[i]) {
-    GT_CALL(gt_ckpt_runs_at(t, r->plan.index[i * (size_t)r->plan.gsize], a, b, gt_span_run,
-                            &span));
-    GT_CALL(gt_ckpt_runs_at(t, r->plan.index[i * (size_t)r->plan.gsize], a, b, gt_run_count,
-                            &held));
-  }
-  if (span.lo < span.hi && span.hi - span.lo > 2 * held)
-    gt_ckpt_whole_slabs(t, a, b, &x0, &x1);
+  size_t x0, x1;
+  GT_CALL(gt_ckpt_swapped(r, t, i, a, b, &x0, &x1));
   if (x0 >= x1) {
     if (*local == GT_SUCCESS)
       *local = gt_ckpt_read_own(r, name, t, kind, i, a, b, ids);
@@ -598,8 +647,7 @@ static int gt_ckpt_read_part(gt_ckpt_reader *r, const char *name, const gt_param
   GT_CALL(gt_ckpt_runs(t, a, b, gt_run_count, &count));
   if (count != b - a) /* padding stays zero */
     memset(r->staging, 0, (b - a) * sizeof(float));
-  GT_CALL(gt_ckpt_swap_read(r, name, t, r->plan.index + i * (size_t)r->plan.gsize, a, x0, x1,
-                            ids, local));
+  GT_CALL(gt_ckpt_swap_read(r, name, t, kind, i, a, x0, x1, ids, local));
   if (*local == GT_SUCCESS)
     *local = gt_ckpt_read_blocks(r, name, t, a, a, x0, ids);
   if (*local == GT_SUCCESS)
@@ -699,14 +747,30 @@ static void gt_ckpt_plan_stream(hid_t file, gt_ckpt_reader *r)
   for (int i = 0; i < st->ntensors && !stop; i++) {
     const gt_ckpt_tensor *tensor = &st->tensors[i];
     gt_param *t = gt_params_find(st->params, tensor->name);
-    if (!t || t->shard.axis >= 0 || (r->plan.swap && r->plan.swap[i]))
+    if (!t)
       continue;
     for (int k = 0; k < GT_NKINDS && !stop; k++) {
-      size_t lo, hi, a, b;
+      size_t lo, hi, a, b, x0, x1;
       gt_ckpt_range(st, k, &lo, &hi);
       gt_ckpt_clip(t, lo, hi, &a, &b);
       if (a >= b)
         continue;
+      /* the logical entries this rank reads alone (none: exchanged) */
+      gt_span span = {a, b};
+      if (t->shard.axis >= 0) {
+        span = (gt_span){(size_t)-1, 0};
+        stop = gt_ckpt_swapped(r, t, (size_t)i, a, b, &x0, &x1) != GT_SUCCESS ||
+               gt_ckpt_runs(t, a, b, gt_span_run, &span) != GT_SUCCESS;
+        if (stop)
+          break;
+        if (x0 < x1) { /* this member's cut of the exchanged slabs */
+          size_t cut[GT_CKPT_GROUP_MAX + 1];
+          gt_ckpt_swap_cuts(t, x0, x1, r->plan.gsize, cut);
+          span = (gt_span){cut[r->plan.grank], cut[r->plan.grank + 1]};
+        }
+        if (span.lo >= span.hi)
+          continue;
+      }
       char name[GT_PARAM_NAME_MAX + 16];
       snprintf(name, sizeof name, "%s/%s", gt_kind_group[k], tensor->name);
       const hid_t dset = H5Lexists(file, name, H5P_DEFAULT) > 0
@@ -735,8 +799,8 @@ static void gt_ckpt_plan_stream(hid_t file, gt_ckpt_reader *r)
         H5Dclose(dset);
       if (stop)
         break;
-      const size_t f0 = a / GT_CKPT_SUM_FLOATS * GT_CKPT_SUM_FLOATS;
-      const size_t f1 = gt_min_size(total, gt_align_up(b, GT_CKPT_SUM_FLOATS));
+      const size_t f0 = span.lo / GT_CKPT_SUM_FLOATS * GT_CKPT_SUM_FLOATS;
+      const size_t f1 = gt_min_size(total, gt_align_up(span.hi, GT_CKPT_SUM_FLOATS));
       const size_t s = r->nsegs++;
       r->segs[s] = (gt_pread_seg){.off = (size_t)base + f0 * sizeof(float),
                                   .len = (f1 - f0) * sizeof(float), .total = total, .first = f0};
@@ -896,11 +960,14 @@ int gt_ckpt_read(const char *path, const gt_ckpt_state *st, MPI_Comm comm)
   }
   status = gt_ckpt_read_format(file, path, &r.format);
   if (status == GT_SUCCESS && r.format >= 3)
-    /* reads through the page cache unless O_DIRECT is asked for: with the
-     * read-ahead of the stream the threads copy out of the cache while the
-     * disk goes on, and a disk behind a caching host (this project's VMs:
-     * 1.9-2.6 GB/s buffered against 1.3-1.5 with O_DIRECT) reads faster so */
-    gt_preader_open(&r.pread, path, st->direct == GT_CKPT_DIRECT_ON);
+    /* O_DIRECT for the pieces the page cache does not hold, unless off:
+     * in A/B runs of one hour on this project's VM (124M, run_ckpt.sh) it
+     * read 0.77-0.84x dd at 1 rank, 0.56-0.59x at tp = 2 and 0.69x at
+     * dp = 2, against 0.48-0.84x, 0.36-0.40x and 0.47-0.57x through the
+     * page cache, whose copy out of the cache costs the CPU that 2 ranks
+     * on 2 cores do not have (an earlier hour measured the opposite at 1
+     * rank: this disk sits on a caching host) */
+    gt_preader_open(&r.pread, path, st->direct != GT_CKPT_DIRECT_OFF);
   else
     r.pread.fd = r.pread.fd_direct = r.pread.fd_direct_open = -1;
   if (status == GT_SUCCESS)
