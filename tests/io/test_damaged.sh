@@ -114,6 +114,17 @@ damaged group_header "is damaged: the HDF5 metadata of /model (a group) does not
 flip block "$good" data:/model/h.0.attn.proj.bias
 damaged block "/model/h.0.attn.proj.bias is damaged: the checksum of its bytes"
 
+# the same in a split tensor at tp = 2: the attention's output projection
+# splits its columns, so the pair exchanges it and only one of them reads
+# the damaged block; both stop
+flip split_block "$good" data:/model/h.0.attn.proj.weight
+run_mpi 2 60 "$GT_BIN" train "$deck" data.train="$data" run.steps=4 grid.tp=2 \
+  checkpoint.resume="$GT_TMP/split_block.h5" >"$GT_TMP/split_block.resume" 2>&1
+r_rc=$?
+[ $r_rc -eq 2 ] && grep -q "^gridtrain: error: .*split_block.h5.*/model/h.0.attn.proj.weight is damaged: the checksum of its bytes" "$GT_TMP/split_block.resume" &&
+  ! grep -q '^step ' "$GT_TMP/split_block.resume"
+ok $? "split_block: resume at tp = 2 (the exchanged read): status 2 (got $r_rc), the file and the tensor named"
+
 # the token dataset: its object header, its group's
 for w in hdr:/train/tokens hdr:/train; do
   flip tokens "$data" "$w"
