@@ -124,8 +124,11 @@ typedef struct gt_backend_ops {
   int (*linear_forward)(gt_backend *be, gt_dtype dt, void *out, const void *in,
                         const void *w, const void *bias, const void *residual, int64_t N,
                         int64_t C, int64_t OC);
-  /* din(N,C) "=" dout w, dt (skipped when din is NULL); dw(OC,C) "+=" dout^T
-   * in, fp32; dbias(OC) "+=" column sums of dout, fp32 (skipped when NULL). */
+  /* din(N,C) "=" dout w, dt; dw(OC,C) "+=" dout^T in, fp32; dbias(OC) "+="
+   * column sums of dout, fp32. Each is skipped when NULL (in is not read
+   * without dw, nor w without din), so a zero-bubble schedule computes the
+   * input gradient now and the weight gradients later, bit for bit what
+   * one call with both gives. */
   int (*linear_backward)(gt_backend *be, gt_dtype dt, void *din, float *dw, float *dbias,
                          const void *dout, const void *in, const void *w, int64_t N,
                          int64_t C, int64_t OC);

@@ -147,6 +147,37 @@ int gt_block_backward(gt_backend *be, const gt_block_weights *w, const gt_block_
                       const gt_block_acts *a, const void *x, void *dres,
                       const gt_block_scratch *s, gt_layer_dims d);
 
+/* ---- the backward in two halves (zero-bubble pipeline schedules) ------
+ * B, gt_block_backward_input: d(loss)/d(x) (dres, in place, as above) and
+ * the norms' weight gradients, the pipeline's critical path; W,
+ * gt_block_backward_weights: the four projections' weight and bias
+ * gradients, which a schedule may run later to fill its bubbles (Qi et al.,
+ * "Zero Bubble Pipeline Parallelism", ICLR 2024). B leaves what W needs of
+ * the micro-batch in keep (the caller's buffers, one set per block and
+ * micro-batch whose W is pending: (2 C + G + QKV) N elements of the compute
+ * type, G the local mlp.fc rows (2 F with SwiGLU) and QKV the local q, k, v
+ * rows), and W also reads the
+ * activations a and keeps none of them alive itself: the caller keeps a
+ * until W has run. B then W accumulates into g bit for bit what
+ * gt_block_backward accumulates (every backend computes a projection's
+ * input and weight gradients by separate products). With tensor
+ * parallelism B is collective on d.tp as gt_block_backward is, W is not.
+ * Not with sequence parallelism yet (GT_ERR_INPUT). */
+typedef struct gt_block_dout {
+  void *dfcproj; /* (N,C) the MLP projection's output gradient */
+  void *dfc;     /* (N,G) mlp.fc's output gradient */
+  void *dproj;   /* (N,C) the attention projection's output gradient */
+  void *dqkv;    /* (N,QKV) the q, k, v projection's output gradient */
+} gt_block_dout;
+
+int gt_block_backward_input(gt_backend *be, const gt_block_weights *w, const gt_block_grads *g,
+                            const gt_block_acts *a, const void *x, void *dres,
+                            const gt_block_scratch *s, const gt_block_dout *keep,
+                            gt_layer_dims d);
+
+int gt_block_backward_weights(gt_backend *be, const gt_block_grads *g, const gt_block_acts *a,
+                              const gt_block_dout *keep, gt_layer_dims d);
+
 /* ---- token + position embedding (vocabulary-parallel) ------------------
  * The rank holds rows [v0, v0 + nv) of wte; the partial embeddings are
  * summed over tp (wpe is added by tp rank 0 only); with sp (sequence

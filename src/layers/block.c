@@ -266,6 +266,95 @@ static int gt_block_backward_sp(gt_backend *be, const gt_block_weights *w,
   return GT_SUCCESS;
 }
 
+/* The four projections' weight and bias gradients of one micro-batch from
+ * their output gradients (kept by gt_block_backward_in, or where it is
+ * running now) and their inputs in a. */
+static int gt_block_projection_grads(gt_backend *be, const gt_block_grads *g,
+                                     const gt_block_acts *a, const void *dfcproj,
+                                     const void *dfc, const void *dproj, const void *dqkv,
+                                     gt_block_sizes z, gt_layer_dims d, int which)
+{
+  const gt_backend_ops *op = be->ops;
+  const gt_dtype dt = d.dt;
+  /* the replicated biases' gradients are the same on every tp rank */
+  if (which & 1)
+    GT_CALL(op->linear_backward(be, dt, NULL, g->fcproj_w, g->fcproj_b, dfcproj, a->gelu, NULL,
+                                z.N, z.F, z.C));
+  if (which & 2)
+    GT_CALL(op->linear_backward(be, dt, NULL, g->fc_w, g->fc_b, dfc, a->ln2, NULL, z.N, z.C,
+                                z.G));
+  if (which & 4)
+    GT_CALL(op->linear_backward(be, dt, NULL, g->proj_w, g->proj_b, dproj, a->atty, NULL, z.N,
+                                z.Cl, z.C));
+  if (which & 8)
+    GT_CALL(op->linear_backward(be, dt, NULL, g->qkv_w, g->qkv_b, dqkv, a->ln1, NULL, z.N, z.C,
+                                z.QKV));
+  return GT_SUCCESS;
+}
+
+/* B, and W too where keep is NULL: each projection's input gradient, then
+ * (keep NULL) at once its weight gradients, in the order the joint
+ * backward always ran them; with keep, the projections' output gradients
+ * are left in keep for gt_block_backward_weights. */
+static int gt_block_backward_in(gt_backend *be, const gt_block_weights *w,
+                                const gt_block_grads *g, const gt_block_acts *a,
+                                const void *x, void *dres, const gt_block_scratch *s0,
+                                const gt_block_dout *keep, gt_layer_dims d)
+{
+  const gt_backend_ops *op = be->ops;
+  const gt_block_sizes z = gt_block_sizes_of(d);
+  const size_t nc = (size_t)(z.N * z.C), E = gt_dtype_size(d.dt);
+  const gt_dtype dt = d.dt;
+  const gt_norm nk = d.kind.norm;
+  gt_block_scratch sk = *s0; /* with keep, fc's and qkv's gradients go straight there */
+  if (keep) {
+    sk.dfc = keep->dfc;
+    sk.dqkv = keep->dqkv;
+  }
+  const gt_block_scratch *s = &sk;
+  /* MLP: dres flows unchanged to res2 and through the MLP branch */
+  if (keep)
+    GT_CALL(op->copy(be, keep->dfcproj, dres, nc * E, NULL));
+  GT_CALL(op->linear_backward(be, dt, gt_mlp_act_grad(s, d), NULL, NULL, dres, NULL,
+                              w->fcproj_w, z.N, z.F, z.C));
+  if (!keep)
+    GT_CALL(gt_block_projection_grads(be, g, a, dres, NULL, NULL, NULL, z, d, 1));
+  GT_CALL(gt_progress_poll(d.progress));
+  GT_CALL(gt_mlp_act_backward(be, a, s, z, d));
+  GT_CALL(gt_progress_poll(d.progress));
+  GT_CALL(op->linear_backward(be, dt, s->dln, NULL, NULL, s->dfc, NULL, w->fc_w, z.N, z.C,
+                              z.G));
+  if (!keep)
+    GT_CALL(gt_block_projection_grads(be, g, a, NULL, s->dfc, NULL, NULL, z, d, 2));
+  GT_CALL(gt_progress_poll(d.progress));
+  GT_CALL(gt_tp_sum(&d, s->dln, nc)); /* conjugate f: each rank saw its units only */
+  GT_CALL(gt_norm_backward(be, dt, nk, dres, g->ln2_w, g->ln2_b, s->dln, a->res2, w->ln2_w,
+                           a->ln2_mean, a->ln2_rstd, z.N, z.C));
+  GT_CALL(gt_progress_poll(d.progress));
+  /* attention: dres (now d res2) flows unchanged to x and through attention */
+  if (keep)
+    GT_CALL(op->copy(be, keep->dproj, dres, nc * E, NULL));
+  GT_CALL(op->linear_backward(be, dt, s->datty, NULL, NULL, dres, NULL, w->proj_w, z.N, z.Cl,
+                              z.C));
+  if (!keep)
+    GT_CALL(gt_block_projection_grads(be, g, a, NULL, NULL, dres, NULL, z, d, 4));
+  GT_CALL(gt_progress_poll(d.progress));
+  GT_CALL(op->attention_backward(be, dt, s->dqkv, s->datty, a->qkv, a->atty, a->lse, d.B, d.T,
+                                 d.H, z.Hkv, z.hs));
+  GT_CALL(gt_block_rope(be, s->dqkv, z, d, 0, true));
+  GT_CALL(gt_progress_poll(d.progress));
+  GT_CALL(op->linear_backward(be, dt, s->dln, NULL, NULL, s->dqkv, NULL, w->qkv_w, z.N, z.C,
+                              z.QKV));
+  if (!keep)
+    GT_CALL(gt_block_projection_grads(be, g, a, NULL, NULL, NULL, s->dqkv, z, d, 8));
+  GT_CALL(gt_progress_poll(d.progress));
+  GT_CALL(gt_tp_sum(&d, s->dln, nc));
+  GT_CALL(gt_norm_backward(be, dt, nk, dres, g->ln1_w, g->ln1_b, s->dln, x, w->ln1_w,
+                           a->ln1_mean, a->ln1_rstd, z.N, z.C));
+  GT_CALL(gt_progress_poll(d.progress));
+  return GT_SUCCESS;
+}
+
 int gt_block_backward(gt_backend *be, const gt_block_weights *w, const gt_block_grads *g,
                       const gt_block_acts *a, const void *x, void *dres,
                       const gt_block_scratch *s, gt_layer_dims d)
@@ -273,39 +362,29 @@ int gt_block_backward(gt_backend *be, const gt_block_weights *w, const gt_block_
   int64_t r0, ns;
   if (gt_sp_on(d.tp, d.sp, d.B * d.T, &r0, &ns))
     return gt_block_backward_sp(be, w, g, a, x, dres, s, d, ns);
-  const gt_backend_ops *op = be->ops;
+  GT_CALL(gt_block_backward_in(be, w, g, a, x, dres, s, NULL, d));
+  return GT_SUCCESS;
+}
+
+int gt_block_backward_input(gt_backend *be, const gt_block_weights *w, const gt_block_grads *g,
+                            const gt_block_acts *a, const void *x, void *dres,
+                            const gt_block_scratch *s, const gt_block_dout *keep,
+                            gt_layer_dims d)
+{
+  int64_t r0, ns;
+  GT_CHECK(!gt_sp_on(d.tp, d.sp, d.B * d.T, &r0, &ns), GT_ERR_INPUT,
+           "the split backward of a block (zero-bubble schedules) does not take sequence "
+           "parallelism yet");
+  GT_ASSERT(keep && keep->dfcproj && keep->dfc && keep->dproj && keep->dqkv);
+  GT_CALL(gt_block_backward_in(be, w, g, a, x, dres, s, keep, d));
+  return GT_SUCCESS;
+}
+
+int gt_block_backward_weights(gt_backend *be, const gt_block_grads *g, const gt_block_acts *a,
+                              const gt_block_dout *keep, gt_layer_dims d)
+{
   const gt_block_sizes z = gt_block_sizes_of(d);
-  const size_t nc = (size_t)(z.N * z.C);
-  const gt_dtype dt = d.dt;
-  const gt_norm nk = d.kind.norm;
-  /* MLP: dres flows unchanged to res2 and through the MLP branch. The
-   * replicated bias gradient is the same on every tp rank. */
-  GT_CALL(op->linear_backward(be, dt, gt_mlp_act_grad(s, d), g->fcproj_w, g->fcproj_b, dres,
-                              a->gelu, w->fcproj_w, z.N, z.F, z.C));
-  GT_CALL(gt_progress_poll(d.progress));
-  GT_CALL(gt_mlp_act_backward(be, a, s, z, d));
-  GT_CALL(gt_progress_poll(d.progress));
-  GT_CALL(op->linear_backward(be, dt, s->dln, g->fc_w, g->fc_b, s->dfc, a->ln2, w->fc_w, z.N,
-                              z.C, z.G));
-  GT_CALL(gt_progress_poll(d.progress));
-  GT_CALL(gt_tp_sum(&d, s->dln, nc)); /* conjugate f: each rank saw its units only */
-  GT_CALL(gt_norm_backward(be, dt, nk, dres, g->ln2_w, g->ln2_b, s->dln, a->res2, w->ln2_w,
-                           a->ln2_mean, a->ln2_rstd, z.N, z.C));
-  GT_CALL(gt_progress_poll(d.progress));
-  /* attention: dres (now d res2) flows unchanged to x and through attention */
-  GT_CALL(op->linear_backward(be, dt, s->datty, g->proj_w, g->proj_b, dres, a->atty,
-                              w->proj_w, z.N, z.Cl, z.C));
-  GT_CALL(gt_progress_poll(d.progress));
-  GT_CALL(op->attention_backward(be, dt, s->dqkv, s->datty, a->qkv, a->atty, a->lse, d.B, d.T,
-                                 d.H, z.Hkv, z.hs));
-  GT_CALL(gt_block_rope(be, s->dqkv, z, d, 0, true));
-  GT_CALL(gt_progress_poll(d.progress));
-  GT_CALL(op->linear_backward(be, dt, s->dln, g->qkv_w, g->qkv_b, s->dqkv, a->ln1, w->qkv_w,
-                              z.N, z.C, z.QKV));
-  GT_CALL(gt_progress_poll(d.progress));
-  GT_CALL(gt_tp_sum(&d, s->dln, nc));
-  GT_CALL(gt_norm_backward(be, dt, nk, dres, g->ln1_w, g->ln1_b, s->dln, x, w->ln1_w,
-                           a->ln1_mean, a->ln1_rstd, z.N, z.C));
-  GT_CALL(gt_progress_poll(d.progress));
+  GT_CALL(gt_block_projection_grads(be, g, a, keep->dfcproj, keep->dfc, keep->dproj,
+                                    keep->dqkv, z, d, 1 | 2 | 4 | 8));
   return GT_SUCCESS;
 }

@@ -388,8 +388,10 @@ static int gt_linear_backward_16(gt_dtype dt, void *din, float *dw, const void *
   for (int64_t i0 = 0; i0 < N; i0 += nb) {
     const int64_t rows = gt_min64(nb, N - i0);
     gt_to_f32_par(dt, dout32, gt_cat(dt, dout, (size_t)i0 * OC), (size_t)rows * OC);
-    gt_to_f32_par(dt, in32, gt_cat(dt, in, (size_t)i0 * C), (size_t)rows * C);
-    gt_sgemm(true, false, OC, C, rows, dout32, OC, in32, C, 1.0f, dw, C);
+    if (dw) {
+      gt_to_f32_par(dt, in32, gt_cat(dt, in, (size_t)i0 * C), (size_t)rows * C);
+      gt_sgemm(true, false, OC, C, rows, dout32, OC, in32, C, 1.0f, dw, C);
+    }
     if (din) {
       gt_sgemm(false, false, rows, C, OC, dout32, OC, w32, C, 0.0f, in32, C);
       gt_from_f32_par(dt, gt_at(dt, din, (size_t)i0 * C), in32, (size_t)rows * C);
@@ -408,12 +410,14 @@ static int cpu_linear_backward(gt_backend *be, gt_dtype dt, void *din, float *dw
   if (dt == GT_F32) {
     if (din)
       gt_sgemm(false, false, N, C, OC, dout, OC, w, C, 0.0f, din, C);
-    gt_sgemm(true, false, OC, C, N, dout, OC, in, C, 1.0f, dw, C);
+    if (dw)
+      gt_sgemm(true, false, OC, C, N, dout, OC, in, C, 1.0f, dw, C);
   } else if (dt == GT_BF16 && gt_dnnl_bf16_enabled()) {
     if (din)
       GT_CALL(gt_dnnl_matmul_bf16(false, false, N, C, OC, dout, w, NULL, false, din, GT_BF16));
-    GT_CALL(gt_dnnl_matmul_bf16(true, false, OC, C, N, dout, in, NULL, true, dw, GT_F32));
-  } else {
+    if (dw)
+      GT_CALL(gt_dnnl_matmul_bf16(true, false, OC, C, N, dout, in, NULL, true, dw, GT_F32));
+  } else if (din || dw) {
     GT_CALL(gt_linear_backward_16(dt, din, dw, dout, in, w, N, C, OC));
   }
   if (dbias)

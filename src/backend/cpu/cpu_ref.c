@@ -82,7 +82,7 @@ static int ref_linear_backward(gt_backend *be, gt_dtype dt, void *din, float *dw
         st(dt, din, i * C + c, s);
       }
   for (int64_t o = 0; o < OC; o++) {
-    for (int64_t c = 0; c < C; c++) {
+    for (int64_t c = 0; dw && c < C; c++) {
       double s = 0;
       for (int64_t i = 0; i < N; i++)
         s += ld(dt, dout, i * OC + o) * ld(dt, in, i * C + c);

@@ -594,8 +594,8 @@ int gt_cuda_linear_backward(gt_backend *be, gt_dtype dt, void *din, float *dw, f
     GT_CALL(gemm(be, &s, w, dout, din, din, NULL, NULL));
   }
   bool dbias_done = false;
-  if (C > 0) {
-    GT_ASSERT(dw && in);
+  if (C > 0 && dw) {
+    GT_ASSERT(in);
     spec_init(&s, OP_DW, dt, N, C, OC);
     s.beta = 1.0f;
     if (dbias) { /* the bias gradient from the dw product's epilogue, if offered */
