@@ -29,14 +29,29 @@
  *          fraction (p - 1) / (V m + p - 1) of the step, at the price of V
  *          times the pipeline messages. Needs p >= 2, m a multiple of p and
  *          at least p V blocks.
+ *
+ *   zb-h1  ZB-H1 of "Zero Bubble Pipeline Parallelism" (Qi et al., ICLR
+ *          2024): the backward splits into B, the input gradient, and W,
+ *          the weight gradients (layers.h), and stage s runs 3 m operations:
+ *          1F1B's order of F and B, with W(j - s) right after each B(j)
+ *          (j >= s) and the s remaining W's at the end. A unit lives from
+ *          its F to its W: at most min(p, m) on every stage, stage 0's
+ *          1F1B bound. With costs tf, tb, tw the bubble is (p - 1)(tf + tb
+ *          - tw) of a stage's time while tw <= tb ((p - 1) tf otherwise),
+ *          against 1F1B's (p - 1)(tf + tb + tw): a third of it when the
+ *          three cost the same. The pipeline executor does not run split
+ *          backwards yet, so gt_schedule_parse does not take it (issue 33).
  */
 #ifndef GRIDTRAIN_SCHEDULE_H
 #define GRIDTRAIN_SCHEDULE_H
 
+#include <stdbool.h>
+
 typedef enum {
   GT_SCHEDULE_GPIPE = 0,
   GT_SCHEDULE_1F1B = 1,
-  GT_SCHEDULE_INTERLEAVED = 2
+  GT_SCHEDULE_INTERLEAVED = 2,
+  GT_SCHEDULE_ZBH1 = 3
 } gt_schedule_kind;
 
 #define GT_SCHEDULE_MAX_CHUNKS 64 /* V of interleaved:V */
@@ -47,10 +62,16 @@ typedef struct gt_schedule {
   char name[24]; /* as written in a deck: "1f1b", "interleaved:2" */
 } gt_schedule;
 
+typedef enum {
+  GT_PASS_F = 0, /* forward */
+  GT_PASS_B = 1, /* backward: with the weight gradients unless the schedule splits them */
+  GT_PASS_W = 2  /* the weight gradients of a split backward (zb-h1) */
+} gt_pass;
+
 typedef struct gt_pipe_op {
-  int backward; /* 0: forward, 1: backward */
-  int mb;       /* micro-batch */
-  int chunk;    /* model chunk of this rank (0 unless interleaved) */
+  gt_pass pass;
+  int mb;    /* micro-batch */
+  int chunk; /* model chunk of this rank (0 unless interleaved) */
 } gt_pipe_op;
 
 /* "gpipe", "1f1b" or "interleaved:V" (2 <= V <= GT_SCHEDULE_MAX_CHUNKS)
@@ -68,14 +89,19 @@ gt_schedule gt_schedule_of(gt_schedule_kind kind, int chunks);
  * with the deck keys to change otherwise. */
 int gt_schedule_check(const gt_schedule *sched, int p, int m, int layers);
 
-/* Operations per step of a stage: 2 m V. */
+/* Whether the schedule runs B and W as operations of their own. */
+bool gt_schedule_splits(const gt_schedule *sched);
+
+/* Operations per step of a stage: 2 m V, 3 m for a split schedule. */
 int gt_schedule_ops(const gt_schedule *sched, int m);
 
-/* The 2 m V operations of stage s (of p) into ops[2 m V]. Not collective. */
+/* The gt_schedule_ops operations of stage s (of p) into ops. Not
+ * collective. */
 int gt_schedule_build(const gt_schedule *sched, int p, int s, int m, gt_pipe_op *ops);
 
 /* The most (chunk, micro-batch) units of chunk c alive at once on stage s:
- * between a unit's forward and its backward, by walking the operation list
+ * between a unit's forward and its backward (its W where the schedule
+ * splits the backward), by walking the operation list
  * (slots[c] for c < V); returns their sum, the activation slots stage s
  * allocates (with one chunk: the most micro-batches alive, min(p - s, m)
  * for 1f1b and m for gpipe). Within a chunk, units start and end in

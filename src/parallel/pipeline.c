@@ -255,11 +255,12 @@ static int gt_pipe_run(gt_pipe *pl, const gt_pipe_feed *feed, float dlogit_scale
   GT_CALL(status);
   for (int i = 0; i < pl->nops; i++) {
     const gt_pipe_op op = pl->ops[i];
-    if (train && op.backward) {
+    GT_ASSERT(op.pass != GT_PASS_W); /* split backwards: issue 33's next step */
+    if (train && op.pass == GT_PASS_B) {
       GT_CALL(gt_pipe_backward(pl, op.chunk, op.mb, hook));
     } else if (train) {
       GT_CALL(gt_pipe_forward(pl, feed, op.chunk, op.mb, dlogit_scale, loss_acc));
-    } else if (!op.backward) { /* the forwards, in the schedule's order */
+    } else if (op.pass == GT_PASS_F) { /* the forwards, in the schedule's order */
       GT_CALL(gt_pipe_forward(pl, feed, op.chunk, op.mb, 0.0f, loss_acc));
       pl->live--;
       /* forward only: the slot's next input can come as soon as this one's

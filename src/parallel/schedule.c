@@ -1,6 +1,6 @@
 /*
- * schedule.c - GPipe, 1F1B and interleaved 1F1B operation orders, and the
- * stage split.
+ * schedule.c - GPipe, 1F1B, interleaved 1F1B and ZB-H1 operation orders,
+ * and the stage split.
  */
 #include "gridtrain/schedule.h"
 
@@ -54,7 +54,10 @@ gt_schedule gt_schedule_of(gt_schedule_kind kind, int chunks)
   if (kind == GT_SCHEDULE_INTERLEAVED)
     snprintf(s.name, sizeof s.name, "interleaved:%d", chunks);
   else
-    snprintf(s.name, sizeof s.name, "%s", kind == GT_SCHEDULE_GPIPE ? "gpipe" : "1f1b");
+    snprintf(s.name, sizeof s.name, "%s",
+             kind == GT_SCHEDULE_GPIPE  ? "gpipe"
+             : kind == GT_SCHEDULE_ZBH1 ? "zb-h1"
+                                        : "1f1b");
   return s;
 }
 
@@ -78,7 +81,12 @@ int gt_schedule_check(const gt_schedule *sched, int p, int m, int layers)
   return GT_SUCCESS;
 }
 
-int gt_schedule_ops(const gt_schedule *sched, int m) { return 2 * m * sched->chunks; }
+bool gt_schedule_splits(const gt_schedule *sched) { return sched->kind == GT_SCHEDULE_ZBH1; }
+
+int gt_schedule_ops(const gt_schedule *sched, int m)
+{
+  return (gt_schedule_splits(sched) ? 3 : 2) * m * sched->chunks;
+}
 
 /* Unit k of the interleaved order: its chunk and micro-batch (forward
  * order; backward takes the chunks in reverse). */
@@ -86,7 +94,8 @@ static gt_pipe_op gt_interleaved_unit(int p, int v, int k, int backward)
 {
   const int group = k / (p * v), in_group = k % (p * v);
   const int chunk = in_group / p;
-  return (gt_pipe_op){backward, group * p + in_group % p, backward ? v - 1 - chunk : chunk};
+  return (gt_pipe_op){backward ? GT_PASS_B : GT_PASS_F, group * p + in_group % p,
+                      backward ? v - 1 - chunk : chunk};
 }
 
 /* Operation i of stage s's list: a warm-up of `warm` forwards, then a
@@ -121,7 +130,26 @@ static gt_pipe_op gt_schedule_op(const gt_schedule *sched, int p, int s, int m, 
   }
   if (sched->kind == GT_SCHEDULE_INTERLEAVED)
     return gt_interleaved_unit(p, v, k, backward);
-  return (gt_pipe_op){backward, k, 0};
+  return (gt_pipe_op){backward ? GT_PASS_B : GT_PASS_F, k, 0};
+}
+
+/* Operation i of stage s's list, for every kind: ZB-H1 walks 1F1B's F
+ * and B order, W(j - s) after each B(j), then the s remaining W's (O(m)
+ * per call: the lists are walked once per set-up). */
+static gt_pipe_op gt_schedule_at(const gt_schedule *sched, int p, int s, int m, int i)
+{
+  if (!gt_schedule_splits(sched))
+    return gt_schedule_op(sched, p, s, m, i);
+  const gt_schedule fb = gt_schedule_of(GT_SCHEDULE_1F1B, 1);
+  int n = 0;
+  for (int k = 0; k < 2 * m; k++) {
+    const gt_pipe_op op = gt_schedule_op(&fb, p, s, m, k);
+    if (n++ == i)
+      return op;
+    if (op.pass == GT_PASS_B && op.mb >= s && n++ == i)
+      return (gt_pipe_op){GT_PASS_W, op.mb - s, 0};
+  }
+  return (gt_pipe_op){GT_PASS_W, m - (3 * m - i), 0}; /* the last s W's */
 }
 
 int gt_schedule_build(const gt_schedule *sched, int p, int s, int m, gt_pipe_op *ops)
@@ -129,9 +157,32 @@ int gt_schedule_build(const gt_schedule *sched, int p, int s, int m, gt_pipe_op 
   GT_ASSERT(p >= 1 && s >= 0 && s < p && m >= 1);
   GT_ASSERT(sched->kind != GT_SCHEDULE_INTERLEAVED || m % p == 0);
   const int n = gt_schedule_ops(sched, m);
-  for (int i = 0; i < n; i++)
-    ops[i] = gt_schedule_op(sched, p, s, m, i);
+  if (!gt_schedule_splits(sched)) {
+    for (int i = 0; i < n; i++)
+      ops[i] = gt_schedule_op(sched, p, s, m, i);
+    return GT_SUCCESS;
+  }
+  const gt_schedule fb = gt_schedule_of(GT_SCHEDULE_1F1B, 1);
+  int k = 0;
+  for (int i = 0; i < 2 * m; i++) {
+    const gt_pipe_op op = gt_schedule_op(&fb, p, s, m, i);
+    ops[k++] = op;
+    if (op.pass == GT_PASS_B && op.mb >= s)
+      ops[k++] = (gt_pipe_op){GT_PASS_W, op.mb - s, 0};
+  }
+  for (int j = m - s > 0 ? m - s : 0; j < m; j++)
+    ops[k++] = (gt_pipe_op){GT_PASS_W, j, 0};
+  GT_ASSERT(k == n);
   return GT_SUCCESS;
+}
+
+/* +1 where a unit starts (F), -1 where it ends (its W where the schedule
+ * splits the backward, else its B), 0 otherwise. */
+static int gt_schedule_live_step(const gt_schedule *sched, gt_pipe_op op)
+{
+  if (op.pass == GT_PASS_F)
+    return 1;
+  return op.pass == (gt_schedule_splits(sched) ? GT_PASS_W : GT_PASS_B) ? -1 : 0;
 }
 
 int gt_schedule_chunk_slots(const gt_schedule *sched, int p, int s, int m, int *slots)
@@ -141,8 +192,8 @@ int gt_schedule_chunk_slots(const gt_schedule *sched, int p, int s, int m, int *
   for (int c = 0; c < v; c++)
     slots[c] = 0;
   for (int i = 0; i < n; i++) {
-    const gt_pipe_op op = gt_schedule_op(sched, p, s, m, i);
-    live[op.chunk] += op.backward ? -1 : 1;
+    const gt_pipe_op op = gt_schedule_at(sched, p, s, m, i);
+    live[op.chunk] += gt_schedule_live_step(sched, op);
     if (live[op.chunk] > slots[op.chunk])
       slots[op.chunk] = live[op.chunk];
   }
@@ -162,7 +213,7 @@ int gt_schedule_peak_units(const gt_schedule *sched, int p, int s, int m)
   const int n = gt_schedule_ops(sched, m);
   int live = 0, most = 0;
   for (int i = 0; i < n; i++) {
-    live += gt_schedule_op(sched, p, s, m, i).backward ? -1 : 1;
+    live += gt_schedule_live_step(sched, gt_schedule_at(sched, p, s, m, i));
     most = live > most ? live : most;
   }
   return most;

@@ -8,6 +8,9 @@
  * (p, m) must finish without deadlock, keep no more units alive per chunk
  * than gt_schedule_chunk_slots says, and with equal stage costs idle
  * exactly (p-1)/(V m+p-1) of the time (V = 1 but for interleaved:V).
+ * zb-h1 (its W(v,i) after B(v,i)) must idle (p-1)(tf+tb-tw) of a stage's
+ * time at tw <= tb, (p-1) tf beyond, and keep at most min(p, m) units
+ * alive from F to W on every stage.
  *
  * gt-test: ranks=2 tier=quick
  */
@@ -22,24 +25,29 @@
 #define MAXM 16
 #define MAXV 4
 #define MAXU (MAXM * MAXV) /* units of a stage */
+#define MAXOPS (3 * MAXU)  /* operations of a stage (zb-h1: 3 m) */
 
 typedef struct {
   double bubble;              /* idle fraction of the makespan, mean over stages */
+  double idle;                /* idle time of the makespan, most of any stage */
   int in_flight[MAXP][MAXV];  /* most units alive per stage and chunk */
   int alive[MAXP];            /* most units alive per stage, all chunks */
   bool ok;                    /* finished, and every F before its B */
 } sim_result;
 
 /* Run p stage lists of schedule sc with forward cost tf and backward cost
- * tb per micro-batch and stage (a chunk's unit costs 1/V of that). Unit
+ * tb + tw per micro-batch and stage (a chunk's unit costs 1/V of that; a
+ * split schedule's B costs tb and its W tw). Unit
  * (c, i) of stage s is virtual stage c p + s: its forward follows the
  * forward of virtual stage c p + s - 1 (rank s - 1, or rank p - 1's chunk
  * c - 1), its backward the backward of virtual stage c p + s + 1. */
-static sim_result simulate(const gt_schedule *sc, int p, int m, double tf, double tb)
+static sim_result simulate(const gt_schedule *sc, int p, int m, double tf, double tb,
+                           double tw)
 {
   const int V = sc->chunks, nv = p * V, n = gt_schedule_ops(sc, m);
-  static gt_pipe_op ops[MAXP][2 * MAXU];
-  static double f_end[MAXP * MAXV][MAXM], b_end[MAXP * MAXV][MAXM];
+  const bool split = gt_schedule_splits(sc);
+  static gt_pipe_op ops[MAXP][MAXOPS];
+  static double f_end[MAXP * MAXV][MAXM], b_end[MAXP * MAXV][MAXM], w_end[MAXP * MAXV][MAXM];
   int next[MAXP] = {0}, live[MAXP][MAXV] = {{0}}, all[MAXP] = {0};
   double clock[MAXP] = {0}, busy[MAXP] = {0};
   sim_result r = {.ok = true};
@@ -47,7 +55,7 @@ static sim_result simulate(const gt_schedule *sc, int p, int m, double tf, doubl
     gt_schedule_build(sc, p, s, m, ops[s]);
   for (int v = 0; v < nv; v++)
     for (int i = 0; i < m; i++)
-      f_end[v][i] = b_end[v][i] = -1;
+      f_end[v][i] = b_end[v][i] = w_end[v][i] = -1;
   for (bool progress = true; progress;) {
     progress = false;
     for (int s = 0; s < p; s++) {
@@ -56,7 +64,13 @@ static sim_result simulate(const gt_schedule *sc, int p, int m, double tf, doubl
       gt_pipe_op op = ops[s][next[s]];
       const int v = op.chunk * p + s;
       double ready;
-      if (!op.backward) {
+      if (op.pass == GT_PASS_W) { /* after its own B, on this stage */
+        if (!split || b_end[v][op.mb] < 0 || w_end[v][op.mb] >= 0) {
+          r.ok = false;
+          return r;
+        }
+        ready = 0;
+      } else if (op.pass == GT_PASS_F) {
         if (v > 0 && f_end[v - 1][op.mb] < 0)
           continue;
         ready = v > 0 ? f_end[v - 1][op.mb] : 0;
@@ -70,14 +84,20 @@ static sim_result simulate(const gt_schedule *sc, int p, int m, double tf, doubl
         ready = v < nv - 1 ? b_end[v + 1][op.mb] : 0;
       }
       double start = ready > clock[s] ? ready : clock[s];
-      double cost = (op.backward ? tb : tf) / V;
+      const double cost = (op.pass == GT_PASS_F   ? tf
+                           : op.pass == GT_PASS_W ? tw
+                           : split                ? tb
+                                                  : tb + tw) /
+                          V;
       clock[s] = start + cost;
       busy[s] += cost;
       int *l = &live[s][op.chunk];
-      if (op.backward) {
-        b_end[v][op.mb] = clock[s];
-        (*l)--;
-        all[s]--;
+      if (op.pass != GT_PASS_F) {
+        (op.pass == GT_PASS_W ? w_end : b_end)[v][op.mb] = clock[s];
+        if (op.pass == (split ? GT_PASS_W : GT_PASS_B)) { /* the unit ends */
+          (*l)--;
+          all[s]--;
+        }
       } else {
         f_end[v][op.mb] = clock[s];
         if (++*l > r.in_flight[s][op.chunk])
@@ -95,8 +115,10 @@ static sim_result simulate(const gt_schedule *sc, int p, int m, double tf, doubl
       r.ok = false; /* deadlock */
     makespan = clock[s] > makespan ? clock[s] : makespan;
   }
-  for (int s = 0; s < p; s++)
+  for (int s = 0; s < p; s++) {
     r.bubble += (1.0 - busy[s] / makespan) / p;
+    r.idle = fmax(r.idle, makespan - busy[s]);
+  }
   return r;
 }
 
@@ -105,23 +127,87 @@ static sim_result simulate(const gt_schedule *sc, int p, int m, double tf, doubl
  * mb mod slots needs). */
 static bool order_is_right(const gt_schedule *sc, int p, int s, int m)
 {
-  static gt_pipe_op ops[2 * MAXU];
+  static gt_pipe_op ops[MAXOPS];
   gt_schedule_build(sc, p, s, m, ops);
-  int nf[MAXV] = {0}, nb[MAXV] = {0};
+  int nf[MAXV] = {0}, nb[MAXV] = {0}, nw[MAXV] = {0};
   bool ok = true;
   for (int i = 0; i < gt_schedule_ops(sc, m); i++) {
     const gt_pipe_op op = ops[i];
     ok &= op.chunk >= 0 && op.chunk < sc->chunks;
     if (!ok)
       return false;
-    if (op.backward)
+    if (op.pass == GT_PASS_W)
+      ok &= op.mb == nw[op.chunk]++ && nw[op.chunk] <= nb[op.chunk];
+    else if (op.pass == GT_PASS_B)
       ok &= op.mb == nb[op.chunk]++ && nb[op.chunk] <= nf[op.chunk];
     else
       ok &= op.mb == nf[op.chunk]++;
   }
   for (int c = 0; c < sc->chunks; c++)
-    ok &= nf[c] == m && nb[c] == m;
+    ok &= nf[c] == m && nb[c] == m && nw[c] == (gt_schedule_splits(sc) ? m : 0);
   return ok;
+}
+
+/* zb-h1 (not parsed yet: the executor does not run split backwards):
+ * every (p, m) without deadlock, F B W once each in order, units alive =
+ * gt_schedule_chunk_slots <= min(p, m), and the bubble of the formula at
+ * three cost ratios, a third of 1F1B's at equal costs. */
+static void test_zbh1(void)
+{
+  const gt_schedule zb = gt_schedule_of(GT_SCHEDULE_ZBH1, 1);
+  const gt_schedule fb = gt_schedule_of(GT_SCHEDULE_1F1B, 1);
+  static const double costs[][3] = {{1, 1, 1}, {1, 1.5, 0.5}, {1, 0.8, 1.2}, {2, 1, 1}};
+  bool ok = true, order = true, flight = true, bubble = true, third = true;
+  double worst = 0;
+  int cases = 0;
+  for (int p = 1; p <= MAXP; p++)
+    for (int m = 1; m <= MAXM; m++) {
+      cases++;
+      for (size_t c = 0; c < sizeof costs / sizeof *costs; c++) {
+        const double tf = costs[c][0], tb = costs[c][1], tw = costs[c][2];
+        const sim_result r = simulate(&zb, p, m, tf, tb, tw);
+        ok &= r.ok;
+        /* from m >= p on; with fewer micro-batches the warm-up is cut short */
+        const double want = (p - 1) * (tw <= tb ? tf + tb - tw : tf);
+        if (m >= p) {
+          worst = fmax(worst, fabs(r.idle - want));
+          bubble &= fabs(r.idle - want) < 1e-9;
+        }
+        if (c == 0 && m >= p) {
+          const sim_result one = simulate(&fb, p, m, tf, tb, tw);
+          third &= fabs(3 * r.idle - one.idle) < 1e-9;
+        }
+      }
+      const sim_result r = simulate(&zb, p, m, 1, 1, 1);
+      for (int s = 0; s < p; s++) {
+        int slots[MAXV];
+        const int total = gt_schedule_chunk_slots(&zb, p, s, m, slots);
+        flight &= total == r.in_flight[s][0] && total <= (p < m ? p : m) &&
+                  gt_schedule_peak_units(&zb, p, s, m) == r.alive[s];
+        order &= order_is_right(&zb, p, s, m);
+      }
+    }
+  tap_ok(ok && cases > 0, "zb-h1: every stage list finishes for %d (p <= %d, m <= %d) cases at "
+         "4 cost ratios (no deadlock, each W after its B)", cases, MAXP, MAXM);
+  tap_ok(order, "zb-h1: each micro-batch once F, B and W, in order");
+  tap_ok(flight, "zb-h1: units alive from F to W = gt_schedule_chunk_slots <= min(p, m)");
+  tap_ok(bubble, "zb-h1: idle time per stage (p-1)(tf+tb-tw) at tw <= tb, (p-1) tf beyond, "
+         "for m >= p (worst deviation %.1e)", worst);
+  tap_ok(third, "zb-h1: a third of 1F1B's idle time at equal F, B, W costs");
+  gt_pipe_op ops[12];
+  gt_schedule_build(&zb, 2, 0, 4, ops);
+  static const int want[12][2] = {{0, 0}, {0, 1}, {1, 0}, {2, 0}, {0, 2}, {1, 1},
+                                  {2, 1}, {0, 3}, {1, 2}, {2, 2}, {1, 3}, {2, 3}};
+  bool same = true;
+  for (int i = 0; i < 12; i++)
+    same &= (int)ops[i].pass == want[i][0] && ops[i].mb == want[i][1] && ops[i].chunk == 0;
+  gt_schedule_build(&zb, 2, 1, 4, ops);
+  static const int want1[12][2] = {{0, 0}, {1, 0}, {0, 1}, {1, 1}, {2, 0}, {0, 2},
+                                   {1, 2}, {2, 1}, {0, 3}, {1, 3}, {2, 2}, {2, 3}};
+  for (int i = 0; i < 12; i++)
+    same &= (int)ops[i].pass == want1[i][0] && ops[i].mb == want1[i][1];
+  tap_ok(same, "zb-h1, p = 2, m = 4: F0 F1 B0 W0 F2 B1 W1 F3 B2 W2 B3 W3 and F0 B0 F1 B1 W0 "
+         "F2 B2 W1 F3 B3 W2 W3, by hand");
 }
 
 static void test_schedules(void)
@@ -144,7 +230,7 @@ static void test_schedules(void)
           continue;
         }
         cases++;
-        sim_result r = simulate(&sc, p, m, 1.0, 2.0);
+        sim_result r = simulate(&sc, p, m, 1.0, 2.0, 0.0);
         all_ok &= r.ok;
         double theory = (double)(p - 1) / ((double)V * m + p - 1);
         worst_bubble = fmax(worst_bubble, fabs(r.bubble - theory));
@@ -228,7 +314,7 @@ static void test_schedules(void)
                                   {1, 2, 1}, {1, 3, 1}, {1, 2, 0}, {1, 3, 0}};
   bool same = true;
   for (int i = 0; i < 16; i++)
-    same &= ops[i].backward == want[i][0] && ops[i].mb == want[i][1] && ops[i].chunk == want[i][2];
+    same &= (int)ops[i].pass == want[i][0] && ops[i].mb == want[i][1] && ops[i].chunk == want[i][2];
   tap_ok(same, "interleaved:2, p = 2, m = 4, stage 0: Megatron's order, by hand");
 }
 
@@ -338,6 +424,7 @@ int main(int argc, char **argv)
   int rank = tu_mpi_init(&argc, &argv);
   tap_init(rank == 0);
   test_schedules();
+  test_zbh1();
   test_split();
   test_buckets(rank);
   MPI_Finalize();
