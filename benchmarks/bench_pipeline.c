@@ -1,6 +1,6 @@
 /*
  * bench_pipeline.c - the pipeline bubble and the activation memory of the
- * GPipe, 1F1B and interleaved 1F1B schedules against theory.
+ * GPipe, 1F1B, interleaved 1F1B and ZB-H1 schedules against theory.
  *
  *   mpiexec -n P benchmarks/bench_pipeline [options]     (pp = P, dp = tp = 1)
  *
@@ -9,7 +9,8 @@
  * taking turns step by step (so that the drift of a busy machine hits both
  * alike), and rank 0 reports per schedule
  *   bubble   sum over stages of pp.bubble / sum over stages of step time
- *   theory   (p - 1) / (V m + p - 1) (V = 1 but for interleaved:V); an
+ *   theory   (p - 1) / (V m + p - 1) (V = 1 but for interleaved:V;
+ *            zb-h1: (p - 1) / (3 m + p - 1), backward = 2 forwards); an
  *            interleaved schedule is skipped for an m it does not fit
  *            (m a multiple of p, p V <= layers)
  *   model    the bubble expected from the measured per-stage forward and
@@ -81,8 +82,8 @@ static void bench_usage(void)
          "  --steps N          measured steps per configuration (default 10)\n"
          "  --warmup W         untimed steps first (default 2)\n"
          "  --microbatches L   micro-batch counts m (default 1,2,4,8,16)\n"
-         "  --schedules S      up to 4 of gpipe, 1f1b, interleaved:V, separated by commas\n"
-         "                     (default gpipe,1f1b,interleaved:2)\n"
+         "  --schedules S      up to 4 of gpipe, 1f1b, interleaved:V, zb-h1, separated\n"
+         "                     by commas (default gpipe,1f1b,interleaved:2,zb-h1)\n"
          "  --micro-seqs B     sequences per micro-batch (default 2)\n"
          "  --seq-len T        tokens per sequence (default 64)\n"
          "  --layers L --dim C --heads H --vocab V   model (default 8 128 4 256)\n"
@@ -100,8 +101,8 @@ static int bench_parse(int argc, char **argv, bench_opts *o)
   *o = (bench_opts){.c = {.data = "data/kjv.h5", .csv = "bench_pipeline.csv", .warmup = 2,
                           .steps = 10, .layers = 8, .dim = 128, .heads = 4, .vocab = 256,
                           .seq = 64},
-                    .nm = 5, .m = {1, 2, 4, 8, 16}, .nsched = 3,
-                    .sched = {"gpipe", "1f1b", "interleaved:2"},
+                    .nm = 5, .m = {1, 2, 4, 8, 16}, .nsched = 4,
+                    .sched = {"gpipe", "1f1b", "interleaved:2", "zb-h1"},
                     .micro = 2, .tol = 0.05};
   static const char *const known[] = {"--microbatches", "--micro-seqs", "--tol", "--schedules",
                                       NULL};
@@ -130,8 +131,8 @@ static int bench_parse(int argc, char **argv, bench_opts *o)
         gt_schedule k;
         if (o->nsched == BENCH_MAX_SCHED || gt_schedule_parse(t, &k) != GT_SUCCESS) {
           gt_error_clear();
-          return BENCH_INPUT_ERROR("--schedules '%s': expected up to %d of gpipe, 1f1b and "
-                                   "interleaved:V, separated by commas",
+          return BENCH_INPUT_ERROR("--schedules '%s': expected up to %d of gpipe, 1f1b, "
+                                   "interleaved:V and zb-h1, separated by commas",
                                    v, BENCH_MAX_SCHED);
         }
         snprintf(o->sched[o->nsched++], GT_NAME_MAX, "%s", gt_schedule_name(&k));
@@ -150,7 +151,10 @@ static int bench_parse(int argc, char **argv, bench_opts *o)
  * as the sum over stages plus (m - 1) times the slowest stage; 1F1B's steady
  * state advances one micro-batch per slowest (forward + backward);
  * interleaved:V runs m V units of 1/V of a stage: the ramp through the
- * stages costs 1/V of 1F1B's, the steady state the same. */
+ * stages costs 1/V of 1F1B's, the steady state the same; zb-h1 fills the
+ * ramp's backward half with the deferred weight gradients, leaving the
+ * forwards' ramp ((p - 1) forwards with B and W of equal cost, which the
+ * timers do not tell apart: both are "backward"). */
 static double bench_bubble_model(const gt_schedule *sched, int p, int m, const double *f,
                                  const double *b, const double *o)
 {
@@ -164,6 +168,7 @@ static double bench_bubble_model(const gt_schedule *sched, int p, int m, const d
     mfb = fmax(mfb, f[s] + b[s]);
   }
   double pipe = sched->kind == GT_SCHEDULE_GPIPE ? sf + sb + (m - 1) * (mf + mb)
+                 : gt_schedule_splits(sched)     ? m * mfb + (sf - mf)
                                                  : (sf + sb) / V + (m * V - 1) * mfb / V;
   double idle = 0, total = 0;
   for (int s = 0; s < p; s++) {
@@ -274,7 +279,10 @@ static int bench_make_row(const bench_opts *o, MPI_Comm world, gt_trainer *tr, b
     }
     row->step_ms = bench_median(slowest, o->c.steps);
     row->bubble = sum_step > 0 ? sum_bubble / sum_step : 0;
-    row->theory = (double)(p - 1) / ((double)kind.chunks * m + p - 1);
+    /* zb-h1 with B = W = F (a backward of twice a forward): a forward's
+     * ramp in a step of 3 m forwards */
+    row->theory = gt_schedule_splits(&kind) ? (double)(p - 1) / (3.0 * m + p - 1)
+                                            : (double)(p - 1) / ((double)kind.chunks * m + p - 1);
     row->model = bench_bubble_model(&kind, p, m, f, b, oth);
     double fb_max = 0, fb_sum = 0;
     for (int s = 0; s < p; s++) {

@@ -156,7 +156,8 @@ double gt_cost_reduce_scatter(int n, double bytes, double alpha, double beta, do
 double gt_cost_allgather(int n, double bytes, double alpha, double beta, double eff);
 
 /* Bubble fraction of the compute of a step: (pp - 1) / (V m) (V = chunks,
- * 1 for gpipe and 1f1b). */
+ * 1 for gpipe and 1f1b); zb-h1 (pp - 1) / (3 m), with B, W and F of equal
+ * cost (schedule.h). */
 double gt_cost_bubble_fraction(gt_schedule_kind s, int pp, int micro, int chunks);
 
 /* The predicted step, per rank of the slowest stage (seconds; the parts

@@ -113,7 +113,8 @@ void gt_flight_end(long id);
 long gt_flight_wait_on(long id);
 
 /* The training step and pipeline slot that the records begun from now on
- * belong to: slot 'F' (forward) or 'B' (backward) of micro-batch mb, or 0
+ * belong to: slot 'F' (forward), 'B' (backward) or 'W' (the weight
+ * gradients of a split backward) of micro-batch mb, or 0
  * (outside the pipeline schedule). */
 void gt_flight_step(long step);
 void gt_flight_slot(char slot, int mb);

@@ -114,6 +114,12 @@ typedef struct gt_gpt_part {
   bool seq_par;             /* sequence parallelism over tp (layers.h): the
                                residual stream in N/tp-row pieces; needs
                                B*T a multiple of the tp size */
+  int split_sets;           /* a split schedule (zb-h1): sets of the blocks'
+                               projection output gradients kept from
+                               gt_gpt_backward_input to _weights, one per
+                               micro-batch whose W is pending (schedule.h,
+                               gt_schedule_w_backlog); 0: none. Not with
+                               seq_par or recomputation */
   /* Model chunks (the interleaved schedule, schedule.h): chunks > 1 splits
    * the part into chunks non-contiguous block ranges [chunk_begin[c],
    * chunk_end[c]), ascending, with layer_begin / layer_end their span; the
@@ -238,6 +244,21 @@ int gt_gpt_forward(gt_gpt *m, int slot, const int32_t *tokens, const int32_t *ta
  * stage but the first it holds d(loss)/d(input) on return. hook may be
  * NULL. Collective on the tensor-parallel group. */
 int gt_gpt_backward(gt_gpt *m, int slot, const gt_grad_hook *hook);
+
+/* gt_gpt_backward in two halves (part.split_sets > 0; zero-bubble
+ * schedules, schedule.h), the projection output gradients kept in set
+ * `set` (< split_sets) in between: _input is everything but the blocks' projection
+ * weight gradients (the head, the blocks' input and norm gradients, the
+ * embedding: gt_gpt_grad holds d(loss)/d(input) on return, as above), and
+ * hook->ready for the head and the embedding; _weights adds the blocks'
+ * projection gradients of that slot (layers.h, gt_block_backward_weights)
+ * and calls hook->ready for the blocks. Between the two the slot keeps its
+ * activations: its next forward comes after _weights. Together they add
+ * bit for bit what gt_gpt_backward adds. Not with a weight hook (ZeRO 3) or
+ * a hook's per-micro-batch gradient buffers (ZeRO 2): GT_ERR_INPUT.
+ * _input is collective on the tensor-parallel group, _weights is not. */
+int gt_gpt_backward_input(gt_gpt *m, int slot, int set, const gt_grad_hook *hook);
+int gt_gpt_backward_weights(gt_gpt *m, int slot, int set, const gt_grad_hook *hook);
 
 /* ---- incremental decoding: a key/value cache ----------------------------
  * Generation runs the model one position at a time: each call takes the

@@ -39,8 +39,8 @@
  *          1F1B bound. With costs tf, tb, tw the bubble is (p - 1)(tf + tb
  *          - tw) of a stage's time while tw <= tb ((p - 1) tf otherwise),
  *          against 1F1B's (p - 1)(tf + tb + tw): a third of it when the
- *          three cost the same. The pipeline executor does not run split
- *          backwards yet, so gt_schedule_parse does not take it (issue 33).
+ *          three cost the same. Not yet with ZeRO 2-3, sequence
+ *          parallelism or recomputation (gt_layout_resolve refuses them).
  */
 #ifndef GRIDTRAIN_SCHEDULE_H
 #define GRIDTRAIN_SCHEDULE_H
@@ -74,8 +74,8 @@ typedef struct gt_pipe_op {
   int chunk; /* model chunk of this rank (0 unless interleaved) */
 } gt_pipe_op;
 
-/* "gpipe", "1f1b" or "interleaved:V" (2 <= V <= GT_SCHEDULE_MAX_CHUNKS)
- * into *sched; GT_ERR_INPUT naming [parallel] schedule otherwise. */
+/* "gpipe", "1f1b", "interleaved:V" (2 <= V <= GT_SCHEDULE_MAX_CHUNKS) or
+ * "zb-h1" into *sched; GT_ERR_INPUT naming [parallel] schedule otherwise. */
 int gt_schedule_parse(const char *name, gt_schedule *sched);
 const char *gt_schedule_name(const gt_schedule *sched);
 
@@ -108,6 +108,13 @@ int gt_schedule_build(const gt_schedule *sched, int p, int s, int m, gt_pipe_op 
  * micro-batch order, so micro-batch i may use slot i mod slots[c]. Not
  * collective. */
 int gt_schedule_chunk_slots(const gt_schedule *sched, int p, int s, int m, int *slots);
+
+/* The most micro-batches of stage s whose B has run and whose W has not
+ * (0 unless the schedule splits the backward): the sets of projection
+ * output gradients the stage keeps (gpt.h, part.split_sets), micro-batch i
+ * in set i mod the count (B and W both run in micro-batch order). ZB-H1:
+ * min(s + 1, m). Not collective. */
+int gt_schedule_w_backlog(const gt_schedule *sched, int p, int s, int m);
 
 /* gt_schedule_chunk_slots' sum (slots not wanted). */
 int gt_schedule_in_flight(const gt_schedule *sched, int p, int s, int m);

@@ -231,8 +231,11 @@ static const gt_key gt_keys[] = {
    "cores), busy spins in MPI, auto picks yield when oversubscribed", false, false},
   {"parallel", "schedule", GT_KEY_STRING, GT_OFF(parallel.schedule), 0, 0, NULL, "1f1b",
    "pipeline schedule: gpipe (all forwards, then all backwards), 1f1b (one forward, one "
-   "backward; activations of at most pp micro-batches) or interleaved:V (V model chunks "
-   "per rank: the bubble shrinks V times for V times the pipeline messages)", false, false},
+   "backward; activations of at most pp micro-batches), interleaved:V (V model chunks "
+   "per rank: the bubble shrinks V times for V times the pipeline messages) or zb-h1 "
+   "(the backward split into its input and weight gradients, the latter filling the "
+   "bubble: about a third of 1f1b's; zero 0-1, no sequence parallelism or "
+   "recomputation yet)", false, false},
   {"parallel", "stages", GT_KEY_STRING, GT_OFF(parallel.stages), 0, 0, NULL, "",
    "blocks per pipeline stage, e.g. 3,5; empty balances the cost (the last stage "
    "also runs the LM head)", false, false},

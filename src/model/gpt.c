@@ -481,6 +481,13 @@ static void gt_gpt_layout(gt_gpt *m, gt_carver *c)
   for (int s = 0; s < m->nslots; s++)
     gt_gpt_layout_slot(m, &m->slots[s], c);
   m->slot_bytes = (c->off - before) / (size_t)m->nslots;
+  for (int k = 0; k < m->part.split_sets * m->local_blocks; k++) {
+    gt_block_dout *o = &m->dout[k];
+    o->dfcproj = gt_carve(c, N * C * E);
+    o->dfc = gt_carve(c, N * wd.G * E);
+    o->dproj = gt_carve(c, N * C * E);
+    o->dqkv = gt_carve(c, N * wd.QKV * E);
+  }
   m->scratch.dln = gt_carve(c, N * C * E);
   m->scratch.dqkv = gt_carve(c, N * wd.QKV * E);
   m->scratch.datty = gt_carve(c, N * wd.Cl * E);
@@ -596,7 +603,12 @@ static int gt_gpt_shell(gt_backend *be, const gt_gpt_shape *shape, const gt_gpt_
   m->g = calloc((size_t)nl, sizeof *m->g);
   m->p_block = calloc((size_t)nl, sizeof *m->p_block);
   m->slots = calloc((size_t)slots, sizeof *m->slots);
-  bool ok = m->w && m->g && m->p_block && m->slots;
+  const int sets = part->split_sets > 0 ? part->split_sets : 0;
+  m->dout = calloc((size_t)(sets * nl) + 1, sizeof *m->dout);
+  m->dout_busy = malloc(((size_t)sets + 1) * sizeof *m->dout_busy);
+  for (int k = 0; m->dout_busy && k < sets; k++)
+    m->dout_busy[k] = -1;
+  bool ok = m->w && m->g && m->p_block && m->slots && m->dout && m->dout_busy;
   for (int c = 0; c < m->chunks; c++)
     for (int s = m->chunk_first_slot[c]; ok && s < m->chunk_first_slot[c + 1]; s++) {
       gt_gpt_slot *sl = &m->slots[s];
@@ -791,6 +803,8 @@ int gt_gpt_destroy(gt_gpt **model)
       be->ops->event_destroy(be, sl->uploaded);
   }
   free(m->slots);
+  free(m->dout);
+  free(m->dout_busy);
   free(m->gptr);
   free(m->wptr);
   for (int c = 0; c < GT_GPT_MAX_CHUNKS; c++) {
@@ -907,6 +921,8 @@ int gt_gpt_forward(gt_gpt *m, int slot, const int32_t *tokens, const int32_t *ta
   gt_backend *be = m->be;
   gt_gpt_slot *sl = &m->slots[slot];
   const int64_t N = (int64_t)B * T, C = m->shape.dim;
+  GT_CHECK(!sl->w_pending, GT_ERR_INTERNAL,
+           "a forward into slot %d, whose weight gradients (W) have not run", slot);
   GT_CHECK(!m->sp_on || N % m->part.tp.size == 0, GT_ERR_INPUT,
            "sequence parallelism: a micro-batch of %lld tokens does not split over tp=%d",
            (long long)N, m->part.tp.size);
@@ -1024,12 +1040,59 @@ static int gt_gpt_ready(const gt_grad_hook *hook, int first, int count)
   return GT_SUCCESS;
 }
 
-int gt_gpt_backward(gt_gpt *m, int slot, const gt_grad_hook *hook)
+/* Which part of the backward a call runs. */
+typedef enum { GT_BWD_ALL, GT_BWD_INPUT, GT_BWD_WEIGHTS } gt_bwd_part;
+
+/* The projection output gradients of local block l in set k (0 <= k <
+ * split_sets, checked by the caller). */
+static gt_block_dout *gt_gpt_dout(gt_gpt *m, int k, int l)
+{
+  return &m->dout[(size_t)k * (size_t)m->local_blocks + (size_t)l];
+}
+
+/* The blocks' W of a slot whose B ran into set k (gt_gpt_backward_weights). */
+static int gt_gpt_blocks_weights(gt_gpt *m, gt_gpt_slot *sl, int k, const gt_grad_hook *hook)
+{
+  const gt_layer_dims d = gt_gpt_layer_dims(m, sl->B, sl->T, hook ? &hook->progress : NULL, NULL);
+  for (int j = sl->nb - 1; j >= 0; j--) {
+    const int l = sl->l0 + j;
+    const gt_block_acts a = gt_gpt_block_acts(m, sl, j);
+    GT_CALL(gt_block_backward_weights(m->be, &m->g[l], &a, gt_gpt_dout(m, k, l), d));
+    GT_CALL(gt_gpt_ready(hook, m->p_block[l], m->block_params));
+  }
+  return GT_SUCCESS;
+}
+
+static int gt_gpt_backward_part(gt_gpt *m, int slot, int set, const gt_grad_hook *hook,
+                                gt_bwd_part part)
 {
   GT_ASSERT(slot >= 0 && slot < m->nslots);
   gt_gpt_slot *sl = &m->slots[slot];
+  if (part != GT_BWD_ALL)
+    GT_CHECK(set >= 0 && set < m->part.split_sets, GT_ERR_INTERNAL,
+             "split backward set %d of %d", set, m->part.split_sets);
+  if (part == GT_BWD_WEIGHTS) {
+    GT_CHECK(sl->w_pending && m->dout_busy[set] == slot, GT_ERR_INTERNAL,
+             "gt_gpt_backward_weights of slot %d (set %d) needs its gt_gpt_backward_input "
+             "first",
+             slot, set);
+    sl->w_pending = false;
+    m->dout_busy[set] = -1;
+    GT_CALL(gt_gpt_blocks_weights(m, sl, set, hook));
+    return GT_SUCCESS;
+  }
   GT_CHECK(sl->grad_ready, GT_ERR_INTERNAL,
            "gt_gpt_backward needs a forward with dlogit_scale != 0 first");
+  const bool split = part == GT_BWD_INPUT;
+  if (split) {
+    GT_CHECK(!m->has_whook && !m->sp_on && m->part.recompute == GT_RECOMPUTE_NONE &&
+                 !(hook && hook->grads),
+             GT_ERR_INPUT,
+             "a split backward (zero-bubble schedules) takes neither ZeRO 2-3, sequence "
+             "parallelism nor recomputation yet");
+    GT_CHECK(!sl->w_pending && m->dout_busy[set] < 0, GT_ERR_INTERNAL,
+             "gt_gpt_backward_input of slot %d into set %d, whose W is pending", slot, set);
+  }
   gt_backend *be = m->be;
   const int64_t B = sl->B, T = sl->T, N = B * T, C = m->shape.dim;
   /* both hooks' progress runs the same engine (collectives.h) */
@@ -1065,10 +1128,15 @@ int gt_gpt_backward(gt_gpt *m, int slot, const gt_grad_hook *hook)
     GT_CALL(gt_gpt_grads(m, hook, m->p_block[l], m->block_params));
     GT_CALL(gt_gpt_take(m, ps, k));
     GT_CALL(gt_gpt_recompute(m, sl, j, &a, d));
-    GT_CALL(gt_block_backward(be, &m->w[l], &m->g[l], &a, sl->resid[j], sl->dgrad,
-                              &m->scratch, d));
+    if (split)
+      GT_CALL(gt_block_backward_input(be, &m->w[l], &m->g[l], &a, sl->resid[j], sl->dgrad,
+                                      &m->scratch, gt_gpt_dout(m, set, l), d));
+    else
+      GT_CALL(gt_block_backward(be, &m->w[l], &m->g[l], &a, sl->resid[j], sl->dgrad,
+                                &m->scratch, d));
     GT_CALL(gt_gpt_drop(m, ps, k++));
-    GT_CALL(gt_gpt_ready(hook, m->p_block[l], m->block_params));
+    if (!split)
+      GT_CALL(gt_gpt_ready(hook, m->p_block[l], m->block_params));
   }
   if (m->part.first && sl->chunk == 0) {
     if (m->p_emb_count > 1)
@@ -1080,6 +1148,27 @@ int gt_gpt_backward(gt_gpt *m, int slot, const gt_grad_hook *hook)
     GT_CALL(gt_gpt_ready(hook, 0, m->p_emb_count));
   }
   sl->grad_ready = false;
+  sl->w_pending = split;
+  if (split)
+    m->dout_busy[set] = slot;
+  return GT_SUCCESS;
+}
+
+int gt_gpt_backward(gt_gpt *m, int slot, const gt_grad_hook *hook)
+{
+  GT_CALL(gt_gpt_backward_part(m, slot, -1, hook, GT_BWD_ALL));
+  return GT_SUCCESS;
+}
+
+int gt_gpt_backward_input(gt_gpt *m, int slot, int set, const gt_grad_hook *hook)
+{
+  GT_CALL(gt_gpt_backward_part(m, slot, set, hook, GT_BWD_INPUT));
+  return GT_SUCCESS;
+}
+
+int gt_gpt_backward_weights(gt_gpt *m, int slot, int set, const gt_grad_hook *hook)
+{
+  GT_CALL(gt_gpt_backward_part(m, slot, set, hook, GT_BWD_WEIGHTS));
   return GT_SUCCESS;
 }
 

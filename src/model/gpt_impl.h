@@ -24,6 +24,7 @@ typedef struct gt_gpt_slot {
   bool head_here;      /* the chunk ends in the head (last chunk of a last stage) */
   void **resid;        /* nb+1 views (N,C): resid[0] chunk input, resid[nb] output */
   gt_block_acts *acts; /* nb */
+  bool w_pending;      /* gt_gpt_backward_input ran, _weights not yet */
   gt_head_acts head;   /* head_here */
   void *dgrad;         /* (N,C) gradient travelling backward */
   int32_t *tokens, *targets;           /* device (N) */
@@ -78,6 +79,10 @@ struct gt_gpt {
 
   /* activations: one device buffer, `nslots` slots and shared scratch */
   void *act_buffer;
+  /* part.split_sets sets of every local block's projection output
+   * gradients (what B keeps for W): set k of block l is dout[k * local_blocks + l] */
+  gt_block_dout *dout;
+  int *dout_busy; /* split_sets: the slot whose W is pending in the set, -1 */
   size_t act_bytes, slot_bytes; /* slot_bytes: the mean over slots */
   int nslots;
   gt_gpt_slot *slots;

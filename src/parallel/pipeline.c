@@ -33,6 +33,9 @@ struct gt_pipe {
   size_t n;          /* elements of a slot's activations */
   gt_dtype dt;
   gt_pipe_events ev;
+  int split_sets;    /* the schedule splits the backward into B and W: the sets
+                        of what B keeps for W (micro-batch i in set i mod
+                        split_sets); 0: it does not */
   bool timed;
   int live, peak_live;
 };
@@ -74,6 +77,7 @@ int gt_pipe_create(gt_gpt *model, gt_coll *coll, const gt_grid *grid,
   pl->nops = gt_schedule_ops(schedule, microbatches);
   pl->dt = gt_gpt_dtype(model);
   pl->ev = events;
+  pl->split_sets = gt_schedule_w_backlog(schedule, grid->pp_size, grid->pp_rank, microbatches);
   pl->n = (size_t)gt_gpt_stream_rows(model, B_micro, T) * (size_t)gt_gpt_shape_of(model)->dim;
   pl->ops = malloc(sizeof *pl->ops * (size_t)pl->nops);
   pl->req = calloc((size_t)GT_NREQ * (size_t)pl->nslots, sizeof *pl->req);
@@ -206,12 +210,27 @@ static int gt_pipe_forward(gt_pipe *pl, const gt_pipe_feed *feed, int c, int mb,
   return GT_SUCCESS;
 }
 
-/* One backward of chunk c of micro-batch mb: wait for the gradient of the
- * output (virtual stages before the last), compute (the chunk's last
- * micro-batch feeds the DP buckets: with chunks, the last chunk's units
- * finish first, as gt_gpt_grad_units orders them), send the input gradient
- * back and pre-post the receive of the input of the micro-batch that takes
- * over the slot. */
+/* The slot of chunk c's micro-batch mb is free again (its backward, or its
+ * W where the schedule splits it, has run): pre-post the receive of the
+ * input of the micro-batch that takes it over. */
+static int gt_pipe_slot_done(gt_pipe *pl, int c, int mb)
+{
+  pl->live--;
+  if (!gt_pipe_has_prev(pl, c) || mb + pl->cslots[c] >= pl->M)
+    return GT_SUCCESS;
+  gt_pipe_begin(pl, pl->ev.pp_comm);
+  const int status = gt_pipe_post_input(pl, c, mb + pl->cslots[c]);
+  gt_pipe_end(pl, pl->ev.pp_comm);
+  GT_CALL(status);
+  return GT_SUCCESS;
+}
+
+/* One backward of chunk c of micro-batch mb (B alone where the schedule
+ * splits it): wait for the gradient of the output (virtual stages before
+ * the last), compute (the chunk's last micro-batch feeds the DP buckets:
+ * with chunks, the last chunk's units finish first, as gt_gpt_grad_units
+ * orders them), send the input gradient back and, unless W is still to
+ * come, free the slot. */
 static int gt_pipe_backward(gt_pipe *pl, int c, int mb, const gt_grad_hook *hook)
 {
   const gt_grid *g = pl->grid;
@@ -221,20 +240,37 @@ static int gt_pipe_backward(gt_pipe *pl, int c, int mb, const gt_grad_hook *hook
     GT_CALL(gt_pipe_wait(pl, gt_pipe_req(pl, slot, GT_RECV_GRAD), pl->ev.bubble));
   gt_pipe_begin(pl, pl->ev.backward);
   const bool feeds = mb == pl->M - 1 || (hook && hook->every_microbatch);
-  int status = gt_gpt_backward(pl->model, slot, feeds ? hook : NULL);
+  int status = pl->split_sets ? gt_gpt_backward_input(pl->model, slot, mb % pl->split_sets,
+                                                     feeds ? hook : NULL)
+                              : gt_gpt_backward(pl->model, slot, feeds ? hook : NULL);
   gt_pipe_end(pl, pl->ev.backward);
   GT_CALL(status);
-  pl->live--;
   if (gt_pipe_has_prev(pl, c)) {
     gt_pipe_begin(pl, pl->ev.pp_comm);
     status = gt_xfer_send(gt_pipe_req(pl, slot, GT_SEND_GRAD), gt_gpt_grad(pl->model, slot),
                           pl->n, pl->dt, gt_pipe_prev_rank(pl),
                           GT_TAG_GRAD(pl, mb, gt_pipe_vstage(pl, c) - 1), g->pp);
-    if (status == GT_SUCCESS && mb + pl->cslots[c] < pl->M)
-      status = gt_pipe_post_input(pl, c, mb + pl->cslots[c]);
     gt_pipe_end(pl, pl->ev.pp_comm);
     GT_CALL(status);
   }
+  if (!pl->split_sets)
+    GT_CALL(gt_pipe_slot_done(pl, c, mb));
+  return GT_SUCCESS;
+}
+
+/* The weight gradients (W) of chunk c's micro-batch mb, whose B has run:
+ * computed while the pipeline would otherwise wait; then the slot is free. */
+static int gt_pipe_weights(gt_pipe *pl, int c, int mb, const gt_grad_hook *hook)
+{
+  const int slot = gt_gpt_chunk_slot(pl->model, c, mb);
+  gt_flight_slot('W', mb);
+  gt_pipe_begin(pl, pl->ev.backward);
+  const bool feeds = mb == pl->M - 1 || (hook && hook->every_microbatch);
+  const int status =
+      gt_gpt_backward_weights(pl->model, slot, mb % pl->split_sets, feeds ? hook : NULL);
+  gt_pipe_end(pl, pl->ev.backward);
+  GT_CALL(status);
+  GT_CALL(gt_pipe_slot_done(pl, c, mb));
   return GT_SUCCESS;
 }
 
@@ -255,8 +291,9 @@ static int gt_pipe_run(gt_pipe *pl, const gt_pipe_feed *feed, float dlogit_scale
   GT_CALL(status);
   for (int i = 0; i < pl->nops; i++) {
     const gt_pipe_op op = pl->ops[i];
-    GT_ASSERT(op.pass != GT_PASS_W); /* split backwards: issue 33's next step */
-    if (train && op.pass == GT_PASS_B) {
+    if (train && op.pass == GT_PASS_W) {
+      GT_CALL(gt_pipe_weights(pl, op.chunk, op.mb, hook));
+    } else if (train && op.pass == GT_PASS_B) {
       GT_CALL(gt_pipe_backward(pl, op.chunk, op.mb, hook));
     } else if (train) {
       GT_CALL(gt_pipe_forward(pl, feed, op.chunk, op.mb, dlogit_scale, loss_acc));

@@ -20,6 +20,8 @@ int gt_schedule_parse(const char *name, gt_schedule *sched)
     sched->kind = GT_SCHEDULE_GPIPE;
   } else if (strcmp(name, "1f1b") == 0) {
     sched->kind = GT_SCHEDULE_1F1B;
+  } else if (strcmp(name, "zb-h1") == 0) {
+    sched->kind = GT_SCHEDULE_ZBH1;
   } else if (strncmp(name, "interleaved:", 12) == 0) {
     const char *v = name + 12;
     char *end;
@@ -35,8 +37,8 @@ int gt_schedule_parse(const char *name, gt_schedule *sched)
     sched->chunks = (int)chunks;
   } else {
     return GT_ERROR(GT_ERR_INPUT,
-                    "[parallel] schedule = '%s': unknown schedule; use gpipe, 1f1b or "
-                    "interleaved:V (V model chunks per rank)",
+                    "[parallel] schedule = '%s': unknown schedule; use gpipe, 1f1b, "
+                    "interleaved:V (V model chunks per rank) or zb-h1",
                     name);
   }
   snprintf(sched->name, sizeof sched->name, "%s", name);
@@ -200,6 +202,20 @@ int gt_schedule_chunk_slots(const gt_schedule *sched, int p, int s, int m, int *
   for (int c = 0; c < v; c++)
     total += slots[c];
   return total;
+}
+
+int gt_schedule_w_backlog(const gt_schedule *sched, int p, int s, int m)
+{
+  if (!gt_schedule_splits(sched))
+    return 0;
+  const int n = gt_schedule_ops(sched, m);
+  int pending = 0, most = 0;
+  for (int i = 0; i < n; i++) {
+    const gt_pipe_op op = gt_schedule_at(sched, p, s, m, i);
+    pending += op.pass == GT_PASS_B ? 1 : op.pass == GT_PASS_W ? -1 : 0;
+    most = pending > most ? pending : most;
+  }
+  return most;
 }
 
 int gt_schedule_in_flight(const gt_schedule *sched, int p, int s, int m)

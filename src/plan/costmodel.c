@@ -199,6 +199,8 @@ double gt_cost_bubble_fraction(gt_schedule_kind s, int pp, int micro, int chunks
 {
   if (pp <= 1 || micro <= 0)
     return 0;
+  if (s == GT_SCHEDULE_ZBH1) /* a forward's time per stage ramp: a third of a step unit */
+    return (double)(pp - 1) / (3.0 * micro);
   return (double)(pp - 1) / ((s == GT_SCHEDULE_INTERLEAVED ? chunks : 1) * (double)micro);
 }
 

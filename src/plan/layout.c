@@ -195,6 +195,21 @@ int gt_layout_resolve(const gt_config *cfg, int ranks, gt_layout *l)
   l->zero = dp > 1 ? (int)cfg->parallel.zero : 0;
   l->recompute = cfg->model.recompute;
   l->seq_par = tp > 1 && cfg->parallel.sequence_parallel;
+  if (gt_schedule_splits(&l->schedule)) { /* what the split backward does not take yet */
+    GT_CHECK(l->zero <= 1, GT_ERR_INPUT,
+             "[parallel] schedule = %s takes [parallel] zero = 0 or 1 (not yet %d: its "
+             "gradient and weight shards follow the joint backward); use zero = 1 or "
+             "schedule = 1f1b",
+             gt_schedule_name(&l->schedule), l->zero);
+    GT_CHECK(!l->seq_par, GT_ERR_INPUT,
+             "[parallel] schedule = %s does not take [parallel] sequence_parallel = on yet; "
+             "turn it off or use schedule = 1f1b",
+             gt_schedule_name(&l->schedule));
+    GT_CHECK(l->recompute == GT_RECOMPUTE_NONE, GT_ERR_INPUT,
+             "[parallel] schedule = %s does not take [model] recompute = %s yet (its W needs "
+             "the activations kept); use recompute = none or schedule = 1f1b",
+             gt_schedule_name(&l->schedule), gt_recompute_names[l->recompute]);
+  }
   l->dtype = cfg->backend.precision;
   l->dp_overlap = cfg->parallel.dp_overlap;
   return GT_SUCCESS;

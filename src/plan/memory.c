@@ -77,7 +77,8 @@ static int gt_mem_plan_stage(const gt_gpt_shape *shape, const gt_layout *l, cons
   gt_gpt_part part = {.tp = {MPI_COMM_NULL, 0, tp, -1, NULL},
                       .recompute = l->recompute,
                       .recompute_event = -1,
-                      .seq_par = l->seq_par};
+                      .seq_par = l->seq_par,
+                      .split_sets = gt_schedule_w_backlog(&l->schedule, l->pp, s, l->micro)};
   const gt_params_split split = gt_dp_params_split(l->zero, 0, dp);
   memset(a, 0, sizeof *a);
   int cslots[GT_SCHEDULE_MAX_CHUNKS];

@@ -297,7 +297,9 @@ int gt_trainer_create(const gt_config *cfg, MPI_Comm world, bool quiet, gt_train
   gt_gpt_part part = {.tp = {g->tp, g->tp_rank, g->tp_size, tr->ev.tp_comm, tr->coll},
                       .recompute = tr->layout.recompute,
                       .recompute_event = tr->ev.recompute,
-                      .seq_par = tr->layout.seq_par};
+                      .seq_par = tr->layout.seq_par,
+                      .split_sets = gt_schedule_w_backlog(&tr->layout.schedule, g->pp_size,
+                                                          g->pp_rank, tr->layout.micro)};
   /* the parameters split as the data-parallel path of the stage needs them */
   const gt_params_split split = gt_dp_params_split(tr->layout.zero, g->dp_rank, g->dp_size);
   if (g->world_rank == 0 && cfg->parallel.zero >= 1 && g->dp_size == 1 && !quiet)

@@ -8,15 +8,16 @@
  * world but for the 3-rank layouts of the 6-rank set), with the GPipe and the
  * 1F1B schedule and with 1 and 4 micro-batches, and, where pp > 1, with the
  * interleaved schedule: 2 chunks per rank over 2 pp micro-batches, and (pp =
- * 2) 3 chunks, uneven over the 8 blocks, over pp. Each layout's gathered
+ * 2) 3 chunks, uneven over the 8 blocks, over pp, and ZB-H1 (the backward
+ * split into B and W) with 4 micro-batches. Each layout's gathered
  * initial parameters are bitwise those of the reference; in each run the loss
  * of each of 10 steps is within 1e-5 relative of the reference's, and so is
  * every final parameter tensor (max|a - b| / max|b|, gathered as full
  * logical tensors).
  *
  * Under a test mode of the CPU backend (GT_CPU_MODE = async or guard,
- * tests/modes/) each layout runs GPipe and 1F1B with 4 micro-batches and
- * interleaved:2 only, and a layout without pipeline stages (pp = 1) GPipe
+ * tests/modes/) each layout runs GPipe and 1F1B with 4 micro-batches,
+ * interleaved:2 and zb-h1 only, and a layout without pipeline stages (pp = 1) GPipe
  * only: those modes check the rules of an asynchronous device (every
  * schedule's code path once, 1F1B's on the layouts with stages), not the
  * numbers again; the full set took 6 minutes of the suite under cpu-guard,
@@ -41,14 +42,16 @@
  * includes it) and 4 ranks (the quick tier's tests/quick/layouts4.sh); it
  * picks its layout set from the world size. The 4-rank set runs each
  * schedule's code path once, as the test modes do: every 4-rank layout with
- * 4 micro-batches, GPipe and 1F1B and (pp > 1) interleaved:2, about 30 s.
+ * 4 micro-batches, GPipe and 1F1B and (pp > 1) interleaved:2 and zb-h1,
+ * about 35 s.
  *
  * Then a llama (4 layers, 4 heads over 2 key/value heads, dim 32, MLP 48,
  * untied head, llama3 rope) in a small set of layouts, one per mode: tp,
  * 1f1b, dp, interleaved:2, zero 1 with sequence parallelism, zero 3 with
- * recompute block (8 ranks only), multi-query (kv_heads 1 at tp 1), bf16 and
- * fp16, each against one rank of the same model and precision at the GPT
- * bounds (fp32: TOL; bf16, fp16: test_precision.c's). The 6-rank set skips
+ * recompute block (8 ranks only), multi-query (kv_heads 1 at tp 1), zb-h1
+ * with zero 1, bf16 and fp16, each against one rank of the same model and
+ * precision at the GPT bounds (fp32: TOL; bf16, fp16: test_precision.c's).
+ * The 6-rank set skips
  * it (its cases would repeat); it adds about 5 s at 4 and 8 ranks.
  *
  * gt-test: ranks=8 tier=full
@@ -189,6 +192,7 @@ static const llama_case llama_cases[] = {
     {2, 2, 1, "1f1b", 2, 0, false, "none", 1, "fp32"},
     {2, 1, 2, "gpipe", 2, 0, false, "none", 2, "bf16"},
     {1, 2, 2, "1f1b", 2, 0, false, "none", 2, "fp16"},
+    {2, 2, 1, "zb-h1", 4, 1, false, "none", 2, "fp32"},
 };
 
 static gt_config llama_config(const gt_config *base, int kv, const char *prec)
@@ -367,12 +371,13 @@ int main(int argc, char **argv)
 
   // ---- every layout, on the first dp x pp x tp ranks of the world ----
   /* every layout: gpipe and 1f1b with 1 and 4 micro-batches; pp > 1 also
-   * the interleaved schedule (m a multiple of pp, pp V <= layers) */
+   * the interleaved schedule (m a multiple of pp, pp V <= layers) and zb-h1 */
   static const struct {
     const char *schedule;
     int m; /* micro-batches; < 0: -m times pp */
   } runs[] = {{"gpipe", 1},          {"gpipe", 4},          {"1f1b", 1},
-              {"1f1b", 4},           {"interleaved:2", -2}, {"interleaved:3", -1}};
+              {"1f1b", 4},           {"interleaved:2", -2}, {"interleaved:3", -1},
+              {"zb-h1", 4}};
   /* the test modes and the 4-rank set: each schedule's code path once */
   const bool mode_run = (mode && mode[0]) || nranks == 4;
   double worst_loss = 0, worst_param = 0;
@@ -409,7 +414,9 @@ int main(int argc, char **argv)
       gt_schedule_parse(runs[r].schedule, &sc);
       if (gt_schedule_check(&sc, ly->pp, m, LAYERS) != GT_SUCCESS ||
           c.data.batch % ((long)ly->dp * m) != 0 ||
-          (sc.kind == GT_SCHEDULE_INTERLEAVED && sc.chunks == 3 && ly->pp != 2)) {
+          (sc.kind == GT_SCHEDULE_INTERLEAVED && sc.chunks == 3 && ly->pp != 2) ||
+          (gt_schedule_splits(&sc) && (ly->pp == 1 || c.parallel.zero >= 2 ||
+                                       c.parallel.sequence_parallel))) {
         gt_error_clear();
         continue; /* not a layout this schedule fits (or one more of the same) */
       }

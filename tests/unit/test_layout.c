@@ -181,6 +181,30 @@ static void test_what_applies(void)
   tap_ok(resolve_at(&cfg, 1, 2, 1, &l) == GT_SUCCESS && l.schedule.kind == GT_SCHEDULE_GPIPE &&
              l.schedule.chunks == 1,
          "gpipe: one chunk");
+  /* zb-h1: what its split backward does not take yet */
+  snprintf(cfg.parallel.schedule, sizeof cfg.parallel.schedule, "zb-h1");
+  const long zero = cfg.parallel.zero;
+  const gt_recompute recompute = cfg.model.recompute;
+  const bool sp = cfg.parallel.sequence_parallel;
+  cfg.parallel.zero = 1;
+  cfg.model.recompute = GT_RECOMPUTE_NONE;
+  cfg.parallel.sequence_parallel = false;
+  tap_ok(resolve_at(&cfg, 2, 2, 1, &l) == GT_SUCCESS && gt_schedule_splits(&l.schedule) &&
+             strcmp(gt_schedule_name(&l.schedule), "zb-h1") == 0,
+         "zb-h1 parses and splits the backward");
+  cfg.grid.dp = 2, cfg.grid.pp = 2, cfg.grid.tp = 1;
+  cfg.parallel.zero = 2;
+  expect_error(&cfg, 4, "takes [parallel] zero = 0 or 1 (not yet 2", "zb-h1 with zero 2");
+  cfg.parallel.zero = 0;
+  cfg.grid.dp = 1, cfg.grid.tp = 2;
+  cfg.parallel.sequence_parallel = true;
+  expect_error(&cfg, 4, "does not take [parallel] sequence_parallel = on", "zb-h1 with sp");
+  cfg.parallel.sequence_parallel = false;
+  cfg.model.recompute = GT_RECOMPUTE_ATTENTION;
+  expect_error(&cfg, 4, "does not take [model] recompute = attention", "zb-h1 with recompute");
+  cfg.model.recompute = recompute;
+  cfg.parallel.zero = zero;
+  cfg.parallel.sequence_parallel = sp;
 }
 
 static void test_round_trip(void)

@@ -148,7 +148,7 @@ static bool order_is_right(const gt_schedule *sc, int p, int s, int m)
   return ok;
 }
 
-/* zb-h1 (not parsed yet: the executor does not run split backwards):
+/* zb-h1:
  * every (p, m) without deadlock, F B W once each in order, units alive =
  * gt_schedule_chunk_slots <= min(p, m), and the bubble of the formula at
  * three cost ratios, a third of 1F1B's at equal costs. */
@@ -157,7 +157,7 @@ static void test_zbh1(void)
   const gt_schedule zb = gt_schedule_of(GT_SCHEDULE_ZBH1, 1);
   const gt_schedule fb = gt_schedule_of(GT_SCHEDULE_1F1B, 1);
   static const double costs[][3] = {{1, 1, 1}, {1, 1.5, 0.5}, {1, 0.8, 1.2}, {2, 1, 1}};
-  bool ok = true, order = true, flight = true, bubble = true, third = true;
+  bool ok = true, order = true, flight = true, bubble = true, third = true, backlog = true;
   double worst = 0;
   int cases = 0;
   for (int p = 1; p <= MAXP; p++)
@@ -185,6 +185,16 @@ static void test_zbh1(void)
         flight &= total == r.in_flight[s][0] && total <= (p < m ? p : m) &&
                   gt_schedule_peak_units(&zb, p, s, m) == r.alive[s];
         order &= order_is_right(&zb, p, s, m);
+        /* the W backlog: the sets of what B keeps for W */
+        static gt_pipe_op ops[MAXOPS];
+        gt_schedule_build(&zb, p, s, m, ops);
+        int pending = 0, most = 0;
+        for (int i = 0; i < gt_schedule_ops(&zb, m); i++) {
+          pending += ops[i].pass == GT_PASS_B ? 1 : ops[i].pass == GT_PASS_W ? -1 : 0;
+          most = pending > most ? pending : most;
+        }
+        backlog &= gt_schedule_w_backlog(&zb, p, s, m) == most &&
+                   most == (s + 1 < m ? s + 1 : m) && gt_schedule_w_backlog(&fb, p, s, m) == 0;
       }
     }
   tap_ok(ok && cases > 0, "zb-h1: every stage list finishes for %d (p <= %d, m <= %d) cases at "
@@ -194,6 +204,8 @@ static void test_zbh1(void)
   tap_ok(bubble, "zb-h1: idle time per stage (p-1)(tf+tb-tw) at tw <= tb, (p-1) tf beyond, "
          "for m >= p (worst deviation %.1e)", worst);
   tap_ok(third, "zb-h1: a third of 1F1B's idle time at equal F, B, W costs");
+  tap_ok(backlog, "zb-h1: at most min(s + 1, m) micro-batches between B and W on stage s "
+         "(gt_schedule_w_backlog; 0 for 1f1b)");
   gt_pipe_op ops[12];
   gt_schedule_build(&zb, 2, 0, 4, ops);
   static const int want[12][2] = {{0, 0}, {0, 1}, {1, 0}, {2, 0}, {0, 2}, {1, 1},
