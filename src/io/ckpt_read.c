@@ -498,7 +498,6 @@ static int gt_ckpt_read_filtered(gt_ckpt_reader *r, const char *name, const gt_p
  *   GT_TAKE_RUNS    this rank's runs of [a, b) of split tensor t (local
  *                   indices) into host memory, local entry a at dst[0];
  *   GT_TAKE_COPY    all of them into host memory, entry first at dst[0]. */
-
 static int gt_ckpt_read_streamed(gt_ckpt_reader *r, const char *name, size_t s, gt_take how,
                                  const gt_param *t, float *dst, size_t a, size_t b)
 {

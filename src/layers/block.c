@@ -266,30 +266,33 @@ static int gt_block_backward_sp(gt_backend *be, const gt_block_weights *w,
   return GT_SUCCESS;
 }
 
-/* The four projections' weight and bias gradients of one micro-batch from
- * their output gradients (kept by gt_block_backward_in, or where it is
- * running now) and their inputs in a. */
-static int gt_block_projection_grads(gt_backend *be, const gt_block_grads *g,
-                                     const gt_block_acts *a, const void *dfcproj,
-                                     const void *dfc, const void *dproj, const void *dqkv,
-                                     gt_block_sizes z, gt_layer_dims d, int which)
+/* A block's four projections, in the order backward reaches them. */
+typedef enum { GT_PROJ_FCPROJ, GT_PROJ_FC, GT_PROJ_ATTN, GT_PROJ_QKV } gt_block_proj;
+
+/* Projection k's weight and bias gradients "+=" of one micro-batch, from
+ * its output gradient dout (kept by gt_block_backward_in, or where it is
+ * running now) and its input in a. The replicated biases' gradients are the
+ * same on every tp rank. */
+static int gt_block_projection_grad(gt_backend *be, const gt_block_grads *g,
+                                    const gt_block_acts *a, gt_block_proj k, const void *dout,
+                                    gt_block_sizes z, gt_layer_dims d)
 {
   const gt_backend_ops *op = be->ops;
-  const gt_dtype dt = d.dt;
-  /* the replicated biases' gradients are the same on every tp rank */
-  if (which & 1)
-    GT_CALL(op->linear_backward(be, dt, NULL, g->fcproj_w, g->fcproj_b, dfcproj, a->gelu, NULL,
-                                z.N, z.F, z.C));
-  if (which & 2)
-    GT_CALL(op->linear_backward(be, dt, NULL, g->fc_w, g->fc_b, dfc, a->ln2, NULL, z.N, z.C,
-                                z.G));
-  if (which & 4)
-    GT_CALL(op->linear_backward(be, dt, NULL, g->proj_w, g->proj_b, dproj, a->atty, NULL, z.N,
-                                z.Cl, z.C));
-  if (which & 8)
-    GT_CALL(op->linear_backward(be, dt, NULL, g->qkv_w, g->qkv_b, dqkv, a->ln1, NULL, z.N, z.C,
-                                z.QKV));
-  return GT_SUCCESS;
+  switch (k) {
+  case GT_PROJ_FCPROJ:
+    return op->linear_backward(be, d.dt, NULL, g->fcproj_w, g->fcproj_b, dout, a->gelu, NULL,
+                               z.N, z.F, z.C);
+  case GT_PROJ_FC:
+    return op->linear_backward(be, d.dt, NULL, g->fc_w, g->fc_b, dout, a->ln2, NULL, z.N, z.C,
+                               z.G);
+  case GT_PROJ_ATTN:
+    return op->linear_backward(be, d.dt, NULL, g->proj_w, g->proj_b, dout, a->atty, NULL, z.N,
+                               z.Cl, z.C);
+  case GT_PROJ_QKV:
+    return op->linear_backward(be, d.dt, NULL, g->qkv_w, g->qkv_b, dout, a->ln1, NULL, z.N,
+                               z.C, z.QKV);
+  }
+  return GT_ERROR(GT_ERR_INTERNAL, "no projection %d", (int)k);
 }
 
 /* B, and W too where keep is NULL: each projection's input gradient, then
@@ -318,14 +321,14 @@ static int gt_block_backward_in(gt_backend *be, const gt_block_weights *w,
   GT_CALL(op->linear_backward(be, dt, gt_mlp_act_grad(s, d), NULL, NULL, dres, NULL,
                               w->fcproj_w, z.N, z.F, z.C));
   if (!keep)
-    GT_CALL(gt_block_projection_grads(be, g, a, dres, NULL, NULL, NULL, z, d, 1));
+    GT_CALL(gt_block_projection_grad(be, g, a, GT_PROJ_FCPROJ, dres, z, d));
   GT_CALL(gt_progress_poll(d.progress));
   GT_CALL(gt_mlp_act_backward(be, a, s, z, d));
   GT_CALL(gt_progress_poll(d.progress));
   GT_CALL(op->linear_backward(be, dt, s->dln, NULL, NULL, s->dfc, NULL, w->fc_w, z.N, z.C,
                               z.G));
   if (!keep)
-    GT_CALL(gt_block_projection_grads(be, g, a, NULL, s->dfc, NULL, NULL, z, d, 2));
+    GT_CALL(gt_block_projection_grad(be, g, a, GT_PROJ_FC, s->dfc, z, d));
   GT_CALL(gt_progress_poll(d.progress));
   GT_CALL(gt_tp_sum(&d, s->dln, nc)); /* conjugate f: each rank saw its units only */
   GT_CALL(gt_norm_backward(be, dt, nk, dres, g->ln2_w, g->ln2_b, s->dln, a->res2, w->ln2_w,
@@ -337,7 +340,7 @@ static int gt_block_backward_in(gt_backend *be, const gt_block_weights *w,
   GT_CALL(op->linear_backward(be, dt, s->datty, NULL, NULL, dres, NULL, w->proj_w, z.N, z.Cl,
                               z.C));
   if (!keep)
-    GT_CALL(gt_block_projection_grads(be, g, a, NULL, NULL, dres, NULL, z, d, 4));
+    GT_CALL(gt_block_projection_grad(be, g, a, GT_PROJ_ATTN, dres, z, d));
   GT_CALL(gt_progress_poll(d.progress));
   GT_CALL(op->attention_backward(be, dt, s->dqkv, s->datty, a->qkv, a->atty, a->lse, d.B, d.T,
                                  d.H, z.Hkv, z.hs));
@@ -346,7 +349,7 @@ static int gt_block_backward_in(gt_backend *be, const gt_block_weights *w,
   GT_CALL(op->linear_backward(be, dt, s->dln, NULL, NULL, s->dqkv, NULL, w->qkv_w, z.N, z.C,
                               z.QKV));
   if (!keep)
-    GT_CALL(gt_block_projection_grads(be, g, a, NULL, NULL, NULL, s->dqkv, z, d, 8));
+    GT_CALL(gt_block_projection_grad(be, g, a, GT_PROJ_QKV, s->dqkv, z, d));
   GT_CALL(gt_progress_poll(d.progress));
   GT_CALL(gt_tp_sum(&d, s->dln, nc));
   GT_CALL(gt_norm_backward(be, dt, nk, dres, g->ln1_w, g->ln1_b, s->dln, x, w->ln1_w,
@@ -384,7 +387,9 @@ int gt_block_backward_weights(gt_backend *be, const gt_block_grads *g, const gt_
                               const gt_block_dout *keep, gt_layer_dims d)
 {
   const gt_block_sizes z = gt_block_sizes_of(d);
-  GT_CALL(gt_block_projection_grads(be, g, a, keep->dfcproj, keep->dfc, keep->dproj,
-                                    keep->dqkv, z, d, 1 | 2 | 4 | 8));
+  GT_CALL(gt_block_projection_grad(be, g, a, GT_PROJ_FCPROJ, keep->dfcproj, z, d));
+  GT_CALL(gt_block_projection_grad(be, g, a, GT_PROJ_FC, keep->dfc, z, d));
+  GT_CALL(gt_block_projection_grad(be, g, a, GT_PROJ_ATTN, keep->dproj, z, d));
+  GT_CALL(gt_block_projection_grad(be, g, a, GT_PROJ_QKV, keep->dqkv, z, d));
   return GT_SUCCESS;
 }

@@ -137,7 +137,7 @@ static gt_pipe_op gt_schedule_op(const gt_schedule *sched, int p, int s, int m, 
 
 /* Operation i of stage s's list, for every kind: ZB-H1 walks 1F1B's F
  * and B order, W(j - s) after each B(j), then the s remaining W's (O(m)
- * per call: the lists are walked once per set-up). */
+ * per call, O(m^2) for a list: the lists are built once per set-up). */
 static gt_pipe_op gt_schedule_at(const gt_schedule *sched, int p, int s, int m, int i)
 {
   if (!gt_schedule_splits(sched))
@@ -159,22 +159,8 @@ int gt_schedule_build(const gt_schedule *sched, int p, int s, int m, gt_pipe_op 
   GT_ASSERT(p >= 1 && s >= 0 && s < p && m >= 1);
   GT_ASSERT(sched->kind != GT_SCHEDULE_INTERLEAVED || m % p == 0);
   const int n = gt_schedule_ops(sched, m);
-  if (!gt_schedule_splits(sched)) {
-    for (int i = 0; i < n; i++)
-      ops[i] = gt_schedule_op(sched, p, s, m, i);
-    return GT_SUCCESS;
-  }
-  const gt_schedule fb = gt_schedule_of(GT_SCHEDULE_1F1B, 1);
-  int k = 0;
-  for (int i = 0; i < 2 * m; i++) {
-    const gt_pipe_op op = gt_schedule_op(&fb, p, s, m, i);
-    ops[k++] = op;
-    if (op.pass == GT_PASS_B && op.mb >= s)
-      ops[k++] = (gt_pipe_op){GT_PASS_W, op.mb - s, 0};
-  }
-  for (int j = m - s > 0 ? m - s : 0; j < m; j++)
-    ops[k++] = (gt_pipe_op){GT_PASS_W, j, 0};
-  GT_ASSERT(k == n);
+  for (int i = 0; i < n; i++)
+    ops[i] = gt_schedule_at(sched, p, s, m, i);
   return GT_SUCCESS;
 }
 
