@@ -236,9 +236,18 @@ int gt_lm_head_forward(gt_backend *be, const void *wte, const void *lnf_w, const
 int gt_lm_head_logits(gt_backend *be, const void *wte, const void *lnf_w, const void *lnf_b,
                       const gt_head_acts *a, const void *x, gt_head_dims d);
 
-/* dx (N,C) "=" d(loss)/d(x); dwte, dlnf_w, dlnf_b "+=". dlnf (N,C) scratch. */
+/* dx (N,C) "=" d(loss)/d(x); dwte, dlnf_w, dlnf_b "+=". dlnf (N,C) scratch.
+ * dwte NULL: the head weight's gradient is left to
+ * gt_lm_head_backward_weights (zero-bubble schedules run it later, as W). */
 int gt_lm_head_backward(gt_backend *be, const void *wte, float *dwte, const void *lnf_w,
                         float *dlnf_w, float *dlnf_b, const gt_head_acts *a, const void *x,
                         void *dx, void *dlnf, gt_head_dims d);
+
+/* The head weight's gradient alone: dwte "+=" dlogits^T ln_f(x), from the
+ * activations a gt_lm_head_backward with dwte NULL left (a->logits holds
+ * the dlogits, a->lnf the normalized input). Without sequence parallelism
+ * (which the split backward refuses); not collective. */
+int gt_lm_head_backward_weights(gt_backend *be, float *dwte, const gt_head_acts *a,
+                                gt_head_dims d);
 
 #endif /* GRIDTRAIN_LAYERS_H */

@@ -70,6 +70,15 @@ int gt_lm_head_backward(gt_backend *be, const void *wte, float *dwte, const void
   return GT_SUCCESS;
 }
 
+int gt_lm_head_backward_weights(gt_backend *be, float *dwte, const gt_head_acts *a,
+                                gt_head_dims d)
+{
+  GT_ASSERT(!d.sp);
+  GT_CALL(be->ops->linear_backward(be, d.dt, NULL, dwte, NULL, a->logits, a->lnf, NULL, d.N, d.C,
+                                   d.vocab_rows));
+  return GT_SUCCESS;
+}
+
 int gt_embedding_forward(gt_backend *be, gt_dtype dt, void *out, const int32_t *tokens,
                          const void *wte, const void *wpe, int64_t B, int64_t T, int64_t C,
                          int64_t v0, int64_t nv, const gt_group *tp, const gt_seq_par *sp)

@@ -1050,9 +1050,22 @@ static gt_block_dout *gt_gpt_dout(gt_gpt *m, int k, int l)
   return &m->dout[(size_t)k * (size_t)m->local_blocks + (size_t)l];
 }
 
-/* The blocks' W of a slot whose B ran into set k (gt_gpt_backward_weights). */
+/* Whether a split backward leaves the head weight's gradient to W: on a
+ * last stage, unless the head is the embedding of a one-stage tied model,
+ * whose gradient the embedding's backward (in B) adds to after the head's
+ * (W after it would change the order of the sums). */
+static bool gt_gpt_head_w_deferred(const gt_gpt *m) { return !(m->part.first && m->tied); }
+
+/* The W of a slot whose B ran into set k (gt_gpt_backward_weights): the
+ * head weight's gradient (gt_gpt_head_w_deferred), then the blocks' from
+ * the last, the order of the joint backward. */
 static int gt_gpt_blocks_weights(gt_gpt *m, gt_gpt_slot *sl, int k, const gt_grad_hook *hook)
 {
+  if (sl->head_here && gt_gpt_head_w_deferred(m)) {
+    GT_CALL(gt_lm_head_backward_weights(m->be, gt_gpt_head_grad(m), &sl->head,
+                                        gt_gpt_head_dims(m, (int64_t)sl->B * sl->T)));
+    GT_CALL(gt_gpt_ready(hook, m->p_head + m->p_lnf_count, m->p_head_count - m->p_lnf_count));
+  }
   const gt_layer_dims d = gt_gpt_layer_dims(m, sl->B, sl->T, hook ? &hook->progress : NULL, NULL);
   for (int j = sl->nb - 1; j >= 0; j--) {
     const int l = sl->l0 + j;
@@ -1113,14 +1126,17 @@ static int gt_gpt_backward_part(gt_gpt *m, int slot, int set, const gt_grad_hook
     GT_CALL(gt_gpt_take(m, ps, k));
     if (one_stage_tied)
       GT_CALL(gt_gpt_take(m, ps, k + 1));
-    GT_CALL(gt_lm_head_backward(be, gt_gpt_head_weight(m), gt_gpt_head_grad(m), m->lnf_w,
-                                m->dlnf_w, m->dlnf_b, &sl->head, sl->resid[sl->nb], sl->dgrad,
-                                m->dlnf, gt_gpt_head_dims(m, N)));
+    /* split: the head weight's gradient waits for W (gt_gpt_head_weights) */
+    const bool head_w = split && gt_gpt_head_w_deferred(m);
+    GT_CALL(gt_lm_head_backward(be, gt_gpt_head_weight(m), head_w ? NULL : gt_gpt_head_grad(m),
+                                m->lnf_w, m->dlnf_w, m->dlnf_b, &sl->head, sl->resid[sl->nb],
+                                sl->dgrad, m->dlnf, gt_gpt_head_dims(m, N)));
     GT_CALL(gt_gpt_drop(m, ps, k++));
     if (one_stage_tied)
       GT_CALL(gt_gpt_drop(m, ps, k++));
-    /* ln_f is final; so is the wte copy of a last stage (pp > 1) */
-    GT_CALL(gt_gpt_ready(hook, m->p_head, m->p_head_count));
+    /* ln_f is final; so is the wte copy of a last stage (pp > 1) unless W
+     * is still to add to it */
+    GT_CALL(gt_gpt_ready(hook, m->p_head, head_w ? m->p_lnf_count : m->p_head_count));
   }
   for (int j = sl->nb - 1; j >= 0; j--) {
     const int l = sl->l0 + j;
