@@ -41,6 +41,17 @@
  *          against 1F1B's (p - 1)(tf + tb + tw): a third of it when the
  *          three cost the same. Not yet with ZeRO 2-3, sequence
  *          parallelism or recomputation (gt_layout_resolve refuses them).
+ *
+ *   pipedream-2bw  PipeDream-2BW (Narayanan et al., ICML 2021): no flush.
+ *          The stream of micro-batches runs on across steps in 1F1B's
+ *          steady order, and gt_schedule_window cuts it into steps: the
+ *          step of batch t on stage s ends with the last B of batch t, so
+ *          it runs the first w = p - s - 1 forwards of batch t + 1 (with
+ *          the weights batch t + 1 uses, one version newer) besides batch
+ *          t's own operations. Needs m >= p (two weight versions suffice
+ *          then). The operation order only: the executor does not run it
+ *          yet (gt_schedule_parse refuses the name), see
+ *          docs/parallelism.md.
  */
 #ifndef GRIDTRAIN_SCHEDULE_H
 #define GRIDTRAIN_SCHEDULE_H
@@ -72,6 +83,7 @@ typedef struct gt_pipe_op {
   gt_pass pass;
   int mb;    /* micro-batch */
   int chunk; /* model chunk of this rank (0 unless interleaved) */
+  int next;  /* 1: micro-batch mb of the next step's batch (pipedream-2bw) */
 } gt_pipe_op;
 
 /* "gpipe", "1f1b", "interleaved:V" (2 <= V <= GT_SCHEDULE_MAX_CHUNKS) or
@@ -98,6 +110,15 @@ int gt_schedule_ops(const gt_schedule *sched, int m);
 /* The gt_schedule_ops operations of stage s (of p) into ops. Not
  * collective. */
 int gt_schedule_build(const gt_schedule *sched, int p, int s, int m, gt_pipe_op *ops);
+
+/* PipeDream-2BW's operations of stage s in one step, into ops (at most
+ * 3 m); returns their count. With w = p - s - 1 (m >= p): the w forwards
+ * F(0) .. F(w - 1) unless `primed` (the step before ran them as its
+ * next-batch forwards), then F(w + i), B(i) for i < m - w, then for i < w
+ * F(i) of the next batch (`prime_next`; .next = 1) and B(m - w + i). A
+ * stage holds at most p - s micro-batches, 1F1B's bound, across the steps.
+ * Not collective. */
+int gt_schedule_window(int p, int s, int m, bool primed, bool prime_next, gt_pipe_op *ops);
 
 /* The most (chunk, micro-batch) units of chunk c alive at once on stage s:
  * between a unit's forward and its backward (its W where the schedule

@@ -22,6 +22,10 @@ int gt_schedule_parse(const char *name, gt_schedule *sched)
     sched->kind = GT_SCHEDULE_1F1B;
   } else if (strcmp(name, "zb-h1") == 0) {
     sched->kind = GT_SCHEDULE_ZBH1;
+  } else if (strcmp(name, "pipedream-2bw") == 0) {
+    return GT_ERROR(GT_ERR_INPUT,
+                    "[parallel] schedule = pipedream-2bw is not available yet (its operation "
+                    "order is generated, the trainer does not run it); use zb-h1 or 1f1b");
   } else if (strncmp(name, "interleaved:", 12) == 0) {
     const char *v = name + 12;
     char *end;
@@ -97,7 +101,7 @@ static gt_pipe_op gt_interleaved_unit(int p, int v, int k, int backward)
   const int group = k / (p * v), in_group = k % (p * v);
   const int chunk = in_group / p;
   return (gt_pipe_op){backward ? GT_PASS_B : GT_PASS_F, group * p + in_group % p,
-                      backward ? v - 1 - chunk : chunk};
+                      backward ? v - 1 - chunk : chunk, 0};
 }
 
 /* Operation i of stage s's list: a warm-up of `warm` forwards, then a
@@ -132,7 +136,7 @@ static gt_pipe_op gt_schedule_op(const gt_schedule *sched, int p, int s, int m, 
   }
   if (sched->kind == GT_SCHEDULE_INTERLEAVED)
     return gt_interleaved_unit(p, v, k, backward);
-  return (gt_pipe_op){backward ? GT_PASS_B : GT_PASS_F, k, 0};
+  return (gt_pipe_op){backward ? GT_PASS_B : GT_PASS_F, k, 0, 0};
 }
 
 /* Operation i of stage s's list, for every kind: ZB-H1 walks 1F1B's F
@@ -149,9 +153,28 @@ static gt_pipe_op gt_schedule_at(const gt_schedule *sched, int p, int s, int m, 
     if (n++ == i)
       return op;
     if (op.pass == GT_PASS_B && op.mb >= s && n++ == i)
-      return (gt_pipe_op){GT_PASS_W, op.mb - s, 0};
+      return (gt_pipe_op){GT_PASS_W, op.mb - s, 0, 0};
   }
-  return (gt_pipe_op){GT_PASS_W, m - (3 * m - i), 0}; /* the last s W's */
+  return (gt_pipe_op){GT_PASS_W, m - (3 * m - i), 0, 0}; /* the last s W's */
+}
+
+int gt_schedule_window(int p, int s, int m, bool primed, bool prime_next, gt_pipe_op *ops)
+{
+  GT_ASSERT(p >= 1 && s >= 0 && s < p && m >= p);
+  const int w = p - s - 1;
+  int n = 0;
+  for (int i = 0; !primed && i < w; i++)
+    ops[n++] = (gt_pipe_op){GT_PASS_F, i, 0, 0};
+  for (int i = 0; i < m - w; i++) {
+    ops[n++] = (gt_pipe_op){GT_PASS_F, w + i, 0, 0};
+    ops[n++] = (gt_pipe_op){GT_PASS_B, i, 0, 0};
+  }
+  for (int i = 0; i < w; i++) {
+    if (prime_next)
+      ops[n++] = (gt_pipe_op){GT_PASS_F, i, 0, 1};
+    ops[n++] = (gt_pipe_op){GT_PASS_B, m - w + i, 0, 0};
+  }
+  return n;
 }
 
 int gt_schedule_build(const gt_schedule *sched, int p, int s, int m, gt_pipe_op *ops)

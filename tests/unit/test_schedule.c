@@ -222,6 +222,165 @@ static void test_zbh1(void)
          "F2 B2 W1 F3 B3 W2 W3, by hand");
 }
 
+/* PipeDream-2BW over K steps: stage s runs gt_schedule_window for steps
+ * 0 .. K-1 (the first not primed, the last not priming), micro-batch g = t m
+ * + mb of batch t one stream across the steps. What else holds a stage
+ * back is the trainer's, not the schedule's: `policy` models the update of
+ * each step (the global gradient norm of clipping needs every stage's
+ * gradient of the batch):
+ *   TBW_FREE      nothing (stages update on their own),
+ *   TBW_DEFERRED  two gradient buffers: a batch's forwards wait for every
+ *                 stage's last B of the batch two before (its weights),
+ *   TBW_LAZY      one gradient buffer: a batch's B's wait for every stage's
+ *                 last B of the batch before (the buffer is updated from),
+ *   TBW_BARRIER   every stage's step starts once every stage ended the last.
+ * Returns false on a deadlock or a broken order; *period is the most, over
+ * stages, of the mean time a step takes between the ends of steps 1 and
+ * K - 2 (the steady state), *alive[s] the most micro-batches alive. */
+enum { TBW_FREE, TBW_DEFERRED, TBW_LAZY, TBW_BARRIER };
+#define TBW_K 6
+static bool simulate_2bw(int p, int m, double tf, double tb, int policy, double *period,
+                         int *alive)
+{
+  static gt_pipe_op ops[MAXP][TBW_K * 3 * MAXM];
+  static int step_of[MAXP][TBW_K * 3 * MAXM];
+  static double f_end[MAXP][(TBW_K + 1) * MAXM], b_end[MAXP][(TBW_K + 1) * MAXM];
+  int n[MAXP] = {0}, next[MAXP] = {0}, live[MAXP] = {0}, f_next[MAXP] = {0}, b_next[MAXP] = {0};
+  double clock[MAXP] = {0}, step_end[MAXP][TBW_K];
+  for (int s = 0; s < p; s++) {
+    alive[s] = 0;
+    for (int t = 0; t < TBW_K; t++)
+      step_end[s][t] = -1;
+    for (int t = 0; t < TBW_K; t++) {
+      const int k = gt_schedule_window(p, s, m, t > 0, t + 1 < TBW_K, ops[s] + n[s]);
+      for (int i = 0; i < k; i++) {
+        gt_pipe_op *op = &ops[s][n[s] + i];
+        op->mb += (t + op->next) * m; /* the stream's numbering */
+        step_of[s][n[s] + i] = t;
+      }
+      n[s] += k;
+    }
+    for (int g = 0; g < TBW_K * m; g++)
+      f_end[s][g] = b_end[s][g] = -1;
+  }
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int s = 0; s < p; s++) {
+      if (next[s] == n[s])
+        continue;
+      const gt_pipe_op op = ops[s][next[s]];
+      const int g = op.mb, batch = g / m, t = step_of[s][next[s]];
+      double ready = 0;
+      bool wait = false;
+      if (op.pass == GT_PASS_F) {
+        if (g != f_next[s])
+          return false; /* forwards in stream order */
+        wait = s > 0 && f_end[s - 1][g] < 0;
+        ready = s > 0 ? f_end[s - 1][g] : 0;
+      } else {
+        if (g != b_next[s] || f_end[s][g] < 0)
+          return false; /* backwards in stream order, after their forward */
+        wait = s < p - 1 && b_end[s + 1][g] < 0;
+        ready = s < p - 1 ? b_end[s + 1][g] : 0;
+      }
+      /* the trainer's dependency on every stage */
+      const int need_batch = policy == TBW_DEFERRED && op.pass == GT_PASS_F ? batch - 2
+                             : policy == TBW_LAZY && op.pass == GT_PASS_B   ? batch - 1
+                                                                            : -1;
+      for (int r = 0; r < p && need_batch >= 0; r++) {
+        const double last = b_end[r][need_batch * m + m - 1];
+        wait |= last < 0;
+        ready = fmax(ready, last);
+      }
+      if (policy == TBW_BARRIER && t > 0)
+        for (int r = 0; r < p; r++) {
+          wait |= step_end[r][t - 1] < 0;
+          ready = fmax(ready, step_end[r][t - 1]);
+        }
+      if (wait)
+        continue;
+      clock[s] = fmax(clock[s], ready) + (op.pass == GT_PASS_F ? tf : tb);
+      if (op.pass == GT_PASS_F) {
+        f_end[s][g] = clock[s];
+        f_next[s]++;
+        alive[s] = ++live[s] > alive[s] ? live[s] : alive[s];
+      } else {
+        b_end[s][g] = clock[s];
+        b_next[s]++;
+        live[s]--;
+      }
+      if (next[s] + 1 == n[s] || step_of[s][next[s] + 1] != t)
+        step_end[s][t] = clock[s]; /* its last operation of step t */
+      next[s]++;
+      progress = true;
+    }
+  }
+  *period = 0;
+  for (int s = 0; s < p; s++) {
+    if (next[s] != n[s] || f_next[s] != TBW_K * m || b_next[s] != TBW_K * m)
+      return false; /* a deadlock, or a micro-batch left out */
+    *period = fmax(*period, (step_end[s][TBW_K - 2] - step_end[s][1]) / (TBW_K - 3));
+  }
+  return true;
+}
+
+static void test_2bw(void)
+{
+  static const double costs[][2] = {{1, 2}, {1, 1}, {2, 3}};
+  bool ok = true, slots = true, free_zero = true, deferred_zero = true, order = true;
+  int cases = 0;
+  double lazy_worst = 0, barrier_worst = 0;
+  for (int p = 1; p <= MAXP; p++)
+    for (int m = p; m <= MAXM; m++) {
+      cases++;
+      for (size_t c = 0; c < sizeof costs / sizeof *costs; c++) {
+        const double tf = costs[c][0], tb = costs[c][1], unit = m * (tf + tb);
+        double per[4];
+        int alive[MAXP];
+        for (int pol = TBW_FREE; pol <= TBW_BARRIER; pol++) {
+          ok &= simulate_2bw(p, m, tf, tb, pol, &per[pol], alive);
+          for (int s = 0; pol == TBW_FREE && s < p; s++)
+            slots &= alive[s] == (p - s < m ? p - s : m);
+        }
+        free_zero &= fabs(per[TBW_FREE] - unit) < 1e-9;
+        deferred_zero &= fabs(per[TBW_DEFERRED] - unit) < 1e-9;
+        order &= per[TBW_LAZY] <= per[TBW_BARRIER] + 1e-9 && per[TBW_LAZY] >= unit - 1e-9;
+        lazy_worst = fmax(lazy_worst, per[TBW_LAZY] / unit - 1);
+        barrier_worst = fmax(barrier_worst, per[TBW_BARRIER] / unit - 1);
+      }
+    }
+  tap_ok(ok, "pipedream-2bw: %d (p <= %d, p <= m <= %d) cases over %d steps finish under "
+         "each update policy, each micro-batch once F and once B per stage in stream order",
+         cases, MAXP, MAXM, TBW_K);
+  tap_ok(slots, "pipedream-2bw: stage s holds at most min(p - s, m) micro-batches across "
+         "steps (1F1B's slots)");
+  tap_ok(free_zero, "pipedream-2bw: a step takes m (tf + tb) in the steady state: no bubble");
+  tap_ok(deferred_zero, "pipedream-2bw: still none when a batch's forwards wait for the "
+         "update of the batch two before (two gradient buffers)");
+  tap_ok(order, "pipedream-2bw: one gradient buffer (B's wait for the last batch's update) "
+         "costs at most a barrier between steps (worst: +%.0f%% and +%.0f%% of the step)",
+         100 * lazy_worst, 100 * barrier_worst);
+  /* p = 2, m = 8, tf = 1, tb = 2, for the record */
+  for (int pp = 2; pp <= 4; pp += 2) {
+    double per[4];
+    int alive[MAXP];
+    for (int pol = TBW_FREE; pol <= TBW_BARRIER; pol++)
+      simulate_2bw(pp, 8, 1, 2, pol, &per[pol], alive);
+    tap_diag("pipedream-2bw p = %d, m = 8, tf = 1, tb = 2: step %.0f free, %.0f two gradient "
+             "buffers, %.0f one buffer, %.0f barrier; 1F1B %.0f", pp, per[TBW_FREE],
+             per[TBW_DEFERRED], per[TBW_LAZY], per[TBW_BARRIER], 8 * 3.0 + (pp - 1) * 3.0);
+  }
+  gt_pipe_op w[12];
+  const int k = gt_schedule_window(2, 0, 4, true, true, w);
+  static const int want[8][3] = {{0, 1, 0}, {1, 0, 0}, {0, 2, 0}, {1, 1, 0},
+                                 {0, 3, 0}, {1, 2, 0}, {0, 0, 1}, {1, 3, 0}};
+  bool same = k == 8;
+  for (int i = 0; same && i < 8; i++)
+    same &= (int)w[i].pass == want[i][0] && w[i].mb == want[i][1] && w[i].next == want[i][2];
+  tap_ok(same, "pipedream-2bw, p = 2, m = 4, stage 0, primed: F1 B0 F2 B1 F3 B2 F0' B3 "
+         "(F0' of the next batch), by hand");
+}
+
 static void test_schedules(void)
 {
   static const char *const names[] = {"gpipe", "1f1b", "interleaved:2", "interleaved:3",
@@ -437,6 +596,7 @@ int main(int argc, char **argv)
   tap_init(rank == 0);
   test_schedules();
   test_zbh1();
+  test_2bw();
   test_split();
   test_buckets(rank);
   MPI_Finalize();
