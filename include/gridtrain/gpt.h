@@ -260,6 +260,14 @@ int gt_gpt_backward(gt_gpt *m, int slot, const gt_grad_hook *hook);
 int gt_gpt_backward_input(gt_gpt *m, int slot, int set, const gt_grad_hook *hook);
 int gt_gpt_backward_weights(gt_gpt *m, int slot, int set, const gt_grad_hook *hook);
 
+/* Which weight version the passes from here on compute with: the compute
+ * copy (false, the default) or the params' stash, the older version
+ * (true; gt_params_stash_create first). pipedream-2bw runs a step's
+ * micro-batches with the older version and the next step's first forwards
+ * with the newer one. Not with ZeRO 3 (whose gathers bind the weights).
+ * Not collective. */
+int gt_gpt_use_stash(gt_gpt *m, bool stash);
+
 /* ---- incremental decoding: a key/value cache ----------------------------
  * Generation runs the model one position at a time: each call takes the
  * token at the next position, runs every block on that one row, each

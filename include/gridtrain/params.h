@@ -102,6 +102,8 @@ typedef struct gt_params {
   float *values; /* device: fp32 master (the owned piece when master_sharded) */
   float *grads;  /* device: fp32 */
   void *compute; /* device: compute copy (== values in fp32) */
+  void *stash;   /* device: an older version of the compute copy, the same
+                    size (pipedream-2bw: gt_params_stash_create); NULL */
   int shard_rank, shard_size; /* ZeRO pieces; size 1: none */
   size_t shard_lo, shard_n;    /* the owned piece of the flat buffers */
   bool master_sharded;         /* values holds only the owned piece */
@@ -194,6 +196,18 @@ int gt_params_init(gt_params *p, uint64_t seed);
  * sharded master the rest comes from the all-gather of zero.h. A no-op in
  * fp32. Queued on the compute stream. */
 int gt_params_refresh_compute(gt_params *p);
+
+/* Two weight versions (pipeline schedules that stream across steps): a
+ * second buffer the size of the (whole) compute copy, holding a copy of
+ * it. After finalize; not collective. */
+int gt_params_stash_create(gt_params *p);
+
+/* stash = compute, all of it (queued on the compute stream): the version
+ * the update is about to replace is kept. */
+int gt_params_stash_save(gt_params *p);
+
+/* The stash's copy of flat element `offset` (NULL without a stash). */
+void *gt_params_stash_at(const gt_params *p, size_t offset);
 
 /* Set every gradient to zero (queued on the compute stream). */
 int gt_params_zero_grads(gt_params *p);

@@ -43,6 +43,11 @@ typedef struct gt_pipe_feed {
    * rest with micro-batches that do not count: they run, and their losses
    * are dropped. */
   bool (*counts)(void *ctx, int mb);
+  /* Streaming schedules (pipedream-2bw): whether this step may run the
+   * first forwards of the next step's batch, whose micro-batch i read()
+   * gets as mb = M + i. The trainer says no before anything that needs the
+   * pipeline empty after the step (evaluation, sampling, the last step). */
+  bool stream_next;
 } gt_pipe_feed;
 
 typedef struct gt_pipe_events {
@@ -56,20 +61,39 @@ typedef struct gt_pipe_events {
 int gt_pipe_create(gt_gpt *model, gt_coll *coll, const gt_grid *grid,
                    const gt_schedule *schedule, int microbatches, int B_micro, int T,
                    gt_pipe_events events, gt_pipe **pipe);
+/* Drains a primed pipeline first (collective on pp then). */
 int gt_pipe_destroy(gt_pipe **pipe);
 
 /* One step's schedule: forwards with dlogit_scale (the loss scale over the
  * global tokens) adding the last stage's token losses to *loss_acc (a device
  * double), backwards accumulating gradients; hook (may be NULL) sees the
  * last micro-batch's backward. Returns when every send is out and every
- * stage has finished (the end-of-step barrier on pp). Collective on the
+ * stage has finished (the end-of-step barrier on pp). A streaming schedule
+ * (pipedream-2bw) has no such barrier: the step runs gt_schedule_window's
+ * operations, the current batch's with the params' stash (the older weight
+ * version, gt_gpt_use_stash) and the next batch's forwards (when
+ * feed->stream_next) with the compute copy, leaves the model bound to the
+ * compute copy, and returns with the last of those forwards' messages in
+ * flight. Collective on the
  * grid's pp and tp groups. */
 int gt_pipe_train(gt_pipe *pipe, const gt_pipe_feed *feed, float dlogit_scale,
                   double *loss_acc, const gt_grad_hook *hook);
 
 /* Forwards only (no gradients): the last stage's token losses of the M
- * micro-batches are added to *loss_acc. Collective like gt_pipe_train. */
+ * micro-batches are added to *loss_acc. Collective like gt_pipe_train. A
+ * streaming pipeline must be empty (gt_pipe_drain). */
 int gt_pipe_eval(gt_pipe *pipe, const gt_pipe_feed *feed, double *loss_acc);
+
+/* Streaming schedules: whether the last step ran forwards of the next
+ * step's batch (they are in flight: activations, and a message to the next
+ * stage). */
+bool gt_pipe_primed(const gt_pipe *pipe);
+
+/* Empty a streaming pipeline: drop the next batch's forwards of the last
+ * step (the next step runs them again, with the same weights: the same
+ * activations) and complete their messages. A no-op unless primed.
+ * Collective on pp (every stage drains at the same step). */
+int gt_pipe_drain(gt_pipe *pipe);
 
 /* The most micro-batches (with chunks: (chunk, micro-batch) units) this
  * stage held activations for at once in any step so far. */

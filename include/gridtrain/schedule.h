@@ -49,9 +49,9 @@
  *          it runs the first w = p - s - 1 forwards of batch t + 1 (with
  *          the weights batch t + 1 uses, one version newer) besides batch
  *          t's own operations. Needs m >= p (two weight versions suffice
- *          then). The operation order only: the executor does not run it
- *          yet (gt_schedule_parse refuses the name), see
- *          docs/parallelism.md.
+ *          then). gt_schedule_build gives the step of a pipeline that
+ *          starts empty and ends empty, 1F1B's order (what evaluation
+ *          runs). See docs/parallelism.md.
  */
 #ifndef GRIDTRAIN_SCHEDULE_H
 #define GRIDTRAIN_SCHEDULE_H
@@ -62,7 +62,8 @@ typedef enum {
   GT_SCHEDULE_GPIPE = 0,
   GT_SCHEDULE_1F1B = 1,
   GT_SCHEDULE_INTERLEAVED = 2,
-  GT_SCHEDULE_ZBH1 = 3
+  GT_SCHEDULE_ZBH1 = 3,
+  GT_SCHEDULE_2BW = 4
 } gt_schedule_kind;
 
 #define GT_SCHEDULE_MAX_CHUNKS 64 /* V of interleaved:V */
@@ -86,8 +87,8 @@ typedef struct gt_pipe_op {
   int next;  /* 1: micro-batch mb of the next step's batch (pipedream-2bw) */
 } gt_pipe_op;
 
-/* "gpipe", "1f1b", "interleaved:V" (2 <= V <= GT_SCHEDULE_MAX_CHUNKS) or
- * "zb-h1" into *sched; GT_ERR_INPUT naming [parallel] schedule otherwise. */
+/* "gpipe", "1f1b", "interleaved:V" (2 <= V <= GT_SCHEDULE_MAX_CHUNKS),
+ * "zb-h1" or "pipedream-2bw" into *sched; GT_ERR_INPUT naming [parallel] schedule otherwise. */
 int gt_schedule_parse(const char *name, gt_schedule *sched);
 const char *gt_schedule_name(const gt_schedule *sched);
 
@@ -97,14 +98,20 @@ const char *gt_schedule_name(const gt_schedule *sched);
 gt_schedule gt_schedule_of(gt_schedule_kind kind, int chunks);
 
 /* Whether sched fits p stages, m micro-batches and `layers` blocks
- * (interleaved: p >= 2, m a multiple of p, layers >= p V); GT_ERR_INPUT
+ * (interleaved: p >= 2, m a multiple of p, layers >= p V; pipedream-2bw:
+ * m >= p); GT_ERR_INPUT
  * with the deck keys to change otherwise. */
 int gt_schedule_check(const gt_schedule *sched, int p, int m, int layers);
 
 /* Whether the schedule runs B and W as operations of their own. */
 bool gt_schedule_splits(const gt_schedule *sched);
 
-/* Operations per step of a stage: 2 m V, 3 m for a split schedule. */
+/* Whether micro-batches stream on across steps without a flush
+ * (pipedream-2bw: the executor runs gt_schedule_window's steps). */
+bool gt_schedule_streams(const gt_schedule *sched);
+
+/* Operations per step of a stage: 2 m V, 3 m for a split schedule (a
+ * streaming schedule's gt_schedule_window steps run up to 3 m). */
 int gt_schedule_ops(const gt_schedule *sched, int m);
 
 /* The gt_schedule_ops operations of stage s (of p) into ops. Not

@@ -290,6 +290,18 @@ static int gt_gpt_bind(gt_gpt *m)
   return GT_SUCCESS;
 }
 
+int gt_gpt_use_stash(gt_gpt *m, bool stash)
+{
+  if (m->on_stash == stash)
+    return GT_SUCCESS;
+  const gt_params *p = m->params;
+  GT_ASSERT(p->stash || !stash);
+  for (int i = 0; i < p->count; i++)
+    *m->wptr[i] = stash ? gt_params_stash_at(p, p->list[i].offset) : p->list[i].compute.data;
+  m->on_stash = stash;
+  return GT_SUCCESS;
+}
+
 const void *gt_gpt_head_weight(const gt_gpt *m) { return m->tied ? m->wte : m->head_w; }
 float *gt_gpt_head_grad(const gt_gpt *m) { return m->tied ? m->dwte : m->dhead_w; }
 

@@ -71,6 +71,7 @@ struct gt_gpt {
   int p_lnf_count;          /* ln_f's parameters: 2 (LayerNorm), 1 (RMSNorm) */
   float ***gptr;            /* per parameter: the gradient pointer to rebind */
   const void ***wptr;       /* per parameter: the weight pointer to rebind */
+  bool on_stash;            /* the weights are bound to the params' stash */
 
   /* ZeRO 3 (gpt.h): the weight units in the order each pass asks for them */
   gt_weight_hook whook;

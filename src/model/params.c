@@ -378,6 +378,32 @@ gt_param *gt_params_find(gt_params *p, const char *name)
   return NULL;
 }
 
+/* Bytes of the stash: the whole compute copy (in fp32 the master). */
+static size_t gt_params_stash_bytes(const gt_params *p)
+{
+  return p->numel * gt_dtype_size(p->dtype);
+}
+
+int gt_params_stash_create(gt_params *p)
+{
+  GT_ASSERT(p->finalized && !p->stash && !p->compute_sharded);
+  GT_CALL(p->be->ops->alloc(p->be, gt_params_stash_bytes(p), &p->stash));
+  GT_CALL(gt_params_stash_save(p));
+  return GT_SUCCESS;
+}
+
+int gt_params_stash_save(gt_params *p)
+{
+  GT_ASSERT(p->stash);
+  GT_CALL(p->be->ops->copy(p->be, p->stash, p->compute, gt_params_stash_bytes(p), NULL));
+  return GT_SUCCESS;
+}
+
+void *gt_params_stash_at(const gt_params *p, size_t offset)
+{
+  return p->stash ? (char *)p->stash + offset * gt_dtype_size(p->dtype) : NULL;
+}
+
 int gt_params_destroy(gt_params **params)
 {
   gt_params *p = *params;
@@ -389,6 +415,8 @@ int gt_params_destroy(gt_params **params)
     p->be->ops->free(p->be, p->grads);
   if (p->compute && p->compute != p->values)
     p->be->ops->free(p->be, p->compute);
+  if (p->stash)
+    p->be->ops->free(p->be, p->stash);
   free(p->list);
   free(p);
   *params = NULL;

@@ -1,6 +1,6 @@
 /*
- * schedule.c - GPipe, 1F1B, interleaved 1F1B and ZB-H1 operation orders,
- * and the stage split.
+ * schedule.c - GPipe, 1F1B, interleaved 1F1B, ZB-H1 and PipeDream-2BW
+ * operation orders, and the stage split.
  */
 #include "gridtrain/schedule.h"
 
@@ -23,9 +23,7 @@ int gt_schedule_parse(const char *name, gt_schedule *sched)
   } else if (strcmp(name, "zb-h1") == 0) {
     sched->kind = GT_SCHEDULE_ZBH1;
   } else if (strcmp(name, "pipedream-2bw") == 0) {
-    return GT_ERROR(GT_ERR_INPUT,
-                    "[parallel] schedule = pipedream-2bw is not available yet (its operation "
-                    "order is generated, the trainer does not run it); use zb-h1 or 1f1b");
+    sched->kind = GT_SCHEDULE_2BW;
   } else if (strncmp(name, "interleaved:", 12) == 0) {
     const char *v = name + 12;
     char *end;
@@ -42,7 +40,7 @@ int gt_schedule_parse(const char *name, gt_schedule *sched)
   } else {
     return GT_ERROR(GT_ERR_INPUT,
                     "[parallel] schedule = '%s': unknown schedule; use gpipe, 1f1b, "
-                    "interleaved:V (V model chunks per rank) or zb-h1",
+                    "interleaved:V (V model chunks per rank), zb-h1 or pipedream-2bw",
                     name);
   }
   snprintf(sched->name, sizeof sched->name, "%s", name);
@@ -63,12 +61,18 @@ gt_schedule gt_schedule_of(gt_schedule_kind kind, int chunks)
     snprintf(s.name, sizeof s.name, "%s",
              kind == GT_SCHEDULE_GPIPE  ? "gpipe"
              : kind == GT_SCHEDULE_ZBH1 ? "zb-h1"
+             : kind == GT_SCHEDULE_2BW  ? "pipedream-2bw"
                                         : "1f1b");
   return s;
 }
 
 int gt_schedule_check(const gt_schedule *sched, int p, int m, int layers)
 {
+  if (sched->kind == GT_SCHEDULE_2BW)
+    GT_CHECK(m >= p, GT_ERR_INPUT,
+             "[parallel] schedule = pipedream-2bw keeps two weight versions, enough only "
+             "with at least pp micro-batches: [data] microbatches = %d, pp = %d",
+             m, p);
   if (sched->kind != GT_SCHEDULE_INTERLEAVED)
     return GT_SUCCESS;
   const int v = sched->chunks;
@@ -88,6 +92,8 @@ int gt_schedule_check(const gt_schedule *sched, int p, int m, int layers)
 }
 
 bool gt_schedule_splits(const gt_schedule *sched) { return sched->kind == GT_SCHEDULE_ZBH1; }
+
+bool gt_schedule_streams(const gt_schedule *sched) { return sched->kind == GT_SCHEDULE_2BW; }
 
 int gt_schedule_ops(const gt_schedule *sched, int m)
 {

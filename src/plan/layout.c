@@ -210,6 +210,23 @@ int gt_layout_resolve(const gt_config *cfg, int ranks, gt_layout *l)
              "the activations kept); use recompute = none or schedule = 1f1b",
              gt_schedule_name(&l->schedule), gt_recompute_names[l->recompute]);
   }
+  if (gt_schedule_streams(&l->schedule)) { /* what the two weight versions take */
+    GT_CHECK(l->zero <= 1, GT_ERR_INPUT,
+             "[parallel] schedule = %s takes [parallel] zero = 0 or 1 (not %d: a micro-batch "
+             "of the next step would gather weights the update has not made yet); use "
+             "zero = 1 or schedule = 1f1b",
+             gt_schedule_name(&l->schedule), l->zero);
+    GT_CHECK(dp == 1 || strcmp(cfg->parallel.sync, "every_step") == 0, GT_ERR_INPUT,
+             "[parallel] schedule = %s takes [parallel] sync = every_step only (not '%s': its "
+             "weight versions are those of the synchronous update); use sync = every_step "
+             "or schedule = 1f1b",
+             gt_schedule_name(&l->schedule), cfg->parallel.sync);
+    GT_CHECK(cfg->checkpoint.local_every == 0, GT_ERR_INPUT,
+             "[parallel] schedule = %s does not take [checkpoint] local_every yet (the "
+             "node-local states do not hold its older weight version); use the global "
+             "checkpoints ([checkpoint] every) or schedule = 1f1b",
+             gt_schedule_name(&l->schedule));
+  }
   l->dtype = cfg->backend.precision;
   l->dp_overlap = cfg->parallel.dp_overlap;
   return GT_SUCCESS;

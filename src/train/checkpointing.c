@@ -13,6 +13,7 @@
 
 #include "gridtrain/comm.h"
 #include "gridtrain/error.h"
+#include "gridtrain/half.h"
 #include "gridtrain/hf_import.h"
 #include "gridtrain/log.h"
 #include "gridtrain/version.h"
@@ -38,13 +39,89 @@ static void gt_trainer_restore_scaler(gt_trainer *tr, const char *path, const gt
 /* ---- each rank's state outside the tensors (compression residuals) ---------------------- */
 
 /* What the rank state is: the same on every rank of a run, different for
- * another compression, sync mode or layout (whose state would not fit). */
+ * another compression, sync mode, layout or streaming schedule (whose
+ * state would not fit). */
 static void gt_trainer_rank_tag(const gt_trainer *tr, char *tag, size_t size)
 {
   char dp[160];
   gt_dp_state_tag(tr->dp, dp, sizeof dp);
   const gt_grid *g = tr->grid;
-  snprintf(tag, size, "%s dp=%d pp=%d tp=%d", dp, g->dp_size, g->pp_size, g->tp_size);
+  snprintf(tag, size, "%s dp=%d pp=%d tp=%d%s", dp, g->dp_size, g->pp_size, g->tp_size,
+           gt_schedule_streams(&tr->layout.schedule) ? " weights=2" : "");
+}
+
+/* The older weight version's share of the rank state (pipedream-2bw): the
+ * whole stash as fp32, on dp rank 0 of each stage (the replicas hold the
+ * same one); 0 elsewhere. */
+static size_t gt_trainer_stash_len(const gt_trainer *tr)
+{
+  const gt_params *p = gt_gpt_params(tr->model);
+  return p->stash && tr->grid->dp_rank == 0 ? p->numel : 0;
+}
+
+/* Every rank's state outside the tensors: the data-parallel path's
+ * (dp.h), then the older weight version (gt_trainer_stash_len). */
+static size_t gt_trainer_rank_len(const gt_trainer *tr)
+{
+  return gt_dp_state_len(tr->dp) + gt_trainer_stash_len(tr);
+}
+
+static int gt_trainer_rank_save(gt_trainer *tr, float *out)
+{
+  GT_CALL(gt_dp_state_save(tr->dp, tr->step, out));
+  const size_t n = gt_trainer_stash_len(tr);
+  if (n == 0)
+    return GT_SUCCESS;
+  const gt_params *p = gt_gpt_params(tr->model);
+  const size_t es = gt_dtype_size(p->dtype);
+  void *host = malloc(n * es);
+  GT_CHECK_ALLOC(host, n * es);
+  int status = tr->be->ops->download(tr->be, host, p->stash, n * es, NULL);
+  if (status == GT_SUCCESS)
+    status = tr->be->ops->sync(tr->be);
+  if (status == GT_SUCCESS)
+    gt_to_f32(p->dtype, out + gt_dp_state_len(tr->dp), host, n);
+  free(host);
+  GT_CALL(status);
+  return GT_SUCCESS;
+}
+
+/* After the tensors: the data-parallel path's state, then the older
+ * weight version from dp rank 0 to its replicas; without it (another
+ * layout or schedule wrote the file) both versions are the newest, the
+ * checkpoint's weights (said once). Collective on the world. */
+static int gt_trainer_rank_restore(gt_trainer *tr, long step, float *in, bool loaded)
+{
+  GT_CALL(gt_dp_state_restore(tr->dp, step, in, loaded));
+  gt_params *p = gt_gpt_params(tr->model);
+  if (!p->stash)
+    return GT_SUCCESS;
+  const gt_grid *g = tr->grid;
+  if (!loaded) { /* gt_trainer_resume copies the weights read */
+    if (step > 0 && g->world_rank == 0)
+      gt_warn("the checkpoint holds no older weight version for this layout: "
+              "pipedream-2bw starts again from the checkpoint's weights for both versions");
+    return GT_SUCCESS;
+  }
+  const size_t n = p->numel, es = gt_dtype_size(p->dtype);
+  void *host = malloc(n * es);
+  int status = host ? GT_SUCCESS : GT_ERROR(GT_ERR_SYSTEM, "out of memory for the weights");
+  if (status == GT_SUCCESS && g->dp_rank == 0)
+    gt_from_f32(p->dtype, host, in + gt_dp_state_len(tr->dp), n);
+  status = gt_error_agree(status, g->world);
+  for (size_t at = 0; status == GT_SUCCESS && at < n * es; at += (size_t)1 << 30) {
+    const size_t len = n * es - at < ((size_t)1 << 30) ? n * es - at : (size_t)1 << 30;
+    if (MPI_Bcast((char *)host + at, (int)len, MPI_BYTE, 0, g->dp) != MPI_SUCCESS)
+      status = GT_ERROR(GT_ERR_MPI, "MPI_Bcast of the older weight version failed");
+  }
+  if (status == GT_SUCCESS)
+    status = tr->be->ops->upload(tr->be, p->stash, host, n * es, NULL);
+  if (status == GT_SUCCESS)
+    status = tr->be->ops->sync(tr->be);
+  free(host);
+  GT_CALL(gt_error_agree(status, g->world));
+  tr->stash_loaded = true;
+  return GT_SUCCESS;
 }
 
 /* What this rank holds. Without ZeRO the data-parallel replicas hold the
@@ -144,7 +221,7 @@ static int gt_trainer_save_as(gt_trainer *tr, const char *dir, char *path, size_
   gt_trainer_write_range(tr, &st);
   char tag[256];
   gt_trainer_rank_tag(tr, tag, sizeof tag);
-  st.rank_n = gt_dp_state_len(tr->dp);
+  st.rank_n = gt_trainer_rank_len(tr);
   st.rank_tag = tag;
   st.rank_state = st.rank_n ? malloc(st.rank_n * sizeof(float)) : NULL;
   /* async: the values and moments change next in the next step's update,
@@ -155,7 +232,7 @@ static int gt_trainer_save_as(gt_trainer *tr, const char *dir, char *path, size_
                    ? GT_ERROR(GT_ERR_SYSTEM, "out of memory for the rank state")
                    : GT_SUCCESS;
   if (status == GT_SUCCESS)
-    status = gt_dp_state_save(tr->dp, tr->step, st.rank_state);
+    status = gt_trainer_rank_save(tr, st.rank_state);
   GT_CALL(gt_error_agree(status, g->world));
   /* every rank writes its own part: no gather; async: in the background,
    * after the write in flight (at most one) is finished */
@@ -334,7 +411,7 @@ static int gt_trainer_read(gt_trainer *tr, const char *path, bool with_state,
     char tag[256];
     if (with_state) {
       gt_trainer_rank_tag(tr, tag, sizeof tag);
-      st.rank_n = gt_dp_state_len(tr->dp);
+      st.rank_n = gt_trainer_rank_len(tr);
       st.rank_tag = tag;
       st.rank_state = malloc((st.rank_n + 1) * sizeof(float));
       st.rank_loaded = rank_loaded;
@@ -352,7 +429,7 @@ static int gt_trainer_read(gt_trainer *tr, const char *path, bool with_state,
                                 g->world);
     }
     if (status == GT_SUCCESS && with_state) /* after the tensors: the mode's state on top */
-      status = gt_dp_state_restore(tr->dp, meta->step, st.rank_state, *rank_loaded);
+      status = gt_trainer_rank_restore(tr, meta->step, st.rank_state, *rank_loaded);
     free(st.rank_state);
   }
   if (status == GT_SUCCESS) /* the compute copy follows the master just read */
@@ -465,6 +542,9 @@ int gt_trainer_resume(gt_trainer *tr, bool quiet)
             "checkpoint\n",
             init);
   GT_CALL(gt_local_state_settle(tr)); /* node-local states past the start (local_state.c) */
+  gt_params *p = gt_gpt_params(tr->model);
+  if (p->stash && !tr->stash_loaded) /* both versions: the weights loaded, or the first */
+    GT_CALL(gt_error_agree(gt_params_stash_save(p), tr->grid->world));
   return GT_SUCCESS;
 }
 

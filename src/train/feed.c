@@ -24,12 +24,17 @@ int gt_trainer_readers_create(gt_trainer *tr)
   return GT_SUCCESS;
 }
 
-/* This rank's samples of micro-batch mb of the batch at the feed's base into
- * tr->tokens and tr->targets. The first micro-batch also starts reading
- * the next batch (B samples on) when there is one. */
+/* This rank's samples of micro-batch mb of the batch at the feed's base
+ * into tr->tokens and tr->targets; mb = M + i is micro-batch i of the next
+ * batch (a streaming schedule's next-step forwards). A batch's first
+ * micro-batch also starts reading the batch after it (B samples on) when
+ * the run has more. */
 static int gt_feed_microbatch(gt_trainer *tr, int mb)
 {
-  const long long first = tr->feed_base + (long long)tr->grid->dp_rank * tr->B_rank;
+  const int M = tr->layout.micro;
+  const long long batch = tr->feed_base + (mb >= M ? tr->B : 0);
+  mb %= M;
+  const long long first = batch + (long long)tr->grid->dp_rank * tr->B_rank;
   const int32_t *rows = NULL;
   GT_CALL(gt_reader_get(tr->feed_reader, first, &rows));
   if (mb == 0 && tr->feed_more)

@@ -67,6 +67,7 @@ int gt_trainer_sample(gt_trainer *tr)
   if (!tr->sample.prompt || every <= 0 || tr->step % every != 0)
     return GT_SUCCESS;
   const gt_grid *g = tr->grid;
+  GT_CALL(gt_pipe_drain(tr->pipe)); /* streaming: nothing of training in flight on pp */
   if (!tr->sample.cache)
     GT_CALL(gt_error_agree(gt_gpt_cache_create(tr->model, tr->T, &tr->sample.cache), g->world));
   const gt_sample_opts greedy = {0.0, 0, 0};

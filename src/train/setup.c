@@ -347,6 +347,8 @@ int gt_trainer_create(const gt_config *cfg, MPI_Comm world, bool quiet, gt_train
     GT_CALL_MPI(MPI_Comm_set_errhandler(tr->writers, MPI_ERRORS_RETURN));
   if (!quiet)
     GT_CALL(gt_trainer_report_setup(tr, stdout));
+  if (gt_schedule_streams(&tr->layout.schedule)) /* pipedream-2bw: the older version */
+    GT_AGREE(comm, gt_params_stash_create(params));
   GT_CALL(gt_trainer_resume(tr, quiet));
   tr->start_step = tr->step;
   /* A resumed run adds to the metrics of the run it continues. */

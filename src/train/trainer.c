@@ -43,6 +43,21 @@ static double *gt_trainer_loss_acc(gt_trainer *tr, int which)
 
 // ---- one step ----------------------------------------------------------------------------
 
+/* A streaming schedule (pipedream-2bw): whether step s may run the next
+ * batch's first forwards. Not before what needs the pipeline empty after
+ * it: the end of the run, an evaluation or a sample (both also drain the
+ * pipeline, should it be primed). */
+static bool gt_trainer_streams_on(const gt_trainer *tr, long s)
+{
+  const gt_config *cfg = &tr->cfg;
+  const long next = s + 1;
+  if (!gt_schedule_streams(&tr->layout.schedule) || next >= cfg->run.steps)
+    return false;
+  if (tr->val && cfg->run.eval_every > 0 && next % cfg->run.eval_every == 0)
+    return false;
+  return !(tr->sample.prompt && cfg->run.sample_every > 0 && next % cfg->run.sample_every == 0);
+}
+
 int gt_trainer_step(gt_trainer *tr, gt_step_stats *st)
 {
   gt_backend *be = tr->be;
@@ -67,8 +82,9 @@ int gt_trainer_step(gt_trainer *tr, gt_step_stats *st)
    * of the global mean loss. */
   const double loss_scale = tr->scaler.scale;
   const float dlogit_scale = (float)(loss_scale / ((double)tr->B * tr->T));
-  const gt_pipe_feed feed =
+  gt_pipe_feed feed =
       gt_trainer_feed(tr, tr->train_reader, tr->samples, s + 1 < tr->cfg.run.steps);
+  feed.stream_next = gt_trainer_streams_on(tr, s);
   status = gt_pipe_train(tr->pipe, &feed, dlogit_scale, gt_trainer_loss_acc(tr, GT_SC_LOSS),
                          gt_dp_grad_hook(tr->dp));
   GT_CALL(gt_trainer_feed_settle(tr, status)); /* no HDF5 call from the reader from here */
@@ -110,6 +126,8 @@ int gt_trainer_step(gt_trainer *tr, gt_step_stats *st)
    * come from (stale:S: the first S steps apply nothing) */
   const double lr = gt_lr_at(&tr->opt_cfg, s >= plan.lag ? s - plan.lag : 0);
   GT_CALL(gt_dp_before_update(tr->dp, s));
+  if (params->stash) /* pipedream-2bw: the next batch computes with this version */
+    GT_CALL(gt_params_stash_save(params));
   const bool update = !skip && plan.update;
   if (update) {
     /* Bias correction counts the updates made: skipped steps made none. */
@@ -162,6 +180,7 @@ int gt_trainer_evaluate(gt_trainer *tr, double *val_loss)
   gt_backend *be = tr->be;
   gt_fault_set_step(tr->step); /* the step the evaluation follows */
   gt_fault_kill_at("eval");
+  GT_CALL(gt_pipe_drain(tr->pipe)); /* streaming: the slots are the evaluation's */
   gt_event_begin(tr->ev.eval);
   int status = be->ops->zero(be, &tr->scalars[GT_SC_EVAL], sizeof(double));
   for (long e = 0; e < tr->cfg.run.eval_batches && status == GT_SUCCESS; e++) {

@@ -83,6 +83,7 @@ struct gt_trainer {
   gt_reader *feed_reader;
   long long feed_base;
   bool feed_more;
+  bool stash_loaded; /* the checkpoint resumed from held the older weight version */
 
   gt_gpt_shape shape;
   int *stage_first;       /* pp V + 1: first block of every (virtual) stage */
