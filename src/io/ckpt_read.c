@@ -842,7 +842,8 @@ enum { GT_RR_DSET, GT_RR_SPACE, GT_RR_MEM, GT_RR_N };
 
 /* This rank's row of /rank/state into row (rank_n floats), checked against
  * its checksum blocks; *match false (GT_SUCCESS) when the file has no such
- * row for this state: no dataset, another tag, ranks or length. */
+ * row for this state: no dataset, another tag, ranks or length (an empty
+ * row matches an empty one of a dataset with that tag). */
 static int gt_ckpt_read_rank_in(hid_t file, const char *path, const gt_ckpt_state *st,
                                 MPI_Comm comm, float *row, bool *match, hid_t ids[])
 {
@@ -879,8 +880,12 @@ static int gt_ckpt_read_rank_in(hid_t file, const char *path, const gt_ckpt_stat
     H5Eclear2(H5E_DEFAULT);
     return GT_SUCCESS;
   }
-  if (!same_tag || !same_len || st->rank_n == 0)
+  if (!same_tag || !same_len)
     return GT_SUCCESS;
+  if (st->rank_n == 0) { /* an empty row of the same state (others hold it) */
+    *match = true;
+    return GT_SUCCESS;
+  }
   /* the checksum blocks that hold the row, read and checked */
   const size_t nsums = gt_ckpt_nsums(total), lo = (size_t)rank * L;
   const size_t b0 = lo / GT_CKPT_SUM_FLOATS, b1 = (lo + st->rank_n - 1) / GT_CKPT_SUM_FLOATS;

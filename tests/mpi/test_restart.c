@@ -243,6 +243,67 @@ static void test_llama_restart(const gt_config *base, const char *dir, int rank)
   free_outcome(&one);
 }
 
+/* 7. pipedream-2bw at (2,2,2) with ZeRO 1: a checkpoint taken while the
+ * next batch's first forwards are in flight holds the older weight version
+ * too, and the run resumes bit for bit; another layout loads the newest
+ * weights bitwise and trains on (without the older version: said once). */
+static void test_stream_restart(const gt_config *base, const char *dir, int rank)
+{
+  gt_config cfg = *base;
+  cfg.grid.dp = cfg.grid.pp = cfg.grid.tp = 2;
+  cfg.parallel.zero = 1;
+  snprintf(cfg.parallel.schedule, sizeof cfg.parallel.schedule, "pipedream-2bw");
+  const gt_gpt_shape shape = shape_of(&cfg);
+  const size_t numel = gt_gpt_param_count(&shape);
+  char ckdir[900];
+  snprintf(ckdir, sizeof ckdir, "%s/ck_2bw", dir);
+  outcome ref = {0}, first = {0}, second = {0}, other = {0};
+  int st = run(&cfg, MPI_COMM_WORLD, 2 * N, NULL, numel, &ref);
+  tu_ok_status(st, "pipedream-2bw (2,2,2) zero 1: the uninterrupted run");
+  st = run(&cfg, MPI_COMM_WORLD, N, ckdir, numel, &first);
+  tu_ok_status(st, "pipedream-2bw (2,2,2) zero 1: N steps and a checkpoint");
+  gt_config resumed = cfg;
+  snprintf(resumed.checkpoint.dir, sizeof resumed.checkpoint.dir, "%s", ckdir);
+  snprintf(resumed.checkpoint.resume, sizeof resumed.checkpoint.resume, "auto");
+  st = run(&resumed, MPI_COMM_WORLD, N, NULL, numel, &second);
+  tu_ok_status(st, "pipedream-2bw (2,2,2) zero 1: resume = auto");
+  if (rank == 0) {
+    const bool same = second.start == N && same_bits(second.loaded, first.final, numel) &&
+                      memcmp(second.loss, ref.loss + N, N * sizeof(double)) == 0 &&
+                      same_bits(second.final, ref.final, numel);
+    tap_ok(same,
+           "pipedream-2bw (2,2,2) zero 1: resumed at step %ld, steps %d..%d and the final "
+           "parameters bit for bit the uninterrupted run's",
+           second.start, N, 2 * N - 1);
+    if (!same)
+      for (int k = 0; k < N; k++)
+        tap_diag("  step %d: %.17g vs %.17g", N + k, second.loss[k], ref.loss[N + k]);
+  }
+  char path[1024];
+  snprintf(path, sizeof path, "%s", first.saved);
+  MPI_Bcast(path, sizeof path, MPI_CHAR, 0, MPI_COMM_WORLD);
+  gt_config c = cfg;
+  c.grid.dp = 1, c.grid.pp = 4, c.grid.tp = 2;
+  c.parallel.zero = 0;
+  c.data.microbatches = 4;
+  snprintf(c.checkpoint.resume, sizeof c.checkpoint.resume, "%s", path);
+  st = run(&c, MPI_COMM_WORLD, N, NULL, numel, &other);
+  if (tu_ok_status(st, "pipedream-2bw (1,4,2) loads the (2,2,2) checkpoint") && rank == 0) {
+    bool finite = true;
+    for (int k = 0; k < N; k++)
+      finite &= isfinite(other.loss[k]) && other.loss[k] < ref.loss[0];
+    tap_ok(other.start == N && same_bits(other.loaded, first.final, numel) && finite,
+           "pipedream-2bw (1,4,2): bitwise the saved weights at step %ld, %d steps train on "
+           "(loss %.4f -> %.4f)",
+           other.start, N, other.loss[0], other.loss[N - 1]);
+  }
+  tu_sleepy_barrier(MPI_COMM_WORLD);
+  free_outcome(&ref);
+  free_outcome(&first);
+  free_outcome(&second);
+  free_outcome(&other);
+}
+
 int main(int argc, char **argv)
 {
   tu_scratch scratch;
@@ -417,6 +478,7 @@ int main(int argc, char **argv)
   free_outcome(&first);
   free_outcome(&ref);
   test_llama_restart(&cfg, dir, rank);
+  test_stream_restart(&cfg, dir, rank);
   int status = tap_done();
   MPI_Finalize();
   return status;
