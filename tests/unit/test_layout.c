@@ -203,6 +203,32 @@ static void test_what_applies(void)
   cfg.model.recompute = GT_RECOMPUTE_ATTENTION;
   expect_error(&cfg, 4, "does not take [model] recompute = attention", "zb-h1 with recompute");
   cfg.model.recompute = recompute;
+  /* pipedream-2bw: two weight versions, so m >= pp, ZeRO 0-1, the
+   * synchronous update, no node-local states yet */
+  snprintf(cfg.parallel.schedule, sizeof cfg.parallel.schedule, "pipedream-2bw");
+  cfg.grid.dp = 2, cfg.grid.pp = 2, cfg.grid.tp = 1;
+  cfg.parallel.zero = 1;
+  tap_ok(resolve_at(&cfg, 2, 2, 1, &l) == GT_SUCCESS && gt_schedule_streams(&l.schedule) &&
+             !gt_schedule_splits(&l.schedule) &&
+             strcmp(gt_schedule_name(&l.schedule), "pipedream-2bw") == 0,
+         "pipedream-2bw parses and streams across steps");
+  cfg.parallel.zero = 2;
+  expect_error(&cfg, 4, "takes [parallel] zero = 0 or 1 (not 2", "pipedream-2bw with zero 2");
+  cfg.parallel.zero = 0;
+  snprintf(cfg.parallel.sync, sizeof cfg.parallel.sync, "local:4");
+  expect_error(&cfg, 4, "takes [parallel] sync = every_step only (not 'local:4'",
+               "pipedream-2bw with sync = local:4");
+  snprintf(cfg.parallel.sync, sizeof cfg.parallel.sync, "every_step");
+  cfg.checkpoint.local_every = 5;
+  expect_error(&cfg, 4, "does not take [checkpoint] local_every yet",
+               "pipedream-2bw with node-local states");
+  cfg.checkpoint.local_every = 0;
+  const long micro = cfg.data.microbatches;
+  cfg.grid.dp = 1, cfg.grid.pp = 4;
+  cfg.data.microbatches = 2;
+  expect_error(&cfg, 4, "enough only with at least pp micro-batches: [data] microbatches = 2",
+               "pipedream-2bw with m < pp");
+  cfg.data.microbatches = micro;
   cfg.parallel.zero = zero;
   cfg.parallel.sequence_parallel = sp;
 }

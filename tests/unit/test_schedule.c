@@ -370,6 +370,27 @@ static void test_2bw(void)
              "buffers, %.0f one buffer, %.0f barrier; 1F1B %.0f", pp, per[TBW_FREE],
              per[TBW_DEFERRED], per[TBW_LAZY], per[TBW_BARRIER], 8 * 3.0 + (pp - 1) * 3.0);
   }
+  /* a step that starts and ends empty is 1F1B's, what gt_schedule_build
+   * gives pipedream-2bw (evaluation; the slots) */
+  const gt_schedule tbw = gt_schedule_of(GT_SCHEDULE_2BW, 1);
+  const gt_schedule one = gt_schedule_of(GT_SCHEDULE_1F1B, 1);
+  bool empty_same = gt_schedule_ops(&tbw, 8) == 16 && gt_schedule_streams(&tbw) &&
+                    !gt_schedule_streams(&one);
+  for (int p = 1; p <= MAXP && empty_same; p++)
+    for (int m = p; m <= MAXM && empty_same; m++)
+      for (int s = 0; s < p && empty_same; s++) {
+        static gt_pipe_op a[MAXOPS], b[MAXOPS], c[MAXOPS];
+        int sa[MAXV], sb[MAXV];
+        const int n = gt_schedule_window(p, s, m, false, false, a);
+        gt_schedule_build(&tbw, p, s, m, b);
+        gt_schedule_build(&one, p, s, m, c);
+        empty_same = n == 2 * m && memcmp(a, b, sizeof *a * (size_t)n) == 0 &&
+                     memcmp(b, c, sizeof *b * (size_t)n) == 0 &&
+                     gt_schedule_chunk_slots(&tbw, p, s, m, sa) ==
+                         gt_schedule_chunk_slots(&one, p, s, m, sb);
+      }
+  tap_ok(empty_same, "pipedream-2bw: a step from and to an empty pipeline is 1F1B's list "
+         "(gt_schedule_build, the same slots)");
   gt_pipe_op w[12];
   const int k = gt_schedule_window(2, 0, 4, true, true, w);
   static const int want[8][3] = {{0, 1, 0}, {1, 0, 0}, {0, 2, 0}, {1, 1, 0},
