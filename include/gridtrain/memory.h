@@ -19,6 +19,8 @@
  * gradient unit and, for the tied wte of pp > 1, a whole one; stage 3 its
  * gather buffers (param_gather.h): one of the largest weight unit (an
  * embedding or head) and two of a block, in the compute type.
+ * pipedream-2bw keeps an older weight version besides: one more whole
+ * compute copy, c psi (4 psi in fp32), counted with the compute weights.
  *
  * Activations: what one micro-batch in flight keeps (by [model] recompute),
  * times the most in flight on the stage (by the schedule), plus buffers all
@@ -53,6 +55,11 @@ typedef struct gt_mem_account {
  * compute type dt, ZeRO stage zero (0..3) over dp ranks, by the formulas
  * above. */
 void gt_mem_model_state(double psi, gt_dtype dt, int zero, int dp, gt_mem_account *a);
+
+/* A streaming schedule's older weight version (pipedream-2bw): one more
+ * whole compute copy of a->psi elements, added to a->compute. */
+struct gt_schedule;
+void gt_mem_add_stash(gt_mem_account *a, const struct gt_schedule *sched, gt_dtype dt);
 
 /* Model state (by the formula), activations (slot x in flight + shared),
  * and everything (with the zero 2 / 3 buffers and the staging). */

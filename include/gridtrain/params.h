@@ -220,7 +220,7 @@ int gt_params_grad_sumsq(gt_params *p, double *acc);
 
 /* Bytes of each buffer on this rank: master values (the owned piece when
  * sharded), and the compute copy (the owned piece at stage 3; 0 in fp32,
- * where it is the master). */
+ * where it is the master) with the stash where there is one. */
 size_t gt_params_master_bytes(const gt_params *p);
 size_t gt_params_compute_bytes(const gt_params *p);
 

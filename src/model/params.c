@@ -352,6 +352,12 @@ int gt_params_grad_sumsq(gt_params *p, double *acc)
   return GT_SUCCESS;
 }
 
+/* Bytes of the stash: the whole compute copy (in fp32 the master). */
+static size_t gt_params_stash_bytes(const gt_params *p)
+{
+  return p->numel * gt_dtype_size(p->dtype);
+}
+
 size_t gt_params_master_bytes(const gt_params *p)
 {
   return (p->master_sharded ? p->shard_n : p->numel) * sizeof(float);
@@ -359,9 +365,10 @@ size_t gt_params_master_bytes(const gt_params *p)
 
 size_t gt_params_compute_bytes(const gt_params *p)
 {
+  const size_t stash = p->stash ? gt_params_stash_bytes(p) : 0;
   if (p->dtype == GT_F32)
-    return 0;
-  return (p->compute_sharded ? p->shard_n : p->numel) * gt_dtype_size(p->dtype);
+    return stash;
+  return (p->compute_sharded ? p->shard_n : p->numel) * gt_dtype_size(p->dtype) + stash;
 }
 
 size_t gt_params_span(const gt_params *p, int first, int count)
@@ -378,11 +385,6 @@ gt_param *gt_params_find(gt_params *p, const char *name)
   return NULL;
 }
 
-/* Bytes of the stash: the whole compute copy (in fp32 the master). */
-static size_t gt_params_stash_bytes(const gt_params *p)
-{
-  return p->numel * gt_dtype_size(p->dtype);
-}
 
 int gt_params_stash_create(gt_params *p)
 {

@@ -113,6 +113,7 @@ void gt_trainer_memory(const gt_trainer *tr, gt_mem_account *a)
   const gt_params *p = gt_gpt_params(tr->model);
   memset(a, 0, sizeof *a);
   gt_mem_model_state((double)p->numel, tr->layout.dtype, tr->layout.zero, tr->grid->dp_size, a);
+  gt_mem_add_stash(a, &tr->layout.schedule, tr->layout.dtype);
   a->act_slot = (double)gt_gpt_slot_bytes(tr->model);
   a->in_flight = gt_schedule_in_flight(&tr->layout.schedule, tr->grid->pp_size, tr->grid->pp_rank,
                                        tr->layout.micro);

@@ -22,7 +22,8 @@
  *    every rank's stage the trainer's account, term by term.
  * Runs: zero 0, 1, 2 and 3 in fp32 and bf16 at (4,1,1), (2,2,1) and (1,2,2),
  * recompute none, attention and block; and zb-h1 at (2,2,1) and (1,2,2)
- * (the sets of projection output gradients its W waits for).
+ * (the sets of projection output gradients its W waits for), and
+ * pipedream-2bw there (its older weight version), in fp32 and bf16.
  *
  * gt-test: ranks=4 tier=quick
  */
@@ -188,6 +189,21 @@ int main(int argc, char **argv)
     char what[128];
     snprintf(what, sizeof what, "(dp,pp,tp)=(%d,%d,%d) zb-h1 m 4 zero 1", layouts[l][0],
              layouts[l][1], layouts[l][2]);
+    check_run(&c, MPI_COMM_WORLD, what);
+  }
+  /* pipedream-2bw: the older weight version, a whole compute copy */
+  for (int l = 1; l < 3; l++) {
+    gt_config c = cfg;
+    c.grid.dp = layouts[l][0];
+    c.grid.pp = layouts[l][1];
+    c.grid.tp = layouts[l][2];
+    c.parallel.zero = 1;
+    c.data.microbatches = 4;
+    tu_config_set(&c, "parallel.schedule=pipedream-2bw");
+    tu_config_set(&c, "backend.precision=%s", precisions[l - 1]);
+    char what[128];
+    snprintf(what, sizeof what, "(dp,pp,tp)=(%d,%d,%d) pipedream-2bw m 4 zero 1 %s",
+             layouts[l][0], layouts[l][1], layouts[l][2], precisions[l - 1]);
     check_run(&c, MPI_COMM_WORLD, what);
   }
   return tu_mpi_finish();
