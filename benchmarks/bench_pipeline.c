@@ -1,6 +1,7 @@
 /*
  * bench_pipeline.c - the pipeline bubble and the activation memory of the
- * GPipe, 1F1B, interleaved 1F1B and ZB-H1 schedules against theory.
+ * GPipe, 1F1B, interleaved 1F1B, ZB-H1 and PipeDream-2BW schedules against
+ * theory.
  *
  *   mpiexec -n P benchmarks/bench_pipeline [options]     (pp = P, dp = tp = 1)
  *
@@ -10,7 +11,9 @@
  * alike), and rank 0 reports per schedule
  *   bubble   sum over stages of pp.bubble / sum over stages of step time
  *   theory   (p - 1) / (V m + p - 1) (V = 1 but for interleaved:V;
- *            zb-h1: (p - 1) / (3 m + p - 1), backward = 2 forwards); an
+ *            zb-h1: (p - 1) / (3 m + p - 1), backward = 2 forwards;
+ *            pipedream-2bw: 0, no flush; what its stages wait for instead,
+ *            each step's global reductions, shows in step_ms); an
  *            interleaved schedule is skipped for an m it does not fit
  *            (m a multiple of p, p V <= layers)
  *   model    the bubble expected from the measured per-stage forward and
@@ -32,7 +35,7 @@
 #include "gridtrain/schedule.h"
 #include "gridtrain/trainer.h"
 
-#define BENCH_MAX_SCHED 4
+#define BENCH_MAX_SCHED 5
 
 typedef struct {
   bench_common c;
@@ -82,8 +85,9 @@ static void bench_usage(void)
          "  --steps N          measured steps per configuration (default 10)\n"
          "  --warmup W         untimed steps first (default 2)\n"
          "  --microbatches L   micro-batch counts m (default 1,2,4,8,16)\n"
-         "  --schedules S      up to 4 of gpipe, 1f1b, interleaved:V, zb-h1, separated\n"
-         "                     by commas (default gpipe,1f1b,interleaved:2,zb-h1)\n"
+         "  --schedules S      up to 5 of gpipe, 1f1b, interleaved:V, zb-h1,\n"
+         "                     pipedream-2bw, separated by commas (default all five,\n"
+         "                     interleaved:2)\n"
          "  --micro-seqs B     sequences per micro-batch (default 2)\n"
          "  --seq-len T        tokens per sequence (default 64)\n"
          "  --layers L --dim C --heads H --vocab V   model (default 8 128 4 256)\n"
@@ -101,8 +105,8 @@ static int bench_parse(int argc, char **argv, bench_opts *o)
   *o = (bench_opts){.c = {.data = "data/kjv.h5", .csv = "bench_pipeline.csv", .warmup = 2,
                           .steps = 10, .layers = 8, .dim = 128, .heads = 4, .vocab = 256,
                           .seq = 64},
-                    .nm = 5, .m = {1, 2, 4, 8, 16}, .nsched = 4,
-                    .sched = {"gpipe", "1f1b", "interleaved:2", "zb-h1"},
+                    .nm = 5, .m = {1, 2, 4, 8, 16}, .nsched = 5,
+                    .sched = {"gpipe", "1f1b", "interleaved:2", "zb-h1", "pipedream-2bw"},
                     .micro = 2, .tol = 0.05};
   static const char *const known[] = {"--microbatches", "--micro-seqs", "--tol", "--schedules",
                                       NULL};
@@ -132,7 +136,8 @@ static int bench_parse(int argc, char **argv, bench_opts *o)
         if (o->nsched == BENCH_MAX_SCHED || gt_schedule_parse(t, &k) != GT_SUCCESS) {
           gt_error_clear();
           return BENCH_INPUT_ERROR("--schedules '%s': expected up to %d of gpipe, 1f1b, "
-                                   "interleaved:V and zb-h1, separated by commas",
+                                   "interleaved:V, zb-h1 and pipedream-2bw, separated by "
+                                   "commas",
                                    v, BENCH_MAX_SCHED);
         }
         snprintf(o->sched[o->nsched++], GT_NAME_MAX, "%s", gt_schedule_name(&k));
@@ -154,7 +159,8 @@ static int bench_parse(int argc, char **argv, bench_opts *o)
  * stages costs 1/V of 1F1B's, the steady state the same; zb-h1 fills the
  * ramp's backward half with the deferred weight gradients, leaving the
  * forwards' ramp ((p - 1) forwards with B and W of equal cost, which the
- * timers do not tell apart: both are "backward"). */
+ * timers do not tell apart: both are "backward"); pipedream-2bw has no ramp,
+ * the slowest stage sets the pace. */
 static double bench_bubble_model(const gt_schedule *sched, int p, int m, const double *f,
                                  const double *b, const double *o)
 {
@@ -169,6 +175,7 @@ static double bench_bubble_model(const gt_schedule *sched, int p, int m, const d
   }
   double pipe = sched->kind == GT_SCHEDULE_GPIPE ? sf + sb + (m - 1) * (mf + mb)
                  : gt_schedule_splits(sched)     ? m * mfb + (sf - mf)
+                 : gt_schedule_streams(sched)    ? m * mfb
                                                  : (sf + sb) / V + (m * V - 1) * mfb / V;
   double idle = 0, total = 0;
   for (int s = 0; s < p; s++) {
@@ -281,8 +288,9 @@ static int bench_make_row(const bench_opts *o, MPI_Comm world, gt_trainer *tr, b
     row->bubble = sum_step > 0 ? sum_bubble / sum_step : 0;
     /* zb-h1 with B = W = F (a backward of twice a forward): a forward's
      * ramp in a step of 3 m forwards */
-    row->theory = gt_schedule_splits(&kind) ? (double)(p - 1) / (3.0 * m + p - 1)
-                                            : (double)(p - 1) / ((double)kind.chunks * m + p - 1);
+    row->theory = gt_schedule_splits(&kind)    ? (double)(p - 1) / (3.0 * m + p - 1)
+                  : gt_schedule_streams(&kind) ? 0.0 /* no flush: no ramp */
+                                               : (double)(p - 1) / ((double)kind.chunks * m + p - 1);
     row->model = bench_bubble_model(&kind, p, m, f, b, oth);
     double fb_max = 0, fb_sum = 0;
     for (int s = 0; s < p; s++) {
