@@ -232,10 +232,12 @@ static const gt_key gt_keys[] = {
   {"parallel", "schedule", GT_KEY_STRING, GT_OFF(parallel.schedule), 0, 0, NULL, "1f1b",
    "pipeline schedule: gpipe (all forwards, then all backwards), 1f1b (one forward, one "
    "backward; activations of at most pp micro-batches), interleaved:V (V model chunks "
-   "per rank: the bubble shrinks V times for V times the pipeline messages) or zb-h1 "
+   "per rank: the bubble shrinks V times for V times the pipeline messages), zb-h1 "
    "(the backward split into its input and weight gradients, the latter filling the "
-   "bubble: about a third of 1f1b's; zero 0-1, no sequence parallelism or "
-   "recomputation yet)", false, false},
+   "bubble: a third of 1f1b's at equal costs; zero 0-1, no sequence parallelism or "
+   "recomputation yet) or pipedream-2bw (no flush between steps: each batch computes "
+   "with the weights one update behind, two weight versions kept; microbatches >= pp, "
+   "zero 0-1, sync = every_step)", false, false},
   {"parallel", "stages", GT_KEY_STRING, GT_OFF(parallel.stages), 0, 0, NULL, "",
    "blocks per pipeline stage, e.g. 3,5; empty balances the cost (the last stage "
    "also runs the LM head)", false, false},

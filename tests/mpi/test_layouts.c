@@ -54,6 +54,12 @@
  * The 6-rank set skips
  * it (its cases would repeat); it adds about 5 s at 4 and 8 ranks.
  *
+ * Last pipedream-2bw, whose update rule is not 1F1B's (each batch computes
+ * with the weights one update behind): its reference is one rank with the
+ * same schedule, whose first step must be 1F1B's and second must not; then
+ * (2,2,1), (1,4,1), (1,2,2), bf16 with ZeRO 1 and (8 ranks) (2,2,2) with
+ * ZeRO 1 and (1,8,1) against it, at the bounds above (test_stream).
+ *
  * gt-test: ranks=8 tier=full
  */
 #include <stdio.h>
