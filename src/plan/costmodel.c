@@ -201,6 +201,9 @@ double gt_cost_bubble_fraction(gt_schedule_kind s, int pp, int micro, int chunks
     return 0;
   if (s == GT_SCHEDULE_ZBH1) /* a forward's time per stage ramp: a third of a step unit */
     return (double)(pp - 1) / (3.0 * micro);
+  if (s == GT_SCHEDULE_2BW) /* no ramp; the step's reductions wait for the first stage's
+                               last backwards: two thirds of a step unit per stage */
+    return 2.0 * (pp - 1) / (3.0 * micro);
   return (double)(pp - 1) / ((s == GT_SCHEDULE_INTERLEAVED ? chunks : 1) * (double)micro);
 }
 

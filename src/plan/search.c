@@ -101,14 +101,19 @@ int gt_plan_search(const gt_config *cfg, const gt_plan_pins *pins, int ranks,
         if (pins->micro && m != cfg->data.microbatches)
           continue;
         /* sch: 0 GPipe, 1 1F1B, 2 .. GT_SCHEDULE_MAX_CHUNKS interleaved:sch,
-         * then ZB-H1 */
-        for (int sch = 0; sch <= GT_SCHEDULE_MAX_CHUNKS + 1 && status == GT_SUCCESS; sch++) {
+         * then ZB-H1, then PipeDream-2BW, only where pinned: it changes the
+         * update rule (weights one update behind), not only the speed */
+        for (int sch = 0; sch <= GT_SCHEDULE_MAX_CHUNKS + 2 && status == GT_SUCCESS; sch++) {
           gt_layout l = base;
           l.dp = dp, l.pp = pp, l.tp = tp, l.mbs = (int)mbs, l.micro = m;
           if (sch < 2) {
             l.schedule = gt_schedule_of(sch == 0 ? GT_SCHEDULE_GPIPE : GT_SCHEDULE_1F1B, 1);
             if (pp == 1 && sch == 0)
               continue; /* one stage: the schedules are the same */
+          } else if (sch == GT_SCHEDULE_MAX_CHUNKS + 2) {
+            if (!pins->schedule || base.schedule.kind != GT_SCHEDULE_2BW)
+              continue;
+            l.schedule = gt_schedule_of(GT_SCHEDULE_2BW, 1);
           } else if (sch > GT_SCHEDULE_MAX_CHUNKS) {
             if (pp == 1)
               continue; /* one stage: no bubble to fill */

@@ -38,10 +38,9 @@ static void gt_trainer_restore_scaler(gt_trainer *tr, const char *path, const gt
 
 /* ---- each rank's state outside the tensors (compression residuals) ---------------------- */
 
-/* What the rank state is: the same on every rank of a run, different for
- * another compression, sync mode, layout or streaming schedule (whose
- * state would not fit). */
-static void gt_trainer_rank_tag(const gt_trainer *tr, char *tag, size_t size)
+/* Different for another compression, sync mode, layout or streaming
+ * schedule (whose state would not fit). */
+void gt_trainer_rank_tag(const gt_trainer *tr, char *tag, size_t size)
 {
   char dp[160];
   gt_dp_state_tag(tr->dp, dp, sizeof dp);

@@ -358,7 +358,7 @@ static int gt_local_load(gt_trainer *tr, const gt_local_entry *ents, const float
   /* the rank state comes over only into the same layout with the same tag */
   bool tags = t->same_layout;
   char tag[GT_LOCAL_TAG_BYTES];
-  gt_local_rank_tag(tr, tag, sizeof tag);
+  gt_trainer_rank_tag(tr, tag, sizeof tag);
   for (int o = 0; tags && o < t->world; o++) {
     const gt_local_header *h = &ents[t->chosen[o]].h;
     tags = strcmp(h->rank_tag, tag) == 0 && h->rank_n == needs[o].rank_n;

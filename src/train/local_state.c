@@ -79,14 +79,6 @@ static uint64_t gt_local_layout_hash(const gt_params *p, size_t *data_end)
   return h;
 }
 
-void gt_local_rank_tag(const gt_trainer *tr, char *tag, size_t size)
-{
-  char dp[160];
-  gt_dp_state_tag(tr->dp, dp, sizeof dp);
-  const gt_grid *g = tr->grid;
-  snprintf(tag, size, "%s dp=%d pp=%d tp=%d", dp, g->dp_size, g->pp_size, g->tp_size);
-}
-
 /* The flat ranges values [vlo, vhi), moments [mlo, mhi): with `share`,
  * what this rank's part keeps: its share while the replicas are equal
  * (ZeRO or not: every entry once, a part 1/dp of the state), else all it
@@ -142,7 +134,7 @@ void gt_local_header_fill(gt_trainer *tr, gt_local_header *h, bool share)
   snprintf(h->precision, sizeof h->precision, "%s", gt_dtype_name(tr->layout.dtype));
   snprintf(h->code_version, sizeof h->code_version, "%s", gt_version());
   gt_local_ranges(tr, h, share);
-  gt_local_rank_tag(tr, h->rank_tag, sizeof h->rank_tag);
+  gt_trainer_rank_tag(tr, h->rank_tag, sizeof h->rank_tag);
 }
 
 // ---- set-up: the directory and the partners -------------------------------------------------

@@ -29,10 +29,6 @@ struct gt_local_state {
 /* The parameter table of a flat buffer (malloc'ed). Not collective. */
 int gt_local_table_of(const gt_params *p, gt_local_param **out);
 
-/* What a rank's state is, the same on every rank of a run (the data-
- * parallel state's tag and the layout). Not collective. */
-void gt_local_rank_tag(const gt_trainer *tr, char *tag, size_t size);
-
 /* The header of this rank's part at the current step; share: the ranges
  * of its share (what it writes), else all it holds (what a resume fills).
  * Not collective. */

@@ -133,6 +133,12 @@ int gt_trainer_checkpoint(gt_trainer *tr, char *path, size_t size);
  * step's forward and backward run); before anything changes them. */
 void gt_trainer_ckpt_snapshot(gt_trainer *tr);
 
+/* checkpointing.c: what every rank's state outside the tensors is (the
+ * rank state of checkpoints and node-local states), the same on every rank
+ * of a run: the data-parallel state's tag, the layout and whether the
+ * schedule keeps two weight versions. Not collective. */
+void gt_trainer_rank_tag(const gt_trainer *tr, char *tag, size_t size);
+
 /* checkpointing.c: this data-parallel rank's share of the flat buffers
  * (values and moments) when the replicas are equal: its ZeRO piece, or
  * without ZeRO its 1/dp; what it writes to a checkpoint and keeps in the

@@ -118,6 +118,8 @@ static void test_formulas(void)
   tap_ok(gt_cost_bubble_fraction(GT_SCHEDULE_1F1B, 1, 8, 1) == 0, "one stage: no bubble");
   tap_ok(gt_cost_bubble_fraction(GT_SCHEDULE_ZBH1, 4, 8, 1) == 3.0 / 24,
          "zb-h1: (p-1)/(3 m) = 3/24, a third of 1f1b's");
+  tap_ok(fabs(gt_cost_bubble_fraction(GT_SCHEDULE_2BW, 4, 8, 1) - 6.0 / 24) < 1e-15,
+         "pipedream-2bw: 2 (p-1)/(3 m) = 6/24, the wait at its step's reductions");
   /* ring all-reduce: 2(n-1) alpha + 2 (n-1)/n bytes beta */
   const double ar = gt_cost_allreduce(4, 1e6, 1e-6, 1e-9, 0, 1);
   tap_ok(fabs(ar - (6e-6 + 1.5e-3)) < 1e-15, "ring all-reduce n=4, 1 MB: %.9g s", ar);
