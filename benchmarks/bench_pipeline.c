@@ -309,6 +309,8 @@ static int bench_make_row(const bench_opts *o, MPI_Comm world, gt_trainer *tr, b
       row->verdict = "INVALID(act)";
     else if (over)
       row->verdict = "mechanism"; /* timings of an oversubscribed run prove nothing */
+    else if (gt_schedule_streams(&kind))
+      row->verdict = "unjudged"; /* its stages wait in the step's reductions, untimed */
     else
       row->verdict = fabs(row->bubble - row->model) <= o->tol ? "VALID" : "INVALID(bubble)";
   }
