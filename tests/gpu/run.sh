@@ -38,7 +38,7 @@
 #   GT_GPU_PYTHON       the Python with torch (default /opt/torch/.venv's, or python3)
 #   GT_GPU_SANITIZER    compute-sanitizer to use (default: PATH, /usr/local/cuda*)
 # and, to shorten the dry run only (the GPU run keeps the defaults):
-#   GT_GPU_CURVE_STEPS (200; 40 in the dry run), GT_GPU_LAYOUTS (all six),
+#   GT_GPU_CURVE_STEPS (200; 40 in the dry run), GT_GPU_LAYOUTS (all seven),
 #   GT_GPU_PARITY_STEPS (20).
 # Exit status: 0 when no step failed.
 # shellcheck disable=SC2031 # orig_env's subshell changes PATH and LD_LIBRARY_PATH on purpose
@@ -150,6 +150,7 @@ layout_args() {
     tp2) echo "2 grid.dp=1 grid.pp=1 grid.tp=2" ;;
     pp2) echo "2 grid.dp=1 grid.pp=2 grid.tp=1 parallel.schedule=gpipe" ;;
     pp2-1f1b) echo "2 grid.dp=1 grid.pp=2 grid.tp=1 parallel.schedule=1f1b" ;;
+    pp2-zb) echo "2 grid.dp=1 grid.pp=2 grid.tp=1 parallel.schedule=zb-h1" ;;
     3d) echo "8 grid.dp=2 grid.pp=2 grid.tp=2" ;;
     staged) echo "4 grid.dp=2 grid.pp=1 grid.tp=2 backend.mpi_device=off" ;;
   esac
@@ -870,7 +871,7 @@ if [ -z "$setup_fail" ]; then
     >"$logs/setup-ingest.log" 2>&1 || setup_fail="gridtrain ingest failed: $(tail -n 2 "$logs/setup-ingest.log" | tr '\n' ' ')"
 fi
 curve_steps=${GT_GPU_CURVE_STEPS:-$([ "$dev" = cuda ] && echo 200 || echo 40)}
-layout_list=${GT_GPU_LAYOUTS:-dp2 tp2 pp2 pp2-1f1b 3d staged}
+layout_list=${GT_GPU_LAYOUTS:-dp2 tp2 pp2 pp2-1f1b pp2-zb 3d staged}
 parity_steps=${GT_GPU_PARITY_STEPS:-20}
 bench_seq=${GT_GPU_BENCH_SEQ:-1024}
 # NAME:LAYERS:DIM:HEADS[:KV_HEADS] (KV_HEADS: a Llama with grouped-query attention)
