@@ -170,6 +170,42 @@ static double param_err(const gt_gpt_shape *shape, const float *a, const float *
   return err;
 }
 
+/* Collective on the world: train c on the first `size` ranks and compare
+ * with ref on rank 0 (fp32: TOL for the loss of each step and every final
+ * tensor; bf16 and fp16: test_precision.c's bounds, losses 1e-3, tensors
+ * 5e-2 of max(max|b|, lr * steps)); `run` names the case. */
+static void check_against(const gt_config *c, int size, int rank, const outcome *ref,
+                          const char *run)
+{
+  MPI_Comm comm;
+  MPI_Comm_split(MPI_COMM_WORLD, rank < size ? 0 : MPI_UNDEFINED, rank, &comm);
+  outcome got = {0};
+  int rs = GT_SUCCESS;
+  const double t0 = seconds();
+  if (comm != MPI_COMM_NULL) {
+    rs = train(c, comm, false, &got);
+    MPI_Comm_free(&comm);
+  }
+  tu_sleepy_barrier(MPI_COMM_WORLD);
+  if (rank == 0) {
+    const bool fp32 = c->backend.precision == GT_F32;
+    const double ltol = fp32 ? TOL : 1e-3, ptol = fp32 ? TOL : 5e-2;
+    const double floor = fp32 ? 0.0 : 1e-3 * STEPS; /* lr * steps */
+    if (rs != GT_SUCCESS)
+      tap_diag("%s: %s", run, gt_error_message());
+    const gt_gpt_shape shape = gt_gpt_shape_config(c);
+    const double le = rs == GT_SUCCESS ? tu_loss_err(got.loss, ref->loss, STEPS) : INFINITY;
+    const double pe = rs == GT_SUCCESS && got.numel == ref->numel
+                          ? tu_param_err_at(&shape, got.final, ref->final, floor, ptol)
+                          : INFINITY;
+    tap_ok(le <= ltol, "%s: loss of each of %d steps within %.0e (worst %.2e; %.1f s)", run,
+           STEPS, ltol, le, seconds() - t0);
+    tap_ok(pe <= ptol, "%s: final parameters within %.0e (worst %.2e)", run, ptol, pe);
+  }
+  free(got.initial);
+  free(got.final);
+}
+
 // ---- llama: a small set of layouts against one llama rank ----
 
 /* One llama case: a layout and what it switches on. kv: key/value heads
@@ -263,36 +299,9 @@ static void test_llama(const gt_config *base, int nranks, int rank)
     c.parallel.zero = lc->zero;
     c.parallel.sequence_parallel = lc->seq_par;
     tu_config_set(&c, "model.recompute=%s", lc->recompute);
-    MPI_Comm comm;
-    MPI_Comm_split(MPI_COMM_WORLD, rank < size ? 0 : MPI_UNDEFINED, rank, &comm);
-    outcome got = {0};
-    int rs = GT_SUCCESS;
-    const double t0 = seconds();
-    if (comm != MPI_COMM_NULL) {
-      rs = train(&c, comm, false, &got);
-      MPI_Comm_free(&comm);
-    }
-    tu_sleepy_barrier(MPI_COMM_WORLD);
-    if (rank == 0) {
-      const int k = lc->kv == 2 ? 0 : 1;
-      const int p = strcmp(lc->prec, "fp32") == 0 ? 0 : strcmp(lc->prec, "bf16") == 0 ? 1 : 2;
-      const outcome *ref = &refs[k][p];
-      const bool fp32 = p == 0;
-      const double ltol = fp32 ? TOL : 1e-3, ptol = fp32 ? TOL : 5e-2;
-      const double floor = fp32 ? 0.0 : 1e-3 * STEPS; /* lr * steps */
-      if (rs != GT_SUCCESS)
-        tap_diag("%s: %s", run, gt_error_message());
-      const gt_gpt_shape shape = gt_gpt_shape_config(&c);
-      const double le = rs == GT_SUCCESS ? tu_loss_err(got.loss, ref->loss, STEPS) : INFINITY;
-      const double pe = rs == GT_SUCCESS && got.numel == ref->numel
-                            ? tu_param_err_at(&shape, got.final, ref->final, floor, ptol)
-                            : INFINITY;
-      tap_ok(le <= ltol, "%s: loss of each of %d steps within %.0e (worst %.2e; %.1f s)", run,
-             STEPS, ltol, le, seconds() - t0);
-      tap_ok(pe <= ptol, "%s: final parameters within %.0e (worst %.2e)", run, ptol, pe);
-    }
-    free(got.initial);
-    free(got.final);
+    const int k = lc->kv == 2 ? 0 : 1;
+    const int p = strcmp(lc->prec, "fp32") == 0 ? 0 : strcmp(lc->prec, "bf16") == 0 ? 1 : 2;
+    check_against(&c, size, rank, &refs[k][p], run);
   }
   for (int k = 0; k < 2; k++)
     for (int p = 0; p < 3; p++)
@@ -357,35 +366,8 @@ static void test_stream(const gt_config *base, int nranks, int rank, const outco
     c.parallel.zero = sc->zero;
     snprintf(c.parallel.schedule, sizeof c.parallel.schedule, "pipedream-2bw");
     tu_config_set(&c, "backend.precision=%s", sc->prec);
-    MPI_Comm comm;
-    MPI_Comm_split(MPI_COMM_WORLD, rank < size ? 0 : MPI_UNDEFINED, rank, &comm);
-    outcome got = {0};
-    int rs = GT_SUCCESS;
-    const double t0 = seconds();
-    if (comm != MPI_COMM_NULL) {
-      rs = train(&c, comm, false, &got);
-      MPI_Comm_free(&comm);
-    }
-    tu_sleepy_barrier(MPI_COMM_WORLD);
-    if (rank == 0) {
-      /* the reference ran 4 micro-batches: other counts sum in another order */
-      const bool fp32 = strcmp(sc->prec, "fp32") == 0;
-      const outcome *ref = &refs[fp32 ? 0 : 1];
-      const double ltol = fp32 ? TOL : 1e-3, ptol = fp32 ? TOL : 5e-2;
-      const gt_gpt_shape shape = gt_gpt_shape_config(&c);
-      if (rs != GT_SUCCESS)
-        tap_diag("%s: %s", run, gt_error_message());
-      const double le = rs == GT_SUCCESS ? tu_loss_err(got.loss, ref->loss, STEPS) : INFINITY;
-      const double pe = rs == GT_SUCCESS && got.numel == ref->numel
-                            ? tu_param_err_at(&shape, got.final, ref->final,
-                                              fp32 ? 0.0 : 1e-3 * STEPS, ptol)
-                            : INFINITY;
-      tap_ok(le <= ltol, "%s: loss of each of %d steps within %.0e (worst %.2e; %.1f s)", run,
-             STEPS, ltol, le, seconds() - t0);
-      tap_ok(pe <= ptol, "%s: final parameters within %.0e (worst %.2e)", run, ptol, pe);
-    }
-    free(got.initial);
-    free(got.final);
+    /* the reference ran 4 micro-batches: other counts sum in another order */
+    check_against(&c, size, rank, &refs[strcmp(sc->prec, "fp32") == 0 ? 0 : 1], run);
   }
   for (int p = 0; p < 2; p++)
     free(refs[p].final);

@@ -177,33 +177,23 @@ int main(int argc, char **argv)
                  layouts[l][0], layouts[l][1], layouts[l][2], precisions[p], z, recompute[r]);
         check_run(&c, MPI_COMM_WORLD, what);
       }
-  /* zb-h1: its sets of projection output gradients kept from B to W */
-  for (int l = 1; l < 3; l++) {
+  /* zb-h1: its sets of projection output gradients kept from B to W;
+   * pipedream-2bw: its older weight version, a whole compute copy */
+  static const char *const extra[][2] = {{"zb-h1", "fp32"}, {"zb-h1", "fp32"},
+                                         {"pipedream-2bw", "fp32"}, {"pipedream-2bw", "bf16"}};
+  for (int k = 0; k < 4; k++) {
+    const int l = 1 + k % 2;
     gt_config c = cfg;
     c.grid.dp = layouts[l][0];
     c.grid.pp = layouts[l][1];
     c.grid.tp = layouts[l][2];
     c.parallel.zero = 1;
     c.data.microbatches = 4;
-    tu_config_set(&c, "parallel.schedule=zb-h1");
+    tu_config_set(&c, "parallel.schedule=%s", extra[k][0]);
+    tu_config_set(&c, "backend.precision=%s", extra[k][1]);
     char what[128];
-    snprintf(what, sizeof what, "(dp,pp,tp)=(%d,%d,%d) zb-h1 m 4 zero 1", layouts[l][0],
-             layouts[l][1], layouts[l][2]);
-    check_run(&c, MPI_COMM_WORLD, what);
-  }
-  /* pipedream-2bw: the older weight version, a whole compute copy */
-  for (int l = 1; l < 3; l++) {
-    gt_config c = cfg;
-    c.grid.dp = layouts[l][0];
-    c.grid.pp = layouts[l][1];
-    c.grid.tp = layouts[l][2];
-    c.parallel.zero = 1;
-    c.data.microbatches = 4;
-    tu_config_set(&c, "parallel.schedule=pipedream-2bw");
-    tu_config_set(&c, "backend.precision=%s", precisions[l - 1]);
-    char what[128];
-    snprintf(what, sizeof what, "(dp,pp,tp)=(%d,%d,%d) pipedream-2bw m 4 zero 1 %s",
-             layouts[l][0], layouts[l][1], layouts[l][2], precisions[l - 1]);
+    snprintf(what, sizeof what, "(dp,pp,tp)=(%d,%d,%d) %s m 4 zero 1 %s", layouts[l][0],
+             layouts[l][1], layouts[l][2], extra[k][0], extra[k][1]);
     check_run(&c, MPI_COMM_WORLD, what);
   }
   return tu_mpi_finish();

@@ -181,6 +181,39 @@ static bool same_datasets(const char *a, const char *b, int *n, char *bad, size_
  * with ZeRO 1: N steps, a checkpoint, N more after resume = auto are bitwise
  * the uninterrupted 2N; the file loads into one rank bitwise, and N steps
  * there follow within TOL. */
+/* Collective on the world: cfg uninterrupted for 2N steps (*ref), then N
+ * steps and a checkpoint into ckdir (*first), then resume = auto for the
+ * other N; the resumed run must be the uninterrupted one bit for bit
+ * (losses, loaded and final parameters). `what` names the case. */
+static void check_resume(const gt_config *cfg, const char *ckdir, const char *what, int rank,
+                         size_t numel, outcome *ref, outcome *first)
+{
+  outcome second = {0};
+  char msg[256];
+  snprintf(msg, sizeof msg, "%s: the uninterrupted run", what);
+  tu_ok_status(run(cfg, MPI_COMM_WORLD, 2 * N, NULL, numel, ref), msg);
+  snprintf(msg, sizeof msg, "%s: N steps and a checkpoint", what);
+  tu_ok_status(run(cfg, MPI_COMM_WORLD, N, ckdir, numel, first), msg);
+  gt_config resumed = *cfg;
+  snprintf(resumed.checkpoint.dir, sizeof resumed.checkpoint.dir, "%s", ckdir);
+  snprintf(resumed.checkpoint.resume, sizeof resumed.checkpoint.resume, "auto");
+  snprintf(msg, sizeof msg, "%s: resume = auto", what);
+  tu_ok_status(run(&resumed, MPI_COMM_WORLD, N, NULL, numel, &second), msg);
+  if (rank == 0) {
+    const bool same = second.start == N && same_bits(second.loaded, first->final, numel) &&
+                      memcmp(second.loss, ref->loss + N, N * sizeof(double)) == 0 &&
+                      same_bits(second.final, ref->final, numel);
+    tap_ok(same,
+           "%s: resumed at step %ld, steps %d..%d and the final parameters bit for bit the "
+           "uninterrupted run's",
+           what, second.start, N, 2 * N - 1);
+    if (!same)
+      for (int k = 0; k < N; k++)
+        tap_diag("  step %d: %.17g vs %.17g", N + k, second.loss[k], ref->loss[N + k]);
+  }
+  free_outcome(&second);
+}
+
 static void test_llama_restart(const gt_config *base, const char *dir, int rank)
 {
   gt_config cfg = *base;
@@ -195,28 +228,8 @@ static void test_llama_restart(const gt_config *base, const char *dir, int rank)
   const size_t numel = gt_gpt_param_count(&shape);
   char ckdir[900];
   snprintf(ckdir, sizeof ckdir, "%s/ck_llama", dir);
-  outcome ref = {0}, first = {0}, second = {0}, one = {0};
-  int st = run(&cfg, MPI_COMM_WORLD, 2 * N, NULL, numel, &ref);
-  tu_ok_status(st, "llama (2,2,2) zero 1: the uninterrupted run");
-  st = run(&cfg, MPI_COMM_WORLD, N, ckdir, numel, &first);
-  tu_ok_status(st, "llama (2,2,2) zero 1: N steps and a checkpoint");
-  gt_config resumed = cfg;
-  snprintf(resumed.checkpoint.dir, sizeof resumed.checkpoint.dir, "%s", ckdir);
-  snprintf(resumed.checkpoint.resume, sizeof resumed.checkpoint.resume, "auto");
-  st = run(&resumed, MPI_COMM_WORLD, N, NULL, numel, &second);
-  tu_ok_status(st, "llama (2,2,2) zero 1: resume = auto");
-  if (rank == 0) {
-    const bool same = second.start == N && same_bits(second.loaded, first.final, numel) &&
-                      memcmp(second.loss, ref.loss + N, N * sizeof(double)) == 0 &&
-                      same_bits(second.final, ref.final, numel);
-    tap_ok(same,
-           "llama (2,2,2) zero 1: resumed at step %ld, steps %d..%d and the final parameters "
-           "bit for bit the uninterrupted run's",
-           second.start, N, 2 * N - 1);
-    if (!same)
-      for (int k = 0; k < N; k++)
-        tap_diag("  step %d: %.17g vs %.17g", N + k, second.loss[k], ref.loss[N + k]);
-  }
+  outcome ref = {0}, first = {0}, one = {0};
+  check_resume(&cfg, ckdir, "llama (2,2,2) zero 1", rank, numel, &ref, &first);
   char path[1024];
   snprintf(path, sizeof path, "%s", first.saved);
   MPI_Bcast(path, sizeof path, MPI_CHAR, 0, MPI_COMM_WORLD);
@@ -225,7 +238,7 @@ static void test_llama_restart(const gt_config *base, const char *dir, int rank)
   c.parallel.zero = 0;
   snprintf(c.checkpoint.resume, sizeof c.checkpoint.resume, "%s", path);
   if (rank == 0) {
-    st = run(&c, MPI_COMM_SELF, N, NULL, numel, &one);
+    const int st = run(&c, MPI_COMM_SELF, N, NULL, numel, &one);
     if (tu_ok_status(st, "llama (1,1,1) loads the (2,2,2) zero 1 checkpoint")) {
       double worst = 0;
       for (int k = 0; k < N; k++)
@@ -239,7 +252,6 @@ static void test_llama_restart(const gt_config *base, const char *dir, int rank)
   tu_sleepy_barrier(MPI_COMM_WORLD);
   free_outcome(&ref);
   free_outcome(&first);
-  free_outcome(&second);
   free_outcome(&one);
 }
 
@@ -257,28 +269,8 @@ static void test_stream_restart(const gt_config *base, const char *dir, int rank
   const size_t numel = gt_gpt_param_count(&shape);
   char ckdir[900];
   snprintf(ckdir, sizeof ckdir, "%s/ck_2bw", dir);
-  outcome ref = {0}, first = {0}, second = {0}, other = {0};
-  int st = run(&cfg, MPI_COMM_WORLD, 2 * N, NULL, numel, &ref);
-  tu_ok_status(st, "pipedream-2bw (2,2,2) zero 1: the uninterrupted run");
-  st = run(&cfg, MPI_COMM_WORLD, N, ckdir, numel, &first);
-  tu_ok_status(st, "pipedream-2bw (2,2,2) zero 1: N steps and a checkpoint");
-  gt_config resumed = cfg;
-  snprintf(resumed.checkpoint.dir, sizeof resumed.checkpoint.dir, "%s", ckdir);
-  snprintf(resumed.checkpoint.resume, sizeof resumed.checkpoint.resume, "auto");
-  st = run(&resumed, MPI_COMM_WORLD, N, NULL, numel, &second);
-  tu_ok_status(st, "pipedream-2bw (2,2,2) zero 1: resume = auto");
-  if (rank == 0) {
-    const bool same = second.start == N && same_bits(second.loaded, first.final, numel) &&
-                      memcmp(second.loss, ref.loss + N, N * sizeof(double)) == 0 &&
-                      same_bits(second.final, ref.final, numel);
-    tap_ok(same,
-           "pipedream-2bw (2,2,2) zero 1: resumed at step %ld, steps %d..%d and the final "
-           "parameters bit for bit the uninterrupted run's",
-           second.start, N, 2 * N - 1);
-    if (!same)
-      for (int k = 0; k < N; k++)
-        tap_diag("  step %d: %.17g vs %.17g", N + k, second.loss[k], ref.loss[N + k]);
-  }
+  outcome ref = {0}, first = {0}, other = {0};
+  check_resume(&cfg, ckdir, "pipedream-2bw (2,2,2) zero 1", rank, numel, &ref, &first);
   char path[1024];
   snprintf(path, sizeof path, "%s", first.saved);
   MPI_Bcast(path, sizeof path, MPI_CHAR, 0, MPI_COMM_WORLD);
@@ -287,7 +279,7 @@ static void test_stream_restart(const gt_config *base, const char *dir, int rank
   c.parallel.zero = 0;
   c.data.microbatches = 4;
   snprintf(c.checkpoint.resume, sizeof c.checkpoint.resume, "%s", path);
-  st = run(&c, MPI_COMM_WORLD, N, NULL, numel, &other);
+  const int st = run(&c, MPI_COMM_WORLD, N, NULL, numel, &other);
   if (tu_ok_status(st, "pipedream-2bw (1,4,2) loads the (2,2,2) checkpoint") && rank == 0) {
     bool finite = true;
     for (int k = 0; k < N; k++)
@@ -300,7 +292,6 @@ static void test_stream_restart(const gt_config *base, const char *dir, int rank
   tu_sleepy_barrier(MPI_COMM_WORLD);
   free_outcome(&ref);
   free_outcome(&first);
-  free_outcome(&second);
   free_outcome(&other);
 }
 
