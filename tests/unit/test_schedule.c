@@ -10,7 +10,10 @@
  * exactly (p-1)/(V m+p-1) of the time (V = 1 but for interleaved:V).
  * zb-h1 (its W(v,i) after B(v,i)) must idle (p-1)(tf+tb-tw) of a stage's
  * time at tw <= tb, (p-1) tf beyond, and keep at most min(p, m) units
- * alive from F to W on every stage.
+ * alive from F to W on every stage. pipedream-2bw's steps
+ * (gt_schedule_window) run as one stream over six steps: no deadlock,
+ * 1F1B's slots, no bubble in the steady state, and the step time under
+ * four rules for the update (simulate_2bw).
  *
  * gt-test: ranks=2 tier=quick
  */
