@@ -288,9 +288,9 @@ static int bench_make_row(const bench_opts *o, MPI_Comm world, gt_trainer *tr, b
     row->bubble = sum_step > 0 ? sum_bubble / sum_step : 0;
     /* zb-h1 with B = W = F (a backward of twice a forward): a forward's
      * ramp in a step of 3 m forwards */
-    row->theory = gt_schedule_splits(&kind)    ? (double)(p - 1) / (3.0 * m + p - 1)
-                  : gt_schedule_streams(&kind) ? 0.0 /* no flush: no ramp */
-                                               : (double)(p - 1) / ((double)kind.chunks * m + p - 1);
+    const double units = gt_schedule_splits(&kind) ? 3.0 * m : (double)kind.chunks * m;
+    row->theory = gt_schedule_streams(&kind) ? 0.0 /* no flush: no ramp */
+                                             : (double)(p - 1) / (units + p - 1);
     row->model = bench_bubble_model(&kind, p, m, f, b, oth);
     double fb_max = 0, fb_sum = 0;
     for (int s = 0; s < p; s++) {

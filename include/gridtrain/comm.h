@@ -47,8 +47,8 @@ int gt_reduce_f64(double *buf, int n, MPI_Op op, int root, MPI_Comm comm);
 /* In-place all-reduce of n doubles (small payloads). Collective on comm. */
 int gt_allreduce_f64(double *buf, int n, MPI_Op op, MPI_Comm comm);
 
-/* In-place all-reduce of n ints; broadcast of n bytes from root.
- * Collective on comm. */
+/* In-place all-reduce of n ints; broadcast of n bytes from root (any n:
+ * in pieces of 1 GiB). Collective on comm. */
 int gt_allreduce_int(int *buf, int n, MPI_Op op, MPI_Comm comm);
 int gt_bcast_bytes(void *buf, size_t n, int root, MPI_Comm comm);
 

@@ -84,11 +84,6 @@ int gt_pipe_train(gt_pipe *pipe, const gt_pipe_feed *feed, float dlogit_scale,
  * streaming pipeline must be empty (gt_pipe_drain). */
 int gt_pipe_eval(gt_pipe *pipe, const gt_pipe_feed *feed, double *loss_acc);
 
-/* Streaming schedules: whether the last step ran forwards of the next
- * step's batch (they are in flight: activations, and a message to the next
- * stage). */
-bool gt_pipe_primed(const gt_pipe *pipe);
-
 /* Empty a streaming pipeline: drop the next batch's forwards of the last
  * step (the next step runs them again, with the same weights: the same
  * activations) and complete their messages. A no-op unless primed.

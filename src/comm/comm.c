@@ -170,13 +170,16 @@ int gt_allreduce_int(int *buf, int n, MPI_Op op, MPI_Comm comm)
 
 int gt_bcast_bytes(void *buf, size_t n, int root, MPI_Comm comm)
 {
-  GT_CHECK(n <= INT_MAX, GT_ERR_INTERNAL, "internal error: a broadcast of %zu bytes", n);
   const long fl = gt_flight_begin(comm, GT_FL_BCAST, n);
   if (fl == GT_FLIGHT_SKIP)
     return GT_SUCCESS;
-  MPI_Request req;
-  GT_CALL_MPI(MPI_Ibcast(buf, (int)n, MPI_BYTE, root, comm, &req));
-  GT_CALL(gt_comm_wait(&req));
+  const size_t piece = (size_t)1 << 30; /* an int count each */
+  for (size_t at = 0; at < n; at += piece) {
+    MPI_Request req;
+    GT_CALL_MPI(MPI_Ibcast((char *)buf + at, (int)(n - at < piece ? n - at : piece), MPI_BYTE,
+                           root, comm, &req));
+    GT_CALL(gt_comm_wait(&req));
+  }
   gt_flight_end(fl);
   return GT_SUCCESS;
 }

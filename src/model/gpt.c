@@ -1071,7 +1071,7 @@ static bool gt_gpt_head_w_deferred(const gt_gpt *m) { return !(m->part.first && 
 /* The W of a slot whose B ran into set k (gt_gpt_backward_weights): the
  * head weight's gradient (gt_gpt_head_w_deferred), then the blocks' from
  * the last, the order of the joint backward. */
-static int gt_gpt_blocks_weights(gt_gpt *m, gt_gpt_slot *sl, int k, const gt_grad_hook *hook)
+static int gt_gpt_weights_pass(gt_gpt *m, gt_gpt_slot *sl, int k, const gt_grad_hook *hook)
 {
   if (sl->head_here && gt_gpt_head_w_deferred(m)) {
     GT_CALL(gt_lm_head_backward_weights(m->be, gt_gpt_head_grad(m), &sl->head,
@@ -1103,7 +1103,7 @@ static int gt_gpt_backward_part(gt_gpt *m, int slot, int set, const gt_grad_hook
              slot, set);
     sl->w_pending = false;
     m->dout_busy[set] = -1;
-    GT_CALL(gt_gpt_blocks_weights(m, sl, set, hook));
+    GT_CALL(gt_gpt_weights_pass(m, sl, set, hook));
     return GT_SUCCESS;
   }
   GT_CHECK(sl->grad_ready, GT_ERR_INTERNAL,
@@ -1138,7 +1138,7 @@ static int gt_gpt_backward_part(gt_gpt *m, int slot, int set, const gt_grad_hook
     GT_CALL(gt_gpt_take(m, ps, k));
     if (one_stage_tied)
       GT_CALL(gt_gpt_take(m, ps, k + 1));
-    /* split: the head weight's gradient waits for W (gt_gpt_head_weights) */
+    /* split: the head weight's gradient waits for W (gt_gpt_weights_pass) */
     const bool head_w = split && gt_gpt_head_w_deferred(m);
     GT_CALL(gt_lm_head_backward(be, gt_gpt_head_weight(m), head_w ? NULL : gt_gpt_head_grad(m),
                                 m->lnf_w, m->dlnf_w, m->dlnf_b, &sl->head, sl->resid[sl->nb],

@@ -385,7 +385,6 @@ gt_param *gt_params_find(gt_params *p, const char *name)
   return NULL;
 }
 
-
 int gt_params_stash_create(gt_params *p)
 {
   GT_ASSERT(p->finalized && !p->stash && !p->compute_sharded);

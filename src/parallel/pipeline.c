@@ -391,26 +391,24 @@ static int gt_pipe_run(gt_pipe *pl, const gt_pipe_feed *feed, float dlogit_scale
         GT_CALL(gt_pipe_post_input(pl, op.chunk, u.g + pl->cslots[op.chunk]));
     }
   }
+  /* The schedule is done: what remains is waiting for the other stages (a
+   * send completes only once its receiver takes it, and stages finish at
+   * different times), the bubble at the end of the step. Streaming, the
+   * stage runs on into its next step without waiting for the others: every
+   * message is out but the next batch's last forward's output, which the
+   * next stage takes in its next step. */
+  const int held = prime_next && pl->w > 0 && gt_pipe_has_next(pl, 0)
+                       ? gt_pipe_unit_at(pl, 0, pl->fb - 1).slot
+                       : -1;
+  for (int i = 0; i < GT_NREQ * pl->nslots; i++)
+    if (i != GT_NREQ * held + GT_SEND_ACT)
+      GT_CALL(gt_pipe_wait(pl, pl->req[i], pl->ev.bubble));
   if (stream) {
-    /* The step is done; the stage runs on into the next without waiting
-     * for the others. Its messages are out but for the next batch's last
-     * forward's output, which the next stage takes in its next step. */
     GT_CALL(gt_gpt_use_stash(pl->model, false));
-    const int held = prime_next && pl->w > 0 && gt_pipe_has_next(pl, 0)
-                         ? gt_pipe_unit_at(pl, 0, pl->fb - 1).slot
-                         : -1;
-    for (int i = 0; i < GT_NREQ * pl->nslots; i++)
-      if (i != GT_NREQ * held + GT_SEND_ACT)
-        GT_CALL(gt_pipe_wait(pl, pl->req[i], pl->ev.bubble));
     pl->primed = prime_next;
     pl->base += pl->M;
     return GT_SUCCESS;
   }
-  /* The schedule is done: what remains is waiting for the other stages
-   * (a send completes only once its receiver takes it, and stages finish
-   * at different times), the bubble at the end of the step. */
-  for (int i = 0; i < GT_NREQ * pl->nslots; i++)
-    GT_CALL(gt_pipe_wait(pl, pl->req[i], pl->ev.bubble));
   if (g->pp_size > 1) {
     gt_pipe_begin(pl, pl->ev.bubble);
     status = gt_barrier(g->pp);
@@ -420,22 +418,16 @@ static int gt_pipe_run(gt_pipe *pl, const gt_pipe_feed *feed, float dlogit_scale
   return GT_SUCCESS;
 }
 
-bool gt_pipe_primed(const gt_pipe *pl) { return pl->primed; }
-
 int gt_pipe_drain(gt_pipe *pl)
 {
   if (!pl || !pl->primed)
     return GT_SUCCESS;
   /* The stage before ran one forward more of this step's batch than this
    * one (its w is one larger): take its output, then every send is taken. */
-  if (gt_pipe_has_prev(pl, 0)) {
-    const gt_pipe_unit u = gt_pipe_unit_at(pl, 0, pl->base + pl->w);
-    GT_CALL(gt_pipe_post_input(pl, 0, u.g));
-    GT_CALL(gt_xfer_wait(gt_pipe_req(pl, u.slot, GT_RECV_ACT)));
-  }
+  if (gt_pipe_has_prev(pl, 0))
+    GT_CALL(gt_pipe_post_input(pl, 0, pl->base + pl->w));
   for (int i = 0; i < GT_NREQ * pl->nslots; i++)
-    if (pl->req[i] && gt_xfer_busy(pl->req[i]))
-      GT_CALL(gt_xfer_wait(pl->req[i]));
+    GT_CALL(gt_pipe_wait(pl, pl->req[i], pl->ev.bubble));
   pl->live -= pl->w;
   pl->primed = false;
   return GT_SUCCESS;

@@ -195,12 +195,16 @@ int gt_layout_resolve(const gt_config *cfg, int ranks, gt_layout *l)
   l->zero = dp > 1 ? (int)cfg->parallel.zero : 0;
   l->recompute = cfg->model.recompute;
   l->seq_par = tp > 1 && cfg->parallel.sequence_parallel;
-  if (gt_schedule_splits(&l->schedule)) { /* what the split backward does not take yet */
-    GT_CHECK(l->zero <= 1, GT_ERR_INPUT,
-             "[parallel] schedule = %s takes [parallel] zero = 0 or 1 (not yet %d: its "
-             "gradient and weight shards follow the joint backward); use zero = 1 or "
-             "schedule = 1f1b",
-             gt_schedule_name(&l->schedule), l->zero);
+  const bool splits = gt_schedule_splits(&l->schedule);
+  const bool streams = gt_schedule_streams(&l->schedule);
+  GT_CHECK(!(splits || streams) || l->zero <= 1, GT_ERR_INPUT,
+           "[parallel] schedule = %s takes [parallel] zero = 0 or 1 (not %s%d: %s); use "
+           "zero = 1 or schedule = 1f1b",
+           gt_schedule_name(&l->schedule), splits ? "yet " : "", l->zero,
+           splits ? "its gradient and weight shards follow the joint backward"
+                  : "a micro-batch of the next step would gather weights the update has not "
+                    "made yet");
+  if (splits) { /* what the split backward does not take yet */
     GT_CHECK(!l->seq_par, GT_ERR_INPUT,
              "[parallel] schedule = %s does not take [parallel] sequence_parallel = on yet; "
              "turn it off or use schedule = 1f1b",
@@ -210,12 +214,7 @@ int gt_layout_resolve(const gt_config *cfg, int ranks, gt_layout *l)
              "the activations kept); use recompute = none or schedule = 1f1b",
              gt_schedule_name(&l->schedule), gt_recompute_names[l->recompute]);
   }
-  if (gt_schedule_streams(&l->schedule)) { /* what the two weight versions take */
-    GT_CHECK(l->zero <= 1, GT_ERR_INPUT,
-             "[parallel] schedule = %s takes [parallel] zero = 0 or 1 (not %d: a micro-batch "
-             "of the next step would gather weights the update has not made yet); use "
-             "zero = 1 or schedule = 1f1b",
-             gt_schedule_name(&l->schedule), l->zero);
+  if (streams) { /* what the two weight versions take */
     GT_CHECK(dp == 1 || strcmp(cfg->parallel.sync, "every_step") == 0, GT_ERR_INPUT,
              "[parallel] schedule = %s takes [parallel] sync = every_step only (not '%s': its "
              "weight versions are those of the synchronous update); use sync = every_step "

@@ -87,39 +87,35 @@ static int gt_trainer_rank_save(gt_trainer *tr, float *out)
 
 /* After the tensors: the data-parallel path's state, then the older
  * weight version from dp rank 0 to its replicas; without it (another
- * layout or schedule wrote the file) both versions are the newest, the
- * checkpoint's weights (said once). Collective on the world. */
+ * layout or schedule wrote the file) gt_trainer_read makes both versions
+ * the checkpoint's weights (said here). Collective on the world. */
 static int gt_trainer_rank_restore(gt_trainer *tr, long step, float *in, bool loaded)
 {
   GT_CALL(gt_dp_state_restore(tr->dp, step, in, loaded));
   gt_params *p = gt_gpt_params(tr->model);
   if (!p->stash)
     return GT_SUCCESS;
-  const gt_grid *g = tr->grid;
-  if (!loaded) { /* gt_trainer_resume copies the weights read */
-    if (step > 0 && g->world_rank == 0)
+  if (!loaded) {
+    if (step > 0)
       gt_warn("the checkpoint holds no older weight version for this layout: "
               "pipedream-2bw starts again from the checkpoint's weights for both versions");
     return GT_SUCCESS;
   }
+  const gt_grid *g = tr->grid;
   const size_t n = p->numel, es = gt_dtype_size(p->dtype);
   void *host = malloc(n * es);
   int status = host ? GT_SUCCESS : GT_ERROR(GT_ERR_SYSTEM, "out of memory for the weights");
   if (status == GT_SUCCESS && g->dp_rank == 0)
     gt_from_f32(p->dtype, host, in + gt_dp_state_len(tr->dp), n);
   status = gt_error_agree(status, g->world);
-  for (size_t at = 0; status == GT_SUCCESS && at < n * es; at += (size_t)1 << 30) {
-    const size_t len = n * es - at < ((size_t)1 << 30) ? n * es - at : (size_t)1 << 30;
-    if (MPI_Bcast((char *)host + at, (int)len, MPI_BYTE, 0, g->dp) != MPI_SUCCESS)
-      status = GT_ERROR(GT_ERR_MPI, "MPI_Bcast of the older weight version failed");
-  }
+  if (status == GT_SUCCESS)
+    status = gt_bcast_bytes(host, n * es, 0, g->dp);
   if (status == GT_SUCCESS)
     status = tr->be->ops->upload(tr->be, p->stash, host, n * es, NULL);
   if (status == GT_SUCCESS)
     status = tr->be->ops->sync(tr->be);
   free(host);
   GT_CALL(gt_error_agree(status, g->world));
-  tr->stash_loaded = true;
   return GT_SUCCESS;
 }
 
@@ -431,8 +427,11 @@ static int gt_trainer_read(gt_trainer *tr, const char *path, bool with_state,
       status = gt_trainer_rank_restore(tr, meta->step, st.rank_state, *rank_loaded);
     free(st.rank_state);
   }
+  gt_params *p = gt_gpt_params(tr->model);
   if (status == GT_SUCCESS) /* the compute copy follows the master just read */
-    status = gt_params_refresh_compute(gt_gpt_params(tr->model));
+    status = gt_params_refresh_compute(p);
+  if (status == GT_SUCCESS && p->stash && !*rank_loaded) /* both versions: the weights read */
+    status = gt_params_stash_save(p);
   GT_CALL(gt_trainer_weights_read(tr, status));
   return GT_SUCCESS;
 }
@@ -541,9 +540,6 @@ int gt_trainer_resume(gt_trainer *tr, bool quiet)
             "checkpoint\n",
             init);
   GT_CALL(gt_local_state_settle(tr)); /* node-local states past the start (local_state.c) */
-  gt_params *p = gt_gpt_params(tr->model);
-  if (p->stash && !tr->stash_loaded) /* both versions: the weights loaded, or the first */
-    GT_CALL(gt_error_agree(gt_params_stash_save(p), tr->grid->world));
   return GT_SUCCESS;
 }
 

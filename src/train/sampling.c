@@ -61,10 +61,15 @@ static int gt_trainer_sample_print(gt_trainer *tr, int n)
   return GT_SUCCESS;
 }
 
-int gt_trainer_sample(gt_trainer *tr)
+bool gt_trainer_sample_due(const gt_trainer *tr, long step)
 {
   const long every = tr->cfg.run.sample_every;
-  if (!tr->sample.prompt || every <= 0 || tr->step % every != 0)
+  return tr->sample.prompt && every > 0 && step % every == 0;
+}
+
+int gt_trainer_sample(gt_trainer *tr)
+{
+  if (!gt_trainer_sample_due(tr, tr->step))
     return GT_SUCCESS;
   const gt_grid *g = tr->grid;
   GT_CALL(gt_pipe_drain(tr->pipe)); /* streaming: nothing of training in flight on pp */

@@ -43,19 +43,22 @@ static double *gt_trainer_loss_acc(gt_trainer *tr, int which)
 
 // ---- one step ----------------------------------------------------------------------------
 
+/* Whether an evaluation follows the step that ends at step index `step`
+ * ([run] eval_every, and the end of the run). */
+static bool gt_trainer_eval_due(const gt_trainer *tr, long step)
+{
+  const gt_config *cfg = &tr->cfg;
+  return cfg->run.eval_every > 0 && (step % cfg->run.eval_every == 0 || step == cfg->run.steps);
+}
+
 /* A streaming schedule (pipedream-2bw): whether step s may run the next
  * batch's first forwards. Not before what needs the pipeline empty after
  * it: the end of the run, an evaluation or a sample (both also drain the
  * pipeline, should it be primed). */
 static bool gt_trainer_streams_on(const gt_trainer *tr, long s)
 {
-  const gt_config *cfg = &tr->cfg;
-  const long next = s + 1;
-  if (!gt_schedule_streams(&tr->layout.schedule) || next >= cfg->run.steps)
-    return false;
-  if (tr->val && cfg->run.eval_every > 0 && next % cfg->run.eval_every == 0)
-    return false;
-  return !(tr->sample.prompt && cfg->run.sample_every > 0 && next % cfg->run.sample_every == 0);
+  return gt_schedule_streams(&tr->layout.schedule) && s + 1 < tr->cfg.run.steps &&
+         !gt_trainer_eval_due(tr, s + 1) && !gt_trainer_sample_due(tr, s + 1);
 }
 
 int gt_trainer_step(gt_trainer *tr, gt_step_stats *st)
@@ -373,7 +376,7 @@ static int gt_trainer_run_steps(gt_trainer *tr)
     GT_CALL(gt_trainer_step(tr, &st));
     gt_pace_step(tr->pace, &st);
     const bool last = tr->step == steps;
-    if (cfg->run.eval_every > 0 && (tr->step % cfg->run.eval_every == 0 || last)) {
+    if (gt_trainer_eval_due(tr, tr->step)) {
       GT_CALL(gt_trainer_evaluate(tr, &st.val_loss));
       last_val = st.val_loss;
     }

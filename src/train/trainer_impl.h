@@ -83,7 +83,6 @@ struct gt_trainer {
   gt_reader *feed_reader;
   long long feed_base;
   bool feed_more;
-  bool stash_loaded; /* the checkpoint resumed from held the older weight version */
 
   gt_gpt_shape shape;
   int *stage_first;       /* pp V + 1: first block of every (virtual) stage */
@@ -205,9 +204,12 @@ int gt_trainer_nonfinite(gt_trainer *tr, long step, double loss, double norm);
  * rank 0's note that it does not. Collective on world. */
 int gt_trainer_sample_setup(gt_trainer *tr, bool quiet);
 
-/* sampling.c: at a step boundary: when the step is a multiple of
- * sample_every, every rank decodes a greedy sample and rank 0 prints it.
- * Collective on world. */
+/* sampling.c: whether a sample follows the step that ends at step index
+ * `step` (a multiple of sample_every, where the layout takes samples). */
+bool gt_trainer_sample_due(const gt_trainer *tr, long step);
+
+/* sampling.c: at a step boundary: when a sample is due, every rank decodes
+ * a greedy sample and rank 0 prints it. Collective on world. */
 int gt_trainer_sample(gt_trainer *tr);
 
 void gt_trainer_sample_free(gt_trainer *tr);

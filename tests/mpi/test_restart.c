@@ -182,9 +182,10 @@ static bool same_datasets(const char *a, const char *b, int *n, char *bad, size_
  * the uninterrupted 2N; the file loads into one rank bitwise, and N steps
  * there follow within TOL. */
 /* Collective on the world: cfg uninterrupted for 2N steps (*ref), then N
- * steps and a checkpoint into ckdir (*first), then resume = auto for the
- * other N; the resumed run must be the uninterrupted one bit for bit
- * (losses, loaded and final parameters). `what` names the case. */
+ * steps and a checkpoint into ckdir (*first; its path first->saved on every
+ * rank), then resume = auto for the other N; the resumed run must be the
+ * uninterrupted one bit for bit (losses, loaded and final parameters).
+ * `what` names the case. */
 static void check_resume(const gt_config *cfg, const char *ckdir, const char *what, int rank,
                          size_t numel, outcome *ref, outcome *first)
 {
@@ -194,6 +195,7 @@ static void check_resume(const gt_config *cfg, const char *ckdir, const char *wh
   tu_ok_status(run(cfg, MPI_COMM_WORLD, 2 * N, NULL, numel, ref), msg);
   snprintf(msg, sizeof msg, "%s: N steps and a checkpoint", what);
   tu_ok_status(run(cfg, MPI_COMM_WORLD, N, ckdir, numel, first), msg);
+  MPI_Bcast(first->saved, sizeof first->saved, MPI_CHAR, 0, MPI_COMM_WORLD);
   gt_config resumed = *cfg;
   snprintf(resumed.checkpoint.dir, sizeof resumed.checkpoint.dir, "%s", ckdir);
   snprintf(resumed.checkpoint.resume, sizeof resumed.checkpoint.resume, "auto");
@@ -230,13 +232,10 @@ static void test_llama_restart(const gt_config *base, const char *dir, int rank)
   snprintf(ckdir, sizeof ckdir, "%s/ck_llama", dir);
   outcome ref = {0}, first = {0}, one = {0};
   check_resume(&cfg, ckdir, "llama (2,2,2) zero 1", rank, numel, &ref, &first);
-  char path[1024];
-  snprintf(path, sizeof path, "%s", first.saved);
-  MPI_Bcast(path, sizeof path, MPI_CHAR, 0, MPI_COMM_WORLD);
   gt_config c = cfg;
   c.grid.dp = c.grid.pp = c.grid.tp = 1;
   c.parallel.zero = 0;
-  snprintf(c.checkpoint.resume, sizeof c.checkpoint.resume, "%s", path);
+  snprintf(c.checkpoint.resume, sizeof c.checkpoint.resume, "%s", first.saved);
   if (rank == 0) {
     const int st = run(&c, MPI_COMM_SELF, N, NULL, numel, &one);
     if (tu_ok_status(st, "llama (1,1,1) loads the (2,2,2) zero 1 checkpoint")) {
@@ -271,14 +270,11 @@ static void test_stream_restart(const gt_config *base, const char *dir, int rank
   snprintf(ckdir, sizeof ckdir, "%s/ck_2bw", dir);
   outcome ref = {0}, first = {0}, other = {0};
   check_resume(&cfg, ckdir, "pipedream-2bw (2,2,2) zero 1", rank, numel, &ref, &first);
-  char path[1024];
-  snprintf(path, sizeof path, "%s", first.saved);
-  MPI_Bcast(path, sizeof path, MPI_CHAR, 0, MPI_COMM_WORLD);
   gt_config c = cfg;
   c.grid.dp = 1, c.grid.pp = 4, c.grid.tp = 2;
   c.parallel.zero = 0;
   c.data.microbatches = 4;
-  snprintf(c.checkpoint.resume, sizeof c.checkpoint.resume, "%s", path);
+  snprintf(c.checkpoint.resume, sizeof c.checkpoint.resume, "%s", first.saved);
   const int st = run(&c, MPI_COMM_WORLD, N, NULL, numel, &other);
   if (tu_ok_status(st, "pipedream-2bw (1,4,2) loads the (2,2,2) checkpoint") && rank == 0) {
     bool finite = true;
