@@ -268,6 +268,11 @@ int gt_gpt_backward_weights(gt_gpt *m, int slot, int set, const gt_grad_hook *ho
  * Not collective. */
 int gt_gpt_use_stash(gt_gpt *m, bool stash);
 
+/* Point the passes' gradient pointers at the params' gradient views again
+ * (after gt_params_grads_swap). Not with ZeRO 2-3 (whose backward writes
+ * into buffers of its own). Not collective. */
+void gt_gpt_rebind_grads(gt_gpt *m);
+
 /* ---- incremental decoding: a key/value cache ----------------------------
  * Generation runs the model one position at a time: each call takes the
  * token at the next position, runs every block on that one row, each

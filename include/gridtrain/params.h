@@ -104,6 +104,8 @@ typedef struct gt_params {
   void *compute; /* device: compute copy (== values in fp32) */
   void *stash;   /* device: an older version of the compute copy, the same
                     size (pipedream-2bw: gt_params_stash_create); NULL */
+  float *grads_other; /* device: a second gradient buffer, the size of grads
+                         (gt_params_grads_double); NULL */
   int shard_rank, shard_size; /* ZeRO pieces; size 1: none */
   size_t shard_lo, shard_n;    /* the owned piece of the flat buffers */
   bool master_sharded;         /* values holds only the owned piece */
@@ -208,6 +210,17 @@ int gt_params_stash_save(gt_params *p);
 
 /* The stash's copy of flat element `offset` (NULL without a stash). */
 void *gt_params_stash_at(const gt_params *p, size_t offset);
+
+/* Two gradient buffers (a streaming schedule whose update of one batch
+ * runs while the next batch's backwards accumulate): allocate the second,
+ * zeroed. After finalize, not with ZeRO 2-3 (sharded gradients). Not
+ * collective. */
+int gt_params_grads_double(gt_params *p);
+
+/* Swap grads and grads_other and point every gradient view at the new
+ * grads (the model rebinds its pointers: gt_gpt_rebind_grads). Not
+ * collective; nothing queued. */
+void gt_params_grads_swap(gt_params *p);
 
 /* Set every gradient to zero (queued on the compute stream). */
 int gt_params_zero_grads(gt_params *p);

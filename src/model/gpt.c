@@ -302,6 +302,13 @@ int gt_gpt_use_stash(gt_gpt *m, bool stash)
   return GT_SUCCESS;
 }
 
+void gt_gpt_rebind_grads(gt_gpt *m)
+{
+  const gt_params *p = m->params;
+  for (int i = 0; i < p->count; i++)
+    *m->gptr[i] = p->list[i].grad.data;
+}
+
 const void *gt_gpt_head_weight(const gt_gpt *m) { return m->tied ? m->wte : m->head_w; }
 float *gt_gpt_head_grad(const gt_gpt *m) { return m->tied ? m->dwte : m->dhead_w; }
 

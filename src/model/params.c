@@ -405,6 +405,24 @@ void *gt_params_stash_at(const gt_params *p, size_t offset)
   return p->stash ? (char *)p->stash + offset * gt_dtype_size(p->dtype) : NULL;
 }
 
+int gt_params_grads_double(gt_params *p)
+{
+  GT_ASSERT(p->finalized && !p->grads_other && !p->grads_sharded);
+  const size_t bytes = gt_params_grad_len(p) * sizeof(float);
+  GT_CALL(p->be->ops->alloc(p->be, bytes, (void **)&p->grads_other));
+  GT_CALL(p->be->ops->zero(p->be, p->grads_other, bytes));
+  return GT_SUCCESS;
+}
+
+void gt_params_grads_swap(gt_params *p)
+{
+  float *t = p->grads;
+  p->grads = p->grads_other;
+  p->grads_other = t;
+  for (int i = 0; i < p->count; i++)
+    p->list[i].grad.data = p->grads + p->list[i].offset;
+}
+
 int gt_params_destroy(gt_params **params)
 {
   gt_params *p = *params;
@@ -418,6 +436,8 @@ int gt_params_destroy(gt_params **params)
     p->be->ops->free(p->be, p->compute);
   if (p->stash)
     p->be->ops->free(p->be, p->stash);
+  if (p->grads_other)
+    p->be->ops->free(p->be, p->grads_other);
   free(p->list);
   free(p);
   *params = NULL;
