@@ -34,6 +34,17 @@ gt_wait_mode gt_comm_get_wait_mode(void);
 int gt_comm_wait(MPI_Request *req);
 int gt_comm_waitall(int n, MPI_Request reqs[]);
 
+/* A small in-place all-reduce of doubles left in flight: started by
+ * gt_allreduce_f64_start, completed by gt_allreduce_finish (which the
+ * flight recorder shows it in flight until). Collective on comm like
+ * gt_allreduce_f64: every rank starts it in the same order. */
+typedef struct gt_allreduce_req {
+  MPI_Request req;
+  long flight;
+} gt_allreduce_req;
+int gt_allreduce_f64_start(double *buf, int n, MPI_Op op, MPI_Comm comm, gt_allreduce_req *r);
+int gt_allreduce_finish(gt_allreduce_req *r);
+
 /* In-place all-reduce of n floats in host memory (any 64-bit n; split into
  * pieces of at most 16 MiB, at most two in flight). Collective on comm. */
 int gt_allreduce_f32(float *buf, size_t n, MPI_Op op, MPI_Comm comm);

@@ -138,16 +138,37 @@ int gt_reduce_f64(double *buf, int n, MPI_Op op, int root, MPI_Comm comm)
 }
 
 /* In-place all-reduce of n items of type (size bytes each), recorded. */
+static int gt_allreduce_start(void *buf, int n, MPI_Datatype type, size_t size, MPI_Op op,
+                              MPI_Comm comm, gt_allreduce_req *r)
+{
+  r->req = MPI_REQUEST_NULL;
+  r->flight = gt_flight_begin(comm, GT_FL_ALLREDUCE, (size_t)n * size);
+  if (r->flight != GT_FLIGHT_SKIP)
+    GT_CALL_MPI(MPI_Iallreduce(MPI_IN_PLACE, buf, n, type, op, comm, &r->req));
+  return GT_SUCCESS;
+}
+
+int gt_allreduce_finish(gt_allreduce_req *r)
+{
+  if (r->flight == GT_FLIGHT_SKIP)
+    return GT_SUCCESS;
+  GT_CALL(gt_comm_wait(&r->req));
+  gt_flight_end(r->flight);
+  r->flight = GT_FLIGHT_SKIP; /* a second finish is a no-op */
+  return GT_SUCCESS;
+}
+
+int gt_allreduce_f64_start(double *buf, int n, MPI_Op op, MPI_Comm comm, gt_allreduce_req *r)
+{
+  return gt_allreduce_start(buf, n, MPI_DOUBLE, sizeof *buf, op, comm, r);
+}
+
 static int gt_allreduce_small(void *buf, int n, MPI_Datatype type, size_t size, MPI_Op op,
                               MPI_Comm comm)
 {
-  const long fl = gt_flight_begin(comm, GT_FL_ALLREDUCE, (size_t)n * size);
-  if (fl == GT_FLIGHT_SKIP)
-    return GT_SUCCESS;
-  MPI_Request req;
-  GT_CALL_MPI(MPI_Iallreduce(MPI_IN_PLACE, buf, n, type, op, comm, &req));
-  GT_CALL(gt_comm_wait(&req));
-  gt_flight_end(fl);
+  gt_allreduce_req r;
+  GT_CALL(gt_allreduce_start(buf, n, type, size, op, comm, &r));
+  GT_CALL(gt_allreduce_finish(&r));
   return GT_SUCCESS;
 }
 
