@@ -71,6 +71,11 @@ typedef struct gt_dp_setup {
   gt_sync_spec sync;         /* [parallel] sync */
   const char *sync_text;
   double outer_lr, outer_momentum; /* diloco */
+  /* The tied embedding's sum is left in flight by gt_dp_finish on the rank
+   * whose copy does not count in the norm (the last stage, which ends its
+   * step first) and completed by gt_dp_tied_wait: pipedream-2bw's deferred
+   * update. Stage 0 only. */
+  bool defer_tied;
   struct {
     int exposed;      /* dp.exposed: what backward did not hide */
     int tied;         /* tied.allreduce */
@@ -114,6 +119,11 @@ const gt_grad_hook *gt_dp_grad_hook(gt_dp *dp);
  * sums in flight; *plan says what the step updates. Collective on dp and
  * the embedding group. */
 int gt_dp_finish(gt_dp *dp, long step, gt_dp_plan *plan);
+
+/* Complete the tied embedding's sum that gt_dp_finish left in flight
+ * (setup.defer_tied); a no-op when none is. Collective on the embedding
+ * group (its other member completed its part in gt_dp_finish). */
+int gt_dp_tied_wait(gt_dp *dp);
 
 /* Before the optimizer's update (local:K: the replicas averaged at the
  * steps that synchronise). Collective on dp where it acts. */

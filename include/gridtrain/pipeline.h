@@ -48,6 +48,15 @@ typedef struct gt_pipe_feed {
    * gets as mb = M + i. The trainer says no before anything that needs the
    * pipeline empty after the step (evaluation, sampling, the last step). */
   bool stream_next;
+  /* Streaming schedules, optional (NULL: none): the last step's update,
+   * deferred so that no stage waits for the others at a step's end. The
+   * executor calls it once, before the first forward of the next batch
+   * (the first that needs the updated weights); until then this step's
+   * batch computes with the compute copy, which still holds the version
+   * that the stash (gt_params_stash_save) gets at the update. A stage with
+   * no such forward in the step (the last) does not call it: the trainer
+   * runs it after the step's passes. */
+  int (*update)(void *ctx);
 } gt_pipe_feed;
 
 typedef struct gt_pipe_events {

@@ -48,6 +48,11 @@ static int gt_dp_sync_create(gt_dp *dp)
   return GT_SUCCESS;
 }
 
+/* MPI moves a message along only when its ranks call it: polled between
+ * the kernels of every backward (PLATFORM.md), the tied sum's other member
+ * does not wait for this one to come back to MPI. */
+static int gt_dp_tied_progress(void *ctx) { return gt_coll_progress(((gt_dp *)ctx)->setup.coll); }
+
 gt_params_split gt_dp_params_split(int stage, int dp_rank, int dp_size)
 {
   if (stage < 1 || dp_size < 2)
@@ -80,6 +85,13 @@ int gt_dp_create(const gt_dp_setup *setup, gt_dp **out)
     GT_CALL_MPI(MPI_Comm_size(g->embed, &dp->embed.size));
   }
   dp->tied = gt_gpt_tied_param(setup->model); /* summed over the embedding group first */
+  GT_ASSERT(!setup->defer_tied || setup->stage == 0);
+  status = GT_SUCCESS;
+  if (setup->defer_tied && dp->tied >= 0 && dp->embed.size > 1)
+    status = gt_xfer_create(setup->coll, dp->params->list[dp->tied].numel * sizeof(float),
+                            &dp->tied_x);
+  GT_CALL(gt_error_agree(status, g->world));
+  dp->tied_hook = (gt_grad_hook){NULL, dp, {gt_dp_tied_progress, dp}, NULL, false};
   GT_CALL(gt_error_agree(dp->ops->create(dp), g->world));
   if (setup->compress.kind != GT_COMPRESS_NONE)
     GT_CALL(gt_error_agree(gt_buckets_compress(dp->buckets, &setup->compress,
@@ -98,6 +110,7 @@ int gt_dp_destroy(gt_dp **dpp)
   if (dp->pgather)
     gt_gpt_set_weight_hook(dp->setup.model, NULL);
   gt_buckets_destroy(&dp->buckets);
+  gt_xfer_destroy(&dp->tied_x);
   gt_sync_destroy(&dp->sync);
   if (dp->replica != MPI_COMM_NULL)
     MPI_Comm_free(&dp->replica);
@@ -129,13 +142,39 @@ const gt_grad_hook *gt_dp_grad_hook(gt_dp *dp)
   const gt_grad_hook *hook = dp->ops->grad_hook ? dp->ops->grad_hook(dp) : NULL;
   if (!hook && gt_dp_stale(dp) && dp->group.size > 1)
     hook = &dp->poll_hook; /* the sums in flight move along */
+  if (!hook && dp->tied_x && gt_xfer_busy(dp->tied_x))
+    hook = &dp->tied_hook; /* the last step's tied sum moves along */
   return hook;
 }
 
 int gt_dp_sum_tied(gt_dp *dp, float *grad, size_t n)
 {
-  if (grad) /* the tied embedding: both copies get the sum */
+  if (!grad) /* the tied embedding: both copies get the sum */
+    return GT_SUCCESS;
+  if (!dp->tied_x) {
     GT_CALL(gt_group_allreduce_sum(&dp->embed, grad, n, GT_F32));
+    return GT_SUCCESS;
+  }
+  /* deferred: started here (after the last step's, should that one still
+   * be in flight); the copy that counts in the norm is needed at once, the
+   * other one at the update (gt_dp_tied_wait) */
+  GT_CALL(gt_dp_tied_wait(dp));
+  GT_CALL(gt_xfer_allreduce(dp->tied_x, grad, n, dp->embed.comm));
+  bool done; /* into MPI now, once the data is ready (the step goes on without waits) */
+  GT_CALL(gt_xfer_test(dp->tied_x, &done));
+  if (dp->params->list[dp->tied].counted)
+    GT_CALL(gt_dp_tied_wait(dp));
+  return GT_SUCCESS;
+}
+
+int gt_dp_tied_wait(gt_dp *dp)
+{
+  if (!dp->tied_x || !gt_xfer_busy(dp->tied_x))
+    return GT_SUCCESS;
+  gt_event_begin(dp->embed.event);
+  const int status = gt_xfer_wait(dp->tied_x);
+  gt_event_end(dp->embed.event);
+  GT_CALL(status);
   return GT_SUCCESS;
 }
 

@@ -38,6 +38,8 @@ struct gt_dp {
   gt_group group;         /* dp; its event is zero.allgather */
   gt_group embed;         /* the tied embedding's copies (first and last stage) */
   int tied;               /* the tied parameter's index on this rank, else -1 */
+  gt_xfer *tied_x;        /* setup.defer_tied: the tied sum left in flight */
+  gt_grad_hook tied_hook; /* backward moves it along (poll only) */
   bool reduce;            /* this step's gradients are summed over dp */
   gt_buckets *buckets;    /* stages 0, 1 */
   gt_grad_shards *gshard;      /* stages 2, 3 */

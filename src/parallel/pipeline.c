@@ -47,6 +47,8 @@ struct gt_pipe {
   int w;             /* p - s - 1: those forwards */
   long long base;    /* this step's micro-batch 0 (0 when not streaming) */
   long long fa, fb;  /* the stream indices of the running step's forwards */
+  bool stale_compute; /* the last step's update is still to come (feed->update):
+                         this step's batch reads the compute copy until it runs */
   gt_pipe_op *wops;  /* a step's operations (gt_schedule_window) */
 };
 
@@ -250,7 +252,7 @@ static int gt_pipe_forward(gt_pipe *pl, const gt_pipe_feed *feed, gt_pipe_unit u
   if (loss_acc && feed->counts && !next && !feed->counts(feed->ctx, u.mb))
     loss_acc = NULL; /* a filler of a short pass: computed, not counted */
   if (pl->streams) /* training (evaluation: the newest weights) */
-    GT_CALL(gt_gpt_use_stash(pl->model, dlogit_scale != 0.0f && !u.next));
+    GT_CALL(gt_gpt_use_stash(pl->model, dlogit_scale != 0.0f && !u.next && !pl->stale_compute));
   gt_pipe_begin(pl, pl->ev.forward);
   int status = gt_gpt_forward(pl->model, slot, tokens, targets, pl->B, pl->T, dlogit_scale,
                               loss_acc);
@@ -300,9 +302,10 @@ static int gt_pipe_backward(gt_pipe *pl, gt_pipe_unit u, const gt_grad_hook *hoo
   if (gt_pipe_has_next(pl, c))
     GT_CALL(gt_pipe_wait(pl, gt_pipe_req(pl, slot, GT_RECV_GRAD), pl->ev.bubble));
   if (pl->streams)
-    GT_CALL(gt_gpt_use_stash(pl->model, true));
+    GT_CALL(gt_gpt_use_stash(pl->model, !pl->stale_compute));
   gt_pipe_begin(pl, pl->ev.backward);
-  const bool feeds = u.mb == pl->M - 1 || (hook && hook->every_microbatch);
+  /* the last micro-batch feeds the hook; one that only polls, every one */
+  const bool feeds = u.mb == pl->M - 1 || (hook && (hook->every_microbatch || !hook->ready));
   int status = pl->split_sets ? gt_gpt_backward_input(pl->model, slot, u.mb % pl->split_sets,
                                                      feeds ? hook : NULL)
                               : gt_gpt_backward(pl->model, slot, feeds ? hook : NULL);
@@ -373,9 +376,14 @@ static int gt_pipe_run(gt_pipe *pl, const gt_pipe_feed *feed, float dlogit_scale
     status = gt_pipe_post_grad(pl, gt_pipe_unit_at(pl, 0, k));
   gt_pipe_end(pl, pl->ev.pp_comm);
   GT_CALL(status);
+  pl->stale_compute = stream && feed->update;
   for (int i = 0; i < nops; i++) {
     const gt_pipe_op op = ops[i];
     const gt_pipe_unit u = gt_pipe_unit_of(pl, op);
+    if (u.next && pl->stale_compute) { /* the next batch needs the last step's update */
+      pl->stale_compute = false;
+      GT_CALL(feed->update(feed->ctx));
+    }
     if (train && op.pass == GT_PASS_W) {
       GT_CALL(gt_pipe_weights(pl, u, hook));
     } else if (train && op.pass == GT_PASS_B) {
@@ -405,6 +413,7 @@ static int gt_pipe_run(gt_pipe *pl, const gt_pipe_feed *feed, float dlogit_scale
       GT_CALL(gt_pipe_wait(pl, pl->req[i], pl->ev.bubble));
   if (stream) {
     GT_CALL(gt_gpt_use_stash(pl->model, false));
+    pl->stale_compute = false;
     pl->primed = prime_next;
     pl->base += pl->M;
     return GT_SUCCESS;
