@@ -57,9 +57,11 @@ typedef struct gt_mem_account {
 void gt_mem_model_state(double psi, gt_dtype dt, int zero, int dp, gt_mem_account *a);
 
 /* A streaming schedule's older weight version (pipedream-2bw): one more
- * whole compute copy of a->psi elements, added to a->compute. */
+ * whole compute copy of a->psi elements, added to a->compute; at ZeRO
+ * stage 0 (zero, in effect), whose update is deferred into the next step,
+ * a second fp32 gradient buffer too, added to a->grads. */
 struct gt_schedule;
-void gt_mem_add_stash(gt_mem_account *a, const struct gt_schedule *sched, gt_dtype dt);
+void gt_mem_add_stash(gt_mem_account *a, const struct gt_schedule *sched, gt_dtype dt, int zero);
 
 /* Model state (by the formula), activations (slot x in flight + shared),
  * and everything (with the zero 2 / 3 buffers and the staging). */

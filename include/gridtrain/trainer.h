@@ -43,6 +43,22 @@ int gt_trainer_destroy(gt_trainer **tr);
  * values on every rank, except the per-rank time split). */
 int gt_trainer_step(gt_trainer *tr, gt_step_stats *stats);
 
+/* Collective: run the next step's passes. With pipedream-2bw at ZeRO stage
+ * 0 a step's update is deferred into the next call, run before the first
+ * forward that needs it, so that no stage waits for the others at a step's
+ * end; the numbers are those of the update at the step's end. A step
+ * completes in its own call when flush is true, before a checkpoint, an
+ * evaluation, a sample and the run's end ([checkpoint] every, [run]), and
+ * always with the other schedules. The stats of the steps whose updates
+ * completed in the call go to out[0..*n), oldest first (*n from 0 to 2);
+ * a step's times are those of the call that ran its passes. */
+int gt_trainer_advance(gt_trainer *tr, bool flush, gt_step_stats out[2], int *n);
+
+/* Collective: complete the update that gt_trainer_advance left in flight,
+ * if any (*n: 0 or 1 stats into out). gt_trainer_save, _evaluate and
+ * _gather_params do it first (dropping the stats). */
+int gt_trainer_settle(gt_trainer *tr, gt_step_stats *out, int *n);
+
 /* Collective: mean validation loss over [run] eval_batches global batches. */
 int gt_trainer_evaluate(gt_trainer *tr, double *val_loss);
 

@@ -31,10 +31,13 @@ void gt_mem_model_state(double psi, gt_dtype dt, int zero, int dp, gt_mem_accoun
   a->moments = zero >= 1 ? 8.0 * psi / n : 8.0 * psi;
 }
 
-void gt_mem_add_stash(gt_mem_account *a, const gt_schedule *sched, gt_dtype dt)
+void gt_mem_add_stash(gt_mem_account *a, const gt_schedule *sched, gt_dtype dt, int zero)
 {
-  if (gt_schedule_streams(sched))
-    a->compute += (double)gt_dtype_size(dt) * a->psi;
+  if (!gt_schedule_streams(sched))
+    return;
+  a->compute += (double)gt_dtype_size(dt) * a->psi;
+  if (zero == 0) /* the deferred update's second gradient buffer */
+    a->grads += 4.0 * a->psi;
 }
 
 double gt_mem_model_total(const gt_mem_account *a)
@@ -102,7 +105,7 @@ static int gt_mem_plan_stage(const gt_gpt_shape *shape, const gt_layout *l, cons
   size_t act = 0, slot = 0;
   GT_CALL(gt_gpt_plan(shape, &part, dt, l->mbs, T, slots, &act, &slot));
   gt_mem_model_state(p->psi, dt, l->zero, dp, a);
-  gt_mem_add_stash(a, &l->schedule, dt);
+  gt_mem_add_stash(a, &l->schedule, dt, l->zero);
   a->grad_bufs = p->grad_bufs, a->gather_bufs = p->gather_bufs;
   a->act_slot = (double)slot;
   a->in_flight = slots;

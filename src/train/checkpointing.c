@@ -298,6 +298,7 @@ int gt_trainer_ckpt_drain(gt_trainer *tr, int status)
 
 int gt_trainer_save(gt_trainer *tr, const char *dir, char *path, size_t size)
 {
+  GT_CALL(gt_trainer_settled(tr)); /* a deferred update first */
   GT_CALL(gt_trainer_save_as(tr, dir, path, size, false));
   return GT_SUCCESS;
 }

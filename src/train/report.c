@@ -113,7 +113,7 @@ void gt_trainer_memory(const gt_trainer *tr, gt_mem_account *a)
   const gt_params *p = gt_gpt_params(tr->model);
   memset(a, 0, sizeof *a);
   gt_mem_model_state((double)p->numel, tr->layout.dtype, tr->layout.zero, tr->grid->dp_size, a);
-  gt_mem_add_stash(a, &tr->layout.schedule, tr->layout.dtype);
+  gt_mem_add_stash(a, &tr->layout.schedule, tr->layout.dtype, tr->layout.zero);
   a->act_slot = (double)gt_gpt_slot_bytes(tr->model);
   a->in_flight = gt_schedule_in_flight(&tr->layout.schedule, tr->grid->pp_size, tr->grid->pp_rank,
                                        tr->layout.micro);
@@ -378,8 +378,9 @@ static int gt_straggler_create(const gt_trainer *tr, gt_straggler **out)
   gt_straggler *s = calloc(1, sizeof *s);
   bool ok = s != NULL;
   if (ok) {
-    /* stale:S keeps its replicas out of step on purpose (its signal
-     * agreement does not block either): a blocking reduction would undo it */
+    /* stale:S keeps its replicas out of step on purpose, a deferred update
+     * (pipedream-2bw) its stages (their signal agreements do not block
+     * either): a blocking reduction would undo it */
     s->off = tr->cfg.run.straggler_margin <= 0 || per < 2 || tr->sig_req != NULL;
     if (!s->off) {
       s->mean = calloc(n, sizeof *s->mean);

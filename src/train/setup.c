@@ -109,8 +109,8 @@ static int gt_trainer_algorithms(gt_trainer *tr)
 }
 
 /* The data-parallel path (dp.h): its stage, [parallel] compress and sync;
- * with stale:S, the slots of the pipelined signal agreement. Collective on
- * world. */
+ * with stale:S or a deferred update, the slots of the pipelined signal
+ * agreement. Collective on world. */
 static int gt_trainer_data_parallel(gt_trainer *tr)
 {
   const gt_config *cfg = &tr->cfg;
@@ -135,16 +135,21 @@ static int gt_trainer_data_parallel(gt_trainer *tr)
   ds.compress_algo = a == GT_ALGO_AUTO ? GT_ALGO_MPI : a;
   if (status == GT_SUCCESS)
     status = gt_sync_parse(cfg->parallel.sync, &ds.sync);
+  /* pipedream-2bw at stage 0: the update runs in the next step (trainer.c),
+   * the tied sum completes there too */
+  tr->defer = gt_schedule_streams(&tr->layout.schedule) && tr->layout.zero == 0;
+  ds.defer_tied = tr->defer;
   GT_CALL(gt_error_agree(status, g->world));
   GT_AGREE(g->world, gt_dp_create(&ds, &tr->dp));
   const gt_sync_spec *sync = gt_dp_sync_spec(tr->dp);
-  if (sync && sync->kind == GT_SYNC_STALE) {
-    tr->sig_req = malloc(sizeof *tr->sig_req * (size_t)(sync->s + 1));
-    tr->sig_val = calloc(2 * (size_t)(sync->s + 1), sizeof *tr->sig_val);
+  tr->sig_lag = sync && sync->kind == GT_SYNC_STALE ? sync->s : tr->defer ? 1 : 0;
+  if (tr->sig_lag > 0) {
+    tr->sig_req = malloc(sizeof *tr->sig_req * (size_t)(tr->sig_lag + 1));
+    tr->sig_val = calloc(2 * (size_t)(tr->sig_lag + 1), sizeof *tr->sig_val);
     status = tr->sig_req && tr->sig_val
                  ? GT_SUCCESS
                  : GT_ERROR(GT_ERR_SYSTEM, "out of memory for the signal agreements");
-    for (long i = 0; tr->sig_req && i <= sync->s; i++)
+    for (long i = 0; tr->sig_req && i <= tr->sig_lag; i++)
       tr->sig_req[i] = MPI_REQUEST_NULL;
     GT_AGREE(g->world, status);
   }
@@ -349,6 +354,8 @@ int gt_trainer_create(const gt_config *cfg, MPI_Comm world, bool quiet, gt_train
     GT_CALL(gt_trainer_report_setup(tr, stdout));
   if (gt_schedule_streams(&tr->layout.schedule)) /* pipedream-2bw: the older version */
     GT_AGREE(comm, gt_params_stash_create(params));
+  if (tr->defer) /* and the gradients of the step whose update is deferred */
+    GT_AGREE(comm, gt_params_grads_double(params));
   GT_CALL(gt_trainer_resume(tr, quiet));
   tr->start_step = tr->step;
   /* A resumed run adds to the metrics of the run it continues. */

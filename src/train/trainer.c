@@ -61,66 +61,44 @@ static bool gt_trainer_streams_on(const gt_trainer *tr, long s)
          !gt_trainer_eval_due(tr, s + 1) && !gt_trainer_sample_due(tr, s + 1);
 }
 
-int gt_trainer_step(gt_trainer *tr, gt_step_stats *st)
+/* Whether step s's update completes in its own call: always but with a
+ * deferred update, whose next step must run (primed) and be followed by
+ * nothing that reads the state (a checkpoint; an evaluation, a sample and
+ * the end stop the stream already). */
+static bool gt_trainer_settles(const gt_trainer *tr, long s, bool flush)
 {
-  gt_backend *be = tr->be;
+  const long every = tr->cfg.checkpoint.every;
+  return flush || !tr->defer || !gt_trainer_streams_on(tr, s) ||
+         (every > 0 && (s + 1) % every == 0);
+}
+
+/* The pending step's update: its sums completed, the norm, the scaler's
+ * verdict, the optimizer (on that step's gradient buffer: with a deferred
+ * update the other one is the running step's). Collective on the world
+ * (the sums were started by every rank). */
+static int gt_trainer_apply(gt_trainer *tr, gt_step_stats *st)
+{
   gt_params *params = gt_gpt_params(tr->model);
-  const long s = tr->step;
-  const double t0 = gt_now();
-  const double bytes0 = gt_coll_bytes(tr->coll);
-  gt_events_step_reset();
-  gt_event_begin(tr->ev.zero);
-  int status = gt_params_zero_grads(params);
-  if (status == GT_SUCCESS)
-    status = be->ops->zero(be, tr->scalars, sizeof(double) * GT_NSCALARS);
-  gt_event_end(tr->ev.zero);
-  GT_CALL(status);
-  GT_CALL(gt_trainer_step_faults(tr, s)); /* test-only (fault.h); a no-op without GT_FAULT */
-  gt_flight_step(s);
-  gt_fault_set_step(s);
-  GT_CALL(gt_dp_begin(tr->dp, s));
-
-  /* Each rank's loss is loss_scale / (global tokens) * the sum of its token
-   * losses, so the dp sum of the gradients is loss_scale times the gradient
-   * of the global mean loss. */
-  const double loss_scale = tr->scaler.scale;
-  const float dlogit_scale = (float)(loss_scale / ((double)tr->B * tr->T));
-  gt_pipe_feed feed =
-      gt_trainer_feed(tr, tr->train_reader, tr->samples, s + 1 < tr->cfg.run.steps);
-  feed.stream_next = gt_trainer_streams_on(tr, s);
-  status = gt_pipe_train(tr->pipe, &feed, dlogit_scale, gt_trainer_loss_acc(tr, GT_SC_LOSS),
-                         gt_dp_grad_hook(tr->dp));
-  GT_CALL(gt_trainer_feed_settle(tr, status)); /* no HDF5 call from the reader from here */
-  gt_trainer_ckpt_snapshot(tr); /* the state changes from here on */
-  gt_dp_plan plan;
-  GT_CALL(gt_dp_finish(tr->dp, s, &plan));
-
-  if (plan.norm_here) {
-    gt_event_begin(tr->ev.norm);
-    status = gt_params_grad_sumsq(params, &tr->scalars[GT_SC_SUMSQ]);
-    gt_event_end(tr->ev.norm);
-    GT_CALL(status);
-  }
-  double red[2];
-  gt_event_begin(tr->ev.reduce);
-  if (plan.together) {
-    status = gt_trainer_reduce_scalars(tr, GT_SC_LOSS, 2, red, plan.loss_comm);
-  } else {
-    status = gt_trainer_reduce_scalars(tr, GT_SC_LOSS, 1, &red[0], plan.loss_comm);
-    if (status == GT_SUCCESS)
-      status = gt_trainer_reduce_scalars(tr, GT_SC_SUMSQ, 1, &red[1], plan.norm_comm);
-  }
-  gt_event_end(tr->ev.reduce);
-  GT_CALL(status);
+  const long s = tr->pend.step;
+  const gt_dp_plan plan = tr->pend.plan;
+  const double loss_scale = tr->pend.loss_scale;
+  const double *red = tr->pend.red;
   const double loss = red[0] / ((double)(plan.own_loss ? tr->B_rank : tr->B) * tr->T);
   const double norm = plan.grad_mult * sqrt(red[1]) / loss_scale; /* of the unscaled gradients */
   const bool finite = isfinite(loss) && isfinite(norm);
-  if (!finite && !tr->scaler.dynamic) /* every rank holds the same reduced values */
-    return gt_trainer_nonfinite(tr, s, loss, norm);
+  if (!finite && !tr->scaler.dynamic) { /* every rank holds the same reduced values */
+    if (!tr->in_pass)
+      return gt_trainer_nonfinite(tr, s, loss, norm);
+    tr->late_nonfinite.on = true; /* its diagnosis is collective: after the passes */
+    tr->late_nonfinite.step = s;
+    tr->late_nonfinite.loss = loss;
+    tr->late_nonfinite.norm = norm;
+    return GT_SUCCESS;
+  }
   /* fp16: an overflow skips the step and backs the scale off */
   bool skip;
   const long skipped_before = tr->scaler.skipped;
-  status = gt_scaler_update(&tr->scaler, finite, s, &skip);
+  int status = gt_scaler_update(&tr->scaler, finite, s, &skip);
   if (status != GT_SUCCESS) {
     gt_error_set_collective(true); /* the same verdict on every rank */
     return gt_error_push(status, __FILE__, __LINE__, __func__);
@@ -142,10 +120,6 @@ int gt_trainer_step(gt_trainer *tr, gt_step_stats *st)
   }
   bool synced;
   GT_CALL(gt_dp_after_update(tr->dp, s, update, &synced));
-  GT_CALL(gt_events_collect()); /* what the device did in the step */
-
-  const double dt = gt_now() - t0;
-  memset(st, 0, sizeof *st);
   st->step = s;
   st->loss = loss;
   st->val_loss = NAN;
@@ -155,6 +129,123 @@ int gt_trainer_step(gt_trainer *tr, gt_step_stats *st)
   st->dynamic_scale = tr->scaler.dynamic;
   st->skipped = skip;
   st->skipped_total = tr->scaler.skipped;
+  st->synced = synced;
+  st->mfu = st->eta_s = NAN; /* the run's (pace.h) */
+  tr->last_loss = loss;
+  return GT_SUCCESS;
+}
+
+/* Complete the pending step: its sums, the tied embedding's sum left in
+ * flight (the last stage's), then its update. Collective on the world. */
+static int gt_trainer_update(gt_trainer *tr)
+{
+  GT_ASSERT(tr->pend.on && tr->ndone < 2);
+  gt_trainer_ckpt_snapshot(tr); /* the state changes from here on */
+  gt_event_begin(tr->ev.reduce);
+  int status = gt_allreduce_finish(&tr->pend.req[0]);
+  if (status == GT_SUCCESS)
+    status = gt_allreduce_finish(&tr->pend.req[1]);
+  gt_event_end(tr->ev.reduce);
+  if (status == GT_SUCCESS)
+    status = gt_dp_tied_wait(tr->dp);
+  GT_CALL(status);
+  tr->pend.on = false;
+  gt_params *params = gt_gpt_params(tr->model);
+  const long s = tr->pend.step;
+  if (tr->defer) /* the step's gradients (the model's pointers stay on the other buffer) */
+    gt_params_grads_swap(params);
+  status = gt_trainer_apply(tr, &tr->stats[s & 1]);
+  if (tr->defer)
+    gt_params_grads_swap(params);
+  GT_CALL(status);
+  tr->done[tr->ndone++] = s;
+  return GT_SUCCESS;
+}
+
+/* The pipeline's callback (gt_pipe_feed.update). An error every rank
+ * meets (the same reduced values) waits for the end of the passes, which
+ * every stage reaches: the later stages' backwards need this one's. */
+static int gt_trainer_update_cb(void *ctx)
+{
+  gt_trainer *tr = ctx;
+  tr->in_pass = true;
+  const int status = gt_trainer_update(tr);
+  tr->in_pass = false;
+  if (status != GT_SUCCESS && gt_error_is_collective()) {
+    tr->late_status = status;
+    return GT_SUCCESS;
+  }
+  return status;
+}
+
+/* After the passes: an update that failed inside them. Collective on the
+ * world (the diagnosis of non-finite numbers looks at that step's
+ * gradients, in the other buffer). */
+static int gt_trainer_late_failure(gt_trainer *tr)
+{
+  if (tr->late_status != GT_SUCCESS)
+    return tr->late_status;
+  if (!tr->late_nonfinite.on)
+    return GT_SUCCESS;
+  gt_params *params = gt_gpt_params(tr->model);
+  gt_params_grads_swap(params);
+  const int status = gt_trainer_nonfinite(tr, tr->late_nonfinite.step, tr->late_nonfinite.loss,
+                                          tr->late_nonfinite.norm);
+  gt_params_grads_swap(params);
+  return status;
+}
+
+/* After step s's passes: its gradients reduced (the tied sum left in
+ * flight where deferred), the norm's squares, and the sums of the loss and
+ * the squares started. */
+static int gt_trainer_finish_passes(gt_trainer *tr, long s, double loss_scale)
+{
+  gt_params *params = gt_gpt_params(tr->model);
+  /* the last step's update, where no forward of this step needed it (its
+   * tied sum first: this step's starts below) */
+  if (tr->pend.on)
+    GT_CALL(gt_trainer_update(tr));
+  gt_dp_plan plan;
+  GT_CALL(gt_dp_finish(tr->dp, s, &plan));
+  if (plan.norm_here) {
+    gt_event_begin(tr->ev.norm);
+    const int status = gt_params_grad_sumsq(params, &tr->scalars[GT_SC_SUMSQ]);
+    gt_event_end(tr->ev.norm);
+    GT_CALL(status);
+  }
+  gt_backend *be = tr->be;
+  GT_CALL(be->ops->download(be, tr->host_scalars + GT_SC_LOSS, tr->scalars + GT_SC_LOSS,
+                            sizeof(double) * 2, NULL));
+  GT_CALL(be->ops->event_record(be, tr->scalars_ready, NULL));
+  GT_CALL(be->ops->event_wait(be, tr->scalars_ready));
+  double *red = tr->pend.red;
+  red[0] = tr->host_scalars[GT_SC_LOSS];
+  red[1] = tr->host_scalars[GT_SC_SUMSQ];
+  gt_allreduce_req *req = tr->pend.req;
+  req[1].flight = GT_FLIGHT_SKIP; /* (finished) */
+  gt_event_begin(tr->ev.reduce);
+  int status;
+  if (plan.together) {
+    status = gt_allreduce_f64_start(red, 2, MPI_SUM, plan.loss_comm, &req[0]);
+  } else {
+    status = gt_allreduce_f64_start(red, 1, MPI_SUM, plan.loss_comm, &req[0]);
+    if (status == GT_SUCCESS)
+      status = gt_allreduce_f64_start(red + 1, 1, MPI_SUM, plan.norm_comm, &req[1]);
+  }
+  gt_event_end(tr->ev.reduce);
+  GT_CALL(status);
+  tr->pend.on = true;
+  tr->pend.step = s;
+  tr->pend.loss_scale = loss_scale;
+  tr->pend.plan = plan;
+  return GT_SUCCESS;
+}
+
+/* The times of the call that ran step s's passes (its stats). */
+static void gt_trainer_step_times(gt_trainer *tr, long s, double t0, double bytes0)
+{
+  gt_step_stats *st = &tr->stats[s & 1];
+  const double dt = gt_now() - t0;
   st->step_ms = 1e3 * dt;
   st->tokens_per_s = (double)tr->B * tr->T / dt;
   st->compute_ms = 1e3 * gt_events_step_seconds(GT_EV_COMPUTE);
@@ -169,11 +260,93 @@ int gt_trainer_step(gt_trainer *tr, gt_step_stats *st)
   st->optimizer_ms = 1e3 * gt_event_step_seconds(tr->ev.optimizer);
   st->recompute_ms = 1e3 * gt_event_step_seconds(tr->ev.recompute);
   st->comm_bytes = gt_coll_bytes(tr->coll) - bytes0;
-  st->synced = synced;
-  st->mfu = st->eta_s = NAN; /* the run's (pace.h) */
+}
+
+/* The stats of the steps the call completed, into out. */
+static void gt_trainer_done(gt_trainer *tr, gt_step_stats *out, int *n)
+{
+  for (int i = 0; i < tr->ndone; i++)
+    out[i] = tr->stats[tr->done[i] & 1];
+  *n = tr->ndone;
+  tr->ndone = 0;
+}
+
+int gt_trainer_advance(gt_trainer *tr, bool flush, gt_step_stats out[2], int *n)
+{
+  *n = 0;
+  tr->ndone = 0;
+  gt_backend *be = tr->be;
+  gt_params *params = gt_gpt_params(tr->model);
+  const long s = tr->step;
+  const double t0 = gt_now();
+  const double bytes0 = gt_coll_bytes(tr->coll);
+  gt_events_step_reset();
+  gt_event_begin(tr->ev.zero);
+  int status = gt_params_zero_grads(params); /* (the pending step's are in the other buffer) */
+  if (status == GT_SUCCESS)
+    status = be->ops->zero(be, tr->scalars, sizeof(double) * GT_NSCALARS);
+  gt_event_end(tr->ev.zero);
+  GT_CALL(status);
+  GT_CALL(gt_trainer_step_faults(tr, s)); /* test-only (fault.h); a no-op without GT_FAULT */
+  gt_flight_step(s);
+  gt_fault_set_step(s);
+  GT_CALL(gt_dp_begin(tr->dp, s));
+
+  /* Each rank's loss is loss_scale / (global tokens) * the sum of its token
+   * losses, so the dp sum of the gradients is loss_scale times the gradient
+   * of the global mean loss. With a deferred update the scale is the one
+   * before the last step's verdict. */
+  const double loss_scale = tr->scaler.scale;
+  const float dlogit_scale = (float)(loss_scale / ((double)tr->B * tr->T));
+  gt_pipe_feed feed =
+      gt_trainer_feed(tr, tr->train_reader, tr->samples, s + 1 < tr->cfg.run.steps);
+  feed.stream_next = gt_trainer_streams_on(tr, s);
+  if (tr->pend.on) /* before the next batch's first forward */
+    feed.update = gt_trainer_update_cb;
+  status = gt_pipe_train(tr->pipe, &feed, dlogit_scale, gt_trainer_loss_acc(tr, GT_SC_LOSS),
+                         gt_dp_grad_hook(tr->dp));
+  GT_CALL(gt_trainer_feed_settle(tr, status)); /* no HDF5 call from the reader from here */
+  GT_CALL(gt_trainer_late_failure(tr));
+  GT_CALL(gt_trainer_finish_passes(tr, s, loss_scale));
   tr->step++;
   tr->samples += tr->B;
-  tr->last_loss = loss;
+  if (tr->defer) { /* the next step's gradients go to the other buffer */
+    gt_params_grads_swap(params);
+    gt_gpt_rebind_grads(tr->model);
+  }
+  if (gt_trainer_settles(tr, s, flush))
+    GT_CALL(gt_trainer_update(tr));
+  GT_CALL(gt_events_collect()); /* what the device did in the step */
+  gt_trainer_step_times(tr, s, t0, bytes0);
+  gt_trainer_done(tr, out, n);
+  return GT_SUCCESS;
+}
+
+int gt_trainer_settle(gt_trainer *tr, gt_step_stats *out, int *n)
+{
+  *n = 0;
+  tr->ndone = 0;
+  if (tr->pend.on)
+    GT_CALL(gt_trainer_update(tr));
+  gt_trainer_done(tr, out, n);
+  return GT_SUCCESS;
+}
+
+int gt_trainer_settled(gt_trainer *tr)
+{
+  gt_step_stats dropped;
+  int n;
+  GT_CALL(gt_trainer_settle(tr, &dropped, &n));
+  return GT_SUCCESS;
+}
+
+int gt_trainer_step(gt_trainer *tr, gt_step_stats *st)
+{
+  gt_step_stats out[2];
+  int n;
+  GT_CALL(gt_trainer_advance(tr, true, out, &n));
+  GT_ASSERT(n >= 1);
+  *st = out[n - 1];
   return GT_SUCCESS;
 }
 
@@ -181,6 +354,7 @@ int gt_trainer_evaluate(gt_trainer *tr, double *val_loss)
 {
   GT_ASSERT(tr->val != NULL);
   gt_backend *be = tr->be;
+  GT_CALL(gt_trainer_settled(tr));
   gt_fault_set_step(tr->step); /* the step the evaluation follows */
   gt_fault_kill_at("eval");
   GT_CALL(gt_pipe_drain(tr->pipe)); /* streaming: the slots are the evaluation's */
@@ -241,6 +415,7 @@ int gt_trainer_report_activations(gt_trainer *tr, FILE *out)
 
 int gt_trainer_gather_params(gt_trainer *tr, float *full)
 {
+  GT_CALL(gt_trainer_settled(tr));
   const gt_grid *g = tr->grid;
   gt_params *params = gt_gpt_params(tr->model);
   const int count = gt_gpt_logical_count(&tr->shape);
@@ -293,8 +468,9 @@ int gt_trainer_gather_params(gt_trainer *tr, float *full)
 // ---- the loop ----------------------------------------------------------------------------
 
 /* Every rank learns whether any rank was signalled. With sync = stale:S
- * the agreement is a non-blocking all-reduce completed S steps later (a
- * blocking one would hold every replica to the slowest each step): every
+ * (and a deferred update: S = 1) the agreement is a non-blocking
+ * all-reduce completed S steps later (a blocking one would hold every
+ * replica, or every stage, to the slowest each step): every
  * rank acts on the flags of the same step, S steps after it; `flush`
  * completes those in flight (the end of the run). */
 static int gt_agree_signal(gt_trainer *tr, bool flush, int *signo)
@@ -307,7 +483,7 @@ static int gt_agree_signal(gt_trainer *tr, bool flush, int *signo)
     *signo = (int)sig;
     return GT_SUCCESS;
   }
-  const long S = gt_dp_sync_spec(tr->dp)->s, slots = S + 1;
+  const long S = tr->sig_lag, slots = S + 1;
   if (flush) {
     for (long i = 0; i < slots; i++)
       if (tr->sig_req[i] != MPI_REQUEST_NULL)
@@ -327,6 +503,31 @@ static int gt_agree_signal(gt_trainer *tr, bool flush, int *signo)
 }
 
 static int gt_trainer_run_steps(gt_trainer *tr);
+
+/* The completed steps' stats: the run's pace, the metrics file, the log
+ * line (every [run] log_every, the last step, an evaluation), the
+ * straggler watch; *last gets the newest. Collective on world. */
+static int gt_trainer_log_steps(gt_trainer *tr, gt_step_stats *done, int n, gt_step_stats *last)
+{
+  const gt_config *cfg = &tr->cfg;
+  const long steps = cfg->run.steps;
+  char line[512];
+  for (int i = 0; i < n; i++) {
+    gt_step_stats *st = &done[i];
+    const bool end = st->step + 1 == steps;
+    gt_pace_step(tr->pace, st);
+    if (tr->grid->world_rank == 0) {
+      GT_CALL(gt_metrics_write_step(tr->metrics, st));
+      if (st->step % cfg->run.log_every == 0 || end || !isnan(st->val_loss)) {
+        gt_metrics_format_step(st, steps, line, sizeof line);
+        gt_info("%s\n", line);
+      }
+    }
+    GT_CALL(gt_trainer_watch_stragglers(tr, st, st->step % cfg->run.log_every == 0 || end));
+    *last = *st;
+  }
+  return GT_SUCCESS;
+}
 
 /* [checkpoint] on_error = warn: a periodic write that every rank saw fail
  * (none of the earlier ones is lost) does not end the run: false after the
@@ -357,7 +558,7 @@ static int gt_trainer_run_steps(gt_trainer *tr)
   const long steps = cfg->run.steps;
   const bool saving = cfg->checkpoint.dir[0] != '\0';
   const double flops_per_token = gt_gpt_flops_per_token(&tr->shape, tr->T);
-  char path[GT_PATH_MAX + 32], line[512];
+  char path[GT_PATH_MAX + 32];
   if (tr->step >= steps) {
     gt_info("gridtrain: done: nothing to do, the run is at step %ld and [run] steps = %ld\n",
             tr->step, steps);
@@ -373,25 +574,23 @@ static int gt_trainer_run_steps(gt_trainer *tr)
   double last_val = NAN;
   long saved = -1; /* step of the last checkpoint written by this run */
   while (tr->step < steps) {
-    GT_CALL(gt_trainer_step(tr, &st));
-    gt_pace_step(tr->pace, &st);
+    gt_step_stats done[2];
+    int ndone;
+    GT_CALL(gt_trainer_advance(tr, false, done, &ndone));
     const bool last = tr->step == steps;
-    if (gt_trainer_eval_due(tr, tr->step)) {
-      GT_CALL(gt_trainer_evaluate(tr, &st.val_loss));
-      last_val = st.val_loss;
+    if (ndone > 0 && gt_trainer_eval_due(tr, tr->step)) { /* (then the step is complete) */
+      GT_CALL(gt_trainer_evaluate(tr, &done[ndone - 1].val_loss));
+      last_val = done[ndone - 1].val_loss;
     }
-    if (g->world_rank == 0) {
-      GT_CALL(gt_metrics_write_step(tr->metrics, &st));
-      if (st.step % cfg->run.log_every == 0 || last || !isnan(st.val_loss)) {
-        gt_metrics_format_step(&st, steps, line, sizeof line);
-        gt_info("%s\n", line);
-      }
-    }
-    GT_CALL(gt_trainer_watch_stragglers(tr, &st, st.step % cfg->run.log_every == 0 || last));
+    GT_CALL(gt_trainer_log_steps(tr, done, ndone, &st));
     GT_CALL(gt_trainer_sample(tr)); /* [run] sample_every */
     /* Step boundary: every rank learns whether any rank was signalled. */
     int signo = 0;
     GT_CALL(gt_agree_signal(tr, false, &signo));
+    if (signo) { /* a deferred update completes before the checkpoint */
+      GT_CALL(gt_trainer_settle(tr, done, &ndone));
+      GT_CALL(gt_trainer_log_steps(tr, done, ndone, &st));
+    }
     GT_CALL(gt_local_state_save(tr)); /* [checkpoint] local_every (local_state.c) */
     const bool due = cfg->checkpoint.every > 0 && tr->step % cfg->checkpoint.every == 0;
     /* [checkpoint] async: a write in flight is finished once every rank's

@@ -47,7 +47,9 @@ struct gt_trainer {
   gt_backend *be;
   gt_coll *coll;
   gt_dp *dp;                 /* the data-parallel path (dp.h) */
-  MPI_Request *sig_req;      /* stale:S: the signal agreements in flight, S + 1 */
+  MPI_Request *sig_req;      /* the signal agreements in flight, sig_lag + 1; NULL: none */
+  long sig_lag;              /* steps after which a signal is acted on (stale:S: S;
+                                a deferred update: 1) */
   double *sig_val;           /* their values: 2 per slot (mine, agreed) */
   long sig_count;            /* agreements started by this process */
   gt_timer_clock *clock;
@@ -88,6 +90,32 @@ struct gt_trainer {
   int *stage_first;       /* pp V + 1: first block of every (virtual) stage */
   gt_pipe *pipe;
 
+  /* A step whose passes ran and whose update is still to come (trainer.c):
+   * with a deferred update (pipedream-2bw at ZeRO stage 0, `defer`) it runs
+   * inside the next step's passes, else at the end of the step's own. */
+  bool defer;
+  struct {
+    bool on;
+    long step;
+    double loss_scale;       /* its gradients' */
+    gt_dp_plan plan;
+    double red[2];           /* the loss and the norm's squares, summed in flight */
+    gt_allreduce_req req[2]; /* those sums (one, or one each) */
+  } pend;
+  /* An update that failed inside the next step's passes, where a stage
+   * cannot stop alone (the others run on to their own update): reported,
+   * with any collective diagnosis, once the passes are done (trainer.c). */
+  bool in_pass;
+  int late_status;
+  struct {
+    bool on;
+    long step;
+    double loss, norm;
+  } late_nonfinite;
+  gt_step_stats stats[2];    /* by step parity: a step's times and its update's values */
+  long done[2];              /* the steps whose updates a call completed, */
+  int ndone;                 /* oldest first */
+
   double *scalars;        /* device: GT_NSCALARS doubles */
   double *host_scalars;   /* pinned */
   gt_device_event *scalars_ready;
@@ -118,7 +146,8 @@ int gt_trainer_report_setup(gt_trainer *tr, FILE *out);
  * median of its pipeline stage's ranks by more than [run] straggler_margin
  * [run] straggler_reports reports in a row. Collective on the trainer's
  * world at report steps; nothing when the margin is 0, no stage has two
- * ranks, or with sync = stale:S (whose replicas run out of step). */
+ * ranks, with sync = stale:S (whose replicas run out of step) or with a
+ * deferred update (whose stages do). */
 int gt_trainer_watch_stragglers(gt_trainer *tr, const gt_step_stats *st, bool report);
 void gt_straggler_destroy(gt_straggler **s);
 /* checkpointing.c: the run's checkpoint of the state now into [checkpoint]
@@ -183,6 +212,10 @@ gt_pipe_feed gt_trainer_feed(gt_trainer *tr, gt_reader *reader, long long base, 
  * status): wait for the read ahead (timed as data), so that nothing reads
  * the file once the step is over. status, else the wait's. */
 int gt_trainer_feed_settle(gt_trainer *tr, int status);
+
+/* trainer.c: gt_trainer_settle, dropping the stats (what reads the state
+ * outside the run loop). Collective on world. */
+int gt_trainer_settled(gt_trainer *tr);
 
 /* trainer.c: the device scalars [first, first + n) to the host
  * (tr->host_scalars) and summed over comm (the world, or a replica) into

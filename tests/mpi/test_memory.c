@@ -23,7 +23,8 @@
  * Runs: zero 0, 1, 2 and 3 in fp32 and bf16 at (4,1,1), (2,2,1) and (1,2,2),
  * recompute none, attention and block; and zb-h1 at (2,2,1) and (1,2,2)
  * (the sets of projection output gradients its W waits for), and
- * pipedream-2bw there (its older weight version), in fp32 and bf16.
+ * pipedream-2bw there (its older weight version; at zero 0, (1,2,2), its
+ * second gradient buffer), in fp32 and bf16.
  *
  * gt-test: ranks=4 tier=quick
  */
@@ -94,7 +95,9 @@ static void check_run(const gt_config *cfg, MPI_Comm comm, const char *what)
     /* 2. the real buffers */
     const double moments = 8.0 * (double)(p->shard_size > 1 ? p->shard_n : p->numel);
     const double compute = (double)gt_params_compute_bytes(p);
-    const double grads = 4.0 * (double)(p->grads_sharded ? p->shard_n : p->numel);
+    /* (pipedream-2bw at zero 0: a second buffer, its update deferred) */
+    const double grads =
+        4.0 * (double)(p->grads_sharded ? p->shard_n : p->numel) * (p->grads_other ? 2 : 1);
     bad[1] = a.master != (double)gt_params_master_bytes(p) || a.compute != compute ||
              a.grads != grads || a.moments != moments;
     if (bad[1])
@@ -178,7 +181,8 @@ int main(int argc, char **argv)
         check_run(&c, MPI_COMM_WORLD, what);
       }
   /* zb-h1: its sets of projection output gradients kept from B to W;
-   * pipedream-2bw: its older weight version, a whole compute copy */
+   * pipedream-2bw: its older weight version, a whole compute copy, and at
+   * zero 0 a second gradient buffer */
   static const char *const extra[][2] = {{"zb-h1", "fp32"}, {"zb-h1", "fp32"},
                                          {"pipedream-2bw", "fp32"}, {"pipedream-2bw", "bf16"}};
   for (int k = 0; k < 4; k++) {

@@ -270,6 +270,18 @@ static void test_stream_restart(const gt_config *base, const char *dir, int rank
   snprintf(ckdir, sizeof ckdir, "%s/ck_2bw", dir);
   outcome ref = {0}, first = {0}, other = {0};
   check_resume(&cfg, ckdir, "pipedream-2bw (2,2,2) zero 1", rank, numel, &ref, &first);
+  { /* ZeRO 0 defers each update into the next step: the checkpoint completes it */
+    gt_config d = cfg;
+    d.grid.dp = 1, d.grid.pp = 4, d.grid.tp = 2;
+    d.parallel.zero = 0;
+    d.data.microbatches = 4;
+    outcome dref = {0}, dfirst = {0};
+    snprintf(ckdir, sizeof ckdir, "%s/ck_2bw_deferred", dir);
+    check_resume(&d, ckdir, "pipedream-2bw (1,4,2) zero 0, deferred updates", rank, numel, &dref,
+                 &dfirst);
+    free_outcome(&dref);
+    free_outcome(&dfirst);
+  }
   gt_config c = cfg;
   c.grid.dp = 1, c.grid.pp = 4, c.grid.tp = 2;
   c.parallel.zero = 0;

@@ -152,10 +152,15 @@ static inline int tu_train(const gt_config *cfg, MPI_Comm comm, int steps, const
     out->start = gt_trainer_step_index(tr);
     st = gt_trainer_gather_params(tr, out->loaded);
   }
-  for (int s = 0; s < steps && s < TU_MAX_STEPS && st == GT_SUCCESS; s++) {
-    gt_step_stats stats;
-    st = gt_trainer_step(tr, &stats);
-    out->loss[s] = stats.loss;
+  /* as gt_trainer_run steps (a deferred update completes in the next call) */
+  const int n = steps < TU_MAX_STEPS ? steps : TU_MAX_STEPS;
+  for (int s = 0; s <= n && st == GT_SUCCESS; s++) {
+    gt_step_stats stats[2];
+    int done = 0;
+    st = s < n ? gt_trainer_advance(tr, false, stats, &done) : gt_trainer_settle(tr, stats, &done);
+    for (int i = 0; i < done; i++)
+      if (stats[i].step - out->start >= 0 && stats[i].step - out->start < n)
+        out->loss[stats[i].step - out->start] = stats[i].loss;
   }
   if (st == GT_SUCCESS)
     st = gt_trainer_gather_params(tr, out->final);
