@@ -44,6 +44,7 @@ typedef struct {
   int nsched;
   int micro;
   double tol;
+  int turn; /* --turn: steps per trainer per turn */
   bool per_stage;
 } bench_opts;
 
@@ -92,6 +93,8 @@ static void bench_usage(void)
          "  --seq-len T        tokens per sequence (default 64)\n"
          "  --layers L --dim C --heads H --vocab V   model (default 8 128 4 256)\n"
          "  --tol X            allowed |bubble - model| for VALID (default 0.05)\n"
+         "  --turn N           steps a trainer runs per turn (default 5): pipedream-2bw\n"
+         "                     defers each update into the next step, up to the turn's end\n"
          "  --per-stage        also print every stage's split of the step\n"
          "  --set KEY=VALUE    any other gridtrain key (section.key=value), repeatable\n"
          "\n"
@@ -107,9 +110,9 @@ static int bench_parse(int argc, char **argv, bench_opts *o)
                           .seq = 64},
                     .nm = 5, .m = {1, 2, 4, 8, 16}, .nsched = 5,
                     .sched = {"gpipe", "1f1b", "interleaved:2", "zb-h1", "pipedream-2bw"},
-                    .micro = 2, .tol = 0.05};
+                    .micro = 2, .tol = 0.05, .turn = 5};
   static const char *const known[] = {"--microbatches", "--micro-seqs", "--tol", "--schedules",
-                                      NULL};
+                                      "--turn", NULL};
   for (int i = 1; i < argc && !o->c.help; i++) {
     bool common;
     GT_CALL(bench_parse_common(argc, argv, &i, &o->c, &common));
@@ -127,6 +130,8 @@ static int bench_parse(int argc, char **argv, bench_opts *o)
       GT_CALL(bench_parse_int(a, v, 1, 1 << 20, &o->micro));
     else if (strcmp(a, "--tol") == 0)
       GT_CALL(bench_parse_real(a, v, &o->tol));
+    else if (strcmp(a, "--turn") == 0)
+      GT_CALL(bench_parse_int(a, v, 1, 100000, &o->turn));
     else if (strcmp(a, "--schedules") == 0) {
       char buf[64];
       snprintf(buf, sizeof buf, "%s", v);
@@ -209,20 +214,27 @@ typedef struct {
   int n;
 } bench_acc;
 
-static int bench_step(gt_trainer *tr, bool measured, bench_acc *acc)
+/* One call of the trainer as gt_trainer_run makes it (flush: the turn's
+ * last, which completes a deferred update); the steps it completed that
+ * are measured (index >= warmup) go into acc. */
+static int bench_step(gt_trainer *tr, bool flush, int warmup, bench_acc *acc, int max)
 {
-  gt_step_stats st;
-  GT_CALL(gt_trainer_step(tr, &st));
-  if (!measured)
-    return GT_SUCCESS;
-  acc->step_ms[acc->n++] = st.step_ms;
-  acc->v[V_STEP] += st.step_ms;
-  acc->v[V_BUBBLE] += st.bubble_ms;
-  acc->v[V_FWD] += st.forward_ms;
-  acc->v[V_BWD] += st.backward_ms;
-  acc->v[V_PPCOMM] += st.pp_comm_ms;
-  acc->v[V_DATA] += st.data_ms;
-  acc->v[V_TIMED] += st.compute_ms + st.comm_ms + st.data_ms + st.bubble_ms;
+  gt_step_stats out[2];
+  int n;
+  GT_CALL(gt_trainer_advance(tr, flush, out, &n));
+  for (int i = 0; i < n; i++) {
+    const gt_step_stats *st = &out[i];
+    if (st->step < warmup || acc->n >= max)
+      continue;
+    acc->step_ms[acc->n++] = st->step_ms;
+    acc->v[V_STEP] += st->step_ms;
+    acc->v[V_BUBBLE] += st->bubble_ms;
+    acc->v[V_FWD] += st->forward_ms;
+    acc->v[V_BWD] += st->backward_ms;
+    acc->v[V_PPCOMM] += st->pp_comm_ms;
+    acc->v[V_DATA] += st->data_ms;
+    acc->v[V_TIMED] += st->compute_ms + st->comm_ms + st->data_ms + st->bubble_ms;
+  }
   return GT_SUCCESS;
 }
 
@@ -343,10 +355,13 @@ static int bench_run_m(const bench_opts *o, MPI_Comm world, int m, bench_row *ro
     acc[i].step_ms = calloc((size_t)o->c.steps, sizeof(double));
     GT_CHECK_ALLOC(acc[i].step_ms, sizeof(double) * (size_t)o->c.steps);
   }
-  for (int k = 0; k < o->c.warmup + o->c.steps; k++)
+  const int total = o->c.warmup + o->c.steps;
+  for (int k = 0, turn = 0; k < total; k += o->turn, turn++)
     for (int j = 0; j < n; j++) {
-      const int i = run[(k % 2) ? n - 1 - j : j]; /* A B B A A B ... */
-      GT_CALL(bench_step(tr[i], k >= o->c.warmup, &acc[i]));
+      const int i = run[(turn % 2) ? n - 1 - j : j]; /* A B B A A B ... */
+      const int end = k + o->turn < total ? k + o->turn : total;
+      for (int q = k; q < end; q++)
+        GT_CALL(bench_step(tr[i], q + 1 == end, o->c.warmup, &acc[i], o->c.steps));
     }
   for (int j = 0; j < n; j++) {
     const int i = run[j];
