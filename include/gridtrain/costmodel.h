@@ -157,9 +157,11 @@ double gt_cost_allgather(int n, double bytes, double alpha, double beta, double 
 
 /* Bubble fraction of the compute of a step: (pp - 1) / (V m) (V = chunks,
  * 1 for gpipe and 1f1b); zb-h1 (pp - 1) / (3 m), with B, W and F of equal
- * cost (schedule.h); pipedream-2bw 2 (pp - 1) / (3 m), the (pp - 1)
- * backwards (two thirds of F + B) its step's reductions wait for. */
-double gt_cost_bubble_fraction(gt_schedule_kind s, int pp, int micro, int chunks);
+ * cost (schedule.h); pipedream-2bw 0 at ZeRO stage `zero` 0 (its update
+ * deferred into the next step), else 2 (pp - 1) / (3 m), the (pp - 1)
+ * backwards (two thirds of F + B) its step's reductions wait for. The step
+ * model (gt_cost_evaluate) charges it of the mean stage's time. */
+double gt_cost_bubble_fraction(gt_schedule_kind s, int pp, int micro, int chunks, int zero);
 
 /* The predicted step, per rank of the slowest stage (seconds; the parts
  * add up to step). */

@@ -195,15 +195,16 @@ double gt_cost_allgather(int n, double bytes, double alpha, double beta, double 
   return gt_cost_ring(GT_COLL_ALLGATHER, n, bytes, alpha, beta, 0.0, eff);
 }
 
-double gt_cost_bubble_fraction(gt_schedule_kind s, int pp, int micro, int chunks)
+double gt_cost_bubble_fraction(gt_schedule_kind s, int pp, int micro, int chunks, int zero)
 {
   if (pp <= 1 || micro <= 0)
     return 0;
   if (s == GT_SCHEDULE_ZBH1) /* a forward's time per stage ramp: a third of a step unit */
     return (double)(pp - 1) / (3.0 * micro);
-  if (s == GT_SCHEDULE_2BW) /* no ramp; the step's reductions wait for the first stage's
-                               last backwards: two thirds of a step unit per stage */
-    return 2.0 * (pp - 1) / (3.0 * micro);
+  if (s == GT_SCHEDULE_2BW) /* no ramp; updated in the next step at stage 0, else the step's
+                               reductions wait for the first stage's last backwards: two
+                               thirds of a step unit per stage */
+    return zero == 0 ? 0.0 : 2.0 * (pp - 1) / (3.0 * micro);
   return (double)(pp - 1) / ((s == GT_SCHEDULE_INTERLEAVED ? chunks : 1) * (double)micro);
 }
 
@@ -480,7 +481,7 @@ static int gt_cost_timing(const gt_config *cfg, const gt_layout *l, int ranks,
   out->tp_comm = m * tp_slow;
   out->pp_comm = m * pp_mb;
   const double fill = t_mean;
-  out->bubble = pp > 1 ? (double)(pp - 1) / V * fill : 0;
+  out->bubble = gt_cost_bubble_fraction(l->schedule.kind, pp, m, V, l->zero) * m * fill;
   const double pipe = m * t_max + out->bubble;
   /* data parallelism and ZeRO */
   double dp_raw = 0, dp_exposed = 0;

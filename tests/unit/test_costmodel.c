@@ -110,15 +110,17 @@ static void test_kernels(void)
 
 static void test_formulas(void)
 {
-  tap_ok(gt_cost_bubble_fraction(GT_SCHEDULE_GPIPE, 4, 8, 1) == 3.0 / 8,
+  tap_ok(gt_cost_bubble_fraction(GT_SCHEDULE_GPIPE, 4, 8, 1, 0) == 3.0 / 8,
          "gpipe p=4 m=8: bubble 3/8 of the compute");
-  tap_ok(gt_cost_bubble_fraction(GT_SCHEDULE_1F1B, 4, 8, 1) == 3.0 / 8, "1f1b: the same");
-  tap_ok(gt_cost_bubble_fraction(GT_SCHEDULE_INTERLEAVED, 4, 8, 2) == 3.0 / 16,
+  tap_ok(gt_cost_bubble_fraction(GT_SCHEDULE_1F1B, 4, 8, 1, 0) == 3.0 / 8, "1f1b: the same");
+  tap_ok(gt_cost_bubble_fraction(GT_SCHEDULE_INTERLEAVED, 4, 8, 2, 0) == 3.0 / 16,
          "interleaved:2: (p-1)/(V m) = 3/16");
-  tap_ok(gt_cost_bubble_fraction(GT_SCHEDULE_1F1B, 1, 8, 1) == 0, "one stage: no bubble");
-  tap_ok(gt_cost_bubble_fraction(GT_SCHEDULE_ZBH1, 4, 8, 1) == 3.0 / 24,
+  tap_ok(gt_cost_bubble_fraction(GT_SCHEDULE_1F1B, 1, 8, 1, 0) == 0, "one stage: no bubble");
+  tap_ok(gt_cost_bubble_fraction(GT_SCHEDULE_ZBH1, 4, 8, 1, 0) == 3.0 / 24,
          "zb-h1: (p-1)/(3 m) = 3/24, a third of 1f1b's");
-  tap_ok(fabs(gt_cost_bubble_fraction(GT_SCHEDULE_2BW, 4, 8, 1) - 6.0 / 24) < 1e-15,
+  tap_ok(gt_cost_bubble_fraction(GT_SCHEDULE_2BW, 4, 8, 1, 0) == 0,
+         "pipedream-2bw at zero 0: none, its update deferred into the next step");
+  tap_ok(fabs(gt_cost_bubble_fraction(GT_SCHEDULE_2BW, 4, 8, 1, 1) - 6.0 / 24) < 1e-15,
          "pipedream-2bw: 2 (p-1)/(3 m) = 6/24, the wait at its step's reductions");
   /* ring all-reduce: 2(n-1) alpha + 2 (n-1)/n bytes beta */
   const double ar = gt_cost_allreduce(4, 1e6, 1e-6, 1e-9, 0, 1);
