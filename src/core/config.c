@@ -236,8 +236,9 @@ static const gt_key gt_keys[] = {
    "(the backward split into its input and weight gradients, the latter filling the "
    "bubble: a third of 1f1b's at equal costs; zero 0-1, no sequence parallelism or "
    "recomputation yet) or pipedream-2bw (no flush between steps: each batch computes "
-   "with the weights one update behind, two weight versions kept; microbatches >= pp, "
-   "zero 0-1, sync = every_step)", false, false},
+   "with the weights one update behind, two weight versions kept, at zero 0 each "
+   "update run inside the next step; microbatches >= pp, zero 0-1, sync = every_step)",
+   false, false},
   {"parallel", "stages", GT_KEY_STRING, GT_OFF(parallel.stages), 0, 0, NULL, "",
    "blocks per pipeline stage, e.g. 3,5; empty balances the cost (the last stage "
    "also runs the LM head)", false, false},
