@@ -37,7 +37,8 @@ int gt_comm_waitall(int n, MPI_Request reqs[]);
 /* A small in-place all-reduce of doubles left in flight: started by
  * gt_allreduce_f64_start, completed by gt_allreduce_finish (which the
  * flight recorder shows it in flight until). Collective on comm like
- * gt_allreduce_f64: every rank starts it in the same order. */
+ * gt_allreduce_f64: every rank starts it in the same order. A request
+ * with flight == GT_FLIGHT_SKIP (flight.h) has nothing in flight. */
 typedef struct gt_allreduce_req {
   MPI_Request req;
   long flight;

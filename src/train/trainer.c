@@ -20,7 +20,8 @@
 
 // ---- the step's scalars ----------------------------------------------------------------------
 
-int gt_trainer_reduce_scalars(gt_trainer *tr, int first, int n, double *out, MPI_Comm comm)
+/* The device scalars [first, first + n) into out, on the host. */
+static int gt_trainer_scalars_to_host(gt_trainer *tr, int first, int n, double *out)
 {
   gt_backend *be = tr->be;
   GT_CALL(be->ops->download(be, tr->host_scalars + first, tr->scalars + first,
@@ -29,6 +30,12 @@ int gt_trainer_reduce_scalars(gt_trainer *tr, int first, int n, double *out, MPI
   GT_CALL(be->ops->event_wait(be, tr->scalars_ready));
   for (int i = 0; i < n; i++)
     out[i] = tr->host_scalars[first + i];
+  return GT_SUCCESS;
+}
+
+int gt_trainer_reduce_scalars(gt_trainer *tr, int first, int n, double *out, MPI_Comm comm)
+{
+  GT_CALL(gt_trainer_scalars_to_host(tr, first, n, out));
   GT_CALL(gt_allreduce_f64(out, n, MPI_SUM, comm));
   return GT_SUCCESS;
 }
@@ -213,14 +220,8 @@ static int gt_trainer_finish_passes(gt_trainer *tr, long s, double loss_scale)
     gt_event_end(tr->ev.norm);
     GT_CALL(status);
   }
-  gt_backend *be = tr->be;
-  GT_CALL(be->ops->download(be, tr->host_scalars + GT_SC_LOSS, tr->scalars + GT_SC_LOSS,
-                            sizeof(double) * 2, NULL));
-  GT_CALL(be->ops->event_record(be, tr->scalars_ready, NULL));
-  GT_CALL(be->ops->event_wait(be, tr->scalars_ready));
-  double *red = tr->pend.red;
-  red[0] = tr->host_scalars[GT_SC_LOSS];
-  red[1] = tr->host_scalars[GT_SC_SUMSQ];
+  double *red = tr->pend.red; /* the loss, then the squares (GT_SC_LOSS, GT_SC_SUMSQ) */
+  GT_CALL(gt_trainer_scalars_to_host(tr, GT_SC_LOSS, 2, red));
   gt_allreduce_req *req = tr->pend.req;
   req[1].flight = GT_FLIGHT_SKIP; /* (finished) */
   gt_event_begin(tr->ev.reduce);
