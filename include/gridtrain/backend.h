@@ -198,6 +198,67 @@ typedef struct gt_backend_ops {
   int (*swiglu_backward)(gt_backend *be, gt_dtype dt, void *dh, const void *dout,
                          const void *h, int64_t N, int64_t F);
 
+  /* ---- mixture of experts (moe.h): routing, permutation, combination ----
+   * N tokens, each routed to k of E experts (1 <= k <= E); a (token,
+   * choice) pair (n, j), j < k, is "kept" when pos[n,j] >= 0. Every op is
+   * deterministic: the same inputs give the same bits. */
+  /* The router's choice, in fp32: probs (N,E) "=" the softmax of each row
+   * of logits (N,E); lse (N) "=" each row's log-sum-exp (m + log sum
+   * exp(logit - m)); sel (N,k) int32 "=" the k experts of largest
+   * probability in descending order, ties to the lower expert index; gate
+   * (N,k) "=" their probabilities divided by the sum of the k (Mixtral's
+   * renormalisation). */
+  int (*moe_route)(gt_backend *be, float *probs, float *lse, int32_t *sel, float *gate,
+                   const float *logits, int64_t N, int64_t E, int64_t k);
+  /* The pairs in expert order: pairs are ordered by expert sel[n,j], and
+   * within an expert by n k + j ascending (token, then choice); an expert
+   * keeps its first `capacity` pairs (capacity < 0: all of them, dropless)
+   * and drops the rest. load (E) int32 "=" the pairs per expert before
+   * dropping, kept (E) int32 "=" after; pos (N,k) int32 "=" the pair's row
+   * in the expert-ordered buffer, whose expert e's rows start at the sum of
+   * kept[e'] over e' < e; -1 for a dropped pair. */
+  int (*moe_assign)(gt_backend *be, int32_t *pos, int32_t *load, int32_t *kept,
+                    const int32_t *sel, int64_t N, int64_t k, int64_t E, int64_t capacity);
+  /* Permutation into expert order: xp (R,C) dt, for every kept pair,
+   * xp[pos[n,j]] "=" x[n] (bit copies); rows no pair names are left alone. */
+  int (*moe_permute)(gt_backend *be, gt_dtype dt, void *xp, const void *x, const int32_t *pos,
+                     int64_t N, int64_t k, int64_t C);
+  /* Its transpose: dx (N,C) dt "+=": dx[n] + (extra[n] when extra, an (N,C)
+   * fp32 tensor, is not NULL) + the sum over the kept pairs of n, j
+   * ascending, of dxp[pos[n,j]] (dt), summed in fp32 in that order and
+   * rounded once. */
+  int (*moe_permute_backward)(gt_backend *be, gt_dtype dt, void *dx, const void *dxp,
+                              const float *extra, const int32_t *pos, int64_t N, int64_t k,
+                              int64_t C);
+  /* The experts' outputs back in token order: out (N,C) dt "=" base[n] (0
+   * when base is NULL) + the sum over the kept pairs of n, j ascending, of
+   * gate[n,j] y[pos[n,j]], in fp32 in that order, rounded once. base (dt)
+   * may be out itself (each row is read before it is written). */
+  int (*moe_combine)(gt_backend *be, gt_dtype dt, void *out, const void *base, const void *y,
+                     const float *gate, const int32_t *pos, int64_t N, int64_t k, int64_t C);
+  /* Its backward: for every kept pair, dy[pos[n,j]] (dt) "=" gate[n,j]
+   * dout[n] (computed in fp32, rounded once; other rows of dy are left
+   * alone), and dgate (N,k) fp32 "=" the dot product of dout[n] and
+   * y[pos[n,j]] (accumulated in fp32 or wider), 0 for a dropped pair. */
+  int (*moe_combine_backward)(gt_backend *be, gt_dtype dt, void *dy, float *dgate,
+                              const void *dout, const void *y, const float *gate,
+                              const int32_t *pos, int64_t N, int64_t k, int64_t C);
+  /* The router's backward, in fp32: dlogits (N,E) "=" the gradient of the
+   * loss through moe_route's gates, the load-balancing loss and the router
+   * z-loss. With Z_n = sum over i < k of probs[n, sel[n,i]], the gates give
+   *   dp[n, sel[n,j]] = (dgate[n,j] - sum_i dgate[n,i] gate[n,i]) / Z_n
+   * (0 for unselected experts); the load-balancing loss L_aux = E sum_e
+   * load[e] / (N k) P_e with P_e = (1/N) sum_n probs[n,e] (load taken as
+   * constant) adds aux_scale E load[e] / (N^2 k) to dp[n,e]; then
+   *   dlogits[n,e] = probs[n,e] (dp[n,e] - sum_e' probs[n,e'] dp[n,e'])
+   *                  + z_scale 2 lse[n] probs[n,e] / N,
+   * the last term the gradient of the z-loss L_z = (1/N) sum_n lse[n]^2.
+   * aux_scale and z_scale are d(loss)/d(L_aux) and d(loss)/d(L_z). */
+  int (*moe_route_backward)(gt_backend *be, float *dlogits, const float *dgate,
+                            const float *probs, const float *lse, const int32_t *sel,
+                            const float *gate, const int32_t *load, int64_t N, int64_t E,
+                            int64_t k, float aux_scale, float z_scale);
+
   /* ---- attention: the flash-attention / cuDNN SDPA contract ----
    * Causal self-attention with H query heads and Hkv key/value heads of
    * size hs (grouped-query attention: H a multiple of Hkv, and query head h
