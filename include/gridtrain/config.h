@@ -47,6 +47,11 @@ typedef struct gt_config {
     gt_model_type type;
     long layers, heads, dim, seq_len, vocab;
     long kv_heads, ffn_dim;    /* 0: auto (heads; 4 dim or Llama's rule) */
+    long experts, top_k, moe_every; /* mixture of experts (0 experts: dense) */
+    long expert_ffn_dim;        /* 0: auto (ffn_dim) */
+    long shared_experts;
+    double capacity_factor;     /* 0: dropless */
+    double aux_loss, z_loss;    /* the router's loss coefficients */
     gt_tristate tie_embeddings; /* auto: on for gpt, off for llama */
     double norm_eps;            /* llama: RMSNorm epsilon */
     double rope_theta;          /* llama: RoPE base */

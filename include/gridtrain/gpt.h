@@ -52,6 +52,13 @@ typedef struct gt_gpt_shape {
   float norm_eps;        /* llama's RMSNorm epsilon (0: 1e-5) */
   double rope_theta;     /* llama (0: 10000) */
   gt_rope_scaling rope;  /* llama */
+  /* mixture of experts (moe.h, docs/models.md); experts 0: every block dense */
+  int experts, top_k, moe_every; /* moe_every 0: 1 */
+  int expert_ffn;        /* one expert's MLP width (0: ffn_dim) */
+  int shared_experts;    /* the dense MLP of an MoE block has shared_experts *
+                            expert_ffn units (0: none) */
+  double capacity_factor; /* 0: dropless */
+  double aux_loss, z_loss; /* coefficients of the router's losses */
 } gt_gpt_shape;
 
 struct gt_config;
@@ -67,6 +74,13 @@ bool gt_gpt_shape_tied(const gt_gpt_shape *s);
 bool gt_gpt_shape_llama(const gt_gpt_shape *s);
 int gt_gpt_shape_head_size(const gt_gpt_shape *s);
 float gt_gpt_shape_norm_eps(const gt_gpt_shape *s);
+
+/* Mixture of experts: whether block `layer` routes its tokens to experts
+ * (experts > 0 and layer a multiple of moe_every), one expert's MLP width,
+ * and the width of an MoE block's dense MLP (its shared experts; 0: none). */
+bool gt_gpt_shape_moe_block(const gt_gpt_shape *s, int layer);
+int gt_gpt_shape_expert_ffn(const gt_gpt_shape *s);
+int gt_gpt_shape_shared_ffn(const gt_gpt_shape *s);
 
 /* The first [model] key in which two shapes differ (resolved values), with
  * both values as text. weights_only: only what the weights' shapes depend
@@ -259,6 +273,14 @@ int gt_gpt_backward(gt_gpt *m, int slot, const gt_grad_hook *hook);
  * _input is collective on the tensor-parallel group, _weights is not. */
 int gt_gpt_backward_input(gt_gpt *m, int slot, int set, const gt_grad_hook *hook);
 int gt_gpt_backward_weights(gt_gpt *m, int slot, int set, const gt_grad_hook *hook);
+
+/* Mixture of experts: add the pairs that each expert of each of this
+ * rank's MoE blocks got from the training forwards (those with
+ * dlogit_scale != 0, recomputation not counted) since the last call into
+ * load[layer * experts + e] (layer: the block's index in the whole model),
+ * and the pairs dropped past capacity into *dropped; the counters restart.
+ * Nothing without experts. Not collective. */
+void gt_gpt_moe_take(gt_gpt *m, double *load, double *dropped);
 
 /* Which weight version the passes from here on compute with: the compute
  * copy (false, the default) or the params' stash, the older version

@@ -60,6 +60,69 @@ typedef struct gt_block_kind {
   const float *rope_cos, *rope_sin; /* (max_seq, hs/2) device tables (rope) */
 } gt_block_kind;
 
+/* ---- mixture of experts (src/layers/moe.c) ---------------------------------
+ * An MoE block's MLP: a router (a linear map of the block's normalised
+ * input to E logits, run in fp32) sends each of the N token rows to its k
+ * experts (moe_route of backend.h: softmax, top k, gates renormalised to sum
+ * to 1); the (token, expert) pairs are put in expert order (moe_assign; an
+ * expert past its capacity drops its later pairs, whose tokens then pass on
+ * the residual alone) and each expert, an MLP of F units (GELU in gpt,
+ * SwiGLU in llama), runs one product per projection over its rows; the
+ * outputs come back in token order, weighted by the gates (moe_combine). The
+ * block's dense MLP, when it has one, is its shared experts, and adds to
+ * the same output. Tensor parallelism splits each expert's units as it
+ * splits the dense MLP's (the router and the experts' output biases are
+ * replicated): the products give partial sums, which the block's all-reduce
+ * completes, and the gates' gradients are summed over tp before the
+ * router's backward, so every rank of tp routes and learns alike.
+ *
+ * Forward waits for the device once per MoE block: the host needs each
+ * expert's row count to size its products (a download of 2E int32). */
+typedef struct gt_moe_dims {
+  int64_t E, k;            /* experts; experts per token */
+  int64_t F;               /* one expert's units on this rank */
+  double capacity_factor;  /* an expert keeps ceil(factor N k / E) pairs; 0: all */
+  float aux_scale;         /* d(loss)/d(L_aux) of this block and micro-batch */
+  float z_scale;           /* d(loss)/d(L_z) (backend.h, moe_route_backward) */
+  int64_t *load;           /* host (E): += pairs per expert of each forward
+                              that counts (NULL: none) */
+  int64_t *dropped;        /* host: += pairs dropped (NULL: none) */
+  const struct gt_moe_scratch *scratch; /* shared by the MoE blocks */
+} gt_moe_dims;
+
+/* The experts' tensors (compute copy; gradients fp32), G = 2F with SwiGLU,
+ * else F. fc_b and proj_b are NULL in llama. */
+typedef struct gt_moe_weights {
+  const void *router_w;         /* (E, C) */
+  const void *fc_w, *fc_b;      /* (E, G, C), (E, G): gate rows then up rows (SwiGLU) */
+  const void *proj_w, *proj_b;  /* (E, C, F), (E, C) */
+} gt_moe_weights;
+
+typedef struct gt_moe_grads {
+  float *router_w, *fc_w, *fc_b, *proj_w, *proj_b;
+} gt_moe_grads;
+
+/* What an MoE block's forward keeps for backward (one micro-batch): R =
+ * N k rows at most in expert order. */
+typedef struct gt_moe_acts {
+  float *probs, *lse, *gate;    /* (N,E), (N), (N,k) */
+  int32_t *sel, *pos;           /* (N,k) */
+  int32_t *counts;              /* device (2E): load, then kept (moe_assign) */
+  int32_t *host;                /* pinned host (2E): their copy, which sizes the products */
+  void *xp, *h, *act, *y;       /* (R,C), (R,G), (R,F), (R,C) */
+} gt_moe_acts;
+
+/* Scratch of the MoE blocks, shared by all of them. */
+struct gt_moe_scratch {
+  float *logits;          /* (N,E): logits, then their gradient */
+  float *x32, *dx32;      /* (N,C): the router's input in fp32, its gradient */
+  float *w32;             /* (E,C): the router's weight in fp32 */
+  float *dgate;           /* (N,k) */
+  void *dy, *dh, *dact, *dxp; /* (R,C), (R,G), (R,F) (SwiGLU), (R,C) */
+  gt_device_event *counted; /* the download of the counts has run */
+};
+typedef struct gt_moe_scratch gt_moe_scratch;
+
 typedef struct gt_layer_dims {
   int64_t B, T, C; /* C: full width */
   int64_t H;       /* heads on this rank */
@@ -70,6 +133,8 @@ typedef struct gt_layer_dims {
   int64_t Hkv;                 /* key/value heads on this rank (0: H) */
   int64_t F;                   /* MLP units on this rank (0: 4C / P) */
   gt_block_kind kind;          /* zero: GPT-2's block */
+  const gt_moe_dims *moe;      /* an MoE block (NULL: dense); F is then its
+                                  dense MLP's (shared experts'), 0 for none */
 } gt_layer_dims;
 
 /* ---- pre-norm transformer block -----------------------------------------
@@ -90,11 +155,13 @@ typedef struct gt_block_weights {
   const void *ln2_w, *ln2_b;       /* (C) */
   const void *fc_w, *fc_b;         /* (G, C), (G): gate rows then up rows with SwiGLU */
   const void *fcproj_w, *fcproj_b; /* (C, F), (C) */
+  gt_moe_weights moe;              /* an MoE block's experts (else all NULL) */
 } gt_block_weights;
 
 typedef struct gt_block_grads {
   float *ln1_w, *ln1_b, *qkv_w, *qkv_b, *proj_w, *proj_b;
   float *ln2_w, *ln2_b, *fc_w, *fc_b, *fcproj_w, *fcproj_b;
+  gt_moe_grads moe;
 } gt_block_grads;
 
 /* What forward keeps for backward (one micro-batch). With sequence
@@ -110,6 +177,7 @@ typedef struct gt_block_acts {
   float *ln2_mean, *ln2_rstd; /* (N), (N) * (mean: LayerNorm only) */
   void *fc;                   /* (N,G) before the activation */
   void *gelu;                 /* (N,F) the activation's output */
+  gt_moe_acts moe;            /* an MoE block's */
 } gt_block_acts;
 
 /* Scratch for backward, shared by all blocks (compute type). */

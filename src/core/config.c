@@ -137,6 +137,31 @@ static const gt_key gt_keys[] = {
   {"model", "ffn_dim", GT_KEY_INT_AUTO, GT_OFF(model.ffn_dim), 1, 1048576, NULL, "auto",
    "MLP width; auto = 4 dim for gpt (the only width it takes), for llama 2/3 of 4 dim "
    "rounded up to a multiple of 256 (Meta's rule)", false, false},
+  {"model", "experts", GT_KEY_INT, GT_OFF(model.experts), 0, 4096, NULL, "0",
+   "routed experts of a mixture-of-experts block (0: every block dense; docs/models.md)",
+   false, false},
+  {"model", "top_k", GT_KEY_INT, GT_OFF(model.top_k), 1, 64, NULL, "2",
+   "experts each token goes to (at most experts); their gates are renormalised to sum to "
+   "1 (Mixtral)", false, false},
+  {"model", "moe_every", GT_KEY_INT, GT_OFF(model.moe_every), 1, 1024, NULL, "1",
+   "block l has experts when l is a multiple of moe_every (1: every block; 2: blocks 0, "
+   "2, 4, ... as Megatron's moe_layer_freq)", false, false},
+  {"model", "expert_ffn_dim", GT_KEY_INT_AUTO, GT_OFF(model.expert_ffn_dim), 1, 1048576,
+   NULL, "auto", "MLP width of one expert; auto = ffn_dim", false, false},
+  {"model", "shared_experts", GT_KEY_INT, GT_OFF(model.shared_experts), 0, 64, NULL, "0",
+   "always-on experts of a mixture-of-experts block (DeepSeek): one dense MLP of "
+   "shared_experts * expert_ffn_dim units beside the routed ones", false, false},
+  {"model", "capacity_factor", GT_KEY_REAL, GT_OFF(model.capacity_factor), 0, 1024, NULL,
+   "0", "tokens an expert takes per micro-batch, as a multiple of its fair share N top_k "
+   "/ experts (rounded up); the later tokens past it are dropped (the residual carries "
+   "them); 0: dropless", false, false},
+  {"model", "aux_loss", GT_KEY_REAL, GT_OFF(model.aux_loss), 0, 1e3, NULL, "0.01",
+   "coefficient of the load-balancing loss (Switch, Megatron's form: experts * sum over "
+   "experts of token fraction times mean router probability, 1 when balanced), per "
+   "mixture-of-experts block", false, false},
+  {"model", "z_loss", GT_KEY_REAL, GT_OFF(model.z_loss), 0, 1e3, NULL, "0",
+   "coefficient of the router z-loss (ST-MoE: mean squared log-sum-exp of the router "
+   "logits), per mixture-of-experts block", false, false},
   {"model", "tie_embeddings", GT_KEY_ENUM, GT_OFF(model.tie_embeddings), 0, 0,
    gt_tristate_names, "auto",
    "the LM head is the token embedding (on) or its own matrix lm_head (off); auto: on for "

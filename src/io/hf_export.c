@@ -612,6 +612,10 @@ static int gt_hf_export_in(const char *ckpt, const char *out_dir, const gt_hf_op
            gt_dtype_name(opt->dtype));
   GT_CALL(gt_ckpt_read_meta(ckpt, MPI_COMM_SELF, meta));
   GT_CALL(gt_ckpt_meta_shape(meta, ckpt, &w->shape));
+  GT_CHECK(w->shape.experts == 0, GT_ERR_INPUT,
+           "checkpoint %s has mixture-of-experts blocks ([model] experts = %d); the Hugging "
+           "Face export writes dense GPT-2 and Llama models only, not yet Mixtral's",
+           ckpt, w->shape.experts);
   GT_CALL(gt_hf_data_find(meta, ckpt, opt->data, data));
   const long vocab = data->tok && !data->own ? gt_tokenizer_vocab(data->tok) : data->vocab;
   GT_CHECK(vocab <= meta->vocab, GT_ERR_INPUT,

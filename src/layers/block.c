@@ -4,6 +4,7 @@
  */
 #include "gridtrain/error.h"
 #include "gridtrain/layers.h"
+#include "moe.h"
 #include "norm.h"
 #include "seq_par.h"
 
@@ -126,11 +127,17 @@ static int gt_block_after_attention(gt_backend *be, const gt_block_weights *w,
   GT_CALL(gt_norm_forward(be, dt, d.kind.norm, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2,
                           w->ln2_w, w->ln2_b, z.N, z.C));
   GT_CALL(gt_progress_poll(d.progress));
-  GT_CALL(op->linear_forward(be, dt, a->fc, a->ln2, w->fc_w, w->fc_b, NULL, z.N, z.C, z.G));
-  GT_CALL(gt_progress_poll(d.progress));
-  GT_CALL(gt_mlp_act_forward(be, a, z, d));
-  GT_CALL(op->linear_forward(be, dt, out, a->gelu, w->fcproj_w, z.lead ? w->fcproj_b : NULL,
-                             z.lead ? a->res2 : NULL, z.N, z.F, z.C));
+  if (w->fc_w) { /* the dense MLP (an MoE block's shared experts) */
+    GT_CALL(op->linear_forward(be, dt, a->fc, a->ln2, w->fc_w, w->fc_b, NULL, z.N, z.C, z.G));
+    GT_CALL(gt_progress_poll(d.progress));
+    GT_CALL(gt_mlp_act_forward(be, a, z, d));
+    GT_CALL(op->linear_forward(be, dt, out, a->gelu, w->fcproj_w, z.lead ? w->fcproj_b : NULL,
+                               z.lead ? a->res2 : NULL, z.N, z.F, z.C));
+  }
+  if (d.moe) {
+    const void *base = w->fc_w ? out : z.lead ? a->res2 : NULL;
+    GT_CALL(gt_moe_forward(be, &w->moe, &a->moe, a->ln2, base, out, d, z.lead));
+  }
   GT_CALL(gt_tp_sum(&d, out, nc));
   return GT_SUCCESS;
 }
@@ -155,6 +162,8 @@ static int gt_block_forward_sp(gt_backend *be, const gt_block_weights *w,
   const gt_dtype dt = d.dt;
   void *full = d.sp->full;
   const size_t piece = (size_t)(ns * z.C);
+  GT_CHECK(!d.moe, GT_ERR_INPUT,
+           "sequence parallelism does not take mixture-of-experts blocks yet");
   GT_CALL(gt_norm_forward(be, dt, d.kind.norm, a->ln1, a->ln1_mean, a->ln1_rstd, x, w->ln1_w,
                           w->ln1_b, ns, z.C));
   GT_CALL(gt_group_allgather(d.tp, a->ln1, full, piece, dt));
@@ -231,6 +240,8 @@ static int gt_block_backward_sp(gt_backend *be, const gt_block_weights *w,
   const gt_norm nk = d.kind.norm;
   void *full = d.sp->full, *dpiece = d.sp->piece;
   const size_t piece = (size_t)(ns * z.C);
+  GT_CHECK(!d.moe, GT_ERR_INPUT,
+           "sequence parallelism does not take mixture-of-experts blocks yet");
   /* MLP: the gathered residual gradient into the row-parallel projection */
   GT_CALL(gt_group_allgather(d.tp, dres, full, piece, dt));
   GT_CALL(op->linear_backward(be, dt, gt_mlp_act_grad(s, d), g->fcproj_w, g->fcproj_b, full,
@@ -316,20 +327,26 @@ static int gt_block_backward_in(gt_backend *be, const gt_block_weights *w,
   }
   const gt_block_scratch *s = &sk;
   /* MLP: dres flows unchanged to res2 and through the MLP branch */
-  if (keep)
-    GT_CALL(op->copy(be, keep->dfcproj, dres, nc * E, NULL));
-  GT_CALL(op->linear_backward(be, dt, gt_mlp_act_grad(s, d), NULL, NULL, dres, NULL,
-                              w->fcproj_w, z.N, z.F, z.C));
-  if (!keep)
-    GT_CALL(gt_block_projection_grad(be, g, a, GT_PROJ_FCPROJ, dres, z, d));
-  GT_CALL(gt_progress_poll(d.progress));
-  GT_CALL(gt_mlp_act_backward(be, a, s, z, d));
-  GT_CALL(gt_progress_poll(d.progress));
-  GT_CALL(op->linear_backward(be, dt, s->dln, NULL, NULL, s->dfc, NULL, w->fc_w, z.N, z.C,
-                              z.G));
-  if (!keep)
-    GT_CALL(gt_block_projection_grad(be, g, a, GT_PROJ_FC, s->dfc, z, d));
-  GT_CALL(gt_progress_poll(d.progress));
+  if (w->fc_w) { /* the dense MLP (an MoE block's shared experts) */
+    if (keep)
+      GT_CALL(op->copy(be, keep->dfcproj, dres, nc * E, NULL));
+    GT_CALL(op->linear_backward(be, dt, gt_mlp_act_grad(s, d), NULL, NULL, dres, NULL,
+                                w->fcproj_w, z.N, z.F, z.C));
+    if (!keep)
+      GT_CALL(gt_block_projection_grad(be, g, a, GT_PROJ_FCPROJ, dres, z, d));
+    GT_CALL(gt_progress_poll(d.progress));
+    GT_CALL(gt_mlp_act_backward(be, a, s, z, d));
+    GT_CALL(gt_progress_poll(d.progress));
+    GT_CALL(op->linear_backward(be, dt, s->dln, NULL, NULL, s->dfc, NULL, w->fc_w, z.N, z.C,
+                                z.G));
+    if (!keep)
+      GT_CALL(gt_block_projection_grad(be, g, a, GT_PROJ_FC, s->dfc, z, d));
+    GT_CALL(gt_progress_poll(d.progress));
+  } else {
+    GT_CALL(op->zero(be, s->dln, nc * E));
+  }
+  if (d.moe)
+    GT_CALL(gt_moe_backward(be, &w->moe, &g->moe, &a->moe, a->ln2, dres, s->dln, d, z.lead));
   GT_CALL(gt_tp_sum(&d, s->dln, nc)); /* conjugate f: each rank saw its units only */
   GT_CALL(gt_norm_backward(be, dt, nk, dres, g->ln2_w, g->ln2_b, s->dln, a->res2, w->ln2_w,
                            a->ln2_mean, a->ln2_rstd, z.N, z.C));
@@ -378,6 +395,9 @@ int gt_block_backward_input(gt_backend *be, const gt_block_weights *w, const gt_
   GT_CHECK(!gt_sp_on(d.tp, d.sp, d.B * d.T, &r0, &ns), GT_ERR_INPUT,
            "the split backward of a block (zero-bubble schedules) does not take sequence "
            "parallelism yet");
+  GT_CHECK(!d.moe, GT_ERR_INPUT,
+           "the split backward of a block (zero-bubble schedules) does not take "
+           "mixture-of-experts blocks yet");
   GT_ASSERT(keep && keep->dfcproj && keep->dfc && keep->dproj && keep->dqkv);
   GT_CALL(gt_block_backward_in(be, w, g, a, x, dres, s, keep, d));
   return GT_SUCCESS;

@@ -20,7 +20,7 @@ typedef enum { GT_AT_EMBED, GT_AT_BLOCK, GT_AT_HEAD } gt_gpt_at;
 typedef struct {
   char name[GT_PARAM_NAME_MAX];
   int ndim;
-  long dims[2];
+  long dims[3];
   int axis, blocks; /* split over tp along axis (-1: replicated) */
   int units[GT_SHARD_MAX_BLOCKS]; /* the blocks' proportions (0: equal) */
   gt_init_kind init;
@@ -28,41 +28,169 @@ typedef struct {
   bool decay;
   gt_gpt_at at;
   int layer;
+  int kind; /* a block's: its gt_gpt_block_tensor (GT_BP_*) */
 } gt_gpt_pdesc;
 
-#define GT_BLOCK_PARAMS_MAX 12
+/* The tensors a block may have: GPT-2's twelve (weights and biases
+ * interleaved), then an MoE block's router and experts. */
+enum {
+  GT_BP_LN1_W, GT_BP_LN1_B, GT_BP_QKV_W, GT_BP_QKV_B, GT_BP_PROJ_W, GT_BP_PROJ_B,
+  GT_BP_LN2_W, GT_BP_LN2_B, GT_BP_FC_W, GT_BP_FC_B, GT_BP_FCPROJ_W, GT_BP_FCPROJ_B,
+  GT_BP_ROUTER_W, GT_BP_EFC_W, GT_BP_EFC_B, GT_BP_EPROJ_W, GT_BP_EPROJ_B,
+  GT_BLOCK_PARAMS_MAX
+};
 
-/* Parameters of the embedding (wte[, wpe]), of a block, of the head
+/* Parameters of the embedding (wte[, wpe]), of the head
  * (ln_f.weight[, ln_f.bias][, lm_head.weight]). */
 static int gt_gpt_embed_params(const gt_gpt_shape *s) { return gt_gpt_shape_llama(s) ? 1 : 2; }
-static int gt_gpt_block_params(const gt_gpt_shape *s) { return gt_gpt_shape_llama(s) ? 6 : 12; }
 static int gt_gpt_lnf_params(const gt_gpt_shape *s) { return gt_gpt_shape_llama(s) ? 1 : 2; }
 static int gt_gpt_head_params(const gt_gpt_shape *s)
 {
   return gt_gpt_lnf_params(s) + (gt_gpt_shape_tied(s) ? 0 : 1);
 }
 
-int gt_gpt_logical_count(const gt_gpt_shape *s)
+/* The tensors of block `layer` in registration order (GT_BP_*; llama has
+ * no biases; an MoE block's dense MLP only with shared experts); returns
+ * their number. */
+static int gt_gpt_block_list(const gt_gpt_shape *s, int layer, int kinds[GT_BLOCK_PARAMS_MAX])
 {
-  return gt_gpt_embed_params(s) + gt_gpt_block_params(s) * s->layers + gt_gpt_head_params(s);
+  const bool bias = !gt_gpt_shape_llama(s), moe = gt_gpt_shape_moe_block(s, layer);
+  const bool dense_mlp = !moe || gt_gpt_shape_shared_ffn(s) > 0;
+  int n = 0;
+  for (int k = 0; k < GT_BLOCK_PARAMS_MAX; k++) {
+    const bool is_bias = k < GT_BP_ROUTER_W ? k % 2 == 1 : k == GT_BP_EFC_B || k == GT_BP_EPROJ_B;
+    if (is_bias && !bias)
+      continue;
+    if (k >= GT_BP_FC_W && k <= GT_BP_FCPROJ_B && !dense_mlp)
+      continue;
+    if (k >= GT_BP_ROUTER_W && !moe)
+      continue;
+    kinds[n++] = k;
+  }
+  return n;
 }
 
-/* Which block tensor each of a block's parameters is (GPT-2's order: the
- * weights and biases interleaved); llama has the weights only. */
-enum {
-  GT_BP_LN1_W, GT_BP_LN1_B, GT_BP_QKV_W, GT_BP_QKV_B, GT_BP_PROJ_W, GT_BP_PROJ_B,
-  GT_BP_LN2_W, GT_BP_LN2_B, GT_BP_FC_W, GT_BP_FC_B, GT_BP_FCPROJ_W, GT_BP_FCPROJ_B
-};
-static int gt_gpt_block_tensor(const gt_gpt_shape *s, int k)
+static int gt_gpt_block_count(const gt_gpt_shape *s, int layer)
 {
-  return gt_gpt_shape_llama(s) ? 2 * k : k;
+  int kinds[GT_BLOCK_PARAMS_MAX];
+  return gt_gpt_block_list(s, layer, kinds);
+}
+
+/* The block parameters before block l: dense blocks and MoE blocks each
+ * have their own count, and the MoE ones are the multiples of moe_every. */
+static int gt_gpt_block_offset(const gt_gpt_shape *s, int l)
+{
+  const int every = s->moe_every > 0 ? s->moe_every : 1;
+  const int moe = s->experts > 0 ? (l + every - 1) / every : 0;
+  int dense_n = 0, moe_n = 0;
+  for (int j = 0; j < every + 1 && j < s->layers; j++) { /* one of each kind, if any */
+    if (gt_gpt_shape_moe_block(s, j))
+      moe_n = gt_gpt_block_count(s, j);
+    else
+      dense_n = gt_gpt_block_count(s, j);
+  }
+  return (l - moe) * dense_n + moe * moe_n;
+}
+
+int gt_gpt_logical_count(const gt_gpt_shape *s)
+{
+  return gt_gpt_embed_params(s) + gt_gpt_block_offset(s, s->layers) + gt_gpt_head_params(s);
+}
+
+/* Block tensor k of layer l. */
+static gt_gpt_pdesc gt_gpt_describe_block(const gt_gpt_shape *s, int l, int k)
+{
+  const long C = s->dim;
+  const float std = 0.02f, std_res = 0.02f / sqrtf(2.0f * (float)s->layers);
+  const long hs = C / s->heads, K = gt_gpt_shape_kv_heads(s);
+  const bool moe = gt_gpt_shape_moe_block(s, l), glu = gt_gpt_shape_llama(s);
+  const long F = moe ? gt_gpt_shape_shared_ffn(s) : gt_gpt_shape_ffn(s);
+  const long Fe = gt_gpt_shape_expert_ffn(s), E = s->experts;
+  const long qkv = (s->heads + 2 * K) * hs;
+  static const char *const suffix[GT_BLOCK_PARAMS_MAX] = {
+    "ln_1.weight", "ln_1.bias", "attn.qkv.weight", "attn.qkv.bias",
+    "attn.proj.weight", "attn.proj.bias", "ln_2.weight", "ln_2.bias",
+    "mlp.fc.weight", "mlp.fc.bias", "mlp.proj.weight", "mlp.proj.bias",
+    "moe.router.weight", "moe.experts.fc.weight", "moe.experts.fc.bias",
+    "moe.experts.proj.weight", "moe.experts.proj.bias"};
+  gt_gpt_pdesc d = {.ndim = 1, .axis = -1, .blocks = 1, .init = GT_INIT_ZEROS,
+                    .at = GT_AT_BLOCK, .layer = l, .kind = k};
+  snprintf(d.name, sizeof d.name, "h.%d.%s", l, suffix[k]);
+  const bool weight = k < GT_BP_ROUTER_W ? k % 2 == 0 : k != GT_BP_EFC_B && k != GT_BP_EPROJ_B;
+  const bool norm = k == GT_BP_LN1_W || k == GT_BP_LN2_W || k == GT_BP_LN1_B ||
+                    k == GT_BP_LN2_B;
+  const bool residual = k == GT_BP_PROJ_W || k == GT_BP_FCPROJ_W || k == GT_BP_EPROJ_W;
+  d.dims[0] = C;
+  switch (k) {
+  case GT_BP_QKV_W: /* q, k, v rows: column-parallel by heads */
+  case GT_BP_QKV_B:
+    d.dims[0] = qkv;
+    d.dims[1] = C;
+    d.axis = 0;
+    d.blocks = 3;
+    if (K != s->heads)
+      memcpy(d.units, (int[3]){s->heads, (int)K, (int)K}, sizeof(int[3]));
+    break;
+  case GT_BP_PROJ_W: /* row-parallel: the input columns; the bias replicated */
+    d.dims[1] = s->heads * hs;
+    d.axis = 1;
+    break;
+  case GT_BP_FC_W: /* column-parallel: gate and up rows (SwiGLU) or the units */
+  case GT_BP_FC_B:
+    d.dims[0] = glu ? 2 * F : F;
+    d.dims[1] = C;
+    d.axis = 0;
+    d.blocks = glu ? 2 : 1;
+    break;
+  case GT_BP_FCPROJ_W:
+    d.dims[1] = F;
+    d.axis = 1;
+    break;
+  case GT_BP_ROUTER_W: /* replicated: every rank of tp routes alike */
+    d.dims[0] = E;
+    d.dims[1] = C;
+    break;
+  case GT_BP_EFC_W: /* each expert column-parallel as mlp.fc */
+  case GT_BP_EFC_B:
+    d.dims[0] = E;
+    d.dims[1] = glu ? 2 * Fe : Fe;
+    d.dims[2] = C;
+    d.axis = 1;
+    d.blocks = glu ? 2 : 1;
+    break;
+  case GT_BP_EPROJ_W: /* each expert row-parallel as mlp.proj */
+    d.dims[0] = E;
+    d.dims[1] = C;
+    d.dims[2] = Fe;
+    d.axis = 2;
+    break;
+  case GT_BP_EPROJ_B: /* replicated, added by tp rank 0 */
+    d.dims[0] = E;
+    d.dims[1] = C;
+    break;
+  default:
+    break;
+  }
+  /* a bias is its weight's rows: one dimension fewer */
+  d.ndim = k >= GT_BP_ROUTER_W ? (k == GT_BP_EFC_W || k == GT_BP_EPROJ_W ? 3 : 2)
+           : weight && !norm   ? 2
+                               : 1;
+  for (int i = d.ndim; i < 3; i++)
+    d.dims[i] = 0;
+  if (d.axis >= d.ndim || (k == GT_BP_PROJ_B || k == GT_BP_FCPROJ_B))
+    d.axis = -1;
+  d.init = norm ? (weight ? GT_INIT_ONES : GT_INIT_ZEROS)
+                : (weight ? GT_INIT_NORMAL : GT_INIT_ZEROS);
+  d.std = d.init == GT_INIT_NORMAL ? (residual ? std_res : std) : 0.0f;
+  d.decay = weight && !norm;
+  return d;
 }
 
 static gt_gpt_pdesc gt_gpt_describe(const gt_gpt_shape *s, int i)
 {
   const long C = s->dim;
-  const float std = 0.02f, std_res = 0.02f / sqrtf(2.0f * (float)s->layers);
-  const int E = gt_gpt_embed_params(s), BP = gt_gpt_block_params(s);
+  const float std = 0.02f;
+  const int E = gt_gpt_embed_params(s);
   gt_gpt_pdesc d = {.ndim = 1, .axis = -1, .blocks = 1, .init = GT_INIT_ZEROS, .layer = -1};
   if (i < E) {
     d = (gt_gpt_pdesc){.ndim = 2, .axis = i == 0 ? 0 : -1, .blocks = 1,
@@ -74,73 +202,44 @@ static gt_gpt_pdesc gt_gpt_describe(const gt_gpt_shape *s, int i)
     return d;
   }
   i -= E;
-  if (i >= BP * s->layers) {
-    const int j = i - BP * s->layers;
-    d.at = GT_AT_HEAD;
-    d.dims[0] = C;
-    if (j == gt_gpt_lnf_params(s)) { /* the untied head: vocabulary-parallel as wte */
-      d.ndim = 2;
-      d.dims[0] = s->vocab;
-      d.dims[1] = C;
-      d.axis = 0;
-      d.init = GT_INIT_NORMAL;
-      d.std = std;
-      d.decay = true;
-      snprintf(d.name, sizeof d.name, "lm_head.weight");
-      return d;
+  if (i < gt_gpt_block_offset(s, s->layers)) { /* the last block starting at or before i */
+    int lo = 0, hi = s->layers - 1;
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (gt_gpt_block_offset(s, mid) <= i)
+        lo = mid;
+      else
+        hi = mid - 1;
     }
-    d.init = j == 0 ? GT_INIT_ONES : GT_INIT_ZEROS;
-    snprintf(d.name, sizeof d.name, "%s", j == 0 ? "ln_f.weight" : "ln_f.bias");
+    int kinds[GT_BLOCK_PARAMS_MAX];
+    gt_gpt_block_list(s, lo, kinds);
+    return gt_gpt_describe_block(s, lo, kinds[i - gt_gpt_block_offset(s, lo)]);
+  }
+  const int j = i - gt_gpt_block_offset(s, s->layers);
+  d.at = GT_AT_HEAD;
+  d.dims[0] = C;
+  if (j == gt_gpt_lnf_params(s)) { /* the untied head: vocabulary-parallel as wte */
+    d.ndim = 2;
+    d.dims[0] = s->vocab;
+    d.dims[1] = C;
+    d.axis = 0;
+    d.init = GT_INIT_NORMAL;
+    d.std = std;
+    d.decay = true;
+    snprintf(d.name, sizeof d.name, "lm_head.weight");
     return d;
   }
-  const long hs = C / s->heads, K = gt_gpt_shape_kv_heads(s), F = gt_gpt_shape_ffn(s);
-  const long qkv = (s->heads + 2 * K) * hs, fc = gt_gpt_shape_llama(s) ? 2 * F : F;
-  static const char *const suffix[GT_BLOCK_PARAMS_MAX] = {
-    "ln_1.weight", "ln_1.bias", "attn.qkv.weight", "attn.qkv.bias",
-    "attn.proj.weight", "attn.proj.bias", "ln_2.weight", "ln_2.bias",
-    "mlp.fc.weight", "mlp.fc.bias", "mlp.proj.weight", "mlp.proj.bias"};
-  const int l = i / BP, k = gt_gpt_block_tensor(s, i % BP);
-  snprintf(d.name, sizeof d.name, "h.%d.%s", l, suffix[k]);
-  d.at = GT_AT_BLOCK;
-  d.layer = l;
-  const bool weight = k % 2 == 0, norm = k == GT_BP_LN1_W || k == GT_BP_LN2_W ||
-                                         k == GT_BP_LN1_B || k == GT_BP_LN2_B;
-  const bool residual = k == GT_BP_PROJ_W || k == GT_BP_FCPROJ_W;
-  long rows = C, cols = C;
-  switch (k - k % 2) {
-  case GT_BP_QKV_W: /* q, k, v rows: column-parallel by heads */
-    rows = qkv;
-    d.axis = 0;
-    d.blocks = 3;
-    if (K != s->heads)
-      memcpy(d.units, (int[3]){s->heads, (int)K, (int)K}, sizeof(int[3]));
-    break;
-  case GT_BP_PROJ_W: /* row-parallel: the input columns; the bias replicated */
-    cols = s->heads * hs;
-    d.axis = weight ? 1 : -1;
-    break;
-  case GT_BP_FC_W: /* column-parallel: gate and up rows (SwiGLU) or the units */
-    rows = fc;
-    d.axis = 0;
-    d.blocks = gt_gpt_shape_llama(s) ? 2 : 1;
-    break;
-  case GT_BP_FCPROJ_W:
-    cols = F;
-    d.axis = weight ? 1 : -1;
-    break;
-  default:
-    break;
-  }
-  d.ndim = weight && !norm ? 2 : 1;
-  d.dims[0] = rows;
-  d.dims[1] = d.ndim == 2 ? cols : 0;
-  if (d.ndim == 1 && d.axis == 1)
-    d.axis = -1;
-  d.init = norm ? (weight ? GT_INIT_ONES : GT_INIT_ZEROS)
-                : (d.ndim == 2 ? GT_INIT_NORMAL : GT_INIT_ZEROS);
-  d.std = d.init == GT_INIT_NORMAL ? (residual ? std_res : std) : 0.0f;
-  d.decay = d.ndim == 2;
+  d.init = j == 0 ? GT_INIT_ONES : GT_INIT_ZEROS;
+  snprintf(d.name, sizeof d.name, "%s", j == 0 ? "ln_f.weight" : "ln_f.bias");
   return d;
+}
+
+static size_t gt_gpt_pdesc_numel(const gt_gpt_pdesc *d)
+{
+  size_t n = 1;
+  for (int i = 0; i < d->ndim; i++)
+    n *= (size_t)d->dims[i];
+  return n;
 }
 
 size_t gt_gpt_logical_param(const gt_gpt_shape *shape, int i, char name[GT_PARAM_NAME_MAX],
@@ -149,9 +248,9 @@ size_t gt_gpt_logical_param(const gt_gpt_shape *shape, int i, char name[GT_PARAM
   gt_gpt_pdesc d = gt_gpt_describe(shape, i);
   snprintf(name, GT_PARAM_NAME_MAX, "%s", d.name);
   *ndim = d.ndim;
-  dims[0] = d.dims[0];
-  dims[1] = d.dims[1];
-  return (size_t)d.dims[0] * (size_t)(d.ndim == 2 ? d.dims[1] : 1);
+  for (int k = 0; k < 3; k++)
+    dims[k] = d.dims[k];
+  return gt_gpt_pdesc_numel(&d);
 }
 
 static int gt_gpt_add(gt_gpt *m, const gt_gpt_pdesc *d, bool counted_if_replicated,
@@ -204,7 +303,7 @@ int gt_gpt_chunk_slot(const gt_gpt *m, int chunk, int mb)
 }
 
 /* This rank's parameters, in the order backward finishes them last-first:
- * the embedding (first stage: wte[, wpe]), block_params per block, the
+ * the embedding (first stage: wte[, wpe]), each block's (gt_gpt_block_list), the
  * head (ln_f.weight[, ln_f.bias][, lm_head.weight]) and, on a last stage
  * that is not also the first with a tied head, its copy of wte. */
 static int gt_gpt_register(gt_gpt *m)
@@ -212,9 +311,8 @@ static int gt_gpt_register(gt_gpt *m)
   const gt_gpt_part *pt = &m->part;
   const bool lead = pt->tp.rank == 0;
   const int n = gt_gpt_logical_count(&m->shape);
-  const int E = gt_gpt_embed_params(&m->shape);
   gt_params *p = m->params;
-  int local = 0; /* blocks come in ascending order, the chunks too */
+  int local = 0, last_layer = -1; /* blocks come in ascending order, the chunks too */
   for (int i = 0; i < n; i++) {
     gt_gpt_pdesc d = gt_gpt_describe(&m->shape, i);
     bool here = (d.at == GT_AT_EMBED && pt->first) || (d.at == GT_AT_HEAD && pt->last) ||
@@ -223,13 +321,18 @@ static int gt_gpt_register(gt_gpt *m)
       continue;
     if (i == 0)
       m->p_wte = p->count;
-    if (d.at == GT_AT_BLOCK && (i - E) % m->block_params == 0)
-      m->p_block[local++] = p->count;
+    if (d.at == GT_AT_BLOCK && d.layer != last_layer) {
+      m->p_block[local] = p->count;
+      m->p_block_n[local] = gt_gpt_block_count(&m->shape, d.layer);
+      GT_ASSERT(m->layer_of[local] == d.layer);
+      local++;
+      last_layer = d.layer;
+    }
     if (d.at == GT_AT_HEAD && d.init == GT_INIT_ONES)
       m->p_head = p->count;
     GT_CALL(gt_gpt_add(m, &d, lead, true));
   }
-  m->p_emb_count = pt->first ? E : 0;
+  m->p_emb_count = pt->first ? gt_gpt_embed_params(&m->shape) : 0;
   m->p_lnf_count = gt_gpt_lnf_params(&m->shape);
   m->p_head_count = pt->last ? gt_gpt_head_params(&m->shape) : 0;
   if (pt->last && !pt->first && m->tied) {
@@ -264,18 +367,21 @@ static int gt_gpt_bind(gt_gpt *m)
       GT_BIND(m->p_wte + 1, m->wpe, m->dwpe);
   }
   for (int l = 0; l < m->local_blocks; l++) {
+    gt_block_weights *w = &m->w[l];
+    gt_block_grads *g = &m->g[l];
     const void **wv[GT_BLOCK_PARAMS_MAX] = {
-      &m->w[l].ln1_w, &m->w[l].ln1_b, &m->w[l].qkv_w, &m->w[l].qkv_b,
-      &m->w[l].proj_w, &m->w[l].proj_b, &m->w[l].ln2_w, &m->w[l].ln2_b,
-      &m->w[l].fc_w, &m->w[l].fc_b, &m->w[l].fcproj_w, &m->w[l].fcproj_b};
+      &w->ln1_w, &w->ln1_b, &w->qkv_w, &w->qkv_b, &w->proj_w, &w->proj_b,
+      &w->ln2_w, &w->ln2_b, &w->fc_w, &w->fc_b, &w->fcproj_w, &w->fcproj_b,
+      &w->moe.router_w, &w->moe.fc_w, &w->moe.fc_b, &w->moe.proj_w, &w->moe.proj_b};
     float **gv[GT_BLOCK_PARAMS_MAX] = {
-      &m->g[l].ln1_w, &m->g[l].ln1_b, &m->g[l].qkv_w, &m->g[l].qkv_b,
-      &m->g[l].proj_w, &m->g[l].proj_b, &m->g[l].ln2_w, &m->g[l].ln2_b,
-      &m->g[l].fc_w, &m->g[l].fc_b, &m->g[l].fcproj_w, &m->g[l].fcproj_b};
-    for (int i = 0; i < m->block_params; i++) {
-      const int k = gt_gpt_block_tensor(&m->shape, i);
-      GT_BIND(m->p_block[l] + i, *wv[k], *gv[k]);
-    }
+      &g->ln1_w, &g->ln1_b, &g->qkv_w, &g->qkv_b, &g->proj_w, &g->proj_b,
+      &g->ln2_w, &g->ln2_b, &g->fc_w, &g->fc_b, &g->fcproj_w, &g->fcproj_b,
+      &g->moe.router_w, &g->moe.fc_w, &g->moe.fc_b, &g->moe.proj_w, &g->moe.proj_b};
+    int kinds[GT_BLOCK_PARAMS_MAX];
+    const int n = gt_gpt_block_list(&m->shape, m->layer_of[l], kinds);
+    GT_ASSERT(n == m->p_block_n[l]);
+    for (int i = 0; i < n; i++)
+      GT_BIND(m->p_block[l] + i, *wv[kinds[i]], *gv[kinds[i]]);
   }
   if (m->part.last) {
     GT_BIND(m->p_head, m->lnf_w, m->dlnf_w);
@@ -288,6 +394,20 @@ static int gt_gpt_bind(gt_gpt *m)
   }
 #undef GT_BIND
   return GT_SUCCESS;
+}
+
+void gt_gpt_moe_take(gt_gpt *m, double *load, double *dropped)
+{
+  if (!m->moe_here)
+    return;
+  const size_t E = (size_t)m->shape.experts;
+  for (int l = 0; l < m->local_blocks; l++)
+    for (size_t e = 0; e < E; e++) {
+      load[(size_t)m->layer_of[l] * E + e] += (double)m->moe_load[(size_t)l * E + e];
+      m->moe_load[(size_t)l * E + e] = 0;
+    }
+  *dropped += (double)m->moe_dropped;
+  m->moe_dropped = 0;
 }
 
 int gt_gpt_use_stash(gt_gpt *m, bool stash)
@@ -337,7 +457,7 @@ static int gt_gpt_chunk_passes(gt_gpt *m, int c)
   if (embed)
     GT_PASS(ps[0], m->p_wte, m->p_emb_count);
   for (int l = l0; l < l1; l++)
-    GT_PASS(ps[0], m->p_block[l], m->block_params);
+    GT_PASS(ps[0], m->p_block[l], m->p_block_n[l]);
   if (head) {
     GT_PASS(ps[0], m->p_head, m->p_head_count);
     GT_PASS(ps[1], m->p_head, m->p_head_count);
@@ -347,7 +467,7 @@ static int gt_gpt_chunk_passes(gt_gpt *m, int c)
     }
   }
   for (int l = l1 - 1; l >= l0; l--)
-    GT_PASS(ps[1], m->p_block[l], m->block_params);
+    GT_PASS(ps[1], m->p_block[l], m->p_block_n[l]);
 #undef GT_PASS
   return GT_SUCCESS;
 }
@@ -403,9 +523,11 @@ void gt_gpt_gather_sizes(const gt_gpt *m, size_t sizes[GT_GPT_GATHER_BUFS])
       const gt_gpt_pass *ps = &m->fwd[c];
       const size_t len = gt_params_span(m->params, ps->first[k], ps->count[k]);
       largest = len > largest ? len : largest;
-      if (ps->count[k] == m->block_params && len > block)
-        block = len;
     }
+  for (int l = 0; l < m->local_blocks; l++) {
+    const size_t len = gt_params_span(m->params, m->p_block[l], m->p_block_n[l]);
+    block = len > block ? len : block;
+  }
   /* one embedding or head at a time; the one-stage head's ln_f is smaller
    * than a block */
   sizes[0] = largest;
@@ -422,28 +544,63 @@ typedef struct {
   size_t Cl, QKV, F, G;
 } gt_gpt_widths;
 
-static gt_gpt_widths gt_gpt_widths_of(const gt_gpt *m)
+/* mlp: the dense MLP's units F of a dense block (GT_MLP_DENSE), of an MoE
+ * block (its shared experts, GT_MLP_MOE), or the larger (GT_MLP_ANY: the
+ * buffers every block shares). */
+enum { GT_MLP_DENSE, GT_MLP_MOE, GT_MLP_ANY };
+
+static gt_gpt_widths gt_gpt_widths_of(const gt_gpt *m, int mlp)
 {
   const size_t hs = (size_t)gt_gpt_shape_head_size(&m->shape);
   gt_gpt_widths w;
   w.Cl = (size_t)m->H * hs;
   w.QKV = w.Cl + 2 * (size_t)m->Hkv * hs;
-  w.F = (size_t)m->F;
+  const size_t dense = (size_t)m->F, shared = m->moe_here ? (size_t)m->Fs : 0;
+  w.F = mlp == GT_MLP_DENSE ? dense : mlp == GT_MLP_MOE ? shared : dense > shared ? dense : shared;
   w.G = m->kind.swiglu ? 2 * w.F : w.F;
   return w;
+}
+
+/* Whether local block l has experts. */
+static bool gt_gpt_local_moe(const gt_gpt *m, int l)
+{
+  return gt_gpt_shape_moe_block(&m->shape, m->layer_of[l]);
+}
+
+void gt_gpt_layout_moe_acts(const gt_gpt *m, gt_moe_acts *a, gt_carver *c, size_t N)
+{
+  const size_t E = (size_t)m->shape.experts, k = (size_t)m->shape.top_k, R = N * k;
+  const size_t C = (size_t)m->shape.dim, F = sizeof(float), I = sizeof(int32_t);
+  const size_t es = gt_dtype_size(m->dt), Fe = (size_t)m->Fe;
+  const size_t Ge = m->kind.swiglu ? 2 * Fe : Fe;
+  int32_t *host = a->host;
+  memset(a, 0, sizeof *a);
+  a->host = host;
+  a->probs = gt_carve(c, N * E * F);
+  a->lse = gt_carve(c, N * F);
+  a->gate = gt_carve(c, N * k * F);
+  a->sel = gt_carve(c, N * k * I);
+  a->pos = gt_carve(c, N * k * I);
+  a->counts = gt_carve(c, 2 * E * I);
+  a->xp = gt_carve(c, R * C * es);
+  a->h = gt_carve(c, R * Ge * es);
+  a->act = gt_carve(c, R * Fe * es);
+  a->y = gt_carve(c, R * C * es);
 }
 
 /* Which of a block's activations to lay out: the attention core's output
  * and statistics (what ATTENTION recomputes), the rest, or both. */
 enum { GT_ACTS_CORE = 1, GT_ACTS_REST = 2, GT_ACTS_ALL = 3 };
 
-static void gt_gpt_layout_acts(gt_gpt *m, gt_block_acts *a, gt_carver *c, int which)
+/* mlp as gt_gpt_widths_of; the experts' activations with GT_MLP_MOE, and
+ * with GT_MLP_ANY when the part has MoE blocks. */
+static void gt_gpt_layout_acts(gt_gpt *m, gt_block_acts *a, gt_carver *c, int which, int mlp)
 {
   const size_t B = (size_t)m->batch, T = (size_t)m->seq, N = B * T;
   const size_t Ns = (size_t)gt_gpt_stream_rows(m, m->batch, m->seq); /* LayerNorm side */
   const size_t C = (size_t)m->shape.dim, H = (size_t)m->H;
   const size_t F = sizeof(float), E = gt_dtype_size(m->dt);
-  gt_gpt_widths wd = gt_gpt_widths_of(m);
+  gt_gpt_widths wd = gt_gpt_widths_of(m, mlp);
   memset(a, 0, sizeof *a);
   if (which & GT_ACTS_CORE) {
     a->lse = gt_carve(c, B * H * T * F);
@@ -460,8 +617,10 @@ static void gt_gpt_layout_acts(gt_gpt *m, gt_block_acts *a, gt_carver *c, int wh
   a->ln2 = gt_carve(c, Ns * C * E);
   a->ln2_mean = mean ? gt_carve(c, Ns * F) : NULL;
   a->ln2_rstd = gt_carve(c, Ns * F);
-  a->fc = gt_carve(c, N * wd.G * E);
-  a->gelu = gt_carve(c, N * wd.F * E);
+  a->fc = wd.F ? gt_carve(c, N * wd.G * E) : NULL;
+  a->gelu = wd.F ? gt_carve(c, N * wd.F * E) : NULL;
+  if (mlp == GT_MLP_MOE || (mlp == GT_MLP_ANY && m->moe_here))
+    gt_gpt_layout_moe_acts(m, &a->moe, c, N);
 }
 
 static void gt_gpt_layout_slot(gt_gpt *m, gt_gpt_slot *sl, gt_carver *c)
@@ -476,7 +635,8 @@ static void gt_gpt_layout_slot(gt_gpt *m, gt_gpt_slot *sl, gt_carver *c)
                    : m->part.recompute == GT_RECOMPUTE_ATTENTION ? GT_ACTS_REST
                                                                  : 0;
   for (int l = 0; l < sl->nb; l++)
-    gt_gpt_layout_acts(m, &sl->acts[l], c, keep);
+    gt_gpt_layout_acts(m, &sl->acts[l], c, keep,
+                       gt_gpt_local_moe(m, sl->l0 + l) ? GT_MLP_MOE : GT_MLP_DENSE);
   if (sl->head_here) {
     sl->head.lnf = gt_carve(c, Ns * C * E);
     sl->head.lnf_mean = gt_carve(c, Ns * F);
@@ -495,7 +655,7 @@ static void gt_gpt_layout(gt_gpt *m, gt_carver *c)
   const size_t B = (size_t)m->batch, T = (size_t)m->seq, N = B * T;
   const size_t C = (size_t)m->shape.dim, P = (size_t)m->part.tp.size;
   const size_t F = sizeof(float), E = gt_dtype_size(m->dt);
-  const gt_gpt_widths wd = gt_gpt_widths_of(m);
+  const gt_gpt_widths wd = gt_gpt_widths_of(m, GT_MLP_ANY);
   const size_t before = c->off;
   for (int s = 0; s < m->nslots; s++)
     gt_gpt_layout_slot(m, &m->slots[s], c);
@@ -512,6 +672,21 @@ static void gt_gpt_layout(gt_gpt *m, gt_carver *c)
   m->scratch.datty = gt_carve(c, N * wd.Cl * E);
   m->scratch.dfc = gt_carve(c, N * wd.G * E);
   m->scratch.dact = m->kind.swiglu ? gt_carve(c, N * wd.F * E) : NULL;
+  memset(&m->moe_scratch, 0, sizeof m->moe_scratch);
+  if (m->moe_here) {
+    gt_moe_scratch *ms = &m->moe_scratch;
+    const size_t Ex = (size_t)m->shape.experts, k = (size_t)m->shape.top_k, R = N * k;
+    const size_t Fe = (size_t)m->Fe, Ge = m->kind.swiglu ? 2 * Fe : Fe;
+    ms->logits = gt_carve(c, N * Ex * F);
+    ms->x32 = gt_carve(c, N * C * F);
+    ms->dx32 = gt_carve(c, N * C * F);
+    ms->w32 = gt_carve(c, Ex * C * F);
+    ms->dgate = gt_carve(c, N * k * F);
+    ms->dy = gt_carve(c, R * C * E);
+    ms->dh = gt_carve(c, R * Ge * E);
+    ms->dact = m->kind.swiglu ? gt_carve(c, R * Fe * E) : NULL;
+    ms->dxp = gt_carve(c, R * C * E);
+  }
   m->rope_cos = m->rope_sin = NULL;
   if (m->kind.rope) { /* the tables for every position the model takes */
     const size_t n = (size_t)m->shape.max_seq * (size_t)gt_gpt_shape_head_size(&m->shape) / 2;
@@ -524,7 +699,8 @@ static void gt_gpt_layout(gt_gpt *m, gt_carver *c)
   m->re_out = NULL;
   if (m->part.recompute != GT_RECOMPUTE_NONE && m->local_blocks > 0)
     gt_gpt_layout_acts(m, &m->re, c,
-                       m->part.recompute == GT_RECOMPUTE_ATTENTION ? GT_ACTS_CORE : GT_ACTS_ALL);
+                       m->part.recompute == GT_RECOMPUTE_ATTENTION ? GT_ACTS_CORE : GT_ACTS_ALL,
+                       GT_MLP_ANY);
   if (m->part.recompute == GT_RECOMPUTE_BLOCK && m->local_blocks > 0)
     m->re_out = gt_carve(c, (size_t)gt_gpt_stream_rows(m, m->batch, m->seq) * C * E);
   m->dlnf = gt_carve(c, N * C * E);
@@ -602,9 +778,13 @@ static int gt_gpt_shell(gt_backend *be, const gt_gpt_shape *shape, const gt_gpt_
   m->H = shape->heads / P;
   m->llama = gt_gpt_shape_llama(shape);
   m->tied = gt_gpt_shape_tied(shape);
-  m->block_params = gt_gpt_block_params(shape);
   m->Hkv = gt_gpt_shape_kv_heads(shape) / P;
   m->F = gt_gpt_shape_ffn(shape) / P;
+  m->Fe = gt_gpt_shape_expert_ffn(shape) / P;
+  m->Fs = gt_gpt_shape_shared_ffn(shape) / P;
+  GT_ASSERT(shape->experts == 0 || (shape->top_k >= 1 && shape->top_k <= shape->experts &&
+                                    gt_gpt_shape_expert_ffn(shape) % P == 0 &&
+                                    gt_gpt_shape_shared_ffn(shape) % P == 0));
   GT_ASSERT(gt_gpt_shape_kv_heads(shape) % P == 0 && gt_gpt_shape_ffn(shape) % P == 0);
   GT_ASSERT(shape->heads % gt_gpt_shape_kv_heads(shape) == 0);
   if (m->llama)
@@ -621,13 +801,27 @@ static int gt_gpt_shell(gt_backend *be, const gt_gpt_shape *shape, const gt_gpt_
   m->w = calloc((size_t)nl, sizeof *m->w);
   m->g = calloc((size_t)nl, sizeof *m->g);
   m->p_block = calloc((size_t)nl, sizeof *m->p_block);
+  m->p_block_n = calloc((size_t)nl, sizeof *m->p_block_n);
+  m->layer_of = calloc((size_t)nl, sizeof *m->layer_of);
   m->slots = calloc((size_t)slots, sizeof *m->slots);
   const int sets = part->split_sets > 0 ? part->split_sets : 0;
   m->dout = calloc((size_t)(sets * nl) + 1, sizeof *m->dout);
   m->dout_busy = malloc(((size_t)sets + 1) * sizeof *m->dout_busy);
   for (int k = 0; m->dout_busy && k < sets; k++)
     m->dout_busy[k] = -1;
-  bool ok = m->w && m->g && m->p_block && m->slots && m->dout && m->dout_busy;
+  bool ok = m->w && m->g && m->p_block && m->p_block_n && m->layer_of && m->slots && m->dout &&
+            m->dout_busy;
+  for (int c = 0, l = 0; ok && c < m->chunks; c++) {
+    const int b = m->chunks > 1 ? part->chunk_begin[c] : part->layer_begin;
+    for (int j = 0; j < m->chunk_first_block[c + 1] - m->chunk_first_block[c]; j++)
+      m->layer_of[l++] = b + j;
+  }
+  for (int l = 0; ok && l < m->local_blocks; l++)
+    m->moe_here = m->moe_here || gt_gpt_local_moe(m, l);
+  if (ok && m->moe_here) {
+    m->moe_load = calloc((size_t)nl * (size_t)shape->experts, sizeof *m->moe_load);
+    ok = m->moe_load != NULL;
+  }
   for (int c = 0; c < m->chunks; c++)
     for (int s = m->chunk_first_slot[c]; ok && s < m->chunk_first_slot[c + 1]; s++) {
       gt_gpt_slot *sl = &m->slots[s];
@@ -756,6 +950,24 @@ static int gt_gpt_rope_upload(gt_gpt *m)
   return GT_SUCCESS;
 }
 
+/* The pinned host copies of the MoE blocks' counts (2E int32 per slot and
+ * local block, then the recomputation's and the decoding cache's) and the
+ * event of their download. */
+static int gt_gpt_moe_host(gt_gpt *m)
+{
+  gt_backend *be = m->be;
+  const size_t E2 = 2 * (size_t)m->shape.experts;
+  const size_t sets = (size_t)m->nslots * (size_t)m->local_blocks + 2;
+  GT_CALL(be->ops->alloc_host(be, sets * E2 * sizeof(int32_t), (void **)&m->moe_host));
+  GT_CALL(be->ops->event_create(be, &m->moe_scratch.counted));
+  for (int s = 0; s < m->nslots; s++)
+    for (int j = 0; j < m->slots[s].nb; j++)
+      m->slots[s].acts[j].moe.host = m->moe_host + ((size_t)s * (size_t)m->local_blocks +
+                                                    (size_t)(m->slots[s].l0 + j)) * E2;
+  m->re.moe.host = m->moe_host + (sets - 2) * E2;
+  return GT_SUCCESS;
+}
+
 int gt_gpt_create(gt_backend *be, const gt_gpt_shape *shape, const gt_gpt_part *part,
                   const gt_params_split *split, gt_dtype dtype, int batch, int seq, int slots,
                   gt_gpt **model)
@@ -789,8 +1001,11 @@ int gt_gpt_create(gt_backend *be, const gt_gpt_shape *shape, const gt_gpt_part *
   if (status == GT_SUCCESS) {
     gt_carver carve = {m->act_buffer, 0};
     gt_gpt_layout(m, &carve);
+    if (m->moe_here)
+      status = gt_gpt_moe_host(m);
     /* Touch the whole buffer once, so first-use page faults stay out of steps. */
-    status = be->ops->zero(be, m->act_buffer, m->act_bytes);
+    if (status == GT_SUCCESS)
+      status = be->ops->zero(be, m->act_buffer, m->act_bytes);
   }
   if (status == GT_SUCCESS && m->kind.rope)
     status = gt_gpt_rope_upload(m);
@@ -832,7 +1047,14 @@ int gt_gpt_destroy(gt_gpt **model)
   }
   free(m->w);
   free(m->g);
+  if (m->moe_host)
+    be->ops->free_host(be, m->moe_host);
+  if (m->moe_scratch.counted)
+    be->ops->event_destroy(be, m->moe_scratch.counted);
+  free(m->moe_load);
   free(m->p_block);
+  free(m->p_block_n);
+  free(m->layer_of);
   free(m);
   *model = NULL;
   return GT_SUCCESS;
@@ -888,6 +1110,30 @@ gt_layer_dims gt_gpt_layer_dims(const gt_gpt *m, int64_t B, int64_t T,
                          .Hkv = m->Hkv,
                          .F = m->F,
                          .kind = m->kind};
+}
+
+gt_layer_dims gt_gpt_block_dims(gt_gpt *m, int l, gt_layer_dims d, gt_moe_dims *md,
+                                float dlogit_scale, bool count)
+{
+  if (!gt_gpt_local_moe(m, l))
+    return d;
+  const gt_gpt_shape *s = &m->shape;
+  /* the router's losses are means over a micro-batch's N tokens, and the
+   * step's over its micro-batches: d(loss)/d(L) = coefficient * N / (the
+   * step's tokens), which dlogit_scale * N is (with the loss scale) */
+  const double per_mb = (double)dlogit_scale * (double)(d.B * d.T);
+  *md = (gt_moe_dims){.E = s->experts,
+                      .k = s->top_k,
+                      .F = m->Fe,
+                      .capacity_factor = s->capacity_factor,
+                      .aux_scale = (float)(s->aux_loss * per_mb),
+                      .z_scale = (float)(s->z_loss * per_mb),
+                      .load = count ? m->moe_load + (size_t)l * (size_t)s->experts : NULL,
+                      .dropped = count ? &m->moe_dropped : NULL,
+                      .scratch = &m->moe_scratch};
+  d.F = m->Fs;
+  d.moe = md;
+  return d;
 }
 
 gt_head_dims gt_gpt_head_dims(const gt_gpt *m, int64_t N)
@@ -967,8 +1213,11 @@ int gt_gpt_forward(gt_gpt *m, int slot, const int32_t *tokens, const int32_t *ta
   }
   for (int j = 0; j < sl->nb; j++) {
     const gt_block_acts a = gt_gpt_block_acts(m, sl, j);
+    gt_moe_dims md;
+    const gt_layer_dims dj =
+        gt_gpt_block_dims(m, sl->l0 + j, d, &md, dlogit_scale, dlogit_scale != 0.0f);
     GT_CALL(gt_gpt_take(m, ps, k));
-    GT_CALL(gt_block_forward(be, &m->w[sl->l0 + j], &a, sl->resid[j], sl->resid[j + 1], d));
+    GT_CALL(gt_block_forward(be, &m->w[sl->l0 + j], &a, sl->resid[j], sl->resid[j + 1], dj));
     GT_CALL(gt_gpt_drop(m, ps, k++));
   }
   if (sl->head_here) {
@@ -986,6 +1235,7 @@ int gt_gpt_forward(gt_gpt *m, int slot, const int32_t *tokens, const int32_t *ta
       GT_CALL(be->ops->sum_add(be, loss_acc, sl->head.losses, (size_t)N));
   }
   sl->grad_ready = dlogit_scale != 0.0f;
+  sl->dlogit_scale = dlogit_scale;
   sl->B = B;
   sl->T = T;
   return GT_SUCCESS;
@@ -1028,7 +1278,7 @@ int gt_gpt_grad_units(const gt_gpt *m, int *first, int *count, int max)
       GT_UNIT(m->p_head + m->p_lnf_count, 1);
   }
   for (int l = m->local_blocks - 1; l >= 0; l--)
-    GT_UNIT(m->p_block[l], m->block_params);
+    GT_UNIT(m->p_block[l], m->p_block_n[l]);
   if (m->part.first) {
     if (m->p_emb_count > 1)
       GT_UNIT(m->p_wte + 1, 1);
@@ -1090,7 +1340,7 @@ static int gt_gpt_weights_pass(gt_gpt *m, gt_gpt_slot *sl, int k, const gt_grad_
     const int l = sl->l0 + j;
     const gt_block_acts a = gt_gpt_block_acts(m, sl, j);
     GT_CALL(gt_block_backward_weights(m->be, &m->g[l], &a, gt_gpt_dout(m, k, l), d));
-    GT_CALL(gt_gpt_ready(hook, m->p_block[l], m->block_params));
+    GT_CALL(gt_gpt_ready(hook, m->p_block[l], m->p_block_n[l]));
   }
   return GT_SUCCESS;
 }
@@ -1160,18 +1410,20 @@ static int gt_gpt_backward_part(gt_gpt *m, int slot, int set, const gt_grad_hook
   for (int j = sl->nb - 1; j >= 0; j--) {
     const int l = sl->l0 + j;
     const gt_block_acts a = gt_gpt_block_acts(m, sl, j);
-    GT_CALL(gt_gpt_grads(m, hook, m->p_block[l], m->block_params));
+    gt_moe_dims md;
+    const gt_layer_dims dj = gt_gpt_block_dims(m, l, d, &md, sl->dlogit_scale, false);
+    GT_CALL(gt_gpt_grads(m, hook, m->p_block[l], m->p_block_n[l]));
     GT_CALL(gt_gpt_take(m, ps, k));
-    GT_CALL(gt_gpt_recompute(m, sl, j, &a, d));
+    GT_CALL(gt_gpt_recompute(m, sl, j, &a, dj));
     if (split)
       GT_CALL(gt_block_backward_input(be, &m->w[l], &m->g[l], &a, sl->resid[j], sl->dgrad,
-                                      &m->scratch, gt_gpt_dout(m, set, l), d));
+                                      &m->scratch, gt_gpt_dout(m, set, l), dj));
     else
       GT_CALL(gt_block_backward(be, &m->w[l], &m->g[l], &a, sl->resid[j], sl->dgrad,
-                                &m->scratch, d));
+                                &m->scratch, dj));
     GT_CALL(gt_gpt_drop(m, ps, k++));
     if (!split)
-      GT_CALL(gt_gpt_ready(hook, m->p_block[l], m->block_params));
+      GT_CALL(gt_gpt_ready(hook, m->p_block[l], m->p_block_n[l]));
   }
   if (m->part.first && sl->chunk == 0) {
     if (m->p_emb_count > 1)
@@ -1215,30 +1467,46 @@ size_t gt_gpt_param_count(const gt_gpt_shape *s)
   const int count = gt_gpt_logical_count(s);
   for (int i = 0; i < count; i++) {
     const gt_gpt_pdesc d = gt_gpt_describe(s, i);
-    n += (size_t)d.dims[0] * (size_t)(d.ndim == 2 ? d.dims[1] : 1);
+    n += gt_gpt_pdesc_numel(&d);
   }
   return n;
 }
 
-/* Matrix entries of one block (its projections). */
-static double gt_gpt_block_matrix(const gt_gpt_shape *s)
+/* Matrix entries a token meets in block l (its projections; in an MoE
+ * block the router, its top_k experts and the shared ones: the active
+ * parameters). */
+static double gt_gpt_block_matrix(const gt_gpt_shape *s, int l)
 {
   const double C = s->dim, hs = gt_gpt_shape_head_size(s), H = s->heads;
-  const double K = gt_gpt_shape_kv_heads(s), F = gt_gpt_shape_ffn(s);
-  const double mlp = gt_gpt_shape_llama(s) ? 3.0 * C * F : 2.0 * C * F;
-  return C * (H + 2.0 * K) * hs + H * hs * C + mlp;
+  const double K = gt_gpt_shape_kv_heads(s);
+  const double per_unit = gt_gpt_shape_llama(s) ? 3.0 * C : 2.0 * C;
+  double units = gt_gpt_shape_ffn(s), router = 0.0;
+  if (gt_gpt_shape_moe_block(s, l)) {
+    units = (double)s->top_k * gt_gpt_shape_expert_ffn(s) + gt_gpt_shape_shared_ffn(s);
+    router = (double)s->experts * C;
+  }
+  return C * (H + 2.0 * K) * hs + H * hs * C + per_unit * units + router;
+}
+
+/* The mean over the blocks (they differ with experts every few blocks). */
+static double gt_gpt_block_matrix_mean(const gt_gpt_shape *s)
+{
+  double sum = 0.0;
+  for (int l = 0; l < s->layers; l++)
+    sum += gt_gpt_block_matrix(s, l);
+  return s->layers > 0 ? sum / s->layers : 0.0;
 }
 
 void gt_gpt_stage_costs(const gt_gpt_shape *s, int T, double *block, double *head)
 {
   const double C = s->dim;
-  *block = 2.0 * gt_gpt_block_matrix(s) + 4.0 * C * T;
+  *block = 2.0 * gt_gpt_block_matrix_mean(s) + 4.0 * C * T;
   *head = 2.0 * C * (double)s->vocab;
 }
 
 double gt_gpt_flops_per_token(const gt_gpt_shape *s, int T)
 {
   const double C = s->dim, L = s->layers;
-  const double matrix_params = L * gt_gpt_block_matrix(s) + (double)s->vocab * C;
+  const double matrix_params = L * gt_gpt_block_matrix_mean(s) + (double)s->vocab * C;
   return 6.0 * matrix_params + 12.0 * L * C * T;
 }

@@ -37,7 +37,9 @@ static size_t gt_cache_layout(gt_gpt_cache *c)
   const size_t C = (size_t)m->shape.dim, P = (size_t)m->part.tp.size;
   const size_t hs = (size_t)gt_gpt_shape_head_size(&m->shape);
   const size_t Cl = (size_t)m->H * hs, QKV = Cl + 2 * (size_t)m->Hkv * hs;
-  const size_t Fl = (size_t)m->F, G = m->kind.swiglu ? 2 * Fl : Fl;
+  /* the dense MLP of any block: a dense one's or an MoE one's shared experts */
+  const size_t Fl = (size_t)(m->moe_here && m->Fs > m->F ? m->Fs : m->F);
+  const size_t G = m->kind.swiglu ? 2 * Fl : Fl;
   const size_t E = gt_dtype_size(m->dt), F = sizeof(float);
   const size_t Vl = (size_t)m->vocab_rows;
   gt_carver cv = {c->buf, 0};
@@ -54,6 +56,12 @@ static size_t gt_cache_layout(gt_gpt_cache *c)
   a->ln2_rstd = gt_carve(&cv, F);
   a->fc = gt_carve(&cv, G * E);
   a->gelu = gt_carve(&cv, Fl * E);
+  if (m->moe_here) { /* the last of the model's host count sets is the cache's */
+    a->moe.host = m->moe_host ? m->moe_host + ((size_t)m->nslots * (size_t)m->local_blocks + 1) *
+                                                  2 * (size_t)m->shape.experts
+                              : NULL;
+    gt_gpt_layout_moe_acts(m, &a->moe, &cv, 1);
+  }
   c->x[0] = gt_carve(&cv, C * E);
   c->x[1] = gt_carve(&cv, C * E);
   c->head.lnf = gt_carve(&cv, C * E);
@@ -184,7 +192,9 @@ int gt_gpt_decode(gt_gpt *m, gt_gpt_cache *c, int32_t token, float *logits)
     gt_block_acts a = c->step;
     a.qkv = c->qkv[l];
     GT_CALL(gt_gpt_take(m, ps, k));
-    GT_CALL(gt_block_decode(be, &m->w[l], &a, t, c->x[cur], c->x[1 - cur], d));
+    gt_moe_dims md;
+    const gt_layer_dims dl = gt_gpt_block_dims(m, l, d, &md, 0.0f, false);
+    GT_CALL(gt_block_decode(be, &m->w[l], &a, t, c->x[cur], c->x[1 - cur], dl));
     GT_CALL(gt_gpt_drop(m, ps, k++));
     cur = 1 - cur;
   }

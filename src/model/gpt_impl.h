@@ -32,6 +32,7 @@ typedef struct gt_gpt_slot {
   gt_device_event *uploaded;                  /* the uploads from them have run */
   bool upload_pending;
   int B, T;
+  float dlogit_scale; /* its forward's (the router's losses scale with it) */
   bool grad_ready;
 } gt_gpt_slot;
 
@@ -49,8 +50,17 @@ struct gt_gpt {
   int chunk_first_block[GT_GPT_MAX_CHUNKS + 1], chunk_first_slot[GT_GPT_MAX_CHUNKS + 1];
   int H;            /* heads on this rank */
   int Hkv;          /* key/value heads on this rank */
-  int F;            /* MLP units on this rank */
-  int block_params; /* parameters per block: 12 (gpt), 6 (llama: no biases) */
+  int F;            /* MLP units on this rank (a dense block's) */
+  /* mixture of experts (layers.h): the units here of one expert and of an
+   * MoE block's dense MLP (its shared experts, 0: none); whether any local
+   * block has experts */
+  int Fe, Fs;
+  bool moe_here;
+  gt_moe_scratch moe_scratch;
+  int32_t *moe_host;   /* pinned: the counts' copies, 2E per (slot, local block),
+                          then the recomputation's and the decoding cache's */
+  int64_t *moe_load;   /* host (local blocks x experts): pairs per expert */
+  int64_t moe_dropped; /* pairs dropped past capacity */
   bool llama, tied; /* the architecture; the head is wte */
   gt_block_kind kind; /* the block's choices (layers.h), rope tables bound */
   /* this rank's vocabulary rows: vocab_rows with padding (Vl in shape
@@ -65,7 +75,9 @@ struct gt_gpt {
   gt_block_weights *w; /* per local block */
   gt_block_grads *g;
   int p_wte, p_emb_count;  /* parameter indices: embedding (wte[, wpe]) */
-  int *p_block;            /* first of block_params per local block */
+  int *p_block;            /* per local block: its first parameter, */
+  int *p_block_n;          /* ... its number of parameters, */
+  int *layer_of;           /* ... and its layer in the whole model */
   int p_head, p_head_count; /* ln_f, then lm_head (untied) or the wte copy
                                (tied, a last stage that is not first) */
   int p_lnf_count;          /* ln_f's parameters: 2 (LayerNorm), 1 (RMSNorm) */
@@ -114,6 +126,16 @@ static inline void *gt_carve(gt_carver *c, size_t bytes)
 /* The dimensions of a block's pass over B x T tokens. */
 gt_layer_dims gt_gpt_layer_dims(const gt_gpt *m, int64_t B, int64_t T,
                                 const gt_progress *progress, const gt_seq_par *sp);
+
+/* d for local block l: an MoE block's F and moe (md filled: its experts,
+ * the router's loss scales for the loss dlogit_scale * sum(token losses)
+ * over B*T tokens, and the statistics' counters when count); d itself for
+ * a dense block. */
+gt_layer_dims gt_gpt_block_dims(gt_gpt *m, int l, gt_layer_dims d, gt_moe_dims *md,
+                                float dlogit_scale, bool count);
+
+/* Lay out an MoE block's activations for N token rows (host: NULL). */
+void gt_gpt_layout_moe_acts(const gt_gpt *m, gt_moe_acts *a, gt_carver *c, size_t N);
 
 /* The head's dimensions for N rows (sequence parallelism as the model). */
 gt_head_dims gt_gpt_head_dims(const gt_gpt *m, int64_t N);

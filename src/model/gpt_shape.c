@@ -25,7 +25,30 @@ gt_gpt_shape gt_gpt_shape_config(const gt_config *cfg)
                              .low_freq_factor = cfg->model.rope_low_freq_factor,
                              .high_freq_factor = cfg->model.rope_high_freq_factor,
                              .original_max_position_embeddings = cfg->model.rope_original_seq_len};
+  s.experts = (int)cfg->model.experts;
+  s.top_k = (int)cfg->model.top_k;
+  s.moe_every = (int)cfg->model.moe_every;
+  s.expert_ffn = (int)cfg->model.expert_ffn_dim;
+  s.shared_experts = (int)cfg->model.shared_experts;
+  s.capacity_factor = cfg->model.capacity_factor;
+  s.aux_loss = cfg->model.aux_loss;
+  s.z_loss = cfg->model.z_loss;
   return s;
+}
+
+bool gt_gpt_shape_moe_block(const gt_gpt_shape *s, int layer)
+{
+  return s->experts > 0 && layer % (s->moe_every > 0 ? s->moe_every : 1) == 0;
+}
+
+int gt_gpt_shape_expert_ffn(const gt_gpt_shape *s)
+{
+  return s->expert_ffn > 0 ? s->expert_ffn : gt_gpt_shape_ffn(s);
+}
+
+int gt_gpt_shape_shared_ffn(const gt_gpt_shape *s)
+{
+  return s->shared_experts * gt_gpt_shape_expert_ffn(s);
 }
 
 bool gt_gpt_shape_llama(const gt_gpt_shape *s) { return s->arch == GT_MODEL_LLAMA; }
@@ -79,6 +102,15 @@ bool gt_gpt_shape_differ(const gt_gpt_shape *a, const gt_gpt_shape *b, bool weig
     {"norm_eps", gt_gpt_shape_norm_eps(a), gt_gpt_shape_norm_eps(b), llama && !weights_only},
     {"rope_theta", a->rope_theta, b->rope_theta, llama && !weights_only},
     {"rope_scaling", a->rope.type, b->rope.type, llama && !weights_only},
+    {"experts", a->experts, b->experts, true},
+    {"top_k", a->experts ? a->top_k : 0, b->experts ? b->top_k : 0, !weights_only},
+    {"moe_every", a->experts ? (a->moe_every > 0 ? a->moe_every : 1) : 0,
+     b->experts ? (b->moe_every > 0 ? b->moe_every : 1) : 0, true},
+    {"expert_ffn_dim", a->experts ? gt_gpt_shape_expert_ffn(a) : 0,
+     b->experts ? gt_gpt_shape_expert_ffn(b) : 0, true},
+    {"shared_experts", a->experts ? a->shared_experts : 0,
+     b->experts ? b->shared_experts : 0, true},
+    {"capacity_factor", a->capacity_factor, b->capacity_factor, !weights_only},
   };
   for (size_t i = 0; i < sizeof k / sizeof k[0]; i++) {
     if (!k[i].applies || k[i].va == k[i].vb)

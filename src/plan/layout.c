@@ -180,6 +180,40 @@ static int gt_layout_check_model(const gt_config *cfg, int dp, int pp, int tp)
   return GT_SUCCESS;
 }
 
+/* The mixture-of-experts keys against each other and the layout (docs/models.md). */
+static int gt_layout_check_moe(const gt_config *cfg, const gt_layout *l, bool splits)
+{
+  char divs[256];
+  const long E = cfg->model.experts;
+  if (E == 0) {
+    GT_CHECK(cfg->model.shared_experts == 0, GT_ERR_INPUT,
+             "[model] shared_experts=%ld needs routed experts too ([model] experts > 0); a "
+             "dense model's MLP width is ffn_dim",
+             cfg->model.shared_experts);
+    return GT_SUCCESS;
+  }
+  GT_CHECK(cfg->model.top_k <= E, GT_ERR_INPUT,
+           "[model] top_k=%ld is more than [model] experts=%ld; choose top_k in 1..%ld",
+           cfg->model.top_k, E, E);
+  const gt_gpt_shape s = gt_gpt_shape_config(cfg);
+  const long fe = gt_gpt_shape_expert_ffn(&s), fs = gt_gpt_shape_shared_ffn(&s);
+  if (fe % l->tp != 0 || fs % l->tp != 0) {
+    gt_divisors(fe, divs, sizeof divs);
+    return GT_ERROR(GT_ERR_INPUT,
+                    "tp=%d does not divide [model] expert_ffn_dim=%ld (each expert's units "
+                    "split over tp as the dense MLP's); choose tp in %s or another "
+                    "expert_ffn_dim",
+                    l->tp, fe, divs);
+  }
+  GT_CHECK(!l->seq_par, GT_ERR_INPUT,
+           "[parallel] sequence_parallel = on does not take [model] experts yet; turn it off");
+  GT_CHECK(!splits, GT_ERR_INPUT,
+           "[parallel] schedule = %s does not take [model] experts yet (its split backward "
+           "has no experts); use schedule = 1f1b",
+           gt_schedule_name(&l->schedule));
+  return GT_SUCCESS;
+}
+
 int gt_layout_resolve(const gt_config *cfg, int ranks, gt_layout *l)
 {
   memset(l, 0, sizeof *l);
@@ -214,6 +248,7 @@ int gt_layout_resolve(const gt_config *cfg, int ranks, gt_layout *l)
              "the activations kept); use recompute = none or schedule = 1f1b",
              gt_schedule_name(&l->schedule), gt_recompute_names[l->recompute]);
   }
+  GT_CALL(gt_layout_check_moe(cfg, l, splits));
   if (streams) { /* what the two weight versions take */
     GT_CHECK(dp == 1 || strcmp(cfg->parallel.sync, "every_step") == 0, GT_ERR_INPUT,
              "[parallel] schedule = %s takes [parallel] sync = every_step only (not '%s': its "
