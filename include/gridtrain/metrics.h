@@ -20,6 +20,7 @@
 #define GRIDTRAIN_METRICS_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 
 typedef struct gt_step_stats {
@@ -41,6 +42,14 @@ typedef struct gt_step_stats {
   bool synced;         /* [parallel] sync: the replicas synchronised at this step */
   double mfu;          /* model FLOP/s over the run's peak (pace.h); NaN: unknown */
   double eta_s;        /* seconds to the last step (pace.h); NaN: unknown */
+  /* mixture of experts ([model] experts > 0): the step's routing over the
+   * whole model (every MoE block, summed over dp) */
+  struct {
+    bool on;
+    int64_t tokens_min, tokens_max; /* pairs an expert of a block got, least and most */
+    double imbalance;               /* the worst block's most over its mean */
+    int64_t pairs, dropped;         /* (token, expert) pairs routed, dropped past capacity */
+  } moe;
 } gt_step_stats;
 
 typedef struct gt_run_summary {

@@ -86,6 +86,12 @@ int gt_metrics_write_step(gt_metrics *m, const gt_step_stats *s)
   gt_json_num(f, "optimizer_ms", s->optimizer_ms, true);
   gt_json_num(f, "recompute_ms", s->recompute_ms, true);
   gt_json_num(f, "comm_bytes", s->comm_bytes, true);
+  if (s->moe.on)
+    fprintf(f,
+            ",\"moe_tokens_min\":%lld,\"moe_tokens_max\":%lld,\"moe_imbalance\":%.6g,"
+            "\"moe_pairs\":%lld,\"moe_dropped\":%lld",
+            (long long)s->moe.tokens_min, (long long)s->moe.tokens_max, s->moe.imbalance,
+            (long long)s->moe.pairs, (long long)s->moe.dropped);
   fprintf(f, ",\"synced\":%s", s->synced ? "true" : "false");
   gt_json_num(f, "mfu", s->mfu, true);
   gt_json_num(f, "eta_s", s->eta_s, true);
@@ -147,12 +153,17 @@ void gt_metrics_format_step(const gt_step_stats *s, long total_steps, char *buf,
     gt_format_eta(s->eta_s, t, sizeof t);
     snprintf(eta, sizeof eta, " | ETA %s", t);
   }
+  char moe[96] = "";
+  if (s->moe.on)
+    snprintf(moe, sizeof moe, " | experts %lld-%lld tok, imbalance %.2f, dropped %.1f%%",
+             (long long)s->moe.tokens_min, (long long)s->moe.tokens_max, s->moe.imbalance,
+             s->moe.pairs > 0 ? 100.0 * (double)s->moe.dropped / (double)s->moe.pairs : 0.0);
   const double ms = s->step_ms > 0 ? s->step_ms : 1;
   const double done = total_steps > 0 ? 100.0 * (double)(s->step + 1) / (double)total_steps : 0;
   snprintf(buf, size,
            "step %ld/%ld (%.0f%%) | loss %.4f%s | lr %.2e | gnorm %.3f%s | %.1f ms | %.0f tok/s%s"
-           " | compute %.0f%% comm %.0f%% bubble %.0f%% data %.0f%%%s",
+           " | compute %.0f%% comm %.0f%% bubble %.0f%% data %.0f%%%s%s",
            s->step, total_steps, done, s->loss, val, s->lr, s->grad_norm, scale, s->step_ms,
            s->tokens_per_s, mfu, 100 * s->compute_ms / ms, 100 * s->comm_ms / ms,
-           100 * s->bubble_ms / ms, 100 * s->data_ms / ms, eta);
+           100 * s->bubble_ms / ms, 100 * s->data_ms / ms, moe, eta);
 }

@@ -270,6 +270,11 @@ int gt_trainer_create(const gt_config *cfg, MPI_Comm world, bool quiet, gt_train
   tr->B = (int)cfg->data.batch;
   tr->B_rank = tr->layout.mbs * tr->layout.micro;
   tr->shape = gt_gpt_shape_config(cfg);
+  if (tr->shape.experts > 0) {
+    const size_t n = (size_t)tr->shape.layers * (size_t)tr->shape.experts + 1;
+    tr->moe_red = calloc(n, sizeof *tr->moe_red);
+    GT_CHECK_ALLOC(tr->moe_red, n * sizeof *tr->moe_red);
+  }
   gt_scaler_init(&tr->scaler, tr->layout.dtype == GT_F16, cfg->backend.loss_scale,
                  cfg->backend.loss_scale_factor, cfg->backend.loss_scale_min,
                  cfg->backend.loss_scale_interval);
@@ -389,6 +394,7 @@ int gt_trainer_destroy(gt_trainer **trainer)
   gt_dp_destroy(&tr->dp);
   free(tr->sig_req);
   free(tr->sig_val);
+  free(tr->moe_red);
   gt_adamw_destroy(&tr->opt);
   gt_trainer_sample_free(tr);
   gt_gpt_destroy(&tr->model);

@@ -263,6 +263,54 @@ static void gt_trainer_step_times(gt_trainer *tr, long s, double t0, double byte
   st->comm_bytes = gt_coll_bytes(tr->coll) - bytes0;
 }
 
+/* Mixture of experts: step s's routing over the whole model (each block's
+ * counts from tp rank 0, where every rank of tp routes alike), summed over
+ * the world into its stats. Collective on the world; nothing without
+ * experts. */
+static int gt_trainer_moe_stats(gt_trainer *tr, long s)
+{
+  const gt_gpt_shape *sh = &tr->shape;
+  if (sh->experts == 0)
+    return GT_SUCCESS;
+  const size_t E = (size_t)sh->experts, n = (size_t)sh->layers * E;
+  double *v = tr->moe_red;
+  memset(v, 0, (n + 1) * sizeof *v);
+  if (tr->grid->tp_rank == 0)
+    gt_gpt_moe_take(tr->model, v, &v[n]);
+  else { /* the counters restart on every rank */
+    double *scratch = calloc(n + 1, sizeof *scratch);
+    GT_CHECK_ALLOC(scratch, (n + 1) * sizeof *scratch);
+    gt_gpt_moe_take(tr->model, scratch, &scratch[n]);
+    free(scratch);
+  }
+  gt_allreduce_req req;
+  GT_CALL(gt_allreduce_f64_start(v, (int)(n + 1), MPI_SUM, tr->grid->world, &req));
+  GT_CALL(gt_allreduce_finish(&req));
+  gt_step_stats *st = &tr->stats[s & 1];
+  st->moe.on = true;
+  st->moe.tokens_min = INT64_MAX;
+  st->moe.tokens_max = 0;
+  st->moe.imbalance = 1.0;
+  st->moe.pairs = 0;
+  for (int l = 0; l < sh->layers; l++) {
+    if (!gt_gpt_shape_moe_block(sh, l))
+      continue;
+    double sum = 0.0, most = 0.0;
+    for (size_t e = 0; e < E; e++) {
+      const double c = v[(size_t)l * E + e];
+      sum += c;
+      most = c > most ? c : most;
+      st->moe.tokens_min = (int64_t)c < st->moe.tokens_min ? (int64_t)c : st->moe.tokens_min;
+      st->moe.tokens_max = (int64_t)c > st->moe.tokens_max ? (int64_t)c : st->moe.tokens_max;
+    }
+    st->moe.pairs += (int64_t)sum;
+    if (sum > 0 && most * (double)E / sum > st->moe.imbalance)
+      st->moe.imbalance = most * (double)E / sum;
+  }
+  st->moe.dropped = (int64_t)v[n];
+  return GT_SUCCESS;
+}
+
 /* The stats of the steps the call completed, into out. */
 static void gt_trainer_done(gt_trainer *tr, gt_step_stats *out, int *n)
 {
@@ -309,6 +357,7 @@ int gt_trainer_advance(gt_trainer *tr, bool flush, gt_step_stats out[2], int *n)
   GT_CALL(gt_trainer_feed_settle(tr, status)); /* no HDF5 call from the reader from here */
   GT_CALL(gt_trainer_late_failure(tr));
   GT_CALL(gt_trainer_finish_passes(tr, s, loss_scale));
+  GT_CALL(gt_trainer_moe_stats(tr, s));
   tr->step++;
   tr->samples += tr->B;
   if (tr->defer) { /* the next step's gradients go to the other buffer */

@@ -87,6 +87,7 @@ struct gt_trainer {
   bool feed_more;
 
   gt_gpt_shape shape;
+  double *moe_red; /* (layers x experts + 1): the step's routing counts (experts > 0) */
   int *stage_first;       /* pp V + 1: first block of every (virtual) stage */
   gt_pipe *pipe;
 
