@@ -119,7 +119,7 @@ typedef struct gt_kernel {
   double m, n, k; /* gemm shape (forward) */
 } gt_kernel;
 
-#define GT_COST_MAX_KERNELS 24
+#define GT_COST_MAX_KERNELS 32
 
 /* The kernels of one transformer block for a micro-batch of mbs sequences of
  * seq tokens on a rank of a tensor-parallel group of tp (local shapes),

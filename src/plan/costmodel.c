@@ -53,6 +53,35 @@ static gt_kernel gt_k_resid(const char *name, double rows, double C, double E, b
                   dropout ? (2.0 * E + 1.0) * n : E * n);
 }
 
+/* A kernel's work times w (the share of the blocks that run it). */
+static void gt_k_scale(gt_kernel *k, double w)
+{
+  k->flops *= w;
+  k->bytes *= w;
+  k->bwd_flops *= w;
+  k->bwd_bytes *= w;
+}
+
+/* An MLP of F units (this rank's) over `rows` rows: fc (gate and up in
+ * one product with SwiGLU), the activation, the projection, each weighted
+ * by w; appended to k from n, returns the new count. */
+static int gt_cost_mlp_kernels(gt_kernel *k, int n, double rows, double F, double C, double E,
+                               bool llama, const char *fc, const char *proj, double w)
+{
+  const int first = n;
+  if (llama) { /* gate and up in one product; silu(gate) * up reads both */
+    k[n++] = gt_k_gemm(fc, rows, 2.0 * F, C, E, 1);
+    k[n++] = gt_k_mem("swiglu", 8.0 * rows * F, 3.0 * E * rows * F, 5.0 * E * rows * F);
+  } else {
+    k[n++] = gt_k_gemm(fc, rows, F, C, E, 1);
+    k[n++] = gt_k_mem("gelu", 10.0 * rows * F, 2.0 * E * rows * F, 3.0 * E * rows * F);
+  }
+  k[n++] = gt_k_gemm(proj, rows, C, F, E, 1);
+  for (int i = first; i < n; i++)
+    gt_k_scale(&k[i], w);
+  return n;
+}
+
 int gt_cost_block_kernels(const gt_gpt_shape *shape, int mbs, int seq, int tp, bool seq_par,
                           gt_dtype dt, const gt_cluster *c, gt_kernel *k)
 {
@@ -103,14 +132,33 @@ int gt_cost_block_kernels(const gt_gpt_shape *shape, int mbs, int seq, int tp, b
   k[n++] = gt_k_resid("resid_1", Nr, C, E, c->dropout);
   k[n++] = gt_k_ln("ln_2", Nr, C, E);
   k[n - 1].flops *= norm;
-  if (llama) { /* gate and up in one product; silu(gate) * up reads both */
-    k[n++] = gt_k_gemm("fc", N, 2.0 * F, C, E, 1);
-    k[n++] = gt_k_mem("swiglu", 8.0 * N * F, 3.0 * E * N * F, 5.0 * E * N * F);
-  } else {
-    k[n++] = gt_k_gemm("fc", N, F, C, E, 1);
-    k[n++] = gt_k_mem("gelu", 10.0 * N * F, 2.0 * E * N * F, 3.0 * E * N * F);
+  /* with experts every moe_every blocks, a block's MLP is the mean of the
+   * two kinds: each kind's kernels weighted by its share of the blocks */
+  double moe_share = 0.0;
+  for (int l = 0; l < shape->layers; l++)
+    moe_share += gt_gpt_shape_moe_block(shape, l) ? 1.0 : 0.0;
+  moe_share = shape->layers > 0 ? moe_share / shape->layers : 0.0;
+  if (moe_share < 1.0)
+    n = gt_cost_mlp_kernels(k, n, N, F, C, E, llama, "fc", "fc_proj", 1.0 - moe_share);
+  if (moe_share > 0.0) {
+    const double X = shape->experts, K = shape->top_k, R = N * K;
+    const double Fe = (double)gt_gpt_shape_expert_ffn(shape) / tp;
+    const double Fs = (double)gt_gpt_shape_shared_ffn(shape) / tp;
+    const int first = n;
+    /* the router in fp32 (its input cast), its softmax and top-k, the
+     * rows into expert order and back (each read and written once) */
+    k[n++] = gt_k_gemm("router", N, X, C, 4.0, 1);
+    k[n++] = gt_k_mem("route", 8.0 * N * X, 4.0 * N * X + E * N * C, 8.0 * N * X);
+    k[n++] = gt_k_mem("dispatch", 0.0, 2.0 * E * R * C, 2.0 * E * R * C);
+    for (int i = first; i < n; i++)
+      gt_k_scale(&k[i], moe_share);
+    n = gt_cost_mlp_kernels(k, n, R, Fe, C, E, llama, "expert_fc", "expert_proj", moe_share);
+    const int comb = n;
+    k[n++] = gt_k_mem("combine", 2.0 * R * C, E * (R + N) * C, E * (2.0 * R + N) * C);
+    gt_k_scale(&k[comb], moe_share);
+    if (Fs > 0)
+      n = gt_cost_mlp_kernels(k, n, N, Fs, C, E, llama, "shared_fc", "shared_proj", moe_share);
   }
-  k[n++] = gt_k_gemm("fc_proj", N, C, F, E, 1);
   k[n++] = gt_k_resid("resid_2", Nr, C, E, c->dropout);
   return n;
 }
