@@ -85,7 +85,9 @@ static void gt_hf_weights_free(gt_hf_weights *w)
 /* The tensors of model.safetensors, in gridtrain's order. */
 static int gt_hf_weights_plan(gt_hf_weights *w)
 {
-  const int n = gt_gpt_logical_count(&w->shape), most = n * GT_HF_PIECES_MAX;
+  const int n = gt_gpt_logical_count(&w->shape);
+  const int groups = w->shape.experts > 0 ? w->shape.experts : 1; /* Mixtral's experts */
+  const int most = n * GT_HF_PIECES_MAX * groups;
   w->t = calloc((size_t)most, sizeof *w->t);
   w->e = calloc((size_t)most, sizeof *w->e);
   w->names = calloc((size_t)n, sizeof *w->names);
@@ -97,26 +99,33 @@ static int gt_hf_weights_plan(gt_hf_weights *w)
   w->loaded = -1;
   for (int i = 0; i < n; i++) {
     gt_gpt_logical_param(&w->shape, i, w->names[i], &w->ndim[i], w->src[i]);
-    gt_hf_pieces p;
-    GT_CALL(gt_hf_pieces_of(&w->shape, w->names[i], w->ndim[i], w->src[i], &p));
     const bool vocab_rows = strcmp(w->names[i], "wte") == 0 ||
                             strcmp(w->names[i], "lm_head.weight") == 0;
+    /* a tensor of more dimensions is rows of its last one */
+    const int nd = w->ndim[i];
+    const long cols = nd >= 2 ? w->src[i][nd - 1] : 1;
     long row = 0;
-    for (int k = 0; k < p.n; k++) {
-      gt_st_tensor *t = &w->t[w->n];
-      gt_hf_entry *e = &w->e[w->n];
-      snprintf(w->hf[w->n], sizeof w->hf[w->n], "%s", p.name[k]);
-      *e = (gt_hf_entry){i, row, vocab_rows ? w->vocab : p.rows[k], p.transpose};
-      *t = (gt_st_tensor){.name = w->hf[w->n], .dtype = w->dtype, .ndim = w->ndim[i]};
-      t->dims[0] = e->rows;
-      t->dims[1] = w->src[i][1];
-      if (p.transpose) {
-        GT_ASSERT(t->ndim == 2);
-        t->dims[0] = w->src[i][1];
-        t->dims[1] = e->rows;
+    for (int g = 0, ng = 1; g < ng; g++) {
+      gt_hf_pieces p;
+      GT_CALL(gt_hf_pieces_of(&w->shape, w->names[i], nd, w->src[i], g, &p));
+      ng = p.groups;
+      for (int k = 0; k < p.n; k++) {
+        GT_ASSERT(w->n < most);
+        gt_st_tensor *t = &w->t[w->n];
+        gt_hf_entry *e = &w->e[w->n];
+        snprintf(w->hf[w->n], sizeof w->hf[w->n], "%s", p.name[k]);
+        *e = (gt_hf_entry){i, row, vocab_rows ? w->vocab : p.rows[k], p.transpose};
+        *t = (gt_st_tensor){.name = w->hf[w->n], .dtype = w->dtype, .ndim = nd >= 2 ? 2 : 1};
+        t->dims[0] = e->rows;
+        t->dims[1] = cols;
+        if (p.transpose) {
+          GT_ASSERT(t->ndim == 2);
+          t->dims[0] = cols;
+          t->dims[1] = e->rows;
+        }
+        row += p.rows[k];
+        w->n++;
       }
-      row += p.rows[k];
-      w->n++;
     }
   }
   return GT_SUCCESS;
@@ -133,7 +142,7 @@ static int gt_hf_fill(void *ctx, int j, void *data, size_t bytes)
     w->loaded = i;
   }
   const size_t n = bytes / gt_dtype_size(w->dtype);
-  const size_t cols = w->ndim[i] == 2 ? (size_t)w->src[i][1] : 1;
+  const size_t cols = w->ndim[i] >= 2 ? (size_t)w->src[i][w->ndim[i] - 1] : 1;
   const float *values = w->values + (size_t)e->row0 * cols;
   GT_CALL(gt_ckpt_grow((void **)&w->scratch, &w->cap, n, sizeof(float)));
   if (e->transpose) { /* (rows, cols) -> (cols, rows) */
@@ -302,6 +311,26 @@ static const char *gt_hf_torch_dtype(gt_dtype t)
   return t == GT_BF16 ? "bfloat16" : t == GT_F16 ? "float16" : "float32";
 }
 
+/* A model with experts exports as Mixtral (MixtralForCausalLM), which has
+ * them in every block, all routed, dropless, with the default rotary
+ * positions: anything else would not be the same model there. */
+static int gt_hf_export_moe_check(const gt_gpt_shape *s, const char *ckpt)
+{
+  if (s->experts == 0)
+    return GT_SUCCESS;
+  const char *why = !gt_gpt_shape_llama(s)          ? "type = gpt (Mixtral is a llama)"
+                    : s->moe_every > 1              ? "moe_every > 1 (Mixtral: every block)"
+                    : s->shared_experts > 0         ? "shared_experts (Mixtral has none)"
+                    : s->capacity_factor > 0        ? "a capacity_factor (Mixtral is dropless)"
+                    : s->rope.type != GT_ROPE_DEFAULT ? "rope_scaling (Mixtral has none)"
+                                                    : NULL;
+  GT_CHECK(!why, GT_ERR_INPUT,
+           "checkpoint %s: its experts export as Mixtral's, which it cannot be with [model] "
+           "%s",
+           ckpt, why);
+  return GT_SUCCESS;
+}
+
 static int gt_hf_config(const char *path, const gt_gpt_shape *s, int vocab, gt_dtype dtype,
                         const gt_spm_special *sp)
 {
@@ -318,11 +347,23 @@ static int gt_hf_config(const char *path, const gt_gpt_shape *s, int vocab, gt_d
                "\"high_freq_factor\": %.17g, \"original_max_position_embeddings\": %d}",
                s->rope.factor, s->rope.low_freq_factor, s->rope.high_freq_factor,
                (int)s->rope.original_max_position_embeddings);
+    const bool mx = s->experts > 0;
+    char moe[512] = "";
+    if (mx)
+      snprintf(moe, sizeof moe,
+               "  \"num_local_experts\": %d,\n"
+               "  \"num_experts_per_tok\": %d,\n"
+               "  \"router_aux_loss_coef\": %.17g,\n"
+               "  \"router_jitter_noise\": 0.0,\n"
+               "  \"output_router_logits\": false,\n"
+               "  \"sliding_window\": null,\n",
+               s->experts, s->top_k, s->aux_loss);
     n = snprintf(
         text, sizeof text,
         "{\n"
-        "  \"architectures\": [\"LlamaForCausalLM\"],\n"
-        "  \"model_type\": \"llama\",\n"
+        "  \"architectures\": [\"%s\"],\n"
+        "  \"model_type\": \"%s\",\n"
+        "%s"
         "  \"vocab_size\": %d,\n"
         "  \"hidden_size\": %d,\n"
         "  \"intermediate_size\": %d,\n"
@@ -347,7 +388,9 @@ static int gt_hf_config(const char *path, const gt_gpt_shape *s, int vocab, gt_d
         "  \"pad_token_id\": %s,\n"
         "  \"torch_dtype\": \"%s\"\n"
         "}\n",
-        vocab, s->dim, gt_gpt_shape_ffn(s), s->layers, s->heads, gt_gpt_shape_kv_heads(s),
+        mx ? "MixtralForCausalLM" : "LlamaForCausalLM", mx ? "mixtral" : "llama", moe, vocab,
+        s->dim, mx ? gt_gpt_shape_expert_ffn(s) : gt_gpt_shape_ffn(s), s->layers, s->heads,
+        gt_gpt_shape_kv_heads(s),
         gt_gpt_shape_head_size(s), s->max_seq, (double)gt_gpt_shape_norm_eps(s),
         s->rope_theta > 0 ? s->rope_theta : 10000.0, rope, tie,
         gt_hf_id(sp->bos, bos, sizeof bos), gt_hf_id(sp->eos, eos, sizeof eos),
@@ -612,10 +655,7 @@ static int gt_hf_export_in(const char *ckpt, const char *out_dir, const gt_hf_op
            gt_dtype_name(opt->dtype));
   GT_CALL(gt_ckpt_read_meta(ckpt, MPI_COMM_SELF, meta));
   GT_CALL(gt_ckpt_meta_shape(meta, ckpt, &w->shape));
-  GT_CHECK(w->shape.experts == 0, GT_ERR_INPUT,
-           "checkpoint %s has mixture-of-experts blocks ([model] experts = %d); the Hugging "
-           "Face export writes dense GPT-2 and Llama models only, not yet Mixtral's",
-           ckpt, w->shape.experts);
+  GT_CALL(gt_hf_export_moe_check(&w->shape, ckpt));
   GT_CALL(gt_hf_data_find(meta, ckpt, opt->data, data));
   const long vocab = data->tok && !data->own ? gt_tokenizer_vocab(data->tok) : data->vocab;
   GT_CHECK(vocab <= meta->vocab, GT_ERR_INPUT,

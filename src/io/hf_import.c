@@ -50,9 +50,9 @@ static const char *const gt_hf_gpt2_renames[][2] = {
 };
 
 int gt_hf_pieces_of(const gt_gpt_shape *s, const char *name, int ndim, const long *dims,
-                    gt_hf_pieces *p)
+                    int group, gt_hf_pieces *p)
 {
-  *p = (gt_hf_pieces){0};
+  *p = (gt_hf_pieces){.groups = 1};
   const long rows = dims[0];
   (void)ndim;
   const bool llama = gt_gpt_shape_llama(s);
@@ -79,6 +79,10 @@ int gt_hf_pieces_of(const gt_gpt_shape *s, const char *name, int ndim, const lon
   GT_CHECK(sscanf(name, "h.%d.%n", &layer, &used) == 1 && used > 0, GT_ERR_INTERNAL,
            "the model has a tensor %s that the Hugging Face mapping does not know", name);
   const char *rest = name + used;
+  GT_CHECK(strncmp(rest, "moe.", 4) != 0 || (llama && s->shared_experts == 0), GT_ERR_INPUT,
+           "%s: no Hugging Face model has %s; Mixtral's experts are a llama's without shared "
+           "experts",
+           name, llama ? "shared experts beside routed ones" : "a GPT-2 block with experts");
   if (!llama) {
     const char *renamed = NULL;
     for (size_t k = 0; k < sizeof gt_hf_gpt2_renames / sizeof gt_hf_gpt2_renames[0]; k++) {
@@ -112,6 +116,17 @@ int gt_hf_pieces_of(const gt_gpt_shape *s, const char *name, int ndim, const lon
     gt_hf_piece(p, F, "model.layers.%d.mlp.up_proj.weight", layer);
   } else if (strcmp(rest, "mlp.proj.weight") == 0) {
     gt_hf_piece(p, rows, "model.layers.%d.mlp.down_proj.weight", layer);
+  } else if (strcmp(rest, "moe.router.weight") == 0) { /* Mixtral */
+    gt_hf_piece(p, rows, "model.layers.%d.block_sparse_moe.gate.weight", layer);
+  } else if (strcmp(rest, "moe.experts.fc.weight") == 0) {
+    const long Fe = gt_gpt_shape_expert_ffn(s);
+    p->groups = s->experts;
+    gt_hf_piece(p, Fe, "model.layers.%d.block_sparse_moe.experts.%d.w1.weight", layer, group);
+    gt_hf_piece(p, Fe, "model.layers.%d.block_sparse_moe.experts.%d.w3.weight", layer, group);
+  } else if (strcmp(rest, "moe.experts.proj.weight") == 0) {
+    p->groups = s->experts;
+    gt_hf_piece(p, s->dim, "model.layers.%d.block_sparse_moe.experts.%d.w2.weight", layer,
+                group);
   } else {
     return GT_ERROR(GT_ERR_INTERNAL,
                     "the model has a tensor %s that the Hugging Face mapping does not know",
@@ -217,7 +232,7 @@ static const char *gt_hf_str(const gt_hf_cfg *c, const char *key)
   GT_CHECK(ok, GT_ERR_INPUT, "%s: %s = %s is not supported: %s", (c)->file, key,              \
            gt_hf_get(c, key) ? json_object_to_json_string(gt_hf_get(c, key)) : "null", what)
 
-static int gt_hf_arch(const gt_hf_cfg *c, bool *llama)
+static int gt_hf_arch(const gt_hf_cfg *c, bool *llama, bool *mixtral)
 {
   const char *type = gt_hf_str(c, "model_type");
   json_object *archs = gt_hf_get(c, "architectures");
@@ -225,11 +240,17 @@ static int gt_hf_arch(const gt_hf_cfg *c, bool *llama)
                              json_object_array_length(archs) == 1
                          ? json_object_get_string(json_object_array_get_idx(archs, 0))
                          : NULL;
-  GT_CHECK(type && (strcmp(type, "gpt2") == 0 || strcmp(type, "llama") == 0), GT_ERR_INPUT,
-           "%s: model_type = %s is not supported: gridtrain imports gpt2 (GPT2LMHeadModel) "
-           "and llama (LlamaForCausalLM)", c->file, type ? type : "missing");
-  *llama = strcmp(type, "llama") == 0;
-  const char *want = *llama ? "LlamaForCausalLM" : "GPT2LMHeadModel";
+  GT_CHECK(type && (strcmp(type, "gpt2") == 0 || strcmp(type, "llama") == 0 ||
+                    strcmp(type, "mixtral") == 0),
+           GT_ERR_INPUT,
+           "%s: model_type = %s is not supported: gridtrain imports gpt2 (GPT2LMHeadModel), "
+           "llama (LlamaForCausalLM) and mixtral (MixtralForCausalLM)",
+           c->file, type ? type : "missing");
+  *mixtral = strcmp(type, "mixtral") == 0;
+  *llama = *mixtral || strcmp(type, "llama") == 0;
+  const char *want = *mixtral ? "MixtralForCausalLM"
+                     : *llama ? "LlamaForCausalLM"
+                              : "GPT2LMHeadModel";
   GT_CHECK(!archs || (arch && strcmp(arch, want) == 0), GT_ERR_INPUT,
            "%s: architectures = %s is not supported: model_type %s imports as [\"%s\"]",
            c->file, json_object_to_json_string(archs), type, want);
@@ -373,16 +394,48 @@ static int gt_hf_config_llama(const gt_hf_cfg *c, gt_config *cfg)
   return GT_SUCCESS;
 }
 
+/* Mixtral's experts on top of its Llama keys: every block routes to
+ * num_experts_per_tok of num_local_experts SwiGLU experts of
+ * intermediate_size units, Mixtral's routing (softmax, top k,
+ * renormalised), dropless; its router_aux_loss_coef as the load-balancing
+ * loss's coefficient (docs/models.md: per block, Megatron's form, where
+ * transformers takes one loss over all blocks' tokens at once). */
+static int gt_hf_config_mixtral(const gt_hf_cfg *c, gt_config *cfg)
+{
+  long experts, top_k, ffn;
+  GT_CALL(gt_hf_int(c, "num_local_experts", &experts));
+  GT_CALL(gt_hf_int(c, "num_experts_per_tok", &top_k));
+  GT_CALL(gt_hf_int(c, "intermediate_size", &ffn));
+  GT_CHECK(experts >= 1 && top_k >= 1 && top_k <= experts, GT_ERR_INPUT,
+           "%s: num_experts_per_tok = %ld of num_local_experts = %ld experts", c->file, top_k,
+           experts);
+  double jitter, coef;
+  GT_CALL(gt_hf_num(c, "router_jitter_noise", 0.0, &jitter));
+  GT_HF_UNSUPPORTED(c, "router_jitter_noise", jitter == 0.0,
+                    "gridtrain's routing is deterministic");
+  GT_CALL(gt_hf_num(c, "router_aux_loss_coef", 0.001, &coef));
+  GT_CALL(gt_config_set(cfg, "model.experts=%ld", experts));
+  GT_CALL(gt_config_set(cfg, "model.top_k=%ld", top_k));
+  GT_CALL(gt_config_set(cfg, "model.moe_every=1"));
+  GT_CALL(gt_config_set(cfg, "model.expert_ffn_dim=%ld", ffn));
+  GT_CALL(gt_config_set(cfg, "model.shared_experts=0"));
+  GT_CALL(gt_config_set(cfg, "model.capacity_factor=0"));
+  GT_CALL(gt_config_set(cfg, "model.aux_loss=%.17g", coef));
+  return GT_SUCCESS;
+}
+
 int gt_hf_config_read(const char *dir, gt_config *cfg)
 {
   char file[GT_PATH_MAX];
   GT_CALL(gt_hf_join(dir, "config.json", file, sizeof file));
   gt_hf_cfg c = {file, NULL};
   GT_CALL(gt_hf_json_file(dir, "config.json", &c.o));
-  bool llama = false;
-  int status = gt_hf_arch(&c, &llama);
+  bool llama = false, mixtral = false;
+  int status = gt_hf_arch(&c, &llama, &mixtral);
   if (status == GT_SUCCESS)
     status = llama ? gt_hf_config_llama(&c, cfg) : gt_hf_config_gpt2(&c, cfg);
+  if (status == GT_SUCCESS && mixtral)
+    status = gt_hf_config_mixtral(&c, cfg);
   json_object_put(c.o);
   GT_CALL(status);
   return GT_SUCCESS;
@@ -420,6 +473,12 @@ int gt_hf_check_model(const char *dir, const gt_config *deck)
        gt_gpt_shape_ffn(&b), true},
       {"tie_embeddings", "tie_word_embeddings", gt_gpt_shape_tied(&a), gt_gpt_shape_tied(&b),
        true},
+      {"experts", "num_local_experts", a.experts, b.experts, true},
+      {"top_k", "num_experts_per_tok", a.top_k, b.top_k, b.experts > 0},
+      {"moe_every", "(every block)", a.moe_every > 0 ? a.moe_every : 1, 1, b.experts > 0},
+      {"expert_ffn_dim", "intermediate_size", gt_gpt_shape_expert_ffn(&a),
+       gt_gpt_shape_expert_ffn(&b), b.experts > 0},
+      {"shared_experts", "(none)", a.shared_experts, 0, b.experts > 0},
       {"norm_eps", "rms_norm_eps", a.norm_eps, b.norm_eps, llama},
       {"rope_theta", "rope_theta", a.rope_theta, b.rope_theta, llama},
       {"rope_scaling", "rope_scaling.rope_type", a.rope.type, b.rope.type, llama},
@@ -435,11 +494,12 @@ int gt_hf_check_model(const char *dir, const gt_config *deck)
     if (!keys[k].used || keys[k].have == keys[k].want)
       continue;
     char have[64], want[64];
-    if (k == 0 || k == 11) {
+    if (k == 0 || k == 16) {
       const char *const *names = k == 0 ? gt_model_type_names : gt_rope_scaling_names;
       snprintf(have, sizeof have, "%s", names[(int)keys[k].have]);
-      snprintf(want, sizeof want, "%s", k == 0 ? (llama ? "llama" : "gpt2")
-                                               : names[(int)keys[k].want]);
+      snprintf(want, sizeof want, "%s",
+               k == 0 ? (b.experts > 0 ? "mixtral" : llama ? "llama" : "gpt2")
+                      : names[(int)keys[k].want]);
     } else if (k == 8) {
       snprintf(have, sizeof have, "%s", keys[k].have ? "on" : "off");
       snprintf(want, sizeof want, "%s", keys[k].want ? "true" : "false");
@@ -551,11 +611,14 @@ static int gt_hf_src_find(gt_hf_src *s, const char *name, int *file, int *idx)
 }
 
 /* Gridtrain's tensor into out (its logical shape), from its HF pieces. */
-static int gt_hf_src_read(gt_hf_src *s, const char *name, int ndim, const long *dims,
-                          const gt_hf_pieces *p, float *out)
+/* One stack of pieces (gt_hf_pieces) into out from row *row on, rows of
+ * cols entries (ndim: the gridtrain tensor's; each piece is 2-D, or 1-D
+ * for a 1-D tensor). */
+static int gt_hf_src_read_stack(gt_hf_src *s, const char *name, int ndim, long cols,
+                                const gt_hf_pieces *p, float *out, long *rowp)
 {
-  const long cols = ndim == 2 ? dims[1] : 1;
-  long row = 0;
+  long row = *rowp;
+  ndim = ndim >= 2 ? 2 : 1;
   for (int k = 0; k < p->n; k++) {
     int f = 0, i = 0;
     GT_CALL(gt_hf_src_find(s, p->name[k], &f, &i));
@@ -598,7 +661,27 @@ static int gt_hf_src_read(gt_hf_src *s, const char *name, int ndim, const long *
     }
     row += p->rows[k];
   }
-  GT_ASSERT(row == dims[0]);
+  *rowp = row;
+  return GT_SUCCESS;
+}
+
+/* gridtrain's tensor `name` (ndim, dims) of the model `shape` into out,
+ * from its Hugging Face pieces. */
+static int gt_hf_src_read(gt_hf_src *s, const gt_gpt_shape *shape, const char *name, int ndim,
+                          const long *dims, float *out)
+{
+  const long cols = ndim >= 2 ? dims[ndim - 1] : 1;
+  long numel = 1;
+  for (int d = 0; d < ndim; d++)
+    numel *= dims[d];
+  long row = 0;
+  for (int g = 0, groups = 1; g < groups; g++) {
+    gt_hf_pieces p;
+    GT_CALL(gt_hf_pieces_of(shape, name, ndim, dims, g, &p));
+    groups = p.groups;
+    GT_CALL(gt_hf_src_read_stack(s, name, ndim, cols, &p, out, &row));
+  }
+  GT_ASSERT(row * cols == numel);
   return GT_SUCCESS;
 }
 
@@ -664,7 +747,9 @@ static int gt_hf_import_in(const char *dir, const char *out, gt_hf_import_state 
   GT_CALL(gt_hf_config_read(dir, st->cfg));
   const gt_gpt_shape shape = gt_gpt_shape_config(st->cfg);
   snprintf(sum->arch, sizeof sum->arch, "%s",
-           gt_gpt_shape_llama(&shape) ? "LlamaForCausalLM" : "GPT2LMHeadModel");
+           shape.experts > 0            ? "MixtralForCausalLM"
+           : gt_gpt_shape_llama(&shape) ? "LlamaForCausalLM"
+                                        : "GPT2LMHeadModel");
   const int n = gt_gpt_logical_count(&shape);
   st->tensors = calloc((size_t)n, sizeof *st->tensors);
   GT_CHECK_ALLOC(st->tensors, sizeof *st->tensors * (size_t)n);
@@ -697,11 +782,9 @@ static int gt_hf_import_in(const char *dir, const char *out, gt_hf_import_state 
   GT_CALL(gt_ckpt_stream_open(out, &meta, n, st->tensors, st->tok, &st->out));
   for (int i = 0; i < n; i++) {
     const gt_ckpt_tensor *t = &st->tensors[i];
-    gt_hf_pieces p;
-    GT_CALL(gt_hf_pieces_of(&shape, t->name, t->ndim, t->dims, &p));
     GT_CALL(gt_ckpt_grow((void **)&st->values, &st->cap, gt_ckpt_tensor_numel(t),
                          sizeof(float)));
-    GT_CALL(gt_hf_src_read(&st->src, t->name, t->ndim, t->dims, &p, st->values));
+    GT_CALL(gt_hf_src_read(&st->src, &shape, t->name, t->ndim, t->dims, st->values));
     GT_CALL(gt_ckpt_stream_put(st->out, i, st->values));
   }
   sum->tensors = n;
@@ -739,9 +822,7 @@ typedef struct {
 static int gt_hf_fill(void *ctx, const gt_param *t, float *full)
 {
   gt_hf_fill_ctx *c = ctx;
-  gt_hf_pieces p;
-  GT_CALL(gt_hf_pieces_of(&c->shape, t->name, t->ndim, t->full_shape, &p));
-  GT_CALL(gt_hf_src_read(&c->src, t->name, t->ndim, t->full_shape, &p, full));
+  GT_CALL(gt_hf_src_read(&c->src, &c->shape, t->name, t->ndim, t->full_shape, full));
   return GT_SUCCESS;
 }
 

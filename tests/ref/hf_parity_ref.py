@@ -1,6 +1,6 @@
 """The Hugging Face side of tests/ref/test_hf_parity: hf_parity_ref.py OUT KIND...
 
-For each KIND (tests/io/make_hf.py's: gpt2, gpt2-untied, llama, llama-tied) it
+For each KIND (tests/io/make_hf.py's: gpt2, gpt2-untied, llama, llama-tied, mixtral) it
 saves the random model to OUT/KIND (safetensors, as `gridtrain ckpt import`
 and `[checkpoint] init` read it) and computes with transformers, in float64
 on one fixed batch, what gridtrain must reproduce:
@@ -10,7 +10,8 @@ on one fixed batch, what gridtrain must reproduce:
                    /grads/NAME        d loss / d parameter under gridtrain's name
                                       and layout (docs/models.md): GPT-2's
                                       Conv1D weights transposed, Llama's q, k, v
-                                      and gate, up stacked by rows.
+                                      and gate, up stacked by rows, Mixtral's
+                                      experts stacked (E, 2F, C) and (E, C, F).
 The names are mapped here, independently of the C importer.
 """
 import os
@@ -63,6 +64,32 @@ def llama_grads(model):
     return g
 
 
+def mixtral_grads(model):
+    """Mixtral's: a llama's attention and norms, the router, and the experts stacked as
+    gridtrain's (E, 2F, C) gate-then-up rows and (E, C, F) down; an expert no token chose
+    has no gradient in torch (zeros here)."""
+    m = model.model
+    g = {"wte": m.embed_tokens.weight.grad, "ln_f.weight": m.norm.weight.grad,
+         "lm_head.weight": model.lm_head.weight.grad}
+
+    def grad(p):
+        return p.grad if p.grad is not None else torch.zeros_like(p)
+
+    for i, blk in enumerate(m.layers):
+        pre = "h.%d." % i
+        a, moe = blk.self_attn, blk.block_sparse_moe
+        g[pre + "ln_1.weight"] = blk.input_layernorm.weight.grad
+        g[pre + "ln_2.weight"] = blk.post_attention_layernorm.weight.grad
+        g[pre + "attn.qkv.weight"] = torch.cat(
+            [a.q_proj.weight.grad, a.k_proj.weight.grad, a.v_proj.weight.grad], 0)
+        g[pre + "attn.proj.weight"] = a.o_proj.weight.grad
+        g[pre + "moe.router.weight"] = moe.gate.weight.grad
+        g[pre + "moe.experts.fc.weight"] = torch.stack(
+            [torch.cat([grad(e.w1.weight), grad(e.w3.weight)], 0) for e in moe.experts])
+        g[pre + "moe.experts.proj.weight"] = torch.stack([grad(e.w2.weight) for e in moe.experts])
+    return g
+
+
 def main():
     out = sys.argv[1]
     for kind in sys.argv[2:]:
@@ -77,7 +104,8 @@ def main():
         loss = torch.nn.functional.cross_entropy(logits.reshape(B * T, vocab),
                                                  torch.from_numpy(targets).long().reshape(-1))
         loss.backward()
-        grads = gpt2_grads(model) if kind.startswith("gpt2") else llama_grads(model)
+        grads = (gpt2_grads(model) if kind.startswith("gpt2")
+                 else mixtral_grads(model) if kind == "mixtral" else llama_grads(model))
         with h5py.File(os.path.join(d, "ref.h5"), "w") as f:
             f["tokens"] = tokens
             f["targets"] = targets

@@ -5,7 +5,9 @@
  * tests/ref/hf_parity_ref.py saves tiny random GPT2LMHeadModel and
  * LlamaForCausalLM models (tied and untied heads; the llama with grouped-
  * query attention, rope_theta 5e5, llama3 rope scaling and an MLP of 37
- * units) and computes in float64 the loss, the logits of one sequence and
+ * units) and a MixtralForCausalLM (4 experts of 24 units, top 2, in both
+ * blocks; its routing in gridtrain is the same softmax, top 2 and
+ * renormalisation) and computes in float64 the loss, the logits of one sequence and
  * every parameter gradient of one batch. gridtrain reads each directory
  * straight into its model (gt_hf_load_params, what [checkpoint] init and
  * score do) and, in fp32 on both host backends, must give:
@@ -69,7 +71,10 @@ static void check_model(const char *backend, const char *dir, const char *kind)
                   gt_gpt_create(be, &shape, &whole, NULL, GT_F32, B, T, 1, &m) == GT_SUCCESS &&
                   be->ops->alloc(be, sizeof(double), (void **)&acc) == GT_SUCCESS,
               "[%s] %s: a %s model of %d layers", backend, kind,
-              gt_gpt_shape_llama(&shape) ? "llama" : "gpt", shape.layers)) {
+              shape.experts    ? "mixtral"
+              : gt_gpt_shape_llama(&shape) ? "llama"
+                                           : "gpt",
+              shape.layers)) {
     tap_diag("%s", gt_error_message());
     return;
   }
@@ -153,7 +158,7 @@ int main(int argc, char **argv)
   const char *python = getenv("PYTHON_REF") ? getenv("PYTHON_REF") : "/usr/bin/python3";
   if (!src || !build)
     return tap_bail("run through make check (GT_SRCDIR, GT_BUILDDIR unset)");
-  static const char *const kinds[] = {"gpt2", "gpt2-untied", "llama", "llama-tied"};
+  static const char *const kinds[] = {"gpt2", "gpt2-untied", "llama", "llama-tied", "mixtral"};
   enum { NKINDS = sizeof kinds / sizeof kinds[0] };
   char dir[700], cmd[3000];
   tu_tmp_dir("test_hf_parity", dir, sizeof dir);
