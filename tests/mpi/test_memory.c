@@ -24,7 +24,10 @@
  * recompute none, attention and block; and zb-h1 at (2,2,1) and (1,2,2)
  * (the sets of projection output gradients its W waits for), and
  * pipedream-2bw there (its older weight version; at zero 0, (1,2,2), its
- * second gradient buffer), in fp32 and bf16.
+ * second gradient buffer), in fp32 and bf16; and mixtures of experts (gpt
+ * with experts every other block at zero 3; llama with experts in every
+ * block, recompute block in bf16, and a shared expert with recompute
+ * attention).
  *
  * gt-test: ranks=4 tier=quick
  */
@@ -198,6 +201,32 @@ int main(int argc, char **argv)
     char what[128];
     snprintf(what, sizeof what, "(dp,pp,tp)=(%d,%d,%d) %s m 4 zero 1 %s", layouts[l][0],
              layouts[l][1], layouts[l][2], extra[k][0], extra[k][1]);
+    check_run(&c, MPI_COMM_WORLD, what);
+  }
+  /* mixtures of experts: the experts' weights, their N top_k-row
+   * activations and the shared scratch of the MoE blocks */
+  static const char *const moe[][3] = {{"gpt", "none", "fp32"},
+                                       {"llama", "block", "bf16"},
+                                       {"llama", "attention", "fp32"}};
+  for (int k = 0; k < 3; k++) {
+    const int l = k;
+    gt_config c = cfg;
+    c.grid.dp = layouts[l][0];
+    c.grid.pp = layouts[l][1];
+    c.grid.tp = layouts[l][2];
+    c.parallel.zero = k == 0 ? 3 : 1;
+    tu_config_set(&c, "model.type=%s", moe[k][0]);
+    tu_config_set(&c, "model.experts=4");
+    tu_config_set(&c, "model.top_k=2");
+    tu_config_set(&c, "model.moe_every=%d", k == 0 ? 2 : 1);
+    tu_config_set(&c, "model.expert_ffn_dim=48");
+    tu_config_set(&c, "model.shared_experts=%d", k == 2 ? 1 : 0);
+    tu_config_set(&c, "model.recompute=%s", moe[k][1]);
+    tu_config_set(&c, "backend.precision=%s", moe[k][2]);
+    char what[160];
+    snprintf(what, sizeof what, "(dp,pp,tp)=(%d,%d,%d) %s with experts, zero %d recompute %s %s",
+             layouts[l][0], layouts[l][1], layouts[l][2], moe[k][0], (int)c.parallel.zero, moe[k][1],
+             moe[k][2]);
     check_run(&c, MPI_COMM_WORLD, what);
   }
   return tu_mpi_finish();

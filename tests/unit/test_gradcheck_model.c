@@ -20,6 +20,10 @@
  * in the smoothed band and divides the other by the factor, two of its
  * three branches.
  *
+ * The mixtures of experts (gpt and llama, with a capacity or dropless, a
+ * shared expert or none) go through the whole-model check: the router, the
+ * experts and the gates' renormalisation.
+ *
  * gt-test: ranks=1 tier=quick
  */
 #include <stdio.h>
@@ -170,7 +174,7 @@ static void test_block(gt_backend *be)
   }
   b.a = (gt_block_acts){blk_buf(N * C), blk_buf(N), blk_buf(N), blk_buf(3 * N * C),
                         blk_buf(B * H * T), blk_buf(N * C), blk_buf(N * C), blk_buf(N * C),
-                        blk_buf(N), blk_buf(N), blk_buf(4 * N * C), blk_buf(4 * N * C)};
+                        blk_buf(N), blk_buf(N), blk_buf(4 * N * C), blk_buf(4 * N * C), {0}};
   b.s = (gt_block_scratch){blk_buf(N * C), blk_buf(3 * N * C), blk_buf(N * C),
                            blk_buf(4 * N * C), NULL}; /* dact: SwiGLU only */
   b.x = blk_buf(N * C);
@@ -448,6 +452,28 @@ static const gt_gpt_shape llama_shape = {
     .rope = {.type = GT_ROPE_LLAMA3, .factor = 8, .low_freq_factor = 1, .high_freq_factor = 4,
              .original_max_position_embeddings = 8}};
 
+/* Mixtures of experts (no router losses: the finite differences see the
+ * model's cross-entropy only; tests/ref/test_moe_ops checks the router's
+ * losses against their formulas): a gpt whose block 0 has 4 experts of 12
+ * units, top 2, and whose block 1 is dense; and the llama above with
+ * experts in every block, 3 of them with top 2 and one shared expert of
+ * 8 units beside them. Top 2, so that the renormalised gates carry the
+ * router's gradient. */
+static const gt_gpt_shape gpt_moe_shape = {2, 2, 8, 8, 11, .arch = GT_MODEL_GPT, .experts = 4,
+                                           .top_k = 2, .moe_every = 2, .expert_ffn = 12,
+                                           .capacity_factor = 1.0};
+
+static gt_gpt_shape llama_moe_shape(void)
+{
+  gt_gpt_shape s = llama_shape;
+  s.experts = 3;
+  s.top_k = 2;
+  s.moe_every = 1;
+  s.expert_ffn = 8;
+  s.shared_experts = 1;
+  return s;
+}
+
 int main(int argc, char **argv)
 {
   tu_mpi_init(&argc, &argv);
@@ -459,6 +485,8 @@ int main(int argc, char **argv)
     test_gpt(backends[i], (gt_gpt_shape){2, 2, 8, 8, 11, .arch = GT_MODEL_GPT}, "gpt");
     test_llama_block(backends[i]);
     test_gpt(backends[i], llama_shape, "llama");
+    test_gpt(backends[i], gpt_moe_shape, "gpt-moe");
+    test_gpt(backends[i], llama_moe_shape(), "llama-moe");
   }
   gt_backend_destroy(&fast);
   gt_backend_destroy(&ref);

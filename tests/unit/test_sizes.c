@@ -120,6 +120,21 @@ int main(int argc, char **argv)
          gt_gpt_param_count(&l3));
   tap_ok(gt_gpt_param_count(&l32) == 1235814400ULL,
          "Llama 3.2 1B with its tied head: %zu parameters (1235814400)", gt_gpt_param_count(&l32));
+  /* Mistral's published count for Mixtral 8x7B: 46,702,792,704 (8 SwiGLU
+   * experts of 14336 units in each of 32 blocks, top 2, untied, vocabulary
+   * 32000); its active parameters, 12.9B, are what MFU counts */
+  const gt_gpt_shape mx = {32, 32, 4096, 32768, 32000, .arch = GT_MODEL_LLAMA, .kv_heads = 8,
+                           .ffn_dim = 14336, .tie = GT_TRI_OFF, .experts = 8, .top_k = 2,
+                           .moe_every = 1};
+  tap_ok(gt_gpt_param_count(&mx) == 46702792704ULL,
+         "Mixtral 8x7B: %zu parameters (46702792704)", gt_gpt_param_count(&mx));
+  /* 6 x the active matrices: per block the attention's 4096 (48 + 32) 128,
+   * the router's 8 x 4096 and 2 experts' 3 x 4096 x 14336, and the head */
+  const double active = 32.0 * (4096.0 * 80 * 128 + 8 * 4096.0 + 2 * 3 * 4096.0 * 14336) +
+                        32000.0 * 4096;
+  tap_ok(fabs(gt_gpt_flops_per_token(&mx, 1) - (6 * active + 12.0 * 32 * 4096)) < 1.0,
+         "Mixtral 8x7B: MFU counts the active parameters (%.4g per token at T = 1)",
+         gt_gpt_flops_per_token(&mx, 1));
   int rc = tap_done();
   MPI_Finalize();
   return rc;
