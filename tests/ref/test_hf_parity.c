@@ -62,7 +62,11 @@ static void check_model(const char *backend, const char *dir, const char *kind)
   gt_config_defaults(&cfg);
   if (!tu_ok_status(gt_hf_config_read(path, &cfg), "read config.json"))
     return;
-  const gt_gpt_shape shape = gt_gpt_shape_config(&cfg);
+  /* transformers' loss is the cross-entropy alone (its router loss, over
+   * all blocks at once, comes only with output_router_logits): no router
+   * losses here either */
+  gt_gpt_shape shape = gt_gpt_shape_config(&cfg);
+  shape.aux_loss = shape.z_loss = 0.0;
   const gt_gpt_part whole = gt_gpt_whole(&shape);
   gt_backend *be = NULL;
   gt_gpt *m = NULL;
