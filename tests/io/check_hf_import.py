@@ -3,7 +3,8 @@
   check_hf_import.py tensors HF_DIR CKPT.h5
       every /model tensor of the checkpoint equals, bit for bit in fp32, the
       Hugging Face tensors it is made of (GPT-2: Conv1D weights transposed;
-      Llama: q/k/v and gate/up stacked by rows), and every HF weight is used.
+      Llama: q/k/v and gate/up stacked by rows; Mixtral: each expert's w1, w3 and
+      w2 stacked as gridtrain's (E, ...) tensors), and every HF weight is used.
   check_hf_import.py same HF_DIR OUT_DIR
       transformers loads OUT_DIR (an export of the import) and its state_dict
       equals HF_DIR's, bit for bit, in the original dtype.
@@ -63,6 +64,15 @@ def expected(d):
         want["h.%d.attn.qkv.weight" % l] = np.concatenate(
             [hf.pop(p + "self_attn.%s_proj.weight" % x) for x in "qkv"])
         want["h.%d.attn.proj.weight" % l] = hf.pop(p + "self_attn.o_proj.weight")
+        if cfg["model_type"] == "mixtral":  # the router, and each expert's w1, w3 / w2 stacked
+            m, E = p + "block_sparse_moe.", cfg["num_local_experts"]
+            want["h.%d.moe.router.weight" % l] = hf.pop(m + "gate.weight")
+            want["h.%d.moe.experts.fc.weight" % l] = np.stack([np.concatenate(
+                [hf.pop(m + "experts.%d.%s.weight" % (e, w)) for w in ("w1", "w3")])
+                for e in range(E)])
+            want["h.%d.moe.experts.proj.weight" % l] = np.stack(
+                [hf.pop(m + "experts.%d.w2.weight" % e) for e in range(E)])
+            continue
         want["h.%d.mlp.fc.weight" % l] = np.concatenate(
             [hf.pop(p + "mlp.%s_proj.weight" % x) for x in ("gate", "up")])
         want["h.%d.mlp.proj.weight" % l] = hf.pop(p + "mlp.down_proj.weight")

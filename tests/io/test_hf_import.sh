@@ -2,7 +2,8 @@
 # gridtrain ckpt import: tiny random Hugging Face models made here with
 # transformers (tests/io/make_hf.py: GPT-2 tied and untied; Llama with GQA
 # 4/2, untied head, rope_theta 5e5, llama3 rope scaling, intermediate_size 37,
-# also saved sharded into 17 files and in bf16, and tied) import into
+# also saved sharded into 17 files and in bf16, and tied; Mixtral with 4
+# experts of 24 units, top 2) import into
 # checkpoints that `ckpt verify` accepts and whose /model tensors are the HF
 # tensors under the mapping, bit for bit in fp32 (check_hf_import.py); and
 # unsupported or damaged inputs are exit 2 with one line naming the problem.
@@ -17,7 +18,7 @@ make="$GT_SRCDIR/tests/io/make_hf.py"
 check="$GT_SRCDIR/tests/io/check_hf_import.py"
 show() { sed 's/^/#   /' "$1"; }
 
-for k in gpt2 gpt2-untied llama llama-sharded llama-bf16 llama-tied; do
+for k in gpt2 gpt2-untied llama llama-sharded llama-bf16 llama-tied mixtral; do
   "$py" "$make" $k "$GT_TMP/$k" >"$GT_TMP/make.out" 2>&1 || { show "$GT_TMP/make.out"; bail "cannot make $k"; }
   "$GT_BIN" ckpt import "$GT_TMP/$k" -o "$GT_TMP/$k.h5" >"$GT_TMP/$k.out" 2>&1
   ok $? "import $k"
@@ -34,6 +35,10 @@ done
   grep -q "^model *llama: layers 2" "$GT_TMP/info.out" && grep -q "kv_heads *= *2" "$GT_TMP/info.out" &&
   grep -q "rope_scaling *= *llama3" "$GT_TMP/info.out"
 ok $? "ckpt info shows the llama deck" || show "$GT_TMP/info.out"
+"$GT_BIN" ckpt info "$GT_TMP/mixtral.h5" >"$GT_TMP/info.out" 2>&1 &&
+  grep -q "experts *= *4" "$GT_TMP/info.out" && grep -q "top_k *= *2" "$GT_TMP/info.out" &&
+  grep -q "expert_ffn_dim *= *24" "$GT_TMP/info.out"
+ok $? "ckpt info shows the mixtral deck's experts" || show "$GT_TMP/info.out"
 
 # errors: a copy of the llama directory with one thing changed
 fails() {
@@ -64,6 +69,9 @@ edit vocab_size 103 && "$py" "$check" damage "$GT_TMP/llama/model.safetensors" "
   fails damaged_header "safetensors .*: the header is not JSON"
 edit vocab_size 103 && head -c 5000 "$GT_TMP/llama/model.safetensors" >"$GT_TMP/bad/model.safetensors" &&
   fails cut_file "end past the data"
+rm -rf "$GT_TMP/bad" && cp -r "$GT_TMP/mixtral" "$GT_TMP/bad" &&
+  "$py" -c 'import json,sys; p=sys.argv[1]; c=json.load(open(p)); c["router_jitter_noise"]=0.1; json.dump(c,open(p,"w"))' "$GT_TMP/bad/config.json" &&
+  fails router_jitter "router_jitter_noise = 0.1 is not supported"
 rm -rf "$GT_TMP/bad" && cp -r "$GT_TMP/gpt2" "$GT_TMP/bad" &&
   sed -i 's/"layer_norm_epsilon": 1e-05/"layer_norm_epsilon": 1e-06/' "$GT_TMP/bad/config.json" &&
   fails gpt2_eps "layer_norm_epsilon = 1e-06 is not supported"
