@@ -68,6 +68,20 @@ expect "sequence parallelism: tokens do not split over tp" \
   data.batch=1 model.seq_len=30
 expect "sequence_parallel not on or off" "[parallel] sequence_parallel = 'yes' is not valid" \
   train "$deck" data.train="$data" parallel.sequence_parallel=yes
+expect "experts: top_k above experts" "[model] top_k=3 is more than [model] experts=2" \
+  train "$deck" data.train="$data" model.experts=2 model.top_k=3
+expect "experts: shared experts without routed ones" \
+  "[model] shared_experts=1 needs routed experts too" \
+  train "$deck" data.train="$data" model.shared_experts=1
+expect "experts: tp does not divide expert_ffn_dim" \
+  "tp=4 does not divide [model] expert_ffn_dim=30" \
+  train "$deck" data.train="$data" model.experts=4 model.expert_ffn_dim=30 grid.dp=1 grid.tp=4
+expect "experts: not yet with sequence parallelism" \
+  "[parallel] sequence_parallel = on does not take [model] experts yet" \
+  train "$deck" data.train="$data" model.experts=4 parallel.sequence_parallel=on grid.dp=2 grid.tp=2
+expect "experts: not yet with zb-h1" "[parallel] schedule = zb-h1 does not take [model] experts yet" \
+  train "$deck" data.train="$data" model.experts=4 parallel.schedule=zb-h1 grid.dp=2 grid.pp=2 \
+  data.microbatches=2
 expect "batch does not split" "[data] batch=10 does not split over dp=4 x microbatches=1" \
   train "$deck" data.train="$data" data.batch=10
 expect "explicit stage split that does not cover the layers" \
