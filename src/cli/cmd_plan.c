@@ -234,11 +234,15 @@ static int gt_plan_run(const gt_plan_args *a, const gt_config *cfg_in, const gt_
     char kv[32] = "";
     if (gt_gpt_shape_kv_heads(&shape) != shape.heads)
       snprintf(kv, sizeof kv, " KV%d", gt_gpt_shape_kv_heads(&shape));
-    printf("# plan: %s L%d H%d%s C%d F%d V%d, %ld sequences x %ld tokens per step, on %ld "
+    char moe[96] = "";
+    if (shape.experts > 0)
+      snprintf(moe, sizeof moe, " E%d top%d Fe%d every%d", shape.experts, shape.top_k,
+               gt_gpt_shape_expert_ffn(&shape), shape.moe_every > 0 ? shape.moe_every : 1);
+    printf("# plan: %s L%d H%d%s C%d F%d%s V%d, %ld sequences x %ld tokens per step, on %ld "
            "ranks (%d node%s x %d)\n",
            gt_gpt_shape_llama(&shape) ? "Llama" : "GPT", shape.layers, shape.heads, kv,
-           shape.dim, gt_gpt_shape_ffn(&shape), shape.vocab, cfg.data.batch, cfg.model.seq_len,
-           ranks, c.nodes, c.nodes == 1 ? "" : "s", c.ranks_per_node);
+           shape.dim, gt_gpt_shape_ffn(&shape), moe, shape.vocab, cfg.data.batch,
+           cfg.model.seq_len, ranks, c.nodes, c.nodes == 1 ? "" : "s", c.ranks_per_node);
     gt_plan_print_top(stdout, rows, n, (int)a->top, &c, (int)ranks);
     if (!rows[0].cost.fits)
       printf("# no layout fits the memory of a rank: use more nodes, a smaller batch or model\n");
