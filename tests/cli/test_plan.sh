@@ -79,6 +79,28 @@ ok $? "--validate prints the 18 published rows and the errors per table"
   grep -q '^# memory per rank, expected' "$GT_TMP/mem"
 ok $? "plan --memory works (a deck without [data] train is planned)"
 
+# ---- a mixture of experts: Mixtral 8x7B's shape, the experts in the header, no sequence
+# parallelism or zb-h1 among the layouts (not yet with experts), and its memory account
+h100="$GT_SRCDIR/inputs/clusters/h100-sxm.in"
+"$GT_BIN" plan "$GT_SRCDIR/inputs/mixtral-8x7b.in" --cluster "$h100" --nodes 32 \
+  --csv "$GT_TMP/moe.csv" --top 3 >"$GT_TMP/moe" 2>&1 &&
+  grep -q '^# plan: Llama L32 H32 KV8 C4096 F14336 E8 top2 Fe14336 every1 V32000' "$GT_TMP/moe" &&
+  [ "$(grep -c '^ *[0-9]' "$GT_TMP/moe")" -eq 3 ] &&
+  ! grep -qi 'zb-h1' "$GT_TMP/moe.csv" &&
+  "$PYTHON_REF" - "$GT_TMP/moe.csv" <<'PY'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+sp = [k for k in rows[0] if k.lower() in ("sp", "seq_par", "sequence_parallel")]
+assert rows and sp, rows[0].keys()
+assert all(r[sp[0]] in ("off", "0", "false", "False") for r in rows), "sequence parallel with experts"
+PY
+ok $? "Mixtral 8x7B on 32 H100 nodes: the experts in the header, no zb-h1 or sequence parallelism"
+"$GT_BIN" plan --memory "$GT_SRCDIR/inputs/mixtral-8x7b.in" --ranks 256 >"$GT_TMP/moemem" 2>&1 &&
+  [ "$(grep -c '^  [0-7]  ' "$GT_TMP/moemem")" -eq 8 ] &&
+  "$GT_BIN" plan --memory "$GT_SRCDIR/inputs/moe-tiny.in" --ranks 4 >>"$GT_TMP/moemem" 2>&1
+ok $? "plan --memory of inputs/mixtral-8x7b.in (8 stages) and inputs/moe-tiny.in" ||
+  sed 's/^/#   /' "$GT_TMP/moemem"
+
 # ---- bad input: exit 2, one error line
 expect() {
   desc=$1
