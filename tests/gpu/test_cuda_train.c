@@ -11,7 +11,11 @@
  * untied head, and grouped-query attention with 2 query heads per key/value
  * head, hs = 32, which cuDNN runs in bf16/fp16 on an H100/H200), the step of
  * part 1 and a bf16 curve of part 2: the ops the GPT does not reach, and
- * cuDNN's GQA graphs in training, for a quarter more time.
+ * cuDNN's GQA graphs in training, for a quarter more time. And the step of
+ * part 1 once more for that llama with experts in every block (4 SwiGLU
+ * experts of 192 units, top 2, a shared expert): the router, the pairs in
+ * expert order, the experts' products over their rows and the gated sum on
+ * the GPU (cuda_moe.cu), whose routing must pick the cpu's experts.
  *
  * 1. One fp32 step on cuda and on cpu from the same weights and batch
  *    (bitwise the same initial parameters, checked). [optim] eps = 1e-4
@@ -74,6 +78,10 @@ static const char *gpu_name = "cuda";
 /* the model under test: "gpt" (the deck's) or "llama", and its overrides */
 static const char *model = "gpt";
 static char *const llama_kv[2] = {"model.type=llama", "model.kv_heads=2"};
+/* "moe": the llama with experts in every block (4 of 192 units, top 2, one
+ * shared expert beside them) */
+static char *const moe_kv[4] = {"model.experts=4", "model.top_k=2", "model.expert_ffn_dim=192",
+                                "model.shared_experts=1"};
 static char data_kv[1300], threads_kv[64];
 static int steps = MAX_STEPS, tail_steps = 50; /* the curves: length, tail averaged */
 
@@ -93,9 +101,12 @@ static int load(gt_config *cfg, const char *dev, const char *prec, int nextra,
                     "grid.pp=1", "grid.tp=1", "data.microbatches=1", threads_kv,
                     "parallel.wait=yield"};
   int n = 16;
-  if (strcmp(model, "llama") == 0)
+  if (strcmp(model, "llama") == 0 || strcmp(model, "moe") == 0)
     for (int i = 0; i < 2; i++)
       over[n++] = llama_kv[i];
+  if (strcmp(model, "moe") == 0)
+    for (int i = 0; i < 4; i++)
+      over[n++] = moe_kv[i];
   for (int i = 0; i < nextra && n < 24; i++)
     over[n++] = extra[i];
   return gt_config_load(cfg, deck, n, over, MPI_COMM_SELF);
@@ -167,14 +178,15 @@ static void test_one_step(void)
 {
   one_step g, c;
   const int sg = step_once(gpu_name, &g);
-  if (!tu_ok_status(sg, strcmp(model, "llama") ? "gpt: one fp32 step on the GPU backend"
-                                               : "llama: one fp32 step on the GPU backend")) {
+  char what[64];
+  snprintf(what, sizeof what, "%s: one fp32 step on the GPU backend", model);
+  if (!tu_ok_status(sg, what)) {
     free_step(&g);
     return;
   }
   const int sc = step_once("cpu", &c);
-  if (!tu_ok_status(sc, strcmp(model, "llama") ? "gpt: one fp32 step on cpu"
-                                               : "llama: one fp32 step on cpu")) {
+  snprintf(what, sizeof what, "%s: one fp32 step on cpu", model);
+  if (!tu_ok_status(sc, what)) {
     free_step(&g), free_step(&c);
     return;
   }
@@ -348,7 +360,7 @@ static void probe_gpu(void)
 
 static int usage(void)
 {
-  return tap_bail("usage: test_cuda_train [--one-step | --curves] [--model gpt|llama] "
+  return tap_bail("usage: test_cuda_train [--one-step | --curves] [--model gpt|llama|moe] "
                   "[--steps N (40..%d)]", MAX_STEPS);
 }
 
@@ -358,7 +370,7 @@ int main(int argc, char **argv)
   /* --one-step: part 1 only; --curves: part 2 only; --model M: that model
    * only (default both); --steps N: curves of N steps (the tail averaged is
    * the last quarter, at most 50) */
-  bool one = true, curves = true, gpt = true, llama = true;
+  bool one = true, curves = true, gpt = true, llama = true, moe = true;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--one-step") == 0)
       curves = false;
@@ -366,10 +378,13 @@ int main(int argc, char **argv)
       one = false;
     else if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc)
       steps = atoi(argv[++i]);
-    else if (strcmp(argv[i], "--model") == 0 && i + 1 < argc && (!strcmp(argv[i + 1], "gpt") ||
-                                                                 !strcmp(argv[i + 1], "llama"))) {
-      gpt = !strcmp(argv[++i], "gpt");
-      llama = !gpt;
+    else if (strcmp(argv[i], "--model") == 0 && i + 1 < argc &&
+             (!strcmp(argv[i + 1], "gpt") || !strcmp(argv[i + 1], "llama") ||
+              !strcmp(argv[i + 1], "moe"))) {
+      i++;
+      gpt = !strcmp(argv[i], "gpt");
+      llama = !strcmp(argv[i], "llama");
+      moe = !strcmp(argv[i], "moe");
     }
     else
       return usage();
@@ -410,6 +425,10 @@ int main(int argc, char **argv)
   }
   if (one && llama) {
     model = "llama";
+    test_one_step();
+  }
+  if (one && moe) { /* one step only: its curve would repeat the llama's */
+    model = "moe";
     test_one_step();
   }
   if (!curves) {
