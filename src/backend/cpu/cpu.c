@@ -47,40 +47,6 @@
 #define GT_CVT_ELEMS ((int64_t)1 << 25)
 #endif
 
-#define GT_INLINE static inline __attribute__((always_inline))
-
-/* Run FN(DT, ...) with DT a compile-time constant, so that the typed loads
- * and stores in FN fold into plain fp32, bf16 or fp16 code. OpenMP outlines
- * a parallel region before inlining: the dispatch sits inside the region. */
-#define GT_BY_DT(dt, fn, ...)                                                                \
-  do {                                                                                       \
-    switch (dt) {                                                                            \
-    case GT_BF16: fn(GT_BF16, __VA_ARGS__); break;                                           \
-    case GT_F16: fn(GT_F16, __VA_ARGS__); break;                                             \
-    default: fn(GT_F32, __VA_ARGS__); break;                                                 \
-    }                                                                                        \
-  } while (0)
-
-static bool gt_float_type(gt_dtype t) { return t == GT_F32 || t == GT_BF16 || t == GT_F16; }
-
-#define GT_CHECK_DT(dt)                                                                      \
-  GT_CHECK(gt_float_type(dt), GT_ERR_INTERNAL,                                               \
-           "internal error: %s: element type %s is not fp32, bf16 or fp16", __func__,        \
-           gt_dtype_name(dt))
-
-/* Element i of an array of type t (byte address). */
-static inline void *gt_at(gt_dtype t, void *p, size_t i)
-{
-  return (char *)p + i * gt_dtype_size(t);
-}
-
-static inline const void *gt_cat(gt_dtype t, const void *p, size_t i)
-{
-  return (const char *)p + i * gt_dtype_size(t);
-}
-
-static inline int64_t gt_min64(int64_t a, int64_t b) { return a < b ? a : b; }
-
 // ---- scratch: per thread, grows on demand, freed when the thread exits ---------------------
 
 /* Kernels run on the thread that calls them (the host, or a cpu-async worker:
@@ -1085,6 +1051,13 @@ const gt_backend_ops gt_cpu_kernels = {
   .rope_backward = cpu_rope_backward,
   .swiglu_forward = cpu_swiglu_forward,
   .swiglu_backward = cpu_swiglu_backward,
+  .moe_route = gt_cpu_moe_route,
+  .moe_assign = gt_cpu_moe_assign,
+  .moe_permute = gt_cpu_moe_permute,
+  .moe_permute_backward = gt_cpu_moe_permute_backward,
+  .moe_combine = gt_cpu_moe_combine,
+  .moe_combine_backward = gt_cpu_moe_combine_backward,
+  .moe_route_backward = gt_cpu_moe_route_backward,
   .attention_forward = gt_cpu_attention_forward,
   .attention_backward = gt_cpu_attention_backward,
   .attention_decode = gt_cpu_attention_decode,

@@ -52,8 +52,6 @@ _Static_assert(GT_QB % GT_RS == 0 && GT_RS % GT_RM == 0 && GT_W % GT_RM == 0,
 _Static_assert(GT_PS >= 1 && GT_PS <= 3, "the score tile has 1 to 3 panels");
 _Static_assert(GT_CM == 4, "the mix kernels dispatch chunks of 1 to 4 vectors");
 
-#define GT_INLINE static inline __attribute__((always_inline))
-
 /* Keep a vector in a register: GCC would rather fold its load into each FMA
  * that uses it, one load per use, and the kernel becomes load-bound. (Only
  * where 16 floats fit one register: AVX-512.) */
@@ -64,7 +62,6 @@ _Static_assert(GT_CM == 4, "the mix kernels dispatch chunks of 1 to 4 vectors");
 #endif
 
 static inline int64_t gt_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
-static inline int64_t gt_min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 GT_INLINE gt_v16 gt_load(const float *p)
 {

@@ -3,7 +3,8 @@
  * (internal to src/backend).
  *
  * The kernels of "cpu" (cpu.c, cpu_attention.c) and "cpu-ref" (cpu_ref.c,
- * cpu_ref_attention.c) run synchronously on the calling thread. The stream
+ * cpu_ref_attention.c), and the mixture-of-experts ops both share
+ * (cpu_moe.c), run synchronously on the calling thread. The stream
  * layer (cpu_stream.c) gives both tables their memory, stream and event
  * entries; for the test modes it wraps the "cpu" kernels so that they run
  * later on a worker thread (cpu-async) or between memory-protection flips
@@ -37,6 +38,28 @@ int gt_ref_attention_backward(gt_backend *be, gt_dtype dt, void *dqkv, const voi
                               int64_t T, int64_t H, int64_t Hkv, int64_t hs);
 int gt_ref_attention_decode(gt_backend *be, gt_dtype dt, void *out, const void *qkv, int64_t T,
                             int64_t H, int64_t Hkv, int64_t hs);
+
+/* The mixture-of-experts ops (cpu_moe.c), one implementation for both
+ * tables: they are plain loops already, deterministic for any thread
+ * count; contract in backend.h. */
+int gt_cpu_moe_route(gt_backend *be, float *probs, float *lse, int32_t *sel, float *gate,
+                     const float *logits, int64_t N, int64_t E, int64_t k);
+int gt_cpu_moe_assign(gt_backend *be, int32_t *pos, int32_t *load, int32_t *kept,
+                      const int32_t *sel, int64_t N, int64_t k, int64_t E, int64_t capacity);
+int gt_cpu_moe_permute(gt_backend *be, gt_dtype dt, void *xp, const void *x, const int32_t *pos,
+                       int64_t N, int64_t k, int64_t C);
+int gt_cpu_moe_permute_backward(gt_backend *be, gt_dtype dt, void *dx, const void *dxp,
+                                const float *extra, const int32_t *pos, int64_t N, int64_t k,
+                                int64_t C);
+int gt_cpu_moe_combine(gt_backend *be, gt_dtype dt, void *out, const void *base, const void *y,
+                       const float *gate, const int32_t *pos, int64_t N, int64_t k, int64_t C);
+int gt_cpu_moe_combine_backward(gt_backend *be, gt_dtype dt, void *dy, float *dgate,
+                                const void *dout, const void *y, const float *gate,
+                                const int32_t *pos, int64_t N, int64_t k, int64_t C);
+int gt_cpu_moe_route_backward(gt_backend *be, float *dlogits, const float *dgate,
+                              const float *probs, const float *lse, const int32_t *sel,
+                              const float *gate, const int32_t *load, int64_t N, int64_t E,
+                              int64_t k, float aux_scale, float z_scale);
 
 /* bf16 matrix products through oneDNN (cpu_dnnl.c): C(M,N) = op(A) op(B)
  * (+ bias(N)) (+ C when accumulate), row-major, A, B and bias bf16, C bf16

@@ -1,11 +1,54 @@
 /*
  * cpu_simd.h - scalar math in forms that GCC vectorises (no libm calls),
- * shared by the fast CPU kernels (internal to src/backend/cpu).
+ * and the typed element access that lets one kernel body serve fp32, bf16
+ * and fp16, shared by the fast CPU kernels (internal to src/backend/cpu).
  */
 #ifndef GT_CPU_SIMD_H
 #define GT_CPU_SIMD_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
+
+#include "gridtrain/error.h"
+#include "gridtrain/tensor.h"
+
+#define GT_INLINE static inline __attribute__((always_inline))
+
+/* Run FN(DT, ...) with DT a compile-time constant, so that the typed loads
+ * and stores in FN fold into plain fp32, bf16 or fp16 code. OpenMP outlines
+ * a parallel region before inlining: the dispatch sits inside the region. */
+#define GT_BY_DT(dt, fn, ...)                                                                \
+  do {                                                                                       \
+    switch (dt) {                                                                            \
+    case GT_BF16: fn(GT_BF16, __VA_ARGS__); break;                                           \
+    case GT_F16: fn(GT_F16, __VA_ARGS__); break;                                             \
+    default: fn(GT_F32, __VA_ARGS__); break;                                                 \
+    }                                                                                        \
+  } while (0)
+
+static inline bool gt_float_type(gt_dtype t)
+{
+  return t == GT_F32 || t == GT_BF16 || t == GT_F16;
+}
+
+#define GT_CHECK_DT(dt)                                                                      \
+  GT_CHECK(gt_float_type(dt), GT_ERR_INTERNAL,                                               \
+           "internal error: %s: element type %s is not fp32, bf16 or fp16", __func__,        \
+           gt_dtype_name(dt))
+
+/* Element i of an array of type t (byte address). */
+static inline void *gt_at(gt_dtype t, void *p, size_t i)
+{
+  return (char *)p + i * gt_dtype_size(t);
+}
+
+static inline const void *gt_cat(gt_dtype t, const void *p, size_t i)
+{
+  return (const char *)p + i * gt_dtype_size(t);
+}
+
+static inline int64_t gt_min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
 /* exp(x) for float, accurate to about 1 ulp: x = n ln2 + r, |r| <= ln2/2,
  * e^r = 1 + r + r^2 P(r) with P of degree 5 (Cephes coefficients), 2^n by

@@ -1019,6 +1019,155 @@ static int cpu_swiglu_backward(gt_backend *be, gt_dtype dt, void *dh, const void
 
 typedef struct {
   gt_backend *be;
+  float *probs, *lse, *gate;
+  int32_t *sel;
+  const float *logits;
+  int64_t N, E, k;
+} gt_route_args;
+static int gt_run_route(gt_backend *be, const void *p)
+{
+  const gt_route_args *a = p;
+  return GT_KERNELS(be)->moe_route(be, a->probs, a->lse, a->sel, a->gate, a->logits, a->N, a->E,
+                                   a->k);
+}
+static int cpu_moe_route(gt_backend *be, float *probs, float *lse, int32_t *sel, float *gate,
+                         const float *logits, int64_t N, int64_t E, int64_t k)
+{
+  gt_route_args a = {.be = be, .probs = probs, .lse = lse, .gate = gate, .sel = sel,
+                     .logits = logits, .N = N, .E = E, .k = k};
+  gt_cmd c;
+  GT_PACK(c, gt_run_route, a);
+  return gt_submit(be, NULL, &c);
+}
+
+typedef struct {
+  gt_backend *be;
+  int32_t *pos, *load, *kept;
+  const int32_t *sel;
+  int64_t N, k, E, capacity;
+} gt_assign_args;
+static int gt_run_assign(gt_backend *be, const void *p)
+{
+  const gt_assign_args *a = p;
+  return GT_KERNELS(be)->moe_assign(be, a->pos, a->load, a->kept, a->sel, a->N, a->k, a->E,
+                                    a->capacity);
+}
+static int cpu_moe_assign(gt_backend *be, int32_t *pos, int32_t *load, int32_t *kept,
+                          const int32_t *sel, int64_t N, int64_t k, int64_t E, int64_t capacity)
+{
+  gt_assign_args a = {.be = be, .pos = pos, .load = load, .kept = kept, .sel = sel, .N = N,
+                      .k = k, .E = E, .capacity = capacity};
+  gt_cmd c;
+  GT_PACK(c, gt_run_assign, a);
+  return gt_submit(be, NULL, &c);
+}
+
+/* The token-order ops: permute (out = xp, in = x), permute_backward (out =
+ * dx, in = dxp), combine (out, in = base, y) and combine_backward (out = dy,
+ * in = dout, y). */
+typedef struct {
+  gt_backend *be;
+  gt_dtype dt;
+  void *out;
+  float *dgate;
+  const void *in, *y;
+  const float *extra, *gate;
+  const int32_t *pos;
+  int64_t N, k, C;
+} gt_moe_tok_args;
+static int gt_run_permf(gt_backend *be, const void *p)
+{
+  const gt_moe_tok_args *a = p;
+  return GT_KERNELS(be)->moe_permute(be, a->dt, a->out, a->in, a->pos, a->N, a->k, a->C);
+}
+static int cpu_moe_permute(gt_backend *be, gt_dtype dt, void *xp, const void *x,
+                           const int32_t *pos, int64_t N, int64_t k, int64_t C)
+{
+  gt_moe_tok_args a = {.be = be, .dt = dt, .out = xp, .in = x, .pos = pos, .N = N, .k = k,
+                       .C = C};
+  gt_cmd c;
+  GT_PACK(c, gt_run_permf, a);
+  return gt_submit(be, NULL, &c);
+}
+static int gt_run_permb(gt_backend *be, const void *p)
+{
+  const gt_moe_tok_args *a = p;
+  return GT_KERNELS(be)->moe_permute_backward(be, a->dt, a->out, a->in, a->extra, a->pos, a->N,
+                                              a->k, a->C);
+}
+static int cpu_moe_permute_backward(gt_backend *be, gt_dtype dt, void *dx, const void *dxp,
+                                    const float *extra, const int32_t *pos, int64_t N,
+                                    int64_t k, int64_t C)
+{
+  gt_moe_tok_args a = {.be = be, .dt = dt, .out = dx, .in = dxp, .extra = extra, .pos = pos,
+                       .N = N, .k = k, .C = C};
+  gt_cmd c;
+  GT_PACK(c, gt_run_permb, a);
+  return gt_submit(be, NULL, &c);
+}
+static int gt_run_combf(gt_backend *be, const void *p)
+{
+  const gt_moe_tok_args *a = p;
+  return GT_KERNELS(be)->moe_combine(be, a->dt, a->out, a->in, a->y, a->gate, a->pos, a->N,
+                                     a->k, a->C);
+}
+static int cpu_moe_combine(gt_backend *be, gt_dtype dt, void *out, const void *base,
+                           const void *y, const float *gate, const int32_t *pos, int64_t N,
+                           int64_t k, int64_t C)
+{
+  gt_moe_tok_args a = {.be = be, .dt = dt, .out = out, .in = base, .y = y, .gate = gate,
+                       .pos = pos, .N = N, .k = k, .C = C};
+  gt_cmd c;
+  GT_PACK(c, gt_run_combf, a);
+  return gt_submit(be, NULL, &c);
+}
+static int gt_run_combb(gt_backend *be, const void *p)
+{
+  const gt_moe_tok_args *a = p;
+  return GT_KERNELS(be)->moe_combine_backward(be, a->dt, a->out, a->dgate, a->in, a->y,
+                                              a->gate, a->pos, a->N, a->k, a->C);
+}
+static int cpu_moe_combine_backward(gt_backend *be, gt_dtype dt, void *dy, float *dgate,
+                                    const void *dout, const void *y, const float *gate,
+                                    const int32_t *pos, int64_t N, int64_t k, int64_t C)
+{
+  gt_moe_tok_args a = {.be = be, .dt = dt, .out = dy, .dgate = dgate, .in = dout, .y = y,
+                       .gate = gate, .pos = pos, .N = N, .k = k, .C = C};
+  gt_cmd c;
+  GT_PACK(c, gt_run_combb, a);
+  return gt_submit(be, NULL, &c);
+}
+
+typedef struct {
+  gt_backend *be;
+  float *dlogits;
+  const float *dgate, *probs, *lse, *gate;
+  const int32_t *sel, *load;
+  int64_t N, E, k;
+  float aux_scale, z_scale;
+} gt_route_back_args;
+static int gt_run_routeb(gt_backend *be, const void *p)
+{
+  const gt_route_back_args *a = p;
+  return GT_KERNELS(be)->moe_route_backward(be, a->dlogits, a->dgate, a->probs, a->lse, a->sel,
+                                            a->gate, a->load, a->N, a->E, a->k, a->aux_scale,
+                                            a->z_scale);
+}
+static int cpu_moe_route_backward(gt_backend *be, float *dlogits, const float *dgate,
+                                  const float *probs, const float *lse, const int32_t *sel,
+                                  const float *gate, const int32_t *load, int64_t N, int64_t E,
+                                  int64_t k, float aux_scale, float z_scale)
+{
+  gt_route_back_args a = {.be = be, .dlogits = dlogits, .dgate = dgate, .probs = probs,
+                          .lse = lse, .gate = gate, .sel = sel, .load = load, .N = N, .E = E,
+                          .k = k, .aux_scale = aux_scale, .z_scale = z_scale};
+  gt_cmd c;
+  GT_PACK(c, gt_run_routeb, a);
+  return gt_submit(be, NULL, &c);
+}
+
+typedef struct {
+  gt_backend *be;
   gt_dtype dt;
   void *out; /* forward: out; backward: dqkv */
   float *lse;
@@ -1269,6 +1418,13 @@ static const gt_backend_ops gt_cpu_stream_ops = {
   .rope_backward = cpu_rope_backward,
   .swiglu_forward = cpu_swiglu_forward,
   .swiglu_backward = cpu_swiglu_backward,
+  .moe_route = cpu_moe_route,
+  .moe_assign = cpu_moe_assign,
+  .moe_permute = cpu_moe_permute,
+  .moe_permute_backward = cpu_moe_permute_backward,
+  .moe_combine = cpu_moe_combine,
+  .moe_combine_backward = cpu_moe_combine_backward,
+  .moe_route_backward = cpu_moe_route_backward,
   .attention_forward = cpu_attention_forward,
   .attention_backward = cpu_attention_backward,
   .attention_decode = cpu_attention_decode,
