@@ -47,7 +47,10 @@
  *   lse (fp32): |a - b| <= 1e-5 max(1, |b|) per element.
  *   Casts, the compute copy of AdamW, embedding rows copied without wpe,
  *   padding columns, outputs that must stay untouched (the heads rope does
- *   not rotate), aliased calls against unaliased ones: bit for bit.
+ *   not rotate, the rows of the experts' buffers that no pair names),
+ *   aliased calls against unaliased ones, the int32 results of the
+ *   mixture-of-experts ops (sel, pos, load, kept) and their permutation (a
+ *   bit copy): bit for bit.
  *   AdamW: p, m, v by the fp32 rule; the update p' - p norm-wise within
  *   1e-3 (p' is rounded to fp32, an ulp of |p| <= 1 is 6e-8 against an
  *   update of ~lr = 1e-3).
@@ -56,9 +59,11 @@
  *   measured gap in a CPU emulation of the kernel 5e-13; a float
  *   accumulator anywhere would be off by ~1e-7); NaN in, NaN out.
  *   Determinism (embedding_backward, layernorm_backward, rmsnorm_backward,
- *   attention forward and backward, sum_add): the same call twice gives the
- *   same bits; the embedding's dwte rows are summed in token order (checked
- *   bit for bit on values where any other order gives another result).
+ *   attention forward and backward, sum_add, every mixture-of-experts op):
+ *   the same call twice gives the same bits; the embedding's dwte rows, and
+ *   the k pairs of moe_permute_backward and moe_combine, are summed in the
+ *   contract's order (checked bit for bit on values where any other order
+ *   gives another result).
  *   Unaligned addresses (casts one element past an aligned address, sums of
  *   the same values at offsets of 0..3 floats: the same bits, as the order
  *   is fixed by n) run last, on a backend of their own, since a faulting
@@ -1077,6 +1082,609 @@ static void attn_decode_run(gt_backend *be, attn_case *cs, int ncases)
   }
 }
 
+// ---- mixture of experts -------------------------------------------------------------------------
+/* The seven MoE ops of backend.h. Routing's sel and assignment's pos, load
+ * and kept are int32 and must be cpu-ref's bits (so must the permutation's
+ * rows, bit copies); the float outputs are held to the bounds above (fp32
+ * rule for probs, gate, dgate, dlogits; lse's; the round-once rule for the
+ * dt outputs). Logits come with and without ties (a few distinct values,
+ * a row all equal, a row whose maximum sits at both ends), so that the
+ * tie rule decides sel. pos tensors drop about a quarter of the pairs
+ * (-1) and leave rows of the expert-ordered buffer that no pair names:
+ * those rows start from random values and must keep their bits. Every
+ * case also runs twice on the backend under test, for the same bits.
+ * Shapes: N in {1, 7, 64, 300} tokens, E in {1, 2, 5, 8, 64} experts (and
+ * 300, past one block of experts in the scans), k in {1, 2, min(E, 4)},
+ * C in {3, 33, 128} (3 and 33 take the scalar paths of the 16-bit types,
+ * 128 the packs); assignment also at N k = 4000 and 80000 pairs (chunks
+ * of pairs past the emulator's grid cap, and past one block of chunks). */
+
+/* Both backends have the seven ops (else one failed line: nothing to compare). */
+static bool moe_have(void)
+{
+  gt_backend *bs[2] = {gpu, ref};
+  for (int i = 0; i < 2; i++) {
+    const gt_backend_ops *o = bs[i]->ops;
+    if (!o->moe_route || !o->moe_assign || !o->moe_permute || !o->moe_permute_backward ||
+        !o->moe_combine || !o->moe_combine_backward || !o->moe_route_backward) {
+      tap_ok(false, "the mixture-of-experts ops: %s lacks some of the seven", bs[i]->name);
+      return false;
+    }
+  }
+  return true;
+}
+
+/* The first difference of two int32 arrays, or n. */
+static size_t i32_diff(const int32_t *a, const int32_t *b, size_t n)
+{
+  size_t i = 0;
+  while (i < n && a[i] == b[i])
+    i++;
+  return i;
+}
+
+/* Twin x (n int32): the same on both; a diagnostic names the first difference. */
+static bool i32_same(const char *what, twin x, size_t n)
+{
+  int32_t *a = dev_fetch(gpu, x.g, n * 4), *b = dev_fetch(ref, x.r, n * 4);
+  const size_t at = i32_diff(a, b, n);
+  if (at < n)
+    tap_diag("%s: element %zu: %d on %s, %d on cpu-ref", what, at, (int)a[at], gpu->name,
+             (int)b[at]);
+  free(a), free(b);
+  return at == n;
+}
+
+/* Router logits (N,E) in [-3, 3). With ties: rounded to integers (7
+ * values, so most rows hold equal maxima), row 0 all equal, and the last
+ * row's maximum at both ends. */
+static float *moe_logits(int64_t N, int64_t E, bool ties, uint64_t seed)
+{
+  const size_t n = (size_t)(N * E);
+  float *l = tu_alloc(n);
+  tu_fill(l, n, seed, -3, 3);
+  if (ties) {
+    for (size_t i = 0; i < n; i++)
+      l[i] = roundf(l[i]);
+    for (int64_t e = 0; e < E; e++)
+      l[e] = 0.5f;
+    if (N > 1) {
+      l[(N - 1) * E] = 7.0f;
+      l[(N - 1) * E + E - 1] = 7.0f;
+    }
+  }
+  return l;
+}
+
+/* (p, i) before (q, j) in the routing order. */
+static bool moe_before(float p, int i, float q, int j) { return p > q || (p == q && i < j); }
+
+/* sel (N,k) against probs (N,E) of the same backend: k distinct experts in
+ * routing order, and no expert left out that comes before the last one
+ * taken. The contract's top-k, checked without cpu-ref. */
+static bool moe_topk_ok(const float *p, const int32_t *sel, int64_t N, int64_t E, int64_t k,
+                        int64_t *bad_row)
+{
+  for (int64_t n = 0; n < N; n++) {
+    const float *pn = p + n * E;
+    const int32_t *sn = sel + n * k;
+    bool ok = true;
+    for (int64_t j = 0; j < k && ok; j++)
+      ok = sn[j] >= 0 && sn[j] < E &&
+           (j == 0 || moe_before(pn[sn[j - 1]], sn[j - 1], pn[sn[j]], sn[j]));
+    for (int64_t e = 0; e < E && ok; e++) {
+      bool taken = false;
+      for (int64_t j = 0; j < k; j++)
+        taken = taken || sn[j] == e;
+      ok = taken || !moe_before(pn[e], (int)e, pn[sn[k - 1]], sn[k - 1]);
+    }
+    if (!ok) {
+      *bad_row = n;
+      return false;
+    }
+  }
+  return true;
+}
+
+static void test_moe_route(int64_t N, int64_t E, int64_t k, bool ties)
+{
+  const size_t ne = (size_t)(N * E), nk = (size_t)(N * k), ns = (size_t)N;
+  const uint64_t sd = (uint64_t)(N * 131 + E * 7 + k) * 10 + ties;
+  float *l = moe_logits(N, E, ties, sd);
+  twin lg = tw_from(l, ne * 4), probs = tw_new(ne * 4), lse = tw_new(ns * 4);
+  twin sel = tw_new(nk * 4), gate = tw_new(nk * 4);
+  char what[160], tag[80];
+  snprintf(tag, sizeof tag, "N=%lld E=%lld k=%lld%s", (long long)N, (long long)E, (long long)k,
+           ties ? " (ties)" : "");
+  RUN(gpu, moe_route, probs.g, lse.g, sel.g, gate.g, lg.g, N, E, k);
+  RUN(ref, moe_route, probs.r, lse.r, sel.r, gate.r, lg.r, N, E, k);
+  snprintf(what, sizeof what, "moe_route probs %s", tag);
+  check_tw(GT_F32, what, probs, ne);
+  float *la = dev_fetch(gpu, lse.g, ns * 4), *lb = dev_fetch(ref, lse.r, ns * 4);
+  snprintf(what, sizeof what, "moe_route lse %s", tag);
+  check_lse(what, la, lb, ns);
+  snprintf(what, sizeof what, "moe_route sel %s", tag);
+  const bool same = i32_same(what, sel, nk);
+  float *pa = dev_fetch(gpu, probs.g, ne * 4);
+  int32_t *sa = dev_fetch(gpu, sel.g, nk * 4);
+  int64_t bad = -1;
+  const bool topk = moe_topk_ok(pa, sa, N, E, k, &bad);
+  if (!topk)
+    tap_diag("%s: row %lld is not the top %lld of %s's own probs in order, ties to the lower "
+             "index",
+             what, (long long)bad, (long long)k, gpu->name);
+  tap_ok(same && topk, "%s: cpu-ref's bits, the top k by probability, ties to the lower index",
+         what);
+  snprintf(what, sizeof what, "moe_route gate %s", tag);
+  check_tw(GT_F32, what, gate, nk);
+  /* again into poisoned outputs: the same bits */
+  void *ga = dev_fetch(gpu, gate.g, nk * 4);
+  tw_poison(probs), tw_poison(lse), tw_poison(sel), tw_poison(gate);
+  RUN(gpu, moe_route, probs.g, lse.g, sel.g, gate.g, lg.g, N, E, k);
+  tap_ok(gpu_equals(probs, pa, ne * 4) && gpu_equals(lse, la, ns * 4) &&
+             gpu_equals(sel, sa, nk * 4) && gpu_equals(gate, ga, nk * 4),
+         "moe_route twice: the same bits %s", tag);
+  free(l), free(la), free(lb), free(pa), free(sa), free(ga);
+  tw_free(&lg), tw_free(&probs), tw_free(&lse), tw_free(&sel), tw_free(&gate);
+}
+
+/* sel (N,k) for assignment: k distinct experts per token, drawn with a
+ * lean to the low indices (the smaller of two draws), so that some experts
+ * overflow a capacity and others get nothing. */
+static int32_t *moe_sel(int64_t N, int64_t E, int64_t k, uint64_t seed)
+{
+  const size_t nk = (size_t)(N * k);
+  int32_t *sel = xmalloc(nk * 4), *perm = xmalloc((size_t)E * 4), *r = xmalloc(2 * nk * 4);
+  tu_fill_int(r, 2 * nk, seed, INT32_MAX);
+  for (int64_t n = 0; n < N; n++) {
+    for (int64_t e = 0; e < E; e++)
+      perm[e] = (int32_t)e;
+    for (int64_t j = 0; j < k; j++) {
+      const size_t q = (size_t)(n * k + j);
+      const int64_t span = E - j, a = r[2 * q] % span, b = r[2 * q + 1] % span;
+      const int64_t pick = j + (a < b ? a : b);
+      const int32_t t = perm[j];
+      perm[j] = perm[pick];
+      perm[pick] = t;
+      sel[q] = perm[j];
+    }
+  }
+  free(perm), free(r);
+  return sel;
+}
+
+/* Capacities -1 (dropless), 0, 1 and the mean load ceil(N k / E): pos,
+ * load and kept cpu-ref's bits, and again the same bits. One line. */
+static void test_moe_assign(int64_t N, int64_t E, int64_t k)
+{
+  const size_t nk = (size_t)(N * k), ne = (size_t)E;
+  int32_t *s = moe_sel(N, E, k, (uint64_t)(N * 17 + E * 5 + k));
+  twin sel = tw_from(s, nk * 4), pos = tw_new(nk * 4), load = tw_new(ne * 4);
+  twin kept = tw_new(ne * 4);
+  const int64_t caps[4] = {-1, 0, 1, (N * k + E - 1) / E};
+  bool ok = true;
+  char what[160];
+  for (int c = 0; c < 4; c++) {
+    snprintf(what, sizeof what, "moe_assign N=%lld E=%lld k=%lld capacity=%lld", (long long)N,
+             (long long)E, (long long)k, (long long)caps[c]);
+    tw_poison(pos), tw_poison(load), tw_poison(kept);
+    RUN(gpu, moe_assign, pos.g, load.g, kept.g, sel.g, N, k, E, caps[c]);
+    RUN(ref, moe_assign, pos.r, load.r, kept.r, sel.r, N, k, E, caps[c]);
+    char part[200];
+    snprintf(part, sizeof part, "%s pos", what);
+    bool same = i32_same(part, pos, nk);
+    snprintf(part, sizeof part, "%s load", what);
+    same = i32_same(part, load, ne) && same;
+    snprintf(part, sizeof part, "%s kept", what);
+    same = i32_same(part, kept, ne) && same;
+    void *pa = dev_fetch(gpu, pos.g, nk * 4), *la = dev_fetch(gpu, load.g, ne * 4);
+    void *ka = dev_fetch(gpu, kept.g, ne * 4);
+    tw_poison(pos), tw_poison(load), tw_poison(kept);
+    RUN(gpu, moe_assign, pos.g, load.g, kept.g, sel.g, N, k, E, caps[c]);
+    const bool again = gpu_equals(pos, pa, nk * 4) && gpu_equals(load, la, ne * 4) &&
+                       gpu_equals(kept, ka, ne * 4);
+    if (!again)
+      tap_diag("%s: a second run gave other bits", what);
+    ok = ok && same && again;
+    free(pa), free(la), free(ka);
+  }
+  tap_ok(ok, "moe_assign N=%lld E=%lld k=%lld, capacity -1, 0, 1 and %lld: pos, load, kept "
+         "bit for bit, twice the same",
+         (long long)N, (long long)E, (long long)k, (long long)caps[3]);
+  free(s);
+  tw_free(&sel), tw_free(&pos), tw_free(&load), tw_free(&kept);
+}
+
+/* A pos (N,k) over R = N k + 3 rows: the kept pairs take distinct rows in
+ * a random order, about a quarter of the pairs are dropped (-1), and at
+ * least 3 rows are named by no pair (named[r] false). */
+typedef struct {
+  int32_t *pos;
+  bool *named;
+  int64_t R;
+} moe_rows;
+
+static moe_rows moe_rows_make(int64_t N, int64_t k, uint64_t seed)
+{
+  const size_t P = (size_t)(N * k), R = P + 3;
+  moe_rows m = {xmalloc(P * 4), xmalloc(R), (int64_t)R};
+  int32_t *perm = xmalloc(R * 4), *r = xmalloc((R + P) * 4);
+  tu_fill_int(r, R + P, seed, INT32_MAX);
+  for (size_t i = 0; i < R; i++)
+    perm[i] = (int32_t)i;
+  for (size_t i = R - 1; i > 0; i--) {
+    const size_t j = (size_t)r[i] % (i + 1);
+    const int32_t t = perm[i];
+    perm[i] = perm[j];
+    perm[j] = t;
+  }
+  memset(m.named, 0, R);
+  for (size_t q = 0; q < P; q++) {
+    const bool drop = r[R + q] % 4 == 0;
+    m.pos[q] = drop ? -1 : perm[q];
+    if (!drop)
+      m.named[perm[q]] = true;
+  }
+  free(perm), free(r);
+  return m;
+}
+
+static void moe_rows_free(moe_rows *m)
+{
+  free(m->pos), free(m->named);
+  m->pos = NULL, m->named = NULL;
+}
+
+/* The rows of host buffer a (R,C) of dt that no pair names have b's bits. */
+static bool moe_alone(const moe_rows *m, gt_dtype dt, int64_t C, const void *a, const void *b,
+                      int64_t *bad)
+{
+  const size_t row = (size_t)C * es(dt);
+  for (int64_t r = 0; r < m->R; r++)
+    if (!m->named[r] && memcmp((const char *)a + r * row, (const char *)b + r * row, row)) {
+      *bad = r;
+      return false;
+    }
+  return true;
+}
+
+static void test_moe_permute(gt_dtype dt, int64_t N, int64_t k, int64_t C)
+{
+  const uint64_t sd = (uint64_t)(N * 19 + k * 3 + C) * 10 + (uint64_t)dt;
+  moe_rows m = moe_rows_make(N, k, sd);
+  const size_t nx = (size_t)(N * C) * es(dt), nxp = (size_t)(m.R * C) * es(dt);
+  void *xp0 = rand_dt(dt, (size_t)(m.R * C), sd + 2, -1, 1);
+  twin pos = tw_from(m.pos, (size_t)(N * k) * 4), x = tw_rand(dt, (size_t)(N * C), sd + 1, -1, 1);
+  twin xp = tw_from(xp0, nxp);
+  char tag[80];
+  snprintf(tag, sizeof tag, "N=%lld k=%lld C=%lld [%s]", (long long)N, (long long)k, (long long)C,
+           gt_dtype_name(dt));
+  RUN(gpu, moe_permute, dt, xp.g, x.g, pos.g, N, k, C);
+  RUN(ref, moe_permute, dt, xp.r, x.r, pos.r, N, k, C);
+  void *a = dev_fetch(gpu, xp.g, nxp), *b = dev_fetch(ref, xp.r, nxp);
+  void *xh = dev_fetch(ref, x.r, nx);
+  /* the kept pairs' rows: x's bits (a check of its own, beside cpu-ref's) */
+  const size_t row = (size_t)C * es(dt);
+  int64_t bad_pair = -1, bad_row = -1;
+  for (int64_t q = 0; q < N * k && bad_pair < 0; q++)
+    if (m.pos[q] >= 0 && memcmp((char *)a + m.pos[q] * row, (char *)xh + (q / k) * row, row))
+      bad_pair = q;
+  const bool alone = moe_alone(&m, dt, C, a, xp0, &bad_row);
+  const bool same = memcmp(a, b, nxp) == 0;
+  if (!tap_ok(same && bad_pair < 0 && alone,
+              "moe_permute %s: the rows of x bit for bit (cpu-ref's), rows no pair names left "
+              "alone",
+              tag))
+    tap_diag("moe_permute %s: %s; pair %lld's row differs from x's; row %lld was named by no "
+             "pair and changed",
+             tag, same ? "same as cpu-ref" : "differs from cpu-ref", (long long)bad_pair,
+             (long long)bad_row);
+  tw_put(xp, xp0);
+  RUN(gpu, moe_permute, dt, xp.g, x.g, pos.g, N, k, C);
+  tap_ok(gpu_equals(xp, a, nxp), "moe_permute twice: the same bits %s", tag);
+  free(a), free(b), free(xh), free(xp0);
+  moe_rows_free(&m);
+  tw_free(&pos), tw_free(&x), tw_free(&xp);
+}
+
+static void test_moe_permute_backward(gt_dtype dt, int64_t N, int64_t k, int64_t C)
+{
+  const uint64_t sd = (uint64_t)(N * 23 + k * 5 + C) * 10 + (uint64_t)dt;
+  moe_rows m = moe_rows_make(N, k, sd);
+  const size_t nc = (size_t)(N * C);
+  void *dx0 = rand_dt(dt, nc, sd + 1, -1, 1);
+  float *ex = tu_alloc(nc);
+  tu_fill(ex, nc, sd + 2, -1, 1);
+  twin pos = tw_from(m.pos, (size_t)(N * k) * 4);
+  twin dxp = tw_rand(dt, (size_t)(m.R * C), sd + 3, -1, 1), extra = tw_from(ex, nc * 4);
+  twin dx = tw_from(dx0, nc * es(dt));
+  char what[160], tag[80];
+  snprintf(tag, sizeof tag, "N=%lld k=%lld C=%lld [%s]", (long long)N, (long long)k, (long long)C,
+           gt_dtype_name(dt));
+  for (int with_extra = 0; with_extra < 2; with_extra++) {
+    tw_put(dx, dx0);
+    RUN(gpu, moe_permute_backward, dt, dx.g, dxp.g, with_extra ? extra.g : NULL, pos.g, N, k, C);
+    RUN(ref, moe_permute_backward, dt, dx.r, dxp.r, with_extra ? extra.r : NULL, pos.r, N, k, C);
+    snprintf(what, sizeof what, "moe_permute_backward dx (+= onto random) extra=%s %s",
+             with_extra ? "on" : "NULL", tag);
+    check_tw(dt, what, dx, nc);
+    void *a = dev_fetch(gpu, dx.g, nc * es(dt));
+    tw_put(dx, dx0);
+    RUN(gpu, moe_permute_backward, dt, dx.g, dxp.g, with_extra ? extra.g : NULL, pos.g, N, k, C);
+    tap_ok(gpu_equals(dx, a, nc * es(dt)),
+           "moe_permute_backward extra=%s twice: the same bits %s", with_extra ? "on" : "NULL",
+           tag);
+    free(a);
+  }
+  free(dx0), free(ex);
+  moe_rows_free(&m);
+  tw_free(&pos), tw_free(&dxp), tw_free(&extra), tw_free(&dx);
+}
+
+/* base NULL, base a tensor of its own, and base = out (the same bits as a
+ * base of its own). */
+static void test_moe_combine(gt_dtype dt, int64_t N, int64_t k, int64_t C)
+{
+  const uint64_t sd = (uint64_t)(N * 29 + k * 7 + C) * 10 + (uint64_t)dt;
+  moe_rows m = moe_rows_make(N, k, sd);
+  const size_t nc = (size_t)(N * C), nk = (size_t)(N * k);
+  float *g = tu_alloc(nk);
+  tu_fill(g, nk, sd + 1, 0.05f, 1);
+  void *b0 = rand_dt(dt, nc, sd + 2, -1, 1);
+  twin pos = tw_from(m.pos, nk * 4), gate = tw_from(g, nk * 4);
+  twin y = tw_rand(dt, (size_t)(m.R * C), sd + 3, -1, 1), base = tw_from(b0, nc * es(dt));
+  twin out = tw_new(nc * es(dt));
+  char what[160], tag[80];
+  snprintf(tag, sizeof tag, "N=%lld k=%lld C=%lld [%s]", (long long)N, (long long)k, (long long)C,
+           gt_dtype_name(dt));
+  void *with_base = NULL;
+  for (int has_base = 0; has_base < 2; has_base++) {
+    tw_poison(out);
+    RUN(gpu, moe_combine, dt, out.g, has_base ? base.g : NULL, y.g, gate.g, pos.g, N, k, C);
+    RUN(ref, moe_combine, dt, out.r, has_base ? base.r : NULL, y.r, gate.r, pos.r, N, k, C);
+    snprintf(what, sizeof what, "moe_combine out (=) base=%s %s", has_base ? "on" : "NULL", tag);
+    check_tw(dt, what, out, nc);
+    void *a = dev_fetch(gpu, out.g, nc * es(dt));
+    tw_poison(out);
+    RUN(gpu, moe_combine, dt, out.g, has_base ? base.g : NULL, y.g, gate.g, pos.g, N, k, C);
+    tap_ok(gpu_equals(out, a, nc * es(dt)), "moe_combine base=%s twice: the same bits %s",
+           has_base ? "on" : "NULL", tag);
+    if (has_base)
+      with_base = a;
+    else
+      free(a);
+  }
+  /* base = out */
+  tw_put(out, b0);
+  RUN(gpu, moe_combine, dt, out.g, out.g, y.g, gate.g, pos.g, N, k, C);
+  tap_ok(gpu_equals(out, with_base, nc * es(dt)),
+         "moe_combine with base = out: the same bits as a base of its own %s", tag);
+  free(g), free(b0), free(with_base);
+  moe_rows_free(&m);
+  tw_free(&pos), tw_free(&gate), tw_free(&y), tw_free(&base), tw_free(&out);
+}
+
+static void test_moe_combine_backward(gt_dtype dt, int64_t N, int64_t k, int64_t C)
+{
+  const uint64_t sd = (uint64_t)(N * 37 + k * 11 + C) * 10 + (uint64_t)dt;
+  moe_rows m = moe_rows_make(N, k, sd);
+  const size_t nc = (size_t)(N * C), nk = (size_t)(N * k), ny = (size_t)(m.R * C);
+  float *g = tu_alloc(nk);
+  tu_fill(g, nk, sd + 1, 0.05f, 1);
+  void *dy0 = rand_dt(dt, ny, sd + 2, -1, 1);
+  twin pos = tw_from(m.pos, nk * 4), gate = tw_from(g, nk * 4);
+  twin dout = tw_rand(dt, nc, sd + 3, -1, 1), y = tw_rand(dt, ny, sd + 4, -1, 1);
+  twin dy = tw_from(dy0, ny * es(dt)), dgate = tw_new(nk * 4);
+  char what[160], tag[80];
+  snprintf(tag, sizeof tag, "N=%lld k=%lld C=%lld [%s]", (long long)N, (long long)k, (long long)C,
+           gt_dtype_name(dt));
+  RUN(gpu, moe_combine_backward, dt, dy.g, dgate.g, dout.g, y.g, gate.g, pos.g, N, k, C);
+  RUN(ref, moe_combine_backward, dt, dy.r, dgate.r, dout.r, y.r, gate.r, pos.r, N, k, C);
+  snprintf(what, sizeof what, "moe_combine_backward dy (= on the kept pairs' rows) %s", tag);
+  check_tw(dt, what, dy, ny);
+  snprintf(what, sizeof what, "moe_combine_backward dgate (fp32) %s", tag);
+  check_tw(GT_F32, what, dgate, nk);
+  void *a = dev_fetch(gpu, dy.g, ny * es(dt));
+  float *dga = dev_fetch(gpu, dgate.g, nk * 4);
+  int64_t bad_row = -1, bad_pair = -1;
+  const bool alone = moe_alone(&m, dt, C, a, dy0, &bad_row);
+  for (int64_t q = 0; q < (int64_t)nk && bad_pair < 0; q++)
+    if (m.pos[q] < 0 && !(dga[q] == 0.0f))
+      bad_pair = q;
+  if (!tap_ok(alone && bad_pair < 0,
+              "moe_combine_backward %s: rows of dy no pair names left alone, dgate 0 for the "
+              "dropped pairs",
+              tag))
+    tap_diag("row %lld named by no pair changed; dropped pair %lld has dgate %g",
+             (long long)bad_row, (long long)bad_pair, bad_pair >= 0 ? dga[bad_pair] : 0.0);
+  tw_put(dy, dy0);
+  tw_poison(dgate);
+  RUN(gpu, moe_combine_backward, dt, dy.g, dgate.g, dout.g, y.g, gate.g, pos.g, N, k, C);
+  tap_ok(gpu_equals(dy, a, ny * es(dt)) && gpu_equals(dgate, dga, nk * 4),
+         "moe_combine_backward twice: the same bits (dy, dgate) %s", tag);
+  free(g), free(dy0), free(a), free(dga);
+  moe_rows_free(&m);
+  tw_free(&pos), tw_free(&gate), tw_free(&dout), tw_free(&y), tw_free(&dy), tw_free(&dgate);
+}
+
+/* The order of the sums, bit for bit: dx (or base) first, then extra, then
+ * the kept pairs in ascending j, each step an fp32 add. With 2^24 first and
+ * 1s after, every step rounds back to 2^24 (ties to even); any other order
+ * adds 1s together first and ends at 2^24 + 2 or more. fp32 only (a 16-bit
+ * type would round both to the same value); C = 5 (the scalar path) and 8
+ * (packs); pair (1, 2) dropped. cpu-ref is held to the same values. */
+static void test_moe_order(int64_t C)
+{
+  const int64_t N = 2, k = 4, P = N * k;
+  const size_t nc = (size_t)(N * C), ny = (size_t)(P * C);
+  int32_t pos[8];
+  float g[8];
+  for (int q = 0; q < 8; q++)
+    pos[q] = q, g[q] = 1.0f;
+  pos[6] = -1;
+  const float big = 16777216.0f; /* 2^24 */
+  float *first = tu_alloc(ny), *ones = tu_alloc(ny), *bigs = tu_alloc(nc), *zeros = tu_alloc(nc);
+  for (size_t i = 0; i < ny; i++) {
+    ones[i] = 1.0f;
+    first[i] = (i / (size_t)C) % (size_t)k == 0 ? big : 1.0f; /* row of choice 0: 2^24 */
+  }
+  for (size_t i = 0; i < nc; i++)
+    bigs[i] = big, zeros[i] = 0.0f;
+  twin tpos = tw_from(pos, sizeof pos), gate = tw_from(g, sizeof g);
+  twin yf = tw_from(first, ny * 4), y1 = tw_from(ones, ny * 4), e1 = tw_from(ones, nc * 4);
+  twin base = tw_from(bigs, nc * 4), dx = tw_new(nc * 4), out = tw_new(nc * 4);
+  bool okb[2][4] = {{true, true, true, true}, {true, true, true, true}};
+  gt_backend *bs[2] = {gpu, ref};
+  for (int b = 0; b < 2; b++) {
+    gt_backend *be = bs[b];
+    bool *ok = okb[b];
+    void *d = b ? dx.r : dx.g, *o = b ? out.r : out.g;
+    /* dx 0, dxp: 2^24 then 1s */
+    dev_put(be, d, zeros, nc * 4);
+    RUN(be, moe_permute_backward, GT_F32, d, b ? yf.r : yf.g, NULL, b ? tpos.r : tpos.g, N, k, C);
+    float *r = dev_fetch(be, d, nc * 4);
+    for (size_t i = 0; i < nc; i++)
+      ok[0] = ok[0] && r[i] == big;
+    free(r);
+    /* dx 2^24, extra 1s, dxp 1s */
+    dev_put(be, d, bigs, nc * 4);
+    RUN(be, moe_permute_backward, GT_F32, d, b ? y1.r : y1.g, b ? e1.r : e1.g,
+        b ? tpos.r : tpos.g, N, k, C);
+    r = dev_fetch(be, d, nc * 4);
+    for (size_t i = 0; i < nc; i++)
+      ok[1] = ok[1] && r[i] == big;
+    free(r);
+    /* no base, y: 2^24 then 1s, gates 1 */
+    RUN(be, moe_combine, GT_F32, o, NULL, b ? yf.r : yf.g, b ? gate.r : gate.g,
+        b ? tpos.r : tpos.g, N, k, C);
+    r = dev_fetch(be, o, nc * 4);
+    for (size_t i = 0; i < nc; i++)
+      ok[2] = ok[2] && r[i] == big;
+    free(r);
+    /* base 2^24, y 1s */
+    RUN(be, moe_combine, GT_F32, o, b ? base.r : base.g, b ? y1.r : y1.g, b ? gate.r : gate.g,
+        b ? tpos.r : tpos.g, N, k, C);
+    r = dev_fetch(be, o, nc * 4);
+    for (size_t i = 0; i < nc; i++)
+      ok[3] = ok[3] && r[i] == big;
+    free(r);
+  }
+  for (int b = 0; b < 2; b++)
+    if (!(okb[b][0] && okb[b][1] && okb[b][2] && okb[b][3]))
+      tap_diag("moe order C=%lld on %s: permute_backward %s, %s; combine %s, %s", (long long)C,
+               bs[b]->name, okb[b][0] ? "ok" : "wrong", okb[b][1] ? "ok" : "wrong",
+               okb[b][2] ? "ok" : "wrong", okb[b][3] ? "ok" : "wrong");
+  tap_ok(okb[0][0] && okb[0][1] && okb[1][0] && okb[1][1],
+         "moe_permute_backward C=%lld sums dx, extra, then the pairs in ascending j, in fp32 "
+         "(2^24 then 1s stays 2^24, bit for bit, on %s and cpu-ref)",
+         (long long)C, gpu->name);
+  tap_ok(okb[0][2] && okb[0][3] && okb[1][2] && okb[1][3],
+         "moe_combine C=%lld sums base, then the pairs in ascending j, in fp32 (2^24 then 1s "
+         "stays 2^24, bit for bit, on %s and cpu-ref)",
+         (long long)C, gpu->name);
+  free(first), free(ones), free(bigs), free(zeros);
+  tw_free(&tpos), tw_free(&gate), tw_free(&yf), tw_free(&y1), tw_free(&e1), tw_free(&base);
+  tw_free(&dx), tw_free(&out);
+}
+
+/* The router's inputs from cpu-ref's moe_route and moe_assign (capacity
+ * cap), the same bytes on both; dgate random, 0 for the dropped pairs (as
+ * moe_combine_backward gives it). */
+static void test_moe_route_backward(int64_t N, int64_t E, int64_t k, int64_t cap,
+                                    float aux_scale, float z_scale)
+{
+  const size_t ne = (size_t)(N * E), nk = (size_t)(N * k), ns = (size_t)N;
+  const uint64_t sd = (uint64_t)(N * 41 + E * 13 + k) * 10 + (cap > 0);
+  float *l = moe_logits(N, E, false, sd);
+  float *lg = dev_alloc(ref, ne * 4), *pr = dev_alloc(ref, ne * 4), *ls = dev_alloc(ref, ns * 4);
+  float *gt = dev_alloc(ref, nk * 4);
+  int32_t *sl = dev_alloc(ref, nk * 4), *ps = dev_alloc(ref, nk * 4);
+  int32_t *ld = dev_alloc(ref, (size_t)E * 4), *kp = dev_alloc(ref, (size_t)E * 4);
+  dev_put(ref, lg, l, ne * 4);
+  RUN(ref, moe_route, pr, ls, sl, gt, lg, N, E, k);
+  RUN(ref, moe_assign, ps, ld, kp, sl, N, k, E, cap);
+  float *hp = dev_fetch(ref, pr, ne * 4), *hl = dev_fetch(ref, ls, ns * 4);
+  float *hg = dev_fetch(ref, gt, nk * 4), *dg = tu_alloc(nk);
+  int32_t *hs = dev_fetch(ref, sl, nk * 4), *hpos = dev_fetch(ref, ps, nk * 4);
+  int32_t *hld = dev_fetch(ref, ld, (size_t)E * 4);
+  tu_fill(dg, nk, sd + 1, -1, 1);
+  for (size_t q = 0; q < nk; q++)
+    if (hpos[q] < 0)
+      dg[q] = 0.0f;
+  twin probs = tw_from(hp, ne * 4), lse = tw_from(hl, ns * 4), gate = tw_from(hg, nk * 4);
+  twin sel = tw_from(hs, nk * 4), load = tw_from(hld, (size_t)E * 4), dgate = tw_from(dg, nk * 4);
+  twin dl = tw_new(ne * 4);
+  char what[200], tag[120];
+  snprintf(tag, sizeof tag, "N=%lld E=%lld k=%lld capacity=%lld aux_scale=%g z_scale=%g",
+           (long long)N, (long long)E, (long long)k, (long long)cap, aux_scale, z_scale);
+  RUN(gpu, moe_route_backward, dl.g, dgate.g, probs.g, lse.g, sel.g, gate.g, load.g, N, E, k,
+      aux_scale, z_scale);
+  RUN(ref, moe_route_backward, dl.r, dgate.r, probs.r, lse.r, sel.r, gate.r, load.r, N, E, k,
+      aux_scale, z_scale);
+  snprintf(what, sizeof what, "moe_route_backward dlogits (=) %s", tag);
+  check_tw(GT_F32, what, dl, ne);
+  void *a = dev_fetch(gpu, dl.g, ne * 4);
+  tw_poison(dl);
+  RUN(gpu, moe_route_backward, dl.g, dgate.g, probs.g, lse.g, sel.g, gate.g, load.g, N, E, k,
+      aux_scale, z_scale);
+  tap_ok(gpu_equals(dl, a, ne * 4), "moe_route_backward twice: the same bits %s", tag);
+  free(l), free(hp), free(hl), free(hg), free(dg), free(hs), free(hpos), free(hld), free(a);
+  dev_free(ref, lg), dev_free(ref, pr), dev_free(ref, ls), dev_free(ref, gt);
+  dev_free(ref, sl), dev_free(ref, ps), dev_free(ref, ld), dev_free(ref, kp);
+  tw_free(&probs), tw_free(&lse), tw_free(&gate), tw_free(&sel), tw_free(&load);
+  tw_free(&dgate), tw_free(&dl);
+}
+
+static void test_moe(void)
+{
+  if (!moe_have())
+    return;
+  /* (E, k): every E with k in {1, 2, min(E, 4)} */
+  const int64_t ek[][2] = {{1, 1}, {2, 1}, {2, 2}, {5, 1}, {5, 2}, {5, 4}, {8, 1},
+                           {8, 2}, {8, 4}, {64, 1}, {64, 2}, {64, 4}, {300, 4}};
+  const int nek = (int)(sizeof ek / sizeof *ek);
+  /* (N, E, k) of the smaller token counts */
+  const int64_t few[][3] = {{1, 1, 1}, {1, 64, 4}, {7, 2, 2}, {7, 5, 4}, {7, 300, 4},
+                            {64, 8, 2}, {64, 64, 4}, {64, 2, 1}};
+  const int nfew = (int)(sizeof few / sizeof *few);
+  for (int i = 0; i < nek; i++)
+    test_moe_route(300, ek[i][0], ek[i][1], false);
+  for (int i = 0; i < nfew; i++)
+    test_moe_route(few[i][0], few[i][1], few[i][2], false);
+  const int64_t tie_ek[][2] = {{2, 1}, {5, 4}, {8, 2}, {64, 4}};
+  for (int i = 0; i < 4; i++) {
+    test_moe_route(7, tie_ek[i][0], tie_ek[i][1], true);
+    test_moe_route(300, tie_ek[i][0], tie_ek[i][1], true);
+  }
+  for (int i = 0; i < nek; i++)
+    test_moe_assign(300, ek[i][0], ek[i][1]);
+  for (int i = 0; i < nfew; i++)
+    test_moe_assign(few[i][0], few[i][1], few[i][2]);
+  test_moe_assign(2000, 8, 2);   /* 16 chunks of pairs: past the emulator's grid cap */
+  test_moe_assign(40000, 8, 2);  /* 313 chunks: past one block of the scan over chunks */
+  /* the dt ops: (N, k, C) */
+  const int64_t nkc[][3] = {{1, 1, 3},   {7, 2, 33},  {64, 4, 128}, {300, 2, 128},
+                            {300, 4, 33}, {64, 1, 3}, {7, 1, 128},  {300, 1, 3}};
+  const int nnkc = (int)(sizeof nkc / sizeof *nkc);
+  for (int d = 0; d < 3; d++)
+    for (int i = 0; i < nnkc; i++) {
+      test_moe_permute(all_dt[d], nkc[i][0], nkc[i][1], nkc[i][2]);
+      test_moe_permute_backward(all_dt[d], nkc[i][0], nkc[i][1], nkc[i][2]);
+      test_moe_combine(all_dt[d], nkc[i][0], nkc[i][1], nkc[i][2]);
+      test_moe_combine_backward(all_dt[d], nkc[i][0], nkc[i][1], nkc[i][2]);
+    }
+  test_moe_order(5);
+  test_moe_order(8);
+  test_moe_route_backward(1, 1, 1, -1, 0.01f, 0.001f);
+  test_moe_route_backward(7, 2, 2, 1, 0.01f, 0.001f);
+  test_moe_route_backward(64, 5, 4, 52, 0.01f, 0.001f);
+  test_moe_route_backward(300, 8, 2, 75, 0.01f, 0.001f);
+  test_moe_route_backward(300, 64, 4, -1, 0.01f, 0.001f);
+  test_moe_route_backward(64, 64, 1, 0, 0.01f, 0.001f);
+  test_moe_route_backward(7, 300, 4, -1, 0.01f, 0.001f);
+  test_moe_route_backward(300, 8, 2, 75, 0.0f, 0.0f); /* the gates' gradient alone */
+}
+
 // ---- embeddings and loss ------------------------------------------------------------------------
 
 /* Rows [v0, v0 + nv) of a V-row vocabulary; tokens in [0, tok_upper)
@@ -1759,6 +2367,7 @@ int main(int argc, char **argv)
   }
   test_embedding_order(GT_F32);
   test_embedding_order(GT_BF16);
+  test_moe();
   test_adamw(1000003, -1);
   for (int k = 0; k < 3; k++)
     test_adamw(1000003, all_dt[k]);

@@ -13,6 +13,8 @@
  *                          reductions
  *   cuda_attention.cu      our own flash attention (tiled, online softmax) and
  *                          the one-row attention of decoding
+ *   cuda_moe.cu            mixture of experts: routing, assignment to expert
+ *                          rows, permutation, combination, router backward
  *   cuda_attention_cudnn.c attention through cuDNN's graph API
  *
  * Stream semantics: every op entry queues its work on the backend's compute
@@ -170,6 +172,26 @@ int gt_cuda_adamw(gt_backend *be, float *p, const float *g, float *m, float *v, 
 int gt_cuda_sum_add(gt_backend *be, double *acc, const float *x, size_t n);
 int gt_cuda_axpby(gt_backend *be, float *y, float a, const float *x, float b, size_t n);
 int gt_cuda_sumsq_add(gt_backend *be, double *acc, const float *x, size_t n);
+
+/* cuda_moe.cu */
+int gt_cuda_moe_route(gt_backend *be, float *probs, float *lse, int32_t *sel, float *gate,
+                      const float *logits, int64_t N, int64_t E, int64_t k);
+int gt_cuda_moe_assign(gt_backend *be, int32_t *pos, int32_t *load, int32_t *kept,
+                       const int32_t *sel, int64_t N, int64_t k, int64_t E, int64_t capacity);
+int gt_cuda_moe_permute(gt_backend *be, gt_dtype dt, void *xp, const void *x, const int32_t *pos,
+                        int64_t N, int64_t k, int64_t C);
+int gt_cuda_moe_permute_backward(gt_backend *be, gt_dtype dt, void *dx, const void *dxp,
+                                 const float *extra, const int32_t *pos, int64_t N, int64_t k,
+                                 int64_t C);
+int gt_cuda_moe_combine(gt_backend *be, gt_dtype dt, void *out, const void *base, const void *y,
+                        const float *gate, const int32_t *pos, int64_t N, int64_t k, int64_t C);
+int gt_cuda_moe_combine_backward(gt_backend *be, gt_dtype dt, void *dy, float *dgate,
+                                 const void *dout, const void *y, const float *gate,
+                                 const int32_t *pos, int64_t N, int64_t k, int64_t C);
+int gt_cuda_moe_route_backward(gt_backend *be, float *dlogits, const float *dgate,
+                               const float *probs, const float *lse, const int32_t *sel,
+                               const float *gate, const int32_t *load, int64_t N, int64_t E,
+                               int64_t k, float aux_scale, float z_scale);
 
 /* cuda_attention.cu: our own kernels */
 int gt_cuda_attention_forward_own(gt_backend *be, gt_dtype dt, void *out, float *lse,

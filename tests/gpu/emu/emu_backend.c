@@ -6,7 +6,7 @@
  * emulation test checks our kernels; a linear op here checks nothing of
  * cuBLASLt, and test_cuda_ops leaves the linear checks out under the
  * emulator. The rest of the backend (cuda_core.c, cuda_kernels.cu,
- * cuda_attention.cu) is the real code.
+ * cuda_attention.cu, cuda_moe.cu) is the real code.
  */
 #include <stdio.h>
 
