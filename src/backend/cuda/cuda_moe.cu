@@ -30,8 +30,7 @@
  * (below, at "routing": why), each output rounded once. Each dt kernel is
  * written once over its storage type T (float, __nv_bfloat16 or __half):
  * loads widen to fp32, the arithmetic is fp32, and each output is rounded
- * to T once (as cuda_kernels.cu; its small element helpers are repeated
- * below, in this file's own namespace). Every entry queues its work on the
+ * to T once (the element helpers of cuda_elem.cuh, as cuda_kernels.cu). Every entry queues its work on the
  * compute stream and returns.
  */
 #include <cuda_bf16.h>
@@ -44,100 +43,13 @@
 
 #include "cuda_backend.h"
 #include "cuda_launch.cuh"
-
-#define GT_MOE_BAD_DT(dt)                                                                    \
-  GT_ERROR(GT_ERR_INTERNAL, "internal error: %s: element type %s is not fp32, bf16 or fp16", \
-           __func__, gt_dtype_name(dt))
-
-/* return fn<T>(args...) with T the storage type of dt. */
-#define GT_MOE_BY_DT(dt, fn, ...)                                                            \
-  do {                                                                                       \
-    switch (dt) {                                                                            \
-    case GT_F32: return fn<float>(__VA_ARGS__);                                              \
-    case GT_BF16: return fn<__nv_bfloat16>(__VA_ARGS__);                                     \
-    case GT_F16: return fn<__half>(__VA_ARGS__);                                             \
-    default: return GT_MOE_BAD_DT(dt);                                                       \
-    }                                                                                        \
-  } while (0)
+#include "cuda_elem.cuh"
 
 namespace {
 
-/* Grid caps as in cuda_kernels.cu: the emulation test sets small ones, so
- * that its small shapes take the grid-stride loops too. */
-#ifndef GT_CUDA_MAX_BLOCKS
-#define GT_CUDA_MAX_BLOCKS (1u << 16)
-#endif
-#ifndef GT_CUDA_MAX_ROW_BLOCKS
-#define GT_CUDA_MAX_ROW_BLOCKS (1u << 20)
-#endif
-
-constexpr uint64_t kMaxBlocks = GT_CUDA_MAX_BLOCKS;
-constexpr uint64_t kMaxRowBlocks = GT_CUDA_MAX_ROW_BLOCKS;
-constexpr unsigned kThreads = 256;     /* element-wise kernels; route: 8 warps, 8 tokens */
 constexpr unsigned kRowThreads = 128;  /* a block per row or per pair */
 constexpr int kChunk = 256;            /* assign: pairs per chunk = threads of the rank step */
 constexpr unsigned kScanThreads = 256; /* assign: the scans over chunks and over experts */
-
-// ---- element types (as cuda_kernels.cu) ---------------------------------------------------
-
-__device__ __forceinline__ float to_f32(float x) { return x; }
-__device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ float to_f32(__half x) { return __half2float(x); }
-
-template <typename T> __device__ __forceinline__ T from_f32(float x);
-template <> __device__ __forceinline__ float from_f32<float>(float x) { return x; }
-template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x)
-{
-  return __float2bfloat16_rn(x);
-}
-template <> __device__ __forceinline__ __half from_f32<__half>(float x)
-{
-  return __float2half_rn(x);
-}
-
-/* W elements of T moved as one access (two for 32 bytes). */
-template <typename T, int W>
-struct alignas(W * sizeof(T) < 16 ? W * sizeof(T) : 16) Pack {
-  T e[W];
-};
-
-/* Elements per 16 bytes. */
-template <typename T> constexpr int kVec = (int)(16 / sizeof(T));
-
-template <typename T, int W>
-__device__ __forceinline__ void load_pack(const T *p, float (&f)[W])
-{
-  const Pack<T, W> v = *reinterpret_cast<const Pack<T, W> *>(p);
-#pragma unroll
-  for (int i = 0; i < W; i++)
-    f[i] = to_f32(v.e[i]);
-}
-
-template <typename T, int W>
-__device__ __forceinline__ void store_pack(T *p, const float (&f)[W])
-{
-  Pack<T, W> v;
-#pragma unroll
-  for (int i = 0; i < W; i++)
-    v.e[i] = from_f32<T>(f[i]);
-  *reinterpret_cast<Pack<T, W> *>(p) = v;
-}
-
-/* Can p (NULL: nothing to access) be accessed as Pack<T, W>? */
-template <typename T, int W> bool pack_aligned(const void *p)
-{
-  return (reinterpret_cast<uintptr_t>(p) % alignof(Pack<T, W>)) == 0;
-}
-
-/* Blocks for `work` items at `per_block` items a block: at least 1, at most cap. */
-unsigned grid_for(uint64_t work, uint64_t per_block, uint64_t cap)
-{
-  uint64_t b = (work + per_block - 1) / per_block;
-  b = b < 1 ? 1 : b;
-  return (unsigned)(b > cap ? cap : b);
-}
-
-size_t align_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
 // ---- reductions and scans (fixed trees) ------------------------------------------------------
 
@@ -763,7 +675,7 @@ extern "C" int gt_cuda_moe_permute_backward(gt_backend *be, gt_dtype dt, void *d
   GT_CALL(moe_tokens_ok(dt, N, k, C, "moe_permute_backward"));
   if (N == 0 || C == 0)
     return GT_SUCCESS;
-  GT_MOE_BY_DT(dt, permute_backward_t, gt_cuda_compute(be), dx, dxp, extra, pos, N, k, C);
+  GT_CUDA_BY_DT(dt, permute_backward_t, gt_cuda_compute(be), dx, dxp, extra, pos, N, k, C);
 }
 
 extern "C" int gt_cuda_moe_combine(gt_backend *be, gt_dtype dt, void *out, const void *base,
@@ -773,7 +685,7 @@ extern "C" int gt_cuda_moe_combine(gt_backend *be, gt_dtype dt, void *out, const
   GT_CALL(moe_tokens_ok(dt, N, k, C, "moe_combine"));
   if (N == 0 || C == 0)
     return GT_SUCCESS;
-  GT_MOE_BY_DT(dt, combine_t, gt_cuda_compute(be), out, base, y, gate, pos, N, k, C);
+  GT_CUDA_BY_DT(dt, combine_t, gt_cuda_compute(be), out, base, y, gate, pos, N, k, C);
 }
 
 extern "C" int gt_cuda_moe_combine_backward(gt_backend *be, gt_dtype dt, void *dy,
@@ -785,7 +697,7 @@ extern "C" int gt_cuda_moe_combine_backward(gt_backend *be, gt_dtype dt, void *d
   if (N == 0)
     return GT_SUCCESS;
   /* C = 0 still writes dgate (0 for every pair: an empty dot product) */
-  GT_MOE_BY_DT(dt, combine_backward_t, gt_cuda_compute(be), dy, dgate, dout, y, gate, pos, N, k,
+  GT_CUDA_BY_DT(dt, combine_backward_t, gt_cuda_compute(be), dy, dgate, dout, y, gate, pos, N, k,
                C);
 }
 
