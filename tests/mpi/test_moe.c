@@ -30,6 +30,10 @@
  * Then checkpoints (test_checkpoints): the llama with experts resumes bit
  * for bit, and its checkpoint loads bitwise into other layouts.
  *
+ * Under a test mode of the CPU backend (tests/modes/async-moe.sh,
+ * guard-moe.sh) six of the layouts run (cases[].modes), and the
+ * checkpoints.
+ *
  * gt-test: ranks=4 tier=quick
  */
 #include <stdio.h>
@@ -51,25 +55,36 @@ typedef struct moe_case {
   int zero;
   const char *recompute;
   const char *prec;
+  bool modes; /* also under a test mode of the CPU backend (tests/modes/) */
 } moe_case;
 
+/* Under a test mode (GT_CPU_MODE = async or guard) the cases marked run:
+ * data, tensor and pipeline parallelism, ZeRO 3's gathers and recompute
+ * block once each on the asynchronous device, not the numbers again. */
 static const moe_case cases[] = {
-    {M_GPT, 2, 1, 1, "gpipe", 0, "none", "fp32"},
-    {M_GPT, 1, 1, 2, "1f1b", 0, "none", "fp32"},
-    {M_GPT, 1, 2, 1, "1f1b", 0, "none", "fp32"},
-    {M_GPT, 2, 2, 1, "1f1b", 1, "none", "fp32"},
-    {M_GPT, 2, 1, 2, "1f1b", 2, "none", "fp32"},
-    {M_GPT, 4, 1, 1, "gpipe", 3, "none", "fp32"},
-    {M_GPT, 1, 2, 2, "interleaved:2", 0, "none", "fp32"},
-    {M_GPT, 2, 2, 1, "1f1b", 0, "block", "fp32"},
-    {M_GPT, 2, 1, 1, "gpipe", 0, "attention", "fp32"},
-    {M_GPT_CAP, 2, 1, 2, "1f1b", 1, "none", "fp32"},
-    {M_GPT_CAP, 1, 4, 1, "gpipe", 0, "none", "fp32"},
-    {M_LLAMA, 1, 1, 2, "1f1b", 0, "none", "fp32"},
-    {M_LLAMA, 2, 2, 1, "1f1b", 1, "none", "fp32"},
-    {M_LLAMA, 2, 1, 2, "gpipe", 3, "none", "fp32"},
-    {M_LLAMA, 1, 2, 2, "1f1b", 0, "none", "bf16"},
+    {M_GPT, 2, 1, 1, "gpipe", 0, "none", "fp32", false},
+    {M_GPT, 1, 1, 2, "1f1b", 0, "none", "fp32", true},
+    {M_GPT, 1, 2, 1, "1f1b", 0, "none", "fp32", false},
+    {M_GPT, 2, 2, 1, "1f1b", 1, "none", "fp32", true},
+    {M_GPT, 2, 1, 2, "1f1b", 2, "none", "fp32", false},
+    {M_GPT, 4, 1, 1, "gpipe", 3, "none", "fp32", true},
+    {M_GPT, 1, 2, 2, "interleaved:2", 0, "none", "fp32", false},
+    {M_GPT, 2, 2, 1, "1f1b", 0, "block", "fp32", true},
+    {M_GPT, 2, 1, 1, "gpipe", 0, "attention", "fp32", false},
+    {M_GPT_CAP, 2, 1, 2, "1f1b", 1, "none", "fp32", false},
+    {M_GPT_CAP, 1, 4, 1, "gpipe", 0, "none", "fp32", true},
+    {M_LLAMA, 1, 1, 2, "1f1b", 0, "none", "fp32", false},
+    {M_LLAMA, 2, 2, 1, "1f1b", 1, "none", "fp32", false},
+    {M_LLAMA, 2, 1, 2, "gpipe", 3, "none", "fp32", true},
+    {M_LLAMA, 1, 2, 2, "1f1b", 0, "none", "bf16", false},
 };
+
+/* Whether case i runs: every case, or under a test mode the marked ones. */
+static bool case_runs(size_t i)
+{
+  const char *mode = getenv("GT_CPU_MODE");
+  return !(mode && mode[0]) || cases[i].modes;
+}
 
 /* One run's results on rank 0 of its communicator. */
 typedef struct outcome {
@@ -232,7 +247,8 @@ int main(int argc, char **argv)
       for (int p = 0; p < 2; p++) {
         bool used = false;
         for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
-          used |= cases[i].model == (model_kind)k && strcmp(cases[i].prec, precs[p]) == 0;
+          used |= case_runs(i) && cases[i].model == (model_kind)k &&
+                  strcmp(cases[i].prec, precs[p]) == 0;
         if (!used || st != GT_SUCCESS)
           continue;
         const gt_config one = model_config(&base, (model_kind)k, precs[p]);
@@ -262,6 +278,8 @@ int main(int argc, char **argv)
 
   for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
     const moe_case *mc = &cases[i];
+    if (!case_runs(i))
+      continue;
     const int size = mc->dp * mc->pp * mc->tp;
     const int p = strcmp(mc->prec, "fp32") == 0 ? 0 : 1;
     char run[200];
