@@ -115,8 +115,8 @@ typedef struct gt_moe_acts {
 /* Scratch of the MoE blocks, shared by all of them. */
 struct gt_moe_scratch {
   float *logits;          /* (N,E): logits, then their gradient */
-  float *x32, *dx32;      /* (N,C): the router's input in fp32, its gradient */
-  float *w32;             /* (E,C): the router's weight in fp32 */
+  float *x32, *dx32;      /* (N,C): the router's input in fp32 (bf16/fp16 only), its gradient */
+  float *w32;             /* (E,C): the router's weight in fp32 (bf16/fp16 only) */
   float *dgate;           /* (N,k) */
   void *dy, *dh, *dact, *dxp; /* (R,C), (R,G), (R,F) (SwiGLU), (R,C) */
   gt_device_event *counted; /* the download of the counts has run */

@@ -678,9 +678,10 @@ static void gt_gpt_layout(gt_gpt *m, gt_carver *c)
     const size_t Ex = (size_t)m->shape.experts, k = (size_t)m->shape.top_k, R = N * k;
     const size_t Fe = (size_t)m->Fe, Ge = m->kind.swiglu ? 2 * Fe : Fe;
     ms->logits = gt_carve(c, N * Ex * F);
-    ms->x32 = gt_carve(c, N * C * F);
+    const bool cast = m->dt != GT_F32; /* fp32 runs the router on the tensors themselves */
+    ms->x32 = cast ? gt_carve(c, N * C * F) : NULL;
     ms->dx32 = gt_carve(c, N * C * F);
-    ms->w32 = gt_carve(c, Ex * C * F);
+    ms->w32 = cast ? gt_carve(c, Ex * C * F) : NULL;
     ms->dgate = gt_carve(c, N * k * F);
     ms->dy = gt_carve(c, R * C * E);
     ms->dh = gt_carve(c, R * Ge * E);
