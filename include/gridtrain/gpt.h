@@ -275,8 +275,9 @@ int gt_gpt_backward_input(gt_gpt *m, int slot, int set, const gt_grad_hook *hook
 int gt_gpt_backward_weights(gt_gpt *m, int slot, int set, const gt_grad_hook *hook);
 
 /* Mixture of experts: add the pairs that each expert of each of this
- * rank's MoE blocks got from the training forwards (those with
- * dlogit_scale != 0, recomputation not counted) since the last call into
+ * rank's MoE blocks got in the micro-batches whose backward ran since the
+ * last call (each training micro-batch once, whichever step's call ran its
+ * forward: pipedream-2bw runs the next batch's first ones early) into
  * load[layer * experts + e] (layer: the block's index in the whole model),
  * and the pairs dropped past capacity into *dropped; the counters restart.
  * Nothing without experts. Not collective. */

@@ -84,9 +84,9 @@ typedef struct gt_moe_dims {
   double capacity_factor;  /* an expert keeps ceil(factor N k / E) pairs; 0: all */
   float aux_scale;         /* d(loss)/d(L_aux) of this block and micro-batch */
   float z_scale;           /* d(loss)/d(L_z) (backend.h, moe_route_backward) */
-  int64_t *load;           /* host (E): += pairs per expert of each forward
-                              that counts (NULL: none) */
-  int64_t *dropped;        /* host: += pairs dropped (NULL: none) */
+  int64_t *load;           /* host (E): += pairs per expert before capacity,
+                              at each backward (NULL: none) */
+  int64_t *dropped;        /* host: += pairs dropped, at each backward (NULL: none) */
   const struct gt_moe_scratch *scratch; /* shared by the MoE blocks */
 } gt_moe_dims;
 

@@ -140,11 +140,6 @@ int gt_moe_forward(gt_backend *be, const gt_moe_weights *w, const gt_moe_acts *a
              (long long)e, a->host[z.E + e], a->host[e], (long long)z.R);
     used += a->host[z.E + e];
   }
-  if (d.moe->load)
-    for (int64_t e = 0; e < z.E; e++)
-      d.moe->load[e] += a->host[e];
-  if (d.moe->dropped)
-    *d.moe->dropped += z.R - used;
   GT_CALL(gt_moe_experts_forward(be, w, a, &d, &z, lead, used));
   GT_CALL(op->moe_combine(be, d.dt, out, base, a->y, a->gate, a->pos, z.N, z.k, z.C));
   return GT_SUCCESS;
@@ -161,6 +156,13 @@ int gt_moe_backward(gt_backend *be, const gt_moe_weights *w, const gt_moe_grads 
   int64_t used = 0;
   for (int64_t e = 0; e < z.E; e++)
     used += a->host[z.E + e];
+  /* the statistics count each training micro-batch once, here: its one
+   * backward (forwards may run again, or without a backward) */
+  if (d.moe->load)
+    for (int64_t e = 0; e < z.E; e++)
+      d.moe->load[e] += a->host[e];
+  if (d.moe->dropped)
+    *d.moe->dropped += z.R - used;
   /* the gates: each expert row's output gradient, and the gates' own */
   GT_CALL(op->moe_combine_backward(be, d.dt, s->dy, s->dgate, dout, a->y, a->gate, a->pos,
                                    z.N, z.k, z.C));

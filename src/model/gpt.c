@@ -1215,8 +1215,7 @@ int gt_gpt_forward(gt_gpt *m, int slot, const int32_t *tokens, const int32_t *ta
   for (int j = 0; j < sl->nb; j++) {
     const gt_block_acts a = gt_gpt_block_acts(m, sl, j);
     gt_moe_dims md;
-    const gt_layer_dims dj =
-        gt_gpt_block_dims(m, sl->l0 + j, d, &md, dlogit_scale, dlogit_scale != 0.0f);
+    const gt_layer_dims dj = gt_gpt_block_dims(m, sl->l0 + j, d, &md, dlogit_scale, false);
     GT_CALL(gt_gpt_take(m, ps, k));
     GT_CALL(gt_block_forward(be, &m->w[sl->l0 + j], &a, sl->resid[j], sl->resid[j + 1], dj));
     GT_CALL(gt_gpt_drop(m, ps, k++));
@@ -1412,7 +1411,7 @@ static int gt_gpt_backward_part(gt_gpt *m, int slot, int set, const gt_grad_hook
     const int l = sl->l0 + j;
     const gt_block_acts a = gt_gpt_block_acts(m, sl, j);
     gt_moe_dims md;
-    const gt_layer_dims dj = gt_gpt_block_dims(m, l, d, &md, sl->dlogit_scale, false);
+    const gt_layer_dims dj = gt_gpt_block_dims(m, l, d, &md, sl->dlogit_scale, true);
     GT_CALL(gt_gpt_grads(m, hook, m->p_block[l], m->p_block_n[l]));
     GT_CALL(gt_gpt_take(m, ps, k));
     GT_CALL(gt_gpt_recompute(m, sl, j, &a, dj));

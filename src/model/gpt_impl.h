@@ -129,8 +129,8 @@ gt_layer_dims gt_gpt_layer_dims(const gt_gpt *m, int64_t B, int64_t T,
 
 /* d for local block l: an MoE block's F and moe (md filled: its experts,
  * the router's loss scales for the loss dlogit_scale * sum(token losses)
- * over B*T tokens, and the statistics' counters when count); d itself for
- * a dense block. */
+ * over B*T tokens, and the statistics' counters when count: a backward's);
+ * d itself for a dense block. */
 gt_layer_dims gt_gpt_block_dims(gt_gpt *m, int l, gt_layer_dims d, gt_moe_dims *md,
                                 float dlogit_scale, bool count);
 
