@@ -154,7 +154,8 @@ typedef struct gt_block_weights {
   const void *proj_w, *proj_b;     /* (C, Cl), (C) */
   const void *ln2_w, *ln2_b;       /* (C) */
   const void *fc_w, *fc_b;         /* (G, C), (G): gate rows then up rows with SwiGLU */
-  const void *fcproj_w, *fcproj_b; /* (C, F), (C) */
+  const void *fcproj_w, *fcproj_b; /* (C, F), (C); the four NULL in an MoE block
+                                      without shared experts (no dense MLP) */
   gt_moe_weights moe;              /* an MoE block's experts (else all NULL) */
 } gt_block_weights;
 

@@ -28,7 +28,7 @@ typedef struct {
   bool decay;
   gt_gpt_at at;
   int layer;
-  int kind; /* a block's: its gt_gpt_block_tensor (GT_BP_*) */
+  int kind; /* a block's tensor: its GT_BP_* */
 } gt_gpt_pdesc;
 
 /* The tensors a block may have: GPT-2's twelve (weights and biases
