@@ -56,19 +56,6 @@ static int gt_moe_router_inputs(gt_backend *be, const gt_moe_weights *w,
   return GT_SUCCESS;
 }
 
-/* The experts' rows: expert e has kept[e] rows from row first[e] (host
- * copies of the counts of this forward). */
-static void gt_moe_rows(const gt_moe_acts *a, int64_t E, int64_t e, int64_t *first,
-                        int64_t *rows)
-{
-  const int32_t *kept = a->host + E;
-  int64_t f = 0;
-  for (int64_t i = 0; i < e; i++)
-    f += kept[i];
-  *first = f;
-  *rows = kept[e];
-}
-
 static char *gt_moe_at(const void *base, int64_t elems, size_t es)
 {
   return (char *)base + (size_t)elems * es;
@@ -82,9 +69,9 @@ static int gt_moe_experts_forward(gt_backend *be, const gt_moe_weights *w,
 {
   const gt_backend_ops *op = be->ops;
   const size_t es = z->es;
-  for (int64_t e = 0; e < z->E; e++) {
-    int64_t r0, n;
-    gt_moe_rows(a, z->E, e, &r0, &n);
+  /* expert e's kept rows follow the earlier experts' (the host's counts) */
+  for (int64_t e = 0, r0 = 0, n; e < z->E; e++, r0 += n) {
+    n = a->host[z->E + e];
     if (n == 0)
       continue;
     GT_CALL(op->linear_forward(be, d->dt, gt_moe_at(a->h, r0 * z->G, es),
@@ -100,9 +87,9 @@ static int gt_moe_experts_forward(gt_backend *be, const gt_moe_weights *w,
     else
       GT_CALL(op->gelu_forward(be, d->dt, a->act, a->h, (size_t)(used * z->F)));
   }
-  for (int64_t e = 0; e < z->E; e++) {
-    int64_t r0, n;
-    gt_moe_rows(a, z->E, e, &r0, &n);
+  /* expert e's kept rows follow the earlier experts' (the host's counts) */
+  for (int64_t e = 0, r0 = 0, n; e < z->E; e++, r0 += n) {
+    n = a->host[z->E + e];
     if (n == 0)
       continue;
     const void *bias = lead && w->proj_b ? gt_moe_at(w->proj_b, e * z->C, es) : NULL;
@@ -171,9 +158,9 @@ int gt_moe_backward(gt_backend *be, const gt_moe_weights *w, const gt_moe_grads 
   if (d.tp && d.tp->size > 1)
     GT_CALL(gt_group_allreduce_sum(d.tp, s->dgate, (size_t)(z.N * z.k), GT_F32));
   void *dact = d.kind.swiglu ? s->dact : s->dh; /* GELU's backward runs in place */
-  for (int64_t e = 0; e < z.E; e++) {
-    int64_t r0, n;
-    gt_moe_rows(a, z.E, e, &r0, &n);
+  /* expert e's kept rows follow the earlier experts' (the host's counts) */
+  for (int64_t e = 0, r0 = 0, n; e < z.E; e++, r0 += n) {
+    n = a->host[z.E + e];
     if (n == 0)
       continue;
     GT_CALL(op->linear_backward(be, d.dt, gt_moe_at(dact, r0 * z.F, es),
@@ -189,9 +176,9 @@ int gt_moe_backward(gt_backend *be, const gt_moe_weights *w, const gt_moe_grads 
     else
       GT_CALL(op->gelu_backward(be, d.dt, s->dh, a->h, s->dh, (size_t)(used * z.F)));
   }
-  for (int64_t e = 0; e < z.E; e++) {
-    int64_t r0, n;
-    gt_moe_rows(a, z.E, e, &r0, &n);
+  /* expert e's kept rows follow the earlier experts' (the host's counts) */
+  for (int64_t e = 0, r0 = 0, n; e < z.E; e++, r0 += n) {
+    n = a->host[z.E + e];
     if (n == 0)
       continue;
     GT_CALL(op->linear_backward(be, d.dt, gt_moe_at(s->dxp, r0 * z.C, es),

@@ -275,14 +275,9 @@ static int gt_trainer_moe_stats(gt_trainer *tr, long s)
   const size_t E = (size_t)sh->experts, n = (size_t)sh->layers * E;
   double *v = tr->moe_red;
   memset(v, 0, (n + 1) * sizeof *v);
-  if (tr->grid->tp_rank == 0)
-    gt_gpt_moe_take(tr->model, v, &v[n]);
-  else { /* the counters restart on every rank */
-    double *scratch = calloc(n + 1, sizeof *scratch);
-    GT_CHECK_ALLOC(scratch, (n + 1) * sizeof *scratch);
-    gt_gpt_moe_take(tr->model, scratch, &scratch[n]);
-    free(scratch);
-  }
+  gt_gpt_moe_take(tr->model, v, &v[n]); /* (the counters restart on every rank) */
+  if (tr->grid->tp_rank != 0)
+    memset(v, 0, (n + 1) * sizeof *v);
   gt_allreduce_req req;
   GT_CALL(gt_allreduce_f64_start(v, (int)(n + 1), MPI_SUM, tr->grid->world, &req));
   GT_CALL(gt_allreduce_finish(&req));
