@@ -34,14 +34,24 @@ static inline double tu_ulp_of(gt_dtype t, double x)
   return x == 0 || e - p < emin ? ldexp(1, emin) : ldexp(1, e - p);
 }
 
-/* a (fast) against b (reference), n decoded values of type t, as above; one
- * TAP line. nonfinite_ok: inf/NaN must only sit in the same places in both;
- * otherwise every value must be finite. */
-static inline bool tu_check_close(gt_dtype t, const char *what, const float *a, const float *b,
-                                  size_t n, bool nonfinite_ok)
+/* What the rule found for a (fast) against b (reference), n decoded values
+ * of type t. */
+typedef struct tu_close_result {
+  bool ok, finite;
+  double rel;                 /* norm-wise relative error */
+  double worst;               /* bf16 / fp16: the worst element, in ulps (with the slack) */
+  size_t at, differ;          /* ... where; elements beyond the slack */
+  double norm_tol;            /* bf16 / fp16: the norm-wise bound */
+  size_t max_differ;          /* ... and the elements that may differ */
+} tu_close_result;
+
+/* The rule above, without a TAP line. nonfinite_ok: inf/NaN must only sit
+ * in the same places in both; otherwise every value must be finite. */
+static inline tu_close_result tu_close(gt_dtype t, const float *a, const float *b, size_t n,
+                                       bool nonfinite_ok)
 {
+  tu_close_result r = {.finite = true};
   double num = 0, den = 0, inf = 0;
-  bool finite = true;
   for (size_t i = 0; i < n; i++) {
     const double d = (double)a[i] - b[i];
     if (isfinite(d)) {
@@ -49,40 +59,50 @@ static inline bool tu_check_close(gt_dtype t, const char *what, const float *a, 
       den += (double)b[i] * b[i];
       inf = fmax(inf, fabs(b[i]));
     }
-    finite = finite && (nonfinite_ok ? isfinite(a[i]) == isfinite(b[i])
-                                     : isfinite(a[i]) && isfinite(b[i]));
+    r.finite = r.finite && (nonfinite_ok ? isfinite(a[i]) == isfinite(b[i])
+                                         : isfinite(a[i]) && isfinite(b[i]));
   }
-  const double rel = sqrt(num) / fmax(sqrt(den), 1e-30);
+  r.rel = sqrt(num) / fmax(sqrt(den), 1e-30);
   if (t == GT_F32) {
-    const bool ok = finite && rel <= TU_TOL32;
-    if (!tap_ok(ok, "%s (rel err %.2e)", what, rel))
-      tap_diag("%s: relative error %.3e > %.1e%s", what, rel, TU_TOL32,
-               finite ? "" : " (or not finite)");
-    return ok;
+    r.ok = r.finite && r.rel <= TU_TOL32;
+    return r;
   }
-  double worst = 0;
-  size_t at = 0, differ = 0;
   for (size_t i = 0; i < n; i++) {
     if (!isfinite(b[i]))
       continue;
     const double d = fabs((double)a[i] - b[i]), slack = TU_ULP_SLACK * inf;
-    differ += d > slack;
-    const double r = d / (tu_ulp_of(t, b[i]) + slack);
-    if (r > worst) {
-      worst = r;
-      at = i;
+    r.differ += d > slack;
+    const double q = d / (tu_ulp_of(t, b[i]) + slack);
+    if (q > r.worst) {
+      r.worst = q;
+      r.at = i;
     }
   }
-  const double u = t == GT_BF16 ? 0x1p-8 : 0x1p-11, norm_tol = n >= 256 ? u / 8 : u;
-  const size_t max_differ = 2 + n / 32;
-  const bool ok = finite && worst <= 1.0 && differ <= max_differ && rel <= norm_tol;
-  if (!tap_ok(ok, "%s (worst %.2f ulp, rel err %.2e, %zu of %zu differ)", what, worst, rel,
-              differ, n))
+  const double u = t == GT_BF16 ? 0x1p-8 : 0x1p-11;
+  r.norm_tol = n >= 256 ? u / 8 : u;
+  r.max_differ = 2 + n / 32;
+  r.ok = r.finite && r.worst <= 1.0 && r.differ <= r.max_differ && r.rel <= r.norm_tol;
+  return r;
+}
+
+/* tu_close with one TAP line (and a diagnostic when it fails). */
+static inline bool tu_check_close(gt_dtype t, const char *what, const float *a, const float *b,
+                                  size_t n, bool nonfinite_ok)
+{
+  const tu_close_result r = tu_close(t, a, b, n, nonfinite_ok);
+  if (t == GT_F32) {
+    if (!tap_ok(r.ok, "%s (rel err %.2e)", what, r.rel))
+      tap_diag("%s: relative error %.3e > %.1e%s", what, r.rel, TU_TOL32,
+               r.finite ? "" : " (or not finite)");
+    return r.ok;
+  }
+  if (!tap_ok(r.ok, "%s (worst %.2f ulp, rel err %.2e, %zu of %zu differ)", what, r.worst,
+              r.rel, r.differ, n))
     tap_diag("%s: element %zu: %.9g vs %.9g (bound 1 ulp + %.0e max|ref|); rel err %.3e "
              "(bound %.2e); %zu elements differ (bound %zu)%s",
-             what, at, a[at], b[at], TU_ULP_SLACK, rel, norm_tol, differ, max_differ,
-             finite ? "" : "; not finite");
-  return ok;
+             what, r.at, a[r.at], b[r.at], TU_ULP_SLACK, r.rel, r.norm_tol, r.differ,
+             r.max_differ, r.finite ? "" : "; not finite");
+  return r.ok;
 }
 
 #endif /* GT_TESTS_COMPARE_H */
